@@ -1,0 +1,1 @@
+//! Benchmarks for the slot ring (work in progress: see the benches issue).

@@ -1,0 +1,1 @@
+//! Verification suite for `ring-core` (work in progress: see the verification issue).

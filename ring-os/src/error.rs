@@ -1,0 +1,207 @@
+//! The one error type of this crate: every variant says what went wrong *and* what to do.
+
+use core::fmt;
+use std::io;
+
+/// Everything that can go wrong while creating, opening, mapping or using a segment.
+///
+/// Bad input (a name, a size, a file descriptor or bytes from a peer) always ends here, never in
+/// a panic. [`Display`](fmt::Display) says what to do about it.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// A segment name broke one of the naming rules (see [`SegmentName`](crate::SegmentName)).
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// Which rule it broke.
+        reason: &'static str,
+    },
+    /// A segment or file with this name already exists (creation uses `O_EXCL`).
+    AlreadyExists {
+        /// The path or name that exists.
+        what: String,
+    },
+    /// No segment or file with this name exists.
+    NotFound {
+        /// The path or name that is missing.
+        what: String,
+    },
+    /// The operating system refused access.
+    PermissionDenied {
+        /// The path or name.
+        what: String,
+    },
+    /// The backing file system cannot hold the segment: reserving its pages failed.
+    NoSpace {
+        /// Bytes the segment needs.
+        needed: u64,
+        /// Bytes the file system said were available (`statvfs`), when known.
+        available: u64,
+    },
+    /// Huge pages were asked for and cannot be had.
+    HugePages {
+        /// Why, and what to do.
+        reason: String,
+    },
+    /// A requested segment length is zero or too large for this platform.
+    BadLength {
+        /// The length asked for, in bytes.
+        len: u64,
+    },
+    /// The file's size is not the size the segment must have (truncated, grown or too small).
+    SizeMismatch {
+        /// The size the segment must have, or its minimum.
+        expected: u64,
+        /// The size `fstat` reports.
+        actual: u64,
+    },
+    /// The file is not a regular file (a directory, a FIFO, a device...).
+    NotRegularFile {
+        /// The path, name or `fd`.
+        what: String,
+    },
+    /// The file belongs to another user, or is writable by group or others.
+    Insecure {
+        /// The path, name or `fd`.
+        what: String,
+        /// Its owner uid.
+        uid: u32,
+        /// Its permission bits.
+        mode: u32,
+    },
+    /// A memfd received from a peer lacks seals that make it safe to map.
+    MissingSeals {
+        /// The seals it has (`F_SEAL_*` bits).
+        have: u32,
+        /// The seals it lacks.
+        missing: u32,
+    },
+    /// A message on the Unix socket carried no file descriptor.
+    NoFdReceived,
+    /// The peer closed the Unix socket.
+    Disconnected,
+    /// A wait ran out of time.
+    TimedOut,
+    /// A system call failed in a way none of the variants above describes.
+    Io {
+        /// What was being done (for example `"mmap"`).
+        op: &'static str,
+        /// The operating system's error.
+        source: io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an OS error from `op`.
+    pub(crate) fn io(op: &'static str, source: impl Into<io::Error>) -> Self {
+        Self::Io {
+            op,
+            source: source.into(),
+        }
+    }
+}
+
+/// Formats a byte count in MiB with one decimal, for messages.
+struct Mib(u64);
+
+impl fmt::Display for Mib {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Precision loss in the display is fine: this is a human-readable figure.
+        #[allow(clippy::cast_precision_loss, reason = "display only")]
+        let mib = self.0 as f64 / (1024.0 * 1024.0);
+        write!(f, "{mib:.1} MiB")
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::InvalidName { name, reason } => write!(
+                f,
+                "invalid segment name {name:?}: {reason}; use 1-200 characters from [A-Za-z0-9._-], \
+                 not starting with '.' and without \"..\""
+            ),
+            Self::AlreadyExists { what } => write!(
+                f,
+                "{what} already exists; pick another name, open it instead, or remove it if it is \
+                 stale (`ringctl clean`)"
+            ),
+            Self::NotFound { what } => {
+                write!(f, "{what} does not exist; check the name and that the creator is running")
+            }
+            Self::PermissionDenied { what } => write!(
+                f,
+                "permission denied on {what}; segments are private to the user that created them \
+                 (mode 0600): run as that user"
+            ),
+            Self::NoSpace { needed, available } => write!(
+                f,
+                "not enough space for the segment: needs {} but only {} are available; free space \
+                 (`ringctl clean` removes stale segments), make the ring smaller, or enlarge the \
+                 file system (Docker: `--shm-size`, Kubernetes: an emptyDir with medium Memory)",
+                Mib(*needed),
+                Mib(*available)
+            ),
+            Self::HugePages { reason } => write!(f, "huge pages unavailable: {reason}"),
+            Self::BadLength { len } => write!(
+                f,
+                "segment length {len} is zero or larger than this platform can map; check the ring \
+                 geometry"
+            ),
+            Self::SizeMismatch { expected, actual } => write!(
+                f,
+                "segment file is {actual} bytes but must be {expected}: a peer truncated or resized \
+                 it, or it is not a segment of this geometry; recreate the segment"
+            ),
+            Self::NotRegularFile { what } => {
+                write!(f, "{what} is not a regular file and cannot back a segment")
+            }
+            Self::Insecure { what, uid, mode } => write!(
+                f,
+                "{what} is owned by uid {uid} with mode {mode:o}; refusing to map a segment another \
+                 user could write: remove it and recreate it as this user (mode 0600)"
+            ),
+            Self::MissingSeals { have, missing } => write!(
+                f,
+                "memfd seals {have:#x} lack {missing:#x} (F_SEAL_SHRINK|F_SEAL_GROW|F_SEAL_SEAL are \
+                 required so the peer cannot resize it under us); the sender must create it with \
+                 ring-os or seal it"
+            ),
+            Self::NoFdReceived => write!(
+                f,
+                "the message on the Unix socket carried no file descriptor; the peer must send the \
+                 segment with SCM_RIGHTS"
+            ),
+            Self::Disconnected => write!(f, "the peer closed the socket before sending a segment"),
+            Self::TimedOut => write!(f, "timed out; the peer may be stuck or gone"),
+            Self::Io { op, source } => write!(f, "{op} failed: {source}"),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_space_message_tells_what_to_do() {
+        let e = Error::NoSpace {
+            needed: 3 << 20,
+            available: 1 << 20,
+        };
+        let s = e.to_string();
+        assert!(s.contains("3.0 MiB"), "{s}");
+        assert!(s.contains("1.0 MiB"), "{s}");
+        assert!(s.contains("--shm-size"), "{s}");
+    }
+}

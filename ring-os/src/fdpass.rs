@@ -1,0 +1,147 @@
+//! Passing a segment's file descriptor to another process over a Unix socket (`SCM_RIGHTS`).
+//!
+//! One message carries one descriptor plus a few bytes chosen by the caller (for example the
+//! segment's length, which the receiver must still check against the file, or a ring name).
+
+use core::mem::MaybeUninit;
+use core::time::Duration;
+use std::io::{IoSlice, IoSliceMut};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::io::Errno;
+use rustix::net::{
+    recvmsg, sendmsg, sockopt, RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags,
+    SendAncillaryBuffer, SendAncillaryMessage, SendFlags,
+};
+
+use crate::Error;
+
+/// Sends `fd` and `payload` (at least one byte is sent: a stream socket cannot carry ancillary
+/// data alone, so an empty payload becomes one zero byte).
+///
+/// # Errors
+///
+/// [`Error::Disconnected`] when the peer is gone, [`Error::Io`] otherwise.
+pub fn send_fd(socket: impl AsFd, fd: BorrowedFd<'_>, payload: &[u8]) -> Result<(), Error> {
+    let fds = [fd];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Error::io(
+            "sendmsg",
+            std::io::Error::other("ancillary buffer too small"),
+        ));
+    }
+    let data: &[u8] = if payload.is_empty() { &[0] } else { payload };
+    match sendmsg(
+        socket,
+        &[IoSlice::new(data)],
+        &mut control,
+        SendFlags::NOSIGNAL,
+    ) {
+        Ok(n) if n == data.len() => Ok(()),
+        Ok(_) => Err(Error::io("sendmsg", std::io::Error::other("short send"))),
+        Err(Errno::PIPE | Errno::CONNRESET) => Err(Error::Disconnected),
+        Err(e) => Err(Error::io("sendmsg", e)),
+    }
+}
+
+/// Receives one descriptor and up to `buf.len()` payload bytes, waiting at most `timeout`.
+/// Returns the descriptor (close-on-exec) and the payload length. Extra descriptors in the same
+/// message are closed.
+///
+/// # Errors
+///
+/// [`Error::TimedOut`], [`Error::Disconnected`], [`Error::NoFdReceived`], [`Error::Io`].
+pub fn recv_fd(
+    socket: impl AsFd,
+    buf: &mut [u8],
+    timeout: Duration,
+) -> Result<(OwnedFd, usize), Error> {
+    let socket = socket.as_fd();
+    // A zero timeout would mean "forever" to SO_RCVTIMEO: use the smallest real one instead.
+    let timeout = timeout.max(Duration::from_micros(1));
+    sockopt::set_socket_timeout(socket, sockopt::Timeout::Recv, Some(timeout))
+        .map_err(|e| Error::io("setsockopt(SO_RCVTIMEO)", e))?;
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+    let mut control = RecvAncillaryBuffer::new(&mut space);
+    let mut one = [0_u8; 1];
+    let data: &mut [u8] = if buf.is_empty() { &mut one } else { buf };
+    let msg = match recvmsg(
+        socket,
+        &mut [IoSliceMut::new(data)],
+        &mut control,
+        RecvFlags::CMSG_CLOEXEC,
+    ) {
+        Ok(msg) => msg,
+        Err(Errno::AGAIN | Errno::INTR) => return Err(Error::TimedOut),
+        Err(e) => return Err(Error::io("recvmsg", e)),
+    };
+    let mut received = None;
+    for message in control.drain() {
+        if let RecvAncillaryMessage::ScmRights(fds) = message {
+            for fd in fds {
+                // Keep the first; dropping the others closes them.
+                if received.is_none() {
+                    received = Some(fd);
+                }
+            }
+        }
+    }
+    match received {
+        Some(fd) => Ok((fd, msg.bytes.min(buf.len()))),
+        None if msg.bytes == 0 => Err(Error::Disconnected),
+        None => Err(Error::NoFdReceived),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read as _, Seek as _, Write as _};
+    use std::os::unix::net::UnixStream;
+
+    #[test]
+    fn round_trip_over_a_socketpair() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut file = std::fs::File::from(
+            rustix::fs::memfd_create("t", rustix::fs::MemfdFlags::CLOEXEC).unwrap(),
+        );
+        file.write_all(b"hello").unwrap();
+        send_fd(&a, file.as_fd(), b"len=5").unwrap();
+        let mut buf = [0_u8; 16];
+        let (fd, n) = recv_fd(&b, &mut buf, Duration::from_secs(5)).unwrap();
+        assert_eq!(&buf[..n], b"len=5");
+        let mut got = std::fs::File::from(fd);
+        got.rewind().unwrap();
+        let mut s = String::new();
+        got.read_to_string(&mut s).unwrap();
+        assert_eq!(s, "hello");
+    }
+
+    #[test]
+    fn plain_bytes_are_not_a_descriptor() {
+        let (mut a, b) = UnixStream::pair().unwrap();
+        a.write_all(b"x").unwrap();
+        let mut buf = [0_u8; 4];
+        assert!(matches!(
+            recv_fd(&b, &mut buf, Duration::from_secs(5)),
+            Err(Error::NoFdReceived)
+        ));
+        drop(a);
+        assert!(matches!(
+            recv_fd(&b, &mut buf, Duration::from_secs(5)),
+            Err(Error::Disconnected)
+        ));
+    }
+
+    #[test]
+    fn silence_times_out() {
+        let (_a, b) = UnixStream::pair().unwrap();
+        let mut buf = [0_u8; 4];
+        assert!(matches!(
+            recv_fd(&b, &mut buf, Duration::from_millis(20)),
+            Err(Error::TimedOut)
+        ));
+    }
+}

@@ -1,0 +1,145 @@
+//! Futex wait and wake on a 32-bit word in a mapping shared between processes.
+//!
+//! The futexes here are *shared* (no `FUTEX_PRIVATE_FLAG`): the kernel keys them by the backing
+//! page, not by the address space, so a waiter in one process is woken by a wake in another that
+//! maps the same segment at a different address. Every wait carries a timeout.
+//!
+//! Where there is no futex (non-Linux targets) [`wait`] polls the word with a bounded sleep
+//! back-off and [`wake_all`] does nothing; waits still end on time.
+//!
+//! # References
+//!
+//! - futex(2), futex(7); Ulrich Drepper, "Futexes Are Tricky" (2011).
+
+use core::sync::atomic::AtomicU32;
+use core::time::Duration;
+
+/// How a [`wait`] ended. A wait may also end spuriously (a signal, a wake meant for a different
+/// value): callers re-check their condition in a loop, as with any futex.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WaitOutcome {
+    /// Woken by [`wake_all`], a signal, or spuriously.
+    Woken,
+    /// The word did not hold `expected` when the wait began: nothing to wait for.
+    Changed,
+    /// The timeout ran out.
+    TimedOut,
+}
+
+/// Sleeps until `word` is woken, provided it still holds `expected`, for at most `timeout`.
+#[must_use = "a timed-out wait must be handled"]
+pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
+    imp::wait(word, expected, timeout)
+}
+
+/// Wakes every process and thread waiting on `word`; returns how many were woken (0 on targets
+/// without futexes).
+pub fn wake_all(word: &AtomicU32) -> usize {
+    imp::wake_all(word)
+}
+
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod imp {
+    use core::sync::atomic::AtomicU32;
+    use core::time::Duration;
+
+    use rustix::io::Errno;
+    use rustix::thread::futex;
+
+    use super::WaitOutcome;
+
+    pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
+        let ts = futex::Timespec {
+            tv_sec: i64::try_from(timeout.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: timeout.subsec_nanos().into(),
+        };
+        // Shared futex: no PRIVATE flag, so waiters in other processes are found by page.
+        match futex::wait(word, futex::Flags::empty(), expected, Some(&ts)) {
+            Ok(()) | Err(Errno::INTR) => WaitOutcome::Woken,
+            Err(Errno::AGAIN) => WaitOutcome::Changed,
+            Err(Errno::TIMEDOUT) => WaitOutcome::TimedOut,
+            // EFAULT/EINVAL cannot happen for a valid reference; treat as a spurious wake so the
+            // caller re-checks (its own deadline bounds the loop).
+            Err(_) => WaitOutcome::Woken,
+        }
+    }
+
+    pub(super) fn wake_all(word: &AtomicU32) -> usize {
+        // Shared futex, as in `wait`. `i32::MAX` waiters means all of them.
+        futex::wake(word, futex::Flags::empty(), i32::MAX.unsigned_abs()).unwrap_or(0)
+    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod imp {
+    use core::sync::atomic::{AtomicU32, Ordering};
+    use core::time::Duration;
+    use std::time::Instant;
+
+    use super::WaitOutcome;
+
+    pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
+        let deadline = Instant::now() + timeout;
+        let mut nap = Duration::from_micros(20);
+        loop {
+            // Acquire: pairs with the waker's Release store, as a futex wake would.
+            if word.load(Ordering::Acquire) != expected {
+                return WaitOutcome::Changed;
+            }
+            let now = Instant::now();
+            if now >= deadline {
+                return WaitOutcome::TimedOut;
+            }
+            std::thread::sleep(nap.min(deadline - now));
+            nap = (nap * 2).min(Duration::from_millis(1));
+        }
+    }
+
+    pub(super) fn wake_all(_word: &AtomicU32) -> usize {
+        0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use core::sync::atomic::Ordering;
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    #[test]
+    fn wait_on_a_changed_word_returns_at_once() {
+        let w = AtomicU32::new(5);
+        assert_eq!(wait(&w, 4, Duration::from_secs(5)), WaitOutcome::Changed);
+    }
+
+    #[test]
+    fn wait_times_out() {
+        let w = AtomicU32::new(0);
+        let t = Instant::now();
+        assert_eq!(
+            wait(&w, 0, Duration::from_millis(30)),
+            WaitOutcome::TimedOut
+        );
+        assert!(t.elapsed() >= Duration::from_millis(25));
+    }
+
+    #[test]
+    fn wake_reaches_a_waiter() {
+        let w = Arc::new(AtomicU32::new(0));
+        let w2 = Arc::clone(&w);
+        let waiter = std::thread::spawn(move || {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            // Relaxed suffices in this test: only the value matters, not other memory.
+            while w2.load(Ordering::Relaxed) == 0 {
+                assert!(Instant::now() < deadline, "never woken");
+                let _ = wait(&w2, 0, Duration::from_secs(10));
+            }
+        });
+        std::thread::sleep(Duration::from_millis(20));
+        // Relaxed: see above.
+        w.store(1, Ordering::Relaxed);
+        let _ = wake_all(&w);
+        waiter.join().unwrap();
+    }
+}

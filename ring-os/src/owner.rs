@@ -1,0 +1,230 @@
+//! Owner identities that survive PID reuse, and the liveness check that reads them back.
+//!
+//! # The choice
+//!
+//! An owner id is a `NonZeroU64`: the process id in the low 32 bits and a 32-bit hash of the
+//! process's *start time* in the high 32 bits. The start time is field 22 of `/proc/<pid>/stat`
+//! (clock ticks since boot); it never changes for a process and a process that later gets the
+//! same pid starts at a different tick, so "pid exists and its start time hashes to the stored
+//! value" means "the very process that registered is still running".
+//!
+//! Alternatives considered (see `docs/OS.md`): a pidfd cannot be stored in shared memory (it is a
+//! per-process descriptor); an OFD lock per owner needs one lock file (or byte range) per
+//! participant and cannot be checked by a process in another mount namespace. Pid + start time
+//! fits one atomic word, so the consumer table can store it next to the cursor.
+//!
+//! Limits: all participants must share a pid namespace (containers: `--pid=host` or one pod), since
+//! a pid from another namespace means nothing here; a zombie (killed but not yet reaped) counts as
+//! dead; a 32-bit hash collision between the dead owner's start time and the new process's makes
+//! a dead owner look alive, which errs on the safe side (nothing is reclaimed). Where `/proc` is
+//! missing (non-Linux) the start-time half is 0 and liveness falls back to `kill(pid, 0)`, which
+//! cannot see PID reuse.
+
+use core::num::NonZeroU64;
+use std::sync::Mutex;
+
+use rustix::process::{getpid, Pid};
+
+use crate::Error;
+
+/// Whether the process that registered an owner id still runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// It runs (or cannot be proven dead: every doubt counts as alive).
+    Alive,
+    /// It exited, was killed (including zombies not yet reaped), or its pid now names another
+    /// process.
+    Dead,
+}
+
+/// Packs a pid and a start time into an owner id.
+#[must_use]
+pub fn pack(pid: u32, start_ticks: u64) -> Option<NonZeroU64> {
+    NonZeroU64::new(u64::from(pid) | (u64::from(hash_start(start_ticks)) << 32))
+        .filter(|_| pid != 0)
+}
+
+/// The pid stored in an owner id.
+#[must_use]
+pub fn pid_of(id: NonZeroU64) -> u32 {
+    // Truncation intended: the pid is the low 32 bits.
+    #[allow(clippy::cast_possible_truncation, reason = "low half by construction")]
+    let pid = id.get() as u32;
+    pid
+}
+
+/// The owner id of the running process.
+///
+/// # Errors
+///
+/// [`Error::Io`] when `/proc/self/stat` cannot be read or parsed (Linux).
+pub fn current() -> Result<NonZeroU64, Error> {
+    /// Cached per pid, so a forked child recomputes its own.
+    static CACHE: Mutex<Option<(u32, NonZeroU64)>> = Mutex::new(None);
+    let pid = pid_u32(getpid());
+    let mut cache = CACHE
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if let Some((cached_pid, id)) = *cache {
+        if cached_pid == pid {
+            return Ok(id);
+        }
+    }
+    let start = start_ticks(pid)?.ok_or_else(|| {
+        Error::io(
+            "read /proc/self/stat",
+            std::io::Error::other("own process not in /proc"),
+        )
+    })?;
+    let id = pack(pid, start.unwrap_or(0))
+        .ok_or_else(|| Error::io("getpid", std::io::Error::other("pid 0")))?;
+    *cache = Some((pid, id));
+    Ok(id)
+}
+
+/// Whether the process behind `id` still runs. Never fails: any doubt counts as [`Liveness::Alive`].
+#[must_use]
+pub fn liveness(id: NonZeroU64) -> Liveness {
+    let pid = pid_of(id);
+    match start_ticks(pid) {
+        Ok(None) => Liveness::Dead,
+        Ok(Some(Some(start))) => {
+            if pack(pid, start) == Some(id) {
+                Liveness::Alive
+            } else {
+                Liveness::Dead
+            }
+        }
+        // No start time on this platform: the stored half is 0 and the pid exists.
+        Ok(Some(None)) | Err(_) => Liveness::Alive,
+    }
+}
+
+/// Shorthand for `liveness(id) == Liveness::Alive`.
+#[must_use]
+pub fn is_alive(id: NonZeroU64) -> bool {
+    liveness(id) == Liveness::Alive
+}
+
+/// A pid as the `u32` this module stores.
+fn pid_u32(pid: Pid) -> u32 {
+    pid.as_raw_nonzero().get().unsigned_abs()
+}
+
+/// Mixes a start time into 32 bits (the splitmix64 finalizer, high half).
+fn hash_start(ticks: u64) -> u32 {
+    let mut z = ticks.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^= z >> 31;
+    // Truncation intended: the high half of a well-mixed word.
+    #[allow(clippy::cast_possible_truncation, reason = "high half")]
+    let h = (z >> 32) as u32;
+    h
+}
+
+/// Reads a process's start time.
+///
+/// `Ok(None)`: no such live process (missing, zombie or dead). `Ok(Some(None))`: it exists but
+/// this platform has no start time. `Err`: `/proc` could not be read or parsed.
+#[cfg(target_os = "linux")]
+fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
+    let path = format!("/proc/{pid}/stat");
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("read /proc/<pid>/stat", e)),
+    };
+    parse_stat(&text)
+        .map(|(state, start)| {
+            if matches!(state, 'Z' | 'X' | 'x') {
+                None
+            } else {
+                Some(Some(start))
+            }
+        })
+        .ok_or_else(|| Error::io("parse /proc/<pid>/stat", std::io::Error::other(text)))
+}
+
+/// Reads a process's start time: not available here, so only existence is checked.
+#[cfg(not(target_os = "linux"))]
+fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
+    let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Ok(None);
+    };
+    match rustix::process::test_kill_process(pid) {
+        Err(rustix::io::Errno::SRCH) => Ok(None),
+        _ => Ok(Some(None)),
+    }
+}
+
+/// Parses the state (field 3) and start time (field 22) of `/proc/<pid>/stat`.
+///
+/// Field 2 (`comm`) is in parentheses and may itself contain spaces and `)`, so parsing starts
+/// after the *last* `)`.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code, reason = "Linux only"))]
+fn parse_stat(text: &str) -> Option<(char, u64)> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let mut fields = rest.split_ascii_whitespace();
+    let state = fields.next()?.chars().next()?;
+    // Fields 4..=21 come before the start time: skip 18 of them.
+    let start = fields.nth(18)?.parse().ok()?;
+    Some((state, start))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_stat_with_hostile_comm() {
+        let line = "1234 (evil) R 1 2 3) S 1 1 1 1 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 \
+                    1000 100 18446744073709551615";
+        assert_eq!(parse_stat(line), Some(('S', 987_654)));
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) R 1 2"), None);
+    }
+
+    #[test]
+    fn pack_round_trips_pid_and_rejects_zero() {
+        let id = pack(4242, 777).unwrap();
+        assert_eq!(pid_of(id), 4242);
+        assert_ne!(pack(4242, 777), pack(4242, 778), "start time must matter");
+        assert_eq!(pack(0, 777), None);
+    }
+
+    #[test]
+    fn self_is_alive_and_a_reused_pid_is_not() {
+        let me = current().unwrap();
+        assert_eq!(pid_of(me), pid_u32(getpid()));
+        assert_eq!(liveness(me), Liveness::Alive);
+        // Same pid, different start time: what PID reuse looks like.
+        let impostor = NonZeroU64::new(me.get() ^ (1 << 40)).unwrap();
+        if cfg!(target_os = "linux") {
+            assert_eq!(liveness(impostor), Liveness::Dead);
+        }
+    }
+
+    #[test]
+    fn killed_child_is_dead_even_before_reaping() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let id = pack(pid, start_ticks(pid).unwrap().unwrap().unwrap_or(0)).unwrap();
+        assert!(is_alive(id));
+        child.kill().unwrap();
+        // Not yet reaped: a zombie must already count as dead.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while is_alive(id) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "killed child still looks alive"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        child.wait().unwrap();
+        assert!(!is_alive(id));
+    }
+}

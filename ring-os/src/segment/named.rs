@@ -1,0 +1,111 @@
+//! Named segments: POSIX shared-memory objects (`/dev/shm/shmring.<name>` on Linux).
+
+use std::os::fd::{AsFd as _, OwnedFd};
+
+use rustix::fs::{Mode, OFlags as FsFlags};
+use rustix::io::Errno;
+use rustix::shm;
+
+use super::check::{self, SizeCheck};
+use super::{CreateOptions, Segment, SegmentKind};
+use crate::{Error, SegmentName};
+
+/// `O_NOFOLLOW` as an `shm_open` flag: rustix's Linux `shm_open` is an `open` under `/dev/shm`,
+/// so the flag keeps a planted symlink from redirecting us.
+#[cfg(target_os = "linux")]
+fn nofollow() -> shm::OFlags {
+    shm::OFlags::from_bits_retain(FsFlags::NOFOLLOW.bits())
+}
+
+/// Elsewhere `shm_open` takes no `O_NOFOLLOW` (and there is no directory to plant a link in).
+#[cfg(not(target_os = "linux"))]
+fn nofollow() -> shm::OFlags {
+    shm::OFlags::empty()
+}
+
+/// Maps an `shm_open`/`shm_unlink` error to ours.
+fn open_error(name: &SegmentName, e: Errno, op: &'static str) -> Error {
+    let what = format!("shared-memory segment {name}");
+    match e {
+        Errno::EXIST => Error::AlreadyExists { what },
+        Errno::NOENT => Error::NotFound { what },
+        Errno::ACCESS | Errno::PERM => Error::PermissionDenied { what },
+        // ELOOP: O_NOFOLLOW met a symlink where our segment should be.
+        Errno::LOOP => Error::NotRegularFile { what },
+        e => Error::io(op, e),
+    }
+}
+
+impl Segment {
+    /// Creates a named segment of `len` bytes: mode 0600, `O_CREAT|O_EXCL|O_NOFOLLOW`, every page
+    /// reserved. The name stays in `/dev/shm` until [`unlink`](Self::unlink).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::AlreadyExists`], [`Error::NoSpace`], [`Error::HugePages`] (tmpfs has no hugetlb
+    /// pages), [`Error::BadLength`], [`Error::Io`].
+    pub fn create_named(name: &SegmentName, len: u64, opts: CreateOptions) -> Result<Self, Error> {
+        if opts.huge_pages {
+            return Err(Error::HugePages {
+                reason: "named segments live on /dev/shm (tmpfs), which has no hugetlb pages; use \
+                         a memfd segment with huge pages, or a file segment on a hugetlbfs mount"
+                    .into(),
+            });
+        }
+        if len == 0 {
+            return Err(Error::BadLength { len });
+        }
+        let flags = shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR | nofollow();
+        let fd = shm::open(name.shm_name(), flags, Mode::RUSR | Mode::WUSR)
+            .map_err(|e| open_error(name, e, "shm_open"))?;
+        let result = Self::finish_create(fd, name, len, opts);
+        if result.is_err() {
+            // We created the name: do not leave a half-made segment behind.
+            let _ = shm::unlink(name.shm_name());
+        }
+        result
+    }
+
+    /// Reserves and maps a freshly created named segment.
+    fn finish_create(
+        fd: OwnedFd,
+        name: &SegmentName,
+        len: u64,
+        opts: CreateOptions,
+    ) -> Result<Self, Error> {
+        check::reserve(fd.as_fd(), len, false)?;
+        Self::map(fd, len, SegmentKind::Named(name.clone()), opts)
+    }
+
+    /// Opens and maps an existing named segment after checking it: a regular file of this user,
+    /// not writable by others, whose size passes `size`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], [`Error::PermissionDenied`], [`Error::Insecure`],
+    /// [`Error::NotRegularFile`], [`Error::SizeMismatch`], [`Error::Io`].
+    pub fn open_named(name: &SegmentName, size: SizeCheck) -> Result<Self, Error> {
+        let fd = shm::open(
+            name.shm_name(),
+            shm::OFlags::RDWR | nofollow(),
+            Mode::empty(),
+        )
+        .map_err(|e| open_error(name, e, "shm_open"))?;
+        let len = check::inspect(fd.as_fd(), &name.to_string(), size, true)?;
+        Self::map(
+            fd,
+            len,
+            SegmentKind::Named(name.clone()),
+            CreateOptions::new(),
+        )
+    }
+}
+
+/// Removes a named segment's name.
+///
+/// # Errors
+///
+/// [`Error::NotFound`], [`Error::PermissionDenied`], [`Error::Io`].
+pub fn unlink(name: &SegmentName) -> Result<(), Error> {
+    shm::unlink(name.shm_name()).map_err(|e| open_error(name, e, "shm_unlink"))
+}

@@ -16,6 +16,7 @@ pub mod futex;
 mod name;
 pub mod owner;
 mod segment;
+pub mod stale;
 
 pub use error::Error;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};

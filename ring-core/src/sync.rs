@@ -1,4 +1,4 @@
-//! The one place that names atomics, fences and spin hints.
+//! The one place that names atomics, fences and spin hints (the loom façade).
 //!
 //! Everything in this crate imports its synchronisation primitives from here, never from `core`
 //! or `portable-atomic` directly (clippy's `disallowed-types` in `clippy.toml` enforces it). Under
@@ -15,41 +15,144 @@
 //! [loom]: https://docs.rs/loom
 //! [`CROSS_PROCESS_SAFE`]: crate::CROSS_PROCESS_SAFE
 
+#![allow(
+    clippy::disallowed_types,
+    clippy::disallowed_methods,
+    reason = "this is the façade: the one module allowed to name the primitives"
+)]
+
 #[cfg(not(ring_loom))]
-#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "this is the façade")]
 mod imp {
-    pub(crate) use core::hint::spin_loop;
-    pub(crate) use portable_atomic::{fence, AtomicU32, AtomicU64, Ordering};
-
-    /// Builds an atomic in a `const` context (loom's constructors are not `const`).
-    pub(crate) const fn new_u64(v: u64) -> AtomicU64 {
-        AtomicU64::new(v)
-    }
-
-    /// Builds an atomic in a `const` context (loom's constructors are not `const`).
-    pub(crate) const fn new_u32(v: u32) -> AtomicU32 {
-        AtomicU32::new(v)
-    }
+    pub(crate) use core::hint::spin_loop as inner_spin;
+    pub(crate) use portable_atomic::fence as inner_fence;
+    pub(crate) use portable_atomic::{AtomicU32 as InnerU32, AtomicU64 as InnerU64};
 }
 
 #[cfg(ring_loom)]
-#[allow(clippy::disallowed_types, clippy::disallowed_methods, reason = "this is the façade")]
 mod imp {
-    pub(crate) use loom::hint::spin_loop;
-    pub(crate) use loom::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
-
-    /// Builds a loom atomic (registers it with the current model execution).
-    pub(crate) fn new_u64(v: u64) -> AtomicU64 {
-        AtomicU64::new(v)
-    }
-
-    /// Builds a loom atomic (registers it with the current model execution).
-    pub(crate) fn new_u32(v: u32) -> AtomicU32 {
-        AtomicU32::new(v)
-    }
+    pub(crate) use loom::hint::spin_loop as inner_spin;
+    pub(crate) use loom::sync::atomic::fence as inner_fence;
+    pub(crate) use loom::sync::atomic::{AtomicU32 as InnerU32, AtomicU64 as InnerU64};
 }
 
-pub(crate) use imp::*;
+pub use core::sync::atomic::Ordering;
+
+/// An atomic fence (loom's under `--cfg ring_loom`).
+#[inline(always)]
+pub fn fence(order: Ordering) {
+    imp::inner_fence(order);
+}
+
+/// A spin-loop hint (loom's yield under `--cfg ring_loom`).
+#[inline(always)]
+pub fn spin_loop() {
+    imp::inner_spin();
+}
+
+macro_rules! atomic_newtype {
+    ($(#[$m:meta])* $name:ident, $inner:ident, $int:ty) => {
+        $(#[$m])*
+        #[repr(transparent)]
+        pub struct $name(imp::$inner);
+
+        impl core::fmt::Debug for $name {
+            fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+                // Relaxed: a debugging snapshot.
+                core::fmt::Debug::fmt(&self.load(Ordering::Relaxed), f)
+            }
+        }
+
+        #[allow(missing_docs, reason = "each method is the inner atomic's method of that name")]
+        impl $name {
+            #[cfg(not(ring_loom))]
+            #[inline(always)]
+            pub const fn new(v: $int) -> Self {
+                Self(imp::$inner::new(v))
+            }
+            #[cfg(ring_loom)]
+            pub fn new(v: $int) -> Self {
+                Self(imp::$inner::new(v))
+            }
+            #[inline(always)]
+            pub fn load(&self, order: Ordering) -> $int {
+                self.0.load(order)
+            }
+            #[inline(always)]
+            pub fn store(&self, v: $int, order: Ordering) {
+                self.0.store(v, order)
+            }
+            #[inline(always)]
+            pub fn compare_exchange(
+                &self,
+                current: $int,
+                new: $int,
+                success: Ordering,
+                failure: Ordering,
+            ) -> Result<$int, $int> {
+                self.0.compare_exchange(current, new, success, failure)
+            }
+            #[inline(always)]
+            pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_add(v, order)
+            }
+            #[inline(always)]
+            pub fn fetch_sub(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_sub(v, order)
+            }
+            #[inline(always)]
+            pub fn fetch_and(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_and(v, order)
+            }
+            #[inline(always)]
+            pub fn fetch_or(&self, v: $int, order: Ordering) -> $int {
+                self.0.fetch_or(v, order)
+            }
+            /// A raw pointer to the value (for a futex on it). Not under loom.
+            #[cfg(not(ring_loom))]
+            #[inline(always)]
+            pub const fn as_ptr(&self) -> *mut $int {
+                self.0.as_ptr()
+            }
+            /// Whether this type is lock-free on this target.
+            #[cfg(not(ring_loom))]
+            pub const fn is_always_lock_free() -> bool {
+                imp::$inner::is_always_lock_free()
+            }
+        }
+    };
+}
+
+atomic_newtype!(
+    /// A 64-bit atomic laid out exactly as `u64`: `portable-atomic`'s, or loom's under
+    /// `--cfg ring_loom`. The only 64-bit atomic this crate uses.
+    AtomicU64, InnerU64, u64
+);
+atomic_newtype!(
+    /// A 32-bit atomic laid out exactly as `u32`: `portable-atomic`'s, or loom's under
+    /// `--cfg ring_loom`. The only 32-bit atomic this crate uses.
+    AtomicU32, InnerU32, u32
+);
+
+/// Builds an atomic (a `const fn` outside loom).
+#[cfg(not(ring_loom))]
+pub(crate) const fn new_u64(v: u64) -> AtomicU64 {
+    AtomicU64::new(v)
+}
+/// Builds an atomic (a `const fn` outside loom).
+#[cfg(not(ring_loom))]
+pub(crate) const fn new_u32(v: u32) -> AtomicU32 {
+    AtomicU32::new(v)
+}
+/// Builds a loom atomic.
+#[cfg(ring_loom)]
+pub(crate) fn new_u64(v: u64) -> AtomicU64 {
+    AtomicU64::new(v)
+}
+/// Builds a loom atomic.
+#[cfg(ring_loom)]
+pub(crate) fn new_u32(v: u32) -> AtomicU32 {
+    AtomicU32::new(v)
+}
 
 /// Gives up the processor for a moment inside a bounded wait: loom's yield under loom (so
 /// spin loops terminate in the model), the thread scheduler's with `std`, a spin hint otherwise.
@@ -58,8 +161,7 @@ pub(crate) fn yield_now() {
     #[cfg(ring_loom)]
     loom::thread::yield_now();
     #[cfg(all(not(ring_loom), feature = "std"))]
-    #[allow(clippy::disallowed_methods, reason = "this is the façade")]
     std::thread::yield_now();
     #[cfg(all(not(ring_loom), not(feature = "std")))]
-    spin_loop();
+    imp::inner_spin();
 }

@@ -1,0 +1,566 @@
+//! Consumers: registration, pinned (zero-copy) reads, seqlock copy-out reads, delivery classes.
+
+use crate::error::{Error, ReadError};
+use crate::layout::{CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, WRITER};
+use crate::memory::Memory;
+use crate::sync::{fence, AtomicU64, Ordering};
+use crate::wait::WaitStrategy;
+use crate::{DeliveryClass, OwnerId};
+
+/// How many times one read re-targets after finding its message overwritten before it reports
+/// [`ReadError::Lagging`]. Bounds every read (DESIGN invariant 6).
+pub const READ_RETRIES: u32 = 16;
+
+/// A registered reader of the ring.
+///
+/// # Examples
+///
+/// ```
+/// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, ReadError};
+/// let seg = HeapSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
+/// let mut producer = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+/// let mut reader = Consumer::new(&seg, DeliveryClass::SkipOnLag, OwnerId::new(2).unwrap()).unwrap();
+/// for i in 0..6u8 {
+///     producer.try_publish(&[i; 10]).unwrap();
+/// }
+/// // Six messages into four slots: the two oldest are gone, and the reader is told so.
+/// let msg = reader.try_pin()?;
+/// assert_eq!((msg.seq(), msg.missed()), (2, 2));
+/// assert_eq!(msg.bytes(), &[2u8; 10]);
+/// # Ok::<(), ReadError>(())
+/// ```
+#[derive(Debug)]
+pub struct Consumer<M: Memory> {
+    mem: M,
+    index: usize,
+    owner: OwnerId,
+    class: DeliveryClass,
+    /// Next sequence to read (gating, skip-on-lag), or first sequence not yet seen (latest-only).
+    next: u64,
+    received: u64,
+    missed_total: u64,
+}
+
+/// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
+#[derive(Debug)]
+pub struct Pinned<'a, M: Memory> {
+    consumer: &'a mut Consumer<M>,
+    slot: usize,
+    seq: u64,
+    len: usize,
+    missed: u64,
+}
+
+/// What a copy-out read returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Copied {
+    /// The message's sequence number.
+    pub seq: u64,
+    /// Bytes copied into the buffer.
+    pub len: usize,
+    /// Messages skipped before this one (0 for a gating consumer).
+    pub missed: u64,
+    /// The message's metadata words.
+    pub meta: [u64; 2],
+}
+
+/// Why one attempt at one sequence failed.
+enum Miss {
+    /// The slot already holds a later message (or is being rewritten for one).
+    Overrun,
+    Fatal(ReadError),
+}
+
+impl<M: Memory> Consumer<M> {
+    /// Registers a consumer of `class` in the first free consumer-table entry.
+    ///
+    /// The consumer starts at the current head: it receives messages published from now on.
+    ///
+    /// # Errors
+    /// [`Error::ConsumerTableFull`].
+    pub fn new(mem: M, class: DeliveryClass, owner: OwnerId) -> Result<Self, Error> {
+        let g = *mem.geometry();
+        let line = mem.producer_line();
+        for index in 0..g.consumers() {
+            let e = mem.consumer_entry(index);
+            // Success Acquire: pairs with the previous holder's Release store of FREE (leave or
+            // reclaim), so its last writes to the entry are behind us. Failure Relaxed: try next.
+            if e.state
+                .compare_exchange(
+                    CONSUMER_FREE,
+                    CONSUMER_JOINING,
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                )
+                .is_err()
+            {
+                continue;
+            }
+            // Relaxed: published by the Release store of ACTIVE below.
+            e.owner.store(owner.get(), Ordering::Relaxed);
+            e.class.store(class as u32, Ordering::Relaxed);
+            e.missed.store(0, Ordering::Relaxed);
+            e.received.store(0, Ordering::Relaxed);
+            // A provisional cursor (≤ the final one): a producer that sees us ACTIVE before the
+            // final store below is held back at most until then.
+            // Acquire: pairs with the producer's Release `head` store.
+            e.cursor
+                .store(line.head.load(Ordering::Acquire), Ordering::Relaxed);
+            // Release: pairs with the producer's Acquire state load in its gating scan.
+            e.state.store(CONSUMER_ACTIVE, Ordering::Release);
+            // SeqCst: the registration handshake (see `Producer::claim_slot`): after this fence
+            // either the producer sees us ACTIVE, or the `head` we load now covers every slot it
+            // overwrote without seeing us.
+            fence(Ordering::SeqCst);
+            let head = line.head.load(Ordering::Acquire);
+            // Release: pairs with the producer's Acquire cursor load.
+            e.cursor.store(head, Ordering::Release);
+            return Ok(Self {
+                mem,
+                index,
+                owner,
+                class,
+                next: head,
+                received: 0,
+                missed_total: 0,
+            });
+        }
+        Err(Error::ConsumerTableFull {
+            capacity: g.config.consumers,
+        })
+    }
+
+    /// This consumer's consumer-table index (its reader bit is `1 << index`).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The delivery class.
+    pub fn class(&self) -> DeliveryClass {
+        self.class
+    }
+
+    /// The memory this consumer reads.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// Messages received so far.
+    pub fn received(&self) -> u64 {
+        self.received
+    }
+
+    /// Messages skipped so far (always 0 for a gating consumer).
+    pub fn missed(&self) -> u64 {
+        self.missed_total
+    }
+
+    /// The next sequence this consumer will read.
+    pub fn cursor(&self) -> u64 {
+        self.next
+    }
+
+    /// The owner id of the ring's producer (0 when none), for liveness checks by the caller.
+    pub fn producer_owner(&self) -> u64 {
+        // Relaxed: an identity to check, not a synchronisation point.
+        self.mem.producer_line().owner.load(Ordering::Relaxed)
+    }
+
+    fn check_registered(&self) -> Result<(), ReadError> {
+        let e = self.mem.consumer_entry(self.index);
+        // Relaxed: our own entry; a reclaim changes these, and we only detect it.
+        if e.state.load(Ordering::Relaxed) != CONSUMER_ACTIVE
+            || e.owner.load(Ordering::Relaxed) != self.owner.get()
+        {
+            return Err(ReadError::Evicted);
+        }
+        Ok(())
+    }
+
+    /// Chooses the sequence to read next by delivery class, or says why there is none.
+    fn target(&mut self) -> Result<(u64, u64), ReadError> {
+        let line = self.mem.producer_line();
+        // Acquire: pairs with the producer's Release `head` store.
+        let head = line.head.load(Ordering::Acquire);
+        let n = self.mem.geometry().slots() as u64;
+        let (seq, skipped) = match self.class {
+            DeliveryClass::LatestOnly => {
+                if head == 0 || head - 1 < self.next {
+                    return Err(self.empty_or_closed(head));
+                }
+                (head - 1, head - 1 - self.next)
+            }
+            DeliveryClass::Gating | DeliveryClass::SkipOnLag => {
+                if self.next >= head {
+                    return Err(self.empty_or_closed(head));
+                }
+                let oldest = head.saturating_sub(n);
+                if self.next < oldest {
+                    (oldest, oldest - self.next)
+                } else {
+                    (self.next, 0)
+                }
+            }
+        };
+        Ok((seq, skipped))
+    }
+
+    fn empty_or_closed(&self, head: u64) -> ReadError {
+        let line = self.mem.producer_line();
+        // Acquire: pairs with the producer's Release `fetch_or` in `close`.
+        if line.flags.load(Ordering::Acquire) & FLAG_CLOSED != 0 {
+            // Re-check: a message published just before the close must still be read.
+            // Acquire: as in `target`.
+            if line.head.load(Ordering::Acquire) == head {
+                return ReadError::Closed;
+            }
+        }
+        ReadError::Empty
+    }
+
+    /// Pins the next message (by delivery class) without blocking.
+    ///
+    /// # Errors
+    /// [`ReadError::Empty`], [`ReadError::Closed`], [`ReadError::Lagging`] (overwritten
+    /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
+    pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+        self.check_registered()?;
+        let mut missed = 0;
+        for _ in 0..READ_RETRIES {
+            let (seq, skipped) = self.target()?;
+            missed += skipped;
+            match self.pin_seq(seq) {
+                Ok((slot, len)) => {
+                    self.missed_total += missed;
+                    return Ok(Pinned {
+                        consumer: self,
+                        slot,
+                        seq,
+                        len,
+                        missed,
+                    });
+                }
+                Err(Miss::Overrun) => {
+                    // The message is gone: count it and re-target.
+                    missed += 1;
+                    self.next = seq + 1;
+                }
+                Err(Miss::Fatal(e)) => return Err(e),
+            }
+        }
+        self.missed_total += missed;
+        Err(ReadError::Lagging)
+    }
+
+    /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
+    fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
+        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        let hdr = self.mem.slot_header(slot);
+        let bit = 1u64 << self.index;
+        // Acquire: pairs with the producer's Release `fetch_and` that cleared WRITER after the
+        // message was written, so the payload is visible. One word for pins and claims gives
+        // them a single total order: if our bit went in first, the claim CAS fails.
+        let prev = hdr.state.fetch_or(bit, Ordering::Acquire);
+        if prev & WRITER != 0 {
+            // The producer is rewriting the slot (for a later message: `head` already covers
+            // `seq`). Release: pairs with its claim CAS, as any unpin does.
+            hdr.state.fetch_and(!bit, Ordering::Release);
+            return Err(Miss::Overrun);
+        }
+        // Relaxed: the Acquire above already made the producer's stamp store visible.
+        let stamp = hdr.stamp.load(Ordering::Relaxed);
+        let want = 2 * seq + 2;
+        if stamp != want {
+            // Release: an unpin (see above).
+            hdr.state.fetch_and(!bit, Ordering::Release);
+            return Err(if stamp > want {
+                Miss::Overrun
+            } else {
+                Miss::Fatal(ReadError::Corrupt(
+                    "slot stamp is behind the published head",
+                ))
+            });
+        }
+        // Relaxed: stable while pinned; ordered by the Acquire above.
+        let len = hdr.len.load(Ordering::Relaxed);
+        let cap = self.mem.geometry().slot_capacity() as u64;
+        if len > cap {
+            // Release: an unpin.
+            hdr.state.fetch_and(!bit, Ordering::Release);
+            return Err(Miss::Fatal(ReadError::Corrupt(
+                "message length exceeds the slot capacity",
+            )));
+        }
+        Ok((slot, len as usize))
+    }
+
+    /// Copies the next message (by delivery class) into `buf` with the seqlock, without
+    /// pinning: the producer is never held back by a copy reader (except a gating one, by its
+    /// cursor).
+    ///
+    /// # Errors
+    /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
+    /// advance: retry with a larger buffer).
+    pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
+        self.check_registered()?;
+        let mut missed = 0;
+        for _ in 0..READ_RETRIES {
+            let (seq, skipped) = self.target()?;
+            missed += skipped;
+            match self.copy_seq(seq, buf) {
+                Ok((len, meta)) => {
+                    self.missed_total += missed;
+                    self.advance(seq);
+                    return Ok(Copied {
+                        seq,
+                        len,
+                        missed,
+                        meta,
+                    });
+                }
+                Err(Miss::Overrun) => {
+                    missed += 1;
+                    self.next = seq + 1;
+                }
+                Err(Miss::Fatal(e)) => {
+                    self.missed_total += missed;
+                    return Err(e);
+                }
+            }
+        }
+        self.missed_total += missed;
+        Err(ReadError::Lagging)
+    }
+
+    /// One seqlock read of message `seq` into `buf`.
+    fn copy_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
+        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        let hdr = self.mem.slot_header(slot);
+        let want = 2 * seq + 2;
+        // Acquire: pairs with the producer's Release stamp store that completed message `seq`.
+        let s1 = hdr.stamp.load(Ordering::Acquire);
+        if s1 != want {
+            return Err(if s1 > want {
+                Miss::Overrun
+            } else {
+                Miss::Fatal(ReadError::Corrupt(
+                    "slot stamp is behind the published head",
+                ))
+            });
+        }
+        // Relaxed: inside the seqlock read window; validated by the re-check below.
+        let len = hdr.len.load(Ordering::Relaxed);
+        let meta = [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ];
+        let cap = self.mem.geometry().slot_capacity() as u64;
+        let early = if len > cap {
+            Some(Miss::Fatal(ReadError::Corrupt(
+                "message length exceeds the slot capacity",
+            )))
+        } else if len > buf.len() as u64 {
+            Some(Miss::Fatal(ReadError::BufferTooSmall {
+                needed: len as usize,
+            }))
+        } else {
+            crate::words::read(self.mem.payload(slot), &mut buf[..len as usize]);
+            None
+        };
+        // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
+        // any word read above was written after that fence, the load below sees the odd stamp.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence.
+        let s2 = hdr.stamp.load(Ordering::Relaxed);
+        if s2 != s1 {
+            return Err(Miss::Overrun);
+        }
+        match early {
+            Some(e) => Err(e),
+            None => Ok((len as usize, meta)),
+        }
+    }
+
+    /// Marks `seq` consumed: the local cursor, then the shared cursor, then a producer wake.
+    fn advance(&mut self, seq: u64) {
+        self.next = seq + 1;
+        self.received += 1;
+        let e = self.mem.consumer_entry(self.index);
+        // Release: pairs with the producer's Acquire cursor load in its gating scan: our reads of
+        // `seq` happen before it overwrites the slot.
+        e.cursor.store(seq + 1, Ordering::Release);
+        // Relaxed: statistics for inspection.
+        e.received.store(self.received, Ordering::Relaxed);
+        e.missed.store(self.missed_total, Ordering::Relaxed);
+        self.wake_producer();
+    }
+
+    fn wake_producer(&self) {
+        let line = self.mem.producer_line();
+        // SeqCst: Dekker handshake with `Producer::park` (it stores `producer_waiting`, fences,
+        // then re-checks cursors and pins): either it sees our progress or we see it waiting.
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence.
+        if line.producer_waiting.load(Ordering::Relaxed) != 0 {
+            // Release: pairs with the producer's Acquire load of the drain word.
+            line.drain_futex.fetch_add(1, Ordering::Release);
+            self.mem.notify(&line.drain_futex);
+        }
+    }
+
+    /// True when a read would find a message (or the ring closed), by delivery class.
+    fn ready(&self) -> bool {
+        let line = self.mem.producer_line();
+        // Acquire: pairs with the producer's Release `head` store.
+        let head = line.head.load(Ordering::Acquire);
+        // Acquire: pairs with the producer's Release `fetch_or` in `close`.
+        let closed = line.flags.load(Ordering::Acquire) & FLAG_CLOSED != 0;
+        closed
+            || match self.class {
+                DeliveryClass::LatestOnly => head > self.next,
+                _ => self.next < head,
+            }
+    }
+
+    /// Waits with `wait` until a read would find a message or the ring is closed.
+    ///
+    /// # Errors
+    /// [`ReadError::Timeout`] when `wait`'s bound ran out; [`ReadError::Evicted`].
+    pub fn wait_ready<W: WaitStrategy>(&mut self, wait: &mut W) -> Result<(), ReadError> {
+        let line = self.mem.producer_line();
+        loop {
+            self.check_registered()?;
+            if self.ready() {
+                return Ok(());
+            }
+            // Acquire: pairs with the producer's Release store of the futex word.
+            let seen = line.publish_futex.load(Ordering::Acquire);
+            // Relaxed + SeqCst fence: the Dekker handshake with `WriteSlot::publish` (head store,
+            // fence, waiters load): either we see the new head now, or it sees us and wakes us.
+            line.consumer_waiters.fetch_add(1, Ordering::Relaxed);
+            fence(Ordering::SeqCst);
+            let ok = self.ready() || wait.wait(&line.publish_futex, seen);
+            line.consumer_waiters.fetch_sub(1, Ordering::Relaxed);
+            if !ok {
+                return Err(ReadError::Timeout);
+            }
+        }
+    }
+
+    /// Waits for, then pins, the next message (see [`try_pin`](Self::try_pin)).
+    ///
+    /// # Errors
+    /// As `try_pin` and [`wait_ready`](Self::wait_ready).
+    pub fn pin<W: WaitStrategy>(&mut self, wait: &mut W) -> Result<Pinned<'_, M>, ReadError> {
+        self.wait_ready(wait)?;
+        // `head` only grows, so a read that `wait_ready` found ready stays ready.
+        self.try_pin()
+    }
+
+    /// Waits for, then copies, the next message (see [`try_copy`](Self::try_copy)).
+    ///
+    /// # Errors
+    /// As `try_copy` and [`wait_ready`](Self::wait_ready).
+    pub fn copy<W: WaitStrategy>(
+        &mut self,
+        buf: &mut [u8],
+        wait: &mut W,
+    ) -> Result<Copied, ReadError> {
+        loop {
+            self.wait_ready(wait)?;
+            match self.try_copy(buf) {
+                Err(ReadError::Empty) => continue,
+                other => return other,
+            }
+        }
+    }
+}
+
+impl<M: Memory> Drop for Consumer<M> {
+    fn drop(&mut self) {
+        if self.check_registered().is_err() {
+            return; // Reclaimed: the entry is not ours any more.
+        }
+        let e = self.mem.consumer_entry(self.index);
+        e.owner.store(0, Ordering::Relaxed);
+        // Release: pairs with the next registrant's Acquire CAS and with the producer's Acquire
+        // state load: our reads are done before the entry stops gating the producer.
+        e.state.store(CONSUMER_FREE, Ordering::Release);
+        self.wake_producer();
+    }
+}
+
+impl<M: Memory> Pinned<'_, M> {
+    /// The message's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Messages skipped before this one (0 for a gating consumer that keeps up).
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    /// The message length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length message.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The slot index the message lies in.
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
+    /// The message's metadata words.
+    pub fn meta(&self) -> [u64; 2] {
+        let hdr = self.consumer.mem.slot_header(self.slot);
+        // Relaxed: stable while pinned (the producer cannot claim the slot).
+        [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ]
+    }
+
+    /// The payload as atomic words (the last one zero-padded past `len`).
+    pub fn words(&self) -> &[AtomicU64] {
+        &self.consumer.mem.payload(self.slot)[..self.len.div_ceil(8)]
+    }
+
+    /// Copies the message into `out` (which must be at least `len()` bytes; extra is untouched).
+    /// Returns the number of bytes copied.
+    pub fn copy_to(&self, out: &mut [u8]) -> usize {
+        let n = self.len.min(out.len());
+        crate::words::read(self.consumer.mem.payload(self.slot), &mut out[..n]);
+        n
+    }
+
+    /// The message bytes, zero-copy.
+    #[cfg(not(ring_loom))]
+    pub fn bytes(&self) -> &[u8] {
+        let words = self.consumer.mem.payload(self.slot);
+        // SAFETY:
+        // - the words span `words.len() * 8 ≥ len` bytes (len ≤ capacity was checked at pin);
+        // - `AtomicU64` has the layout of `u64`, so its bytes may be viewed as `u8`s;
+        // - while this pin is held the producer cannot claim the slot (the claim CAS needs a
+        //   zero reader mask), so no one writes these bytes for the borrow's life; other readers
+        //   only read. A hostile process could still write them: shared memory cannot stop a
+        //   peer that ignores the protocol, which DESIGN's threat model accepts for pinned reads.
+        unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), self.len) }
+    }
+}
+
+impl<M: Memory> Drop for Pinned<'_, M> {
+    fn drop(&mut self) {
+        let c = &mut *self.consumer;
+        let hdr = c.mem.slot_header(self.slot);
+        // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of the
+        // message happen before its next writes to the slot.
+        hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
+        c.advance(self.seq);
+    }
+}

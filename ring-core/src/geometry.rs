@@ -1,0 +1,210 @@
+//! Ring configuration and the overflow-checked computation of a segment's geometry.
+
+use crate::error::LayoutError;
+use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, CACHE_LINE};
+use core::mem::size_of;
+
+/// Most slots a ring may have.
+pub const MAX_SLOTS: u32 = 1 << 24;
+/// Most consumers a ring may register: one reader bit each in the 32 low bits of a slot's state.
+pub const MAX_CONSUMERS: u32 = 32;
+/// Largest payload capacity of one slot (1 GiB).
+pub const MAX_SLOT_CAPACITY: u32 = 1 << 30;
+/// Largest allocator arena (1 TiB); larger values are treated as corrupt.
+pub const MAX_ALLOC_ARENA: u64 = 1 << 40;
+
+/// What a ring is made of: the caller's choice, validated by [`Geometry::new`].
+///
+/// # Examples
+///
+/// ```
+/// use ring_core::{Config, Geometry};
+/// let config = Config::new(8, 4096).with_consumers(4);
+/// let geometry = Geometry::new(&config)?;
+/// assert!(geometry.total_len() >= 8 * 4096);
+/// # Ok::<(), ring_core::LayoutError>(())
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Config {
+    /// Number of slots, `1..=MAX_SLOTS`.
+    pub slots: u32,
+    /// Payload bytes per slot, `8..=MAX_SLOT_CAPACITY`; rounded up to a multiple of 8.
+    pub slot_capacity: u32,
+    /// Consumer-table entries, `1..=MAX_CONSUMERS`.
+    pub consumers: u32,
+    /// Bytes of allocator arena for variable-size payloads; 0 for no allocator.
+    pub alloc_arena: u64,
+    /// Live-allocation ceiling of the allocator.
+    pub alloc_max_live: u32,
+}
+
+impl Config {
+    /// `slots` slots of `slot_capacity` bytes, 8 consumers, no allocator.
+    pub const fn new(slots: u32, slot_capacity: u32) -> Self {
+        Self {
+            slots,
+            slot_capacity,
+            consumers: 8,
+            alloc_arena: 0,
+            alloc_max_live: 0,
+        }
+    }
+
+    /// Sets the number of consumer-table entries.
+    #[must_use]
+    pub const fn with_consumers(mut self, consumers: u32) -> Self {
+        self.consumers = consumers;
+        self
+    }
+
+    /// Adds an allocator region with an arena of `arena_bytes` and a live-allocation ceiling.
+    #[must_use]
+    pub const fn with_allocator(mut self, arena_bytes: u64, max_live: u32) -> Self {
+        self.alloc_arena = arena_bytes;
+        self.alloc_max_live = max_live;
+        self
+    }
+}
+
+/// A validated [`Config`] with every region's offset; the only geometry code trusts.
+///
+/// Built from a `Config` by the creator, or from header fields by an attacher (after which the
+/// header is compared field by field against it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Geometry {
+    pub(crate) config: Config,
+    pub(crate) producer_off: usize,
+    pub(crate) consumers_off: usize,
+    pub(crate) slots_off: usize,
+    pub(crate) payloads_off: usize,
+    pub(crate) payload_stride: usize,
+    pub(crate) alloc_off: usize,
+    pub(crate) alloc_len: usize,
+    pub(crate) total_len: usize,
+}
+
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_add(to - 1).map(|x| x / to * to)
+}
+
+impl Geometry {
+    /// Validates `config` and lays the segment out, with overflow-checked arithmetic.
+    ///
+    /// # Errors
+    /// [`LayoutError`] names the field that is out of range, or says the total overflows.
+    pub fn new(config: &Config) -> Result<Self, LayoutError> {
+        let mut config = *config;
+        if config.slots == 0 || config.slots > MAX_SLOTS {
+            return Err(LayoutError::Slots {
+                value: config.slots,
+                max: MAX_SLOTS,
+            });
+        }
+        if config.consumers == 0 || config.consumers > MAX_CONSUMERS {
+            return Err(LayoutError::Consumers {
+                value: config.consumers,
+                max: MAX_CONSUMERS,
+            });
+        }
+        if config.slot_capacity < 8 || config.slot_capacity > MAX_SLOT_CAPACITY {
+            return Err(LayoutError::SlotCapacity {
+                value: config.slot_capacity,
+                max: MAX_SLOT_CAPACITY,
+            });
+        }
+        config.slot_capacity = config.slot_capacity.div_ceil(8) * 8;
+        let alloc_len = if config.alloc_arena == 0 {
+            if config.alloc_max_live != 0 {
+                return Err(LayoutError::Allocator);
+            }
+            0
+        } else {
+            if config.alloc_arena > MAX_ALLOC_ARENA || config.alloc_max_live == 0 {
+                return Err(LayoutError::Allocator);
+            }
+            crate::alloc::region_len(config.alloc_arena, config.alloc_max_live)
+                .ok_or(LayoutError::Allocator)?
+        };
+        let line = CACHE_LINE as u64;
+        let of = |n: usize| n as u64;
+        let producer_off = of(size_of::<SegmentHeader>());
+        let consumers_off = producer_off + of(size_of::<ProducerLine>());
+        let slots_off = of(size_of::<ConsumerEntry>())
+            .checked_mul(u64::from(config.consumers))
+            .and_then(|v| v.checked_add(consumers_off))
+            .ok_or(LayoutError::Overflow)?;
+        let payload_stride =
+            round_up(u64::from(config.slot_capacity), line).ok_or(LayoutError::Overflow)?;
+        let payloads_off = of(size_of::<SlotHeader>())
+            .checked_mul(u64::from(config.slots))
+            .and_then(|v| v.checked_add(slots_off))
+            .ok_or(LayoutError::Overflow)?;
+        let alloc_off = payload_stride
+            .checked_mul(u64::from(config.slots))
+            .and_then(|v| v.checked_add(payloads_off))
+            .ok_or(LayoutError::Overflow)?;
+        let total_len = alloc_off
+            .checked_add(alloc_len)
+            .and_then(|v| round_up(v, line))
+            .ok_or(LayoutError::Overflow)?;
+        let us = |v: u64| usize::try_from(v).map_err(|_| LayoutError::Overflow);
+        Ok(Self {
+            config,
+            producer_off: us(producer_off)?,
+            consumers_off: us(consumers_off)?,
+            slots_off: us(slots_off)?,
+            payloads_off: us(payloads_off)?,
+            payload_stride: us(payload_stride)?,
+            alloc_off: us(alloc_off)?,
+            alloc_len: us(alloc_len)?,
+            total_len: us(total_len)?,
+        })
+    }
+
+    /// The segment's size in bytes.
+    pub const fn total_len(&self) -> usize {
+        self.total_len
+    }
+
+    /// The validated configuration (slot capacity rounded up to a multiple of 8).
+    pub const fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Number of slots.
+    pub const fn slots(&self) -> usize {
+        self.config.slots as usize
+    }
+
+    /// Payload capacity of one slot in bytes.
+    pub const fn slot_capacity(&self) -> usize {
+        self.config.slot_capacity as usize
+    }
+
+    /// Number of consumer-table entries.
+    pub const fn consumers(&self) -> usize {
+        self.config.consumers as usize
+    }
+
+    /// Words of payload per slot.
+    pub const fn payload_words(&self) -> usize {
+        self.config.slot_capacity as usize / 8
+    }
+
+    /// Byte offset and length of the allocator region (length 0 without an allocator).
+    pub const fn alloc_region(&self) -> (usize, usize) {
+        (self.alloc_off, self.alloc_len)
+    }
+
+    /// Byte offsets of the producer line, consumer table, slot headers and payloads, and the
+    /// distance between two slots' payloads.
+    pub const fn offsets(&self) -> [usize; 5] {
+        [
+            self.producer_off,
+            self.consumers_off,
+            self.slots_off,
+            self.payloads_off,
+            self.payload_stride,
+        ]
+    }
+}

@@ -1,0 +1,79 @@
+//! Formatting a fresh segment (the creator's side of the init barrier).
+
+use crate::layout::{ABI_VERSION, LAYOUT_FINGERPRINT, MAGIC};
+use crate::memory::Memory;
+use crate::sync::Ordering;
+use crate::OwnerId;
+
+/// Writes every shared word of a new segment. The caller opens the init barrier afterwards with
+/// a Release store of `INIT_READY`; until then no attacher reads these words, so Relaxed stores
+/// suffice here.
+pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId, busy: u32) {
+    let g = *mem.geometry();
+    let h = mem.header();
+    let r = Ordering::Relaxed;
+    h.init_state.store(busy, r);
+    h.magic.store(MAGIC, r);
+    h.abi_version.store(ABI_VERSION, r);
+    h.fingerprint.store(LAYOUT_FINGERPRINT, r);
+    h.slots.store(g.config.slots, r);
+    h.slot_capacity.store(g.config.slot_capacity, r);
+    h.consumers.store(g.config.consumers, r);
+    h.alloc_max_live.store(g.config.alloc_max_live, r);
+    h.alloc_arena.store(g.config.alloc_arena, r);
+    h.producer_off.store(g.producer_off as u64, r);
+    h.consumers_off.store(g.consumers_off as u64, r);
+    h.slots_off.store(g.slots_off as u64, r);
+    h.payloads_off.store(g.payloads_off as u64, r);
+    h.alloc_off.store(g.alloc_off as u64, r);
+    h.alloc_len.store(g.alloc_len as u64, r);
+    h.total_len.store(g.total_len as u64, r);
+    h.creator.store(creator.get(), r);
+    h.reserved.store(0, r);
+
+    let p = mem.producer_line();
+    p.head.store(0, r);
+    p.owner.store(0, r);
+    p.flags.store(0, r);
+    p.epoch.store(0, r);
+    p.publish_futex.store(0, r);
+    p.consumer_waiters.store(0, r);
+    p.drain_futex.store(0, r);
+    p.producer_waiting.store(0, r);
+
+    for i in 0..g.consumers() {
+        let c = mem.consumer_entry(i);
+        c.state.store(crate::layout::CONSUMER_FREE, r);
+        c.class.store(0, r);
+        c.owner.store(0, r);
+        c.cursor.store(0, r);
+        c.missed.store(0, r);
+        c.received.store(0, r);
+    }
+    for i in 0..g.slots() {
+        let s = mem.slot_header(i);
+        s.state.store(0, r);
+        s.stamp.store(0, r);
+        s.len.store(0, r);
+        s.meta[0].store(0, r);
+        s.meta[1].store(0, r);
+        for w in mem.payload(i) {
+            w.store(0, r);
+        }
+    }
+    let words = mem.alloc_words();
+    if !words.is_empty() {
+        // The region's own formatting; it cannot fail for a geometry that `Geometry::new`
+        // accepted (the region was sized by `alloc::region_len` for the same arguments).
+        let cfg = crate::alloc::AllocConfig {
+            arena_bytes: g.config.alloc_arena,
+            max_live: g.config.alloc_max_live,
+            byte_ceiling: g.config.alloc_arena,
+        };
+        let formatted = crate::alloc::Allocator::init(words, cfg);
+        debug_assert!(
+            formatted.is_ok(),
+            "allocator region sized by region_len must format"
+        );
+    }
+}

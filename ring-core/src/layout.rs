@@ -1,0 +1,307 @@
+//! The bytes that cross processes: segment header, producer line, consumer table entries and slot
+//! headers.
+//!
+//! Every type here is `#[repr(C)]`, pointer-free (offsets, never pointers), built only from
+//! fixed-width atomics, aligned to [`CACHE_LINE`] and checked at compile time (size, alignment,
+//! field offsets). All fields are atomics because a peer process may write any of them at any
+//! time: even the "immutable" geometry fields are read with atomic loads, so a hostile writer is a
+//! wrong value, never a data race. `docs/LAYOUT.md` gives the byte offsets in a table.
+//!
+//! # References
+//! - Cache-line table: crossbeam-utils `cache_padded.rs` (Intel's spatial prefetcher pulls pairs of
+//!   64-byte lines, so 128 on x86_64; Apple M-series and Neoverse cores have 128-byte lines on
+//!   aarch64; POWER has 128-byte lines; 32-byte lines on the small ARM, RISC-V and MIPS cores).
+
+use crate::sync::{AtomicU32, AtomicU64};
+
+/// The cache-line size this target's layout is padded to, from a per-architecture table.
+///
+/// | architectures | bytes | why |
+/// |---|---|---|
+/// | x86_64, aarch64, powerpc64, arm64ec | 128 | adjacent-line prefetch (Intel), 128-byte lines (Apple M, Neoverse V, POWER) |
+/// | arm, riscv32, mips, sparc, hexagon | 32 | small in-order cores with 32-byte lines |
+/// | everything else | 64 | the common line size |
+#[cfg(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "powerpc64",
+    target_arch = "arm64ec"
+))]
+pub const CACHE_LINE: usize = 128;
+/// The cache-line size this target's layout is padded to (see the table on the 128-byte variant).
+#[cfg(any(
+    target_arch = "arm",
+    target_arch = "riscv32",
+    target_arch = "mips",
+    target_arch = "sparc",
+    target_arch = "hexagon"
+))]
+pub const CACHE_LINE: usize = 32;
+/// The cache-line size this target's layout is padded to (see the table on the 128-byte variant).
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "powerpc64",
+    target_arch = "arm64ec",
+    target_arch = "arm",
+    target_arch = "riscv32",
+    target_arch = "mips",
+    target_arch = "sparc",
+    target_arch = "hexagon"
+)))]
+pub const CACHE_LINE: usize = 64;
+
+/// Declares a cache-line-aligned `#[repr(C)]` struct; the alignment follows [`CACHE_LINE`].
+macro_rules! cache_aligned {
+    ($(#[$m:meta])* pub struct $name:ident { $($(#[$fm:meta])* pub $f:ident : $t:ty,)* }) => {
+        $(#[$m])*
+        #[derive(Debug)]
+        #[repr(C)]
+        #[cfg_attr(any(target_arch = "x86_64", target_arch = "aarch64",
+            target_arch = "powerpc64", target_arch = "arm64ec"), repr(align(128)))]
+        #[cfg_attr(any(target_arch = "arm", target_arch = "riscv32", target_arch = "mips",
+            target_arch = "sparc", target_arch = "hexagon"), repr(align(32)))]
+        #[cfg_attr(not(any(target_arch = "x86_64", target_arch = "aarch64",
+            target_arch = "powerpc64", target_arch = "arm64ec", target_arch = "arm",
+            target_arch = "riscv32", target_arch = "mips", target_arch = "sparc",
+            target_arch = "hexagon")), repr(align(64)))]
+        pub struct $name { $($(#[$fm])* pub $f: $t,)* }
+    };
+}
+
+/// `"SHMRING\0"` as a little-endian `u64`: the first word of every segment.
+pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
+/// Bumped whenever the meaning of any shared byte changes.
+pub const ABI_VERSION: u32 = 1;
+
+/// [`SegmentHeader::init_state`]: the bytes are not (yet) a segment.
+pub const INIT_NONE: u32 = 0;
+/// [`SegmentHeader::init_state`]: the creator is formatting the segment.
+pub const INIT_BUSY: u32 = 1;
+/// [`SegmentHeader::init_state`]: formatted; the init barrier is open.
+pub const INIT_READY: u32 = 2;
+
+cache_aligned! {
+    /// The first bytes of a segment: identity, geometry and region offsets.
+    ///
+    /// Written by the creator before it opens the init barrier (`init_state = INIT_READY`,
+    /// Release); read once by every attacher after an Acquire load of `init_state`, copied into a
+    /// local [`Geometry`](crate::Geometry) and validated. Never trusted afterwards.
+    pub struct SegmentHeader {
+        /// [`MAGIC`].
+        pub magic: AtomicU64,
+        /// [`ABI_VERSION`].
+        pub abi_version: AtomicU32,
+        /// Init barrier: [`INIT_NONE`] → [`INIT_BUSY`] → [`INIT_READY`]. Written by the creator only.
+        pub init_state: AtomicU32,
+        /// [`LAYOUT_FINGERPRINT`]: catches peers compiled with another layout.
+        pub fingerprint: AtomicU64,
+        /// Number of slots, `1..=MAX_SLOTS`.
+        pub slots: AtomicU32,
+        /// Payload capacity per slot in bytes, a multiple of 8.
+        pub slot_capacity: AtomicU32,
+        /// Consumer-table entries, `1..=MAX_CONSUMERS`.
+        pub consumers: AtomicU32,
+        /// Allocator live-allocation ceiling (0 when there is no allocator).
+        pub alloc_max_live: AtomicU32,
+        /// Allocator arena size in bytes (0 = no allocator).
+        pub alloc_arena: AtomicU64,
+        /// Byte offset of the [`ProducerLine`].
+        pub producer_off: AtomicU64,
+        /// Byte offset of the consumer table.
+        pub consumers_off: AtomicU64,
+        /// Byte offset of the slot headers.
+        pub slots_off: AtomicU64,
+        /// Byte offset of the payload areas.
+        pub payloads_off: AtomicU64,
+        /// Byte offset of the allocator region.
+        pub alloc_off: AtomicU64,
+        /// Length of the allocator region in bytes.
+        pub alloc_len: AtomicU64,
+        /// Total segment length in bytes.
+        pub total_len: AtomicU64,
+        /// Owner id of the process that created the segment.
+        pub creator: AtomicU64,
+        /// Reserved, zero.
+        pub reserved: AtomicU64,
+    }
+}
+
+/// [`ProducerLine::flags`] bit: the producer closed the ring; no more messages will come.
+pub const FLAG_CLOSED: u32 = 1;
+
+cache_aligned! {
+    /// The producer's line: the publish cursor and the wait words.
+    pub struct ProducerLine {
+        /// Number of messages published, i.e. the next sequence number. Written by the producer
+        /// only (Release, after the slot is published); consumers load it with Acquire.
+        pub head: AtomicU64,
+        /// The producer's owner id, 0 when there is none. Claimed with a CAS.
+        pub owner: AtomicU64,
+        /// [`FLAG_CLOSED`]. Written by the producer.
+        pub flags: AtomicU32,
+        /// Number of producer takeovers since creation.
+        pub epoch: AtomicU32,
+        /// Futex word consumers sleep on: the low 32 bits of `head`, stored after `head`.
+        pub publish_futex: AtomicU32,
+        /// Number of consumers parked (or about to park) on `publish_futex`.
+        pub consumer_waiters: AtomicU32,
+        /// Futex word the producer sleeps on while held back: bumped by consumers that advance.
+        pub drain_futex: AtomicU32,
+        /// Non-zero while the producer is parked (or about to park) on `drain_futex`.
+        pub producer_waiting: AtomicU32,
+    }
+}
+
+/// [`ConsumerEntry::state`]: free for registration.
+pub const CONSUMER_FREE: u32 = 0;
+/// [`ConsumerEntry::state`]: a consumer is registering.
+pub const CONSUMER_JOINING: u32 = 1;
+/// [`ConsumerEntry::state`]: registered and reading.
+pub const CONSUMER_ACTIVE: u32 = 2;
+/// [`ConsumerEntry::state`]: being reclaimed by the producer after its owner died.
+pub const CONSUMER_RECLAIMING: u32 = 3;
+
+cache_aligned! {
+    /// One consumer-table entry. Entry `i` owns reader bit `1 << i` in every slot's state word.
+    pub struct ConsumerEntry {
+        /// `CONSUMER_*`. Moved FREE → JOINING by a registering consumer (CAS), JOINING → ACTIVE
+        /// by it, ACTIVE → FREE when it leaves, ACTIVE → RECLAIMING → FREE by the producer.
+        pub state: AtomicU32,
+        /// The delivery class (`DeliveryClass as u32`).
+        pub class: AtomicU32,
+        /// The owner id of the registered consumer.
+        pub owner: AtomicU64,
+        /// Next sequence this consumer will read. For a gating consumer, every message below it is
+        /// consumed (stored with Release after the reads; the producer loads it with Acquire).
+        pub cursor: AtomicU64,
+        /// Messages this consumer skipped (skip-on-lag and latest-only), for inspection.
+        pub missed: AtomicU64,
+        /// Messages this consumer received, for inspection.
+        pub received: AtomicU64,
+    }
+}
+
+/// Slot state word: set while the producer owns the slot.
+pub const WRITER: u64 = 1 << 63;
+/// Slot state word: the reader bits, one per consumer-table entry.
+pub const READER_MASK: u64 = (1 << 32) - 1;
+
+cache_aligned! {
+    /// One slot's header: the pin/claim word and the seqlock stamp.
+    pub struct SlotHeader {
+        /// `WRITER | reader bits`: the producer claims with a CAS from 0 to `WRITER`; consumer `i`
+        /// pins by setting bit `i` only while `WRITER` is clear. One word, so every pin and claim
+        /// is totally ordered (no SeqCst needed).
+        pub state: AtomicU64,
+        /// Seqlock stamp: `2·seq + 1` while message `seq` is being written, `2·seq + 2` once it
+        /// is complete, 0 before the slot's first message.
+        pub stamp: AtomicU64,
+        /// Length in bytes of the message in the slot (≤ the slot capacity; checked by readers).
+        pub len: AtomicU64,
+        /// Two words of user metadata (e.g. an allocator handle, a timestamp).
+        pub meta: [AtomicU64; 2],
+    }
+}
+
+/// A compile-time FNV-1a fingerprint of the layout facts peers must agree on.
+pub const LAYOUT_FINGERPRINT: u64 = {
+    let facts: [u64; 10] = [
+        ABI_VERSION as u64,
+        CACHE_LINE as u64,
+        core::mem::size_of::<SegmentHeader>() as u64,
+        core::mem::size_of::<ProducerLine>() as u64,
+        core::mem::size_of::<ConsumerEntry>() as u64,
+        core::mem::size_of::<SlotHeader>() as u64,
+        core::mem::offset_of!(SlotHeader, stamp) as u64,
+        core::mem::offset_of!(ConsumerEntry, cursor) as u64,
+        WRITER,
+        cfg!(target_endian = "little") as u64,
+    ];
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut i = 0;
+    while i < facts.len() {
+        let bytes = facts[i].to_le_bytes();
+        let mut j = 0;
+        while j < 8 {
+            h ^= bytes[j] as u64;
+            h = h.wrapping_mul(0x0100_0000_01b3);
+            j += 1;
+        }
+        i += 1;
+    }
+    h
+};
+
+// Layout checks. Under loom the atomics are model objects of another size, and no shared bytes
+// exist, so these hold for real builds only.
+#[cfg(not(ring_loom))]
+mod checks {
+    use super::*;
+    use core::mem::{align_of, offset_of, size_of};
+    use static_assertions::const_assert_eq;
+
+    const_assert_eq!(size_of::<AtomicU64>(), 8);
+    const_assert_eq!(size_of::<AtomicU32>(), 4);
+    const_assert_eq!(align_of::<SegmentHeader>(), CACHE_LINE);
+    const_assert_eq!(align_of::<ProducerLine>(), CACHE_LINE);
+    const_assert_eq!(align_of::<ConsumerEntry>(), CACHE_LINE);
+    const_assert_eq!(align_of::<SlotHeader>(), CACHE_LINE);
+    const_assert_eq!(size_of::<SegmentHeader>() % CACHE_LINE, 0);
+    const_assert_eq!(
+        size_of::<SegmentHeader>(),
+        if CACHE_LINE >= 128 { CACHE_LINE } else { 128 }
+    );
+    const_assert_eq!(
+        size_of::<ProducerLine>(),
+        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
+    );
+    const_assert_eq!(
+        size_of::<ConsumerEntry>(),
+        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
+    );
+    const_assert_eq!(
+        size_of::<SlotHeader>(),
+        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
+    );
+
+    const_assert_eq!(offset_of!(SegmentHeader, magic), 0);
+    const_assert_eq!(offset_of!(SegmentHeader, abi_version), 8);
+    const_assert_eq!(offset_of!(SegmentHeader, init_state), 12);
+    const_assert_eq!(offset_of!(SegmentHeader, fingerprint), 16);
+    const_assert_eq!(offset_of!(SegmentHeader, slots), 24);
+    const_assert_eq!(offset_of!(SegmentHeader, slot_capacity), 28);
+    const_assert_eq!(offset_of!(SegmentHeader, consumers), 32);
+    const_assert_eq!(offset_of!(SegmentHeader, alloc_max_live), 36);
+    const_assert_eq!(offset_of!(SegmentHeader, alloc_arena), 40);
+    const_assert_eq!(offset_of!(SegmentHeader, producer_off), 48);
+    const_assert_eq!(offset_of!(SegmentHeader, consumers_off), 56);
+    const_assert_eq!(offset_of!(SegmentHeader, slots_off), 64);
+    const_assert_eq!(offset_of!(SegmentHeader, payloads_off), 72);
+    const_assert_eq!(offset_of!(SegmentHeader, alloc_off), 80);
+    const_assert_eq!(offset_of!(SegmentHeader, alloc_len), 88);
+    const_assert_eq!(offset_of!(SegmentHeader, total_len), 96);
+    const_assert_eq!(offset_of!(SegmentHeader, creator), 104);
+    const_assert_eq!(offset_of!(SegmentHeader, reserved), 112);
+
+    const_assert_eq!(offset_of!(ProducerLine, head), 0);
+    const_assert_eq!(offset_of!(ProducerLine, owner), 8);
+    const_assert_eq!(offset_of!(ProducerLine, flags), 16);
+    const_assert_eq!(offset_of!(ProducerLine, epoch), 20);
+    const_assert_eq!(offset_of!(ProducerLine, publish_futex), 24);
+    const_assert_eq!(offset_of!(ProducerLine, consumer_waiters), 28);
+    const_assert_eq!(offset_of!(ProducerLine, drain_futex), 32);
+    const_assert_eq!(offset_of!(ProducerLine, producer_waiting), 36);
+
+    const_assert_eq!(offset_of!(ConsumerEntry, state), 0);
+    const_assert_eq!(offset_of!(ConsumerEntry, class), 4);
+    const_assert_eq!(offset_of!(ConsumerEntry, owner), 8);
+    const_assert_eq!(offset_of!(ConsumerEntry, cursor), 16);
+    const_assert_eq!(offset_of!(ConsumerEntry, missed), 24);
+    const_assert_eq!(offset_of!(ConsumerEntry, received), 32);
+
+    const_assert_eq!(offset_of!(SlotHeader, state), 0);
+    const_assert_eq!(offset_of!(SlotHeader, stamp), 8);
+    const_assert_eq!(offset_of!(SlotHeader, len), 16);
+    const_assert_eq!(offset_of!(SlotHeader, meta), 24);
+}

@@ -1,0 +1,149 @@
+//! A lock-free, `no_std` **single-producer / multi-consumer ring of slots** for memory shared
+//! between processes, cores, or a CPU and a GPU.
+//!
+//! The crate is the protocol only: it never allocates (except the optional heap backends), never
+//! calls the OS, and treats the shared bytes as untrusted input. Where the bytes live is the
+//! [`Memory`] trait's business: [`HeapSegment`] and [`OwnedSegment`] here, OS mappings in
+//! `ring-os`, device-backed payloads in `ring-cuda`.
+//!
+//! # The protocol in one paragraph
+//! Each slot has one state word, `WRITER | reader bits`, and a seqlock stamp. The
+//! [`Producer`] claims a slot with a compare-and-swap from "no readers" to `WRITER`, writes the
+//! payload as Relaxed atomic words between an odd and an even stamp, and publishes. A
+//! [`Consumer`] either *pins* a slot (sets its own reader bit while `WRITER` is clear, then checks
+//! the stamp names the message it wants) and reads it in place, or *copies* it out optimistically
+//! and keeps the copy only if the stamp did not move. Consumers choose a [`DeliveryClass`]:
+//! gating consumers hold the producer back (lossless), latest-only and skip-on-lag ones never do
+//! and are told exactly how many messages they missed. Pins are owner-tagged (one bit per
+//! consumer-table entry), so a dead consumer's pins are cleared exactly by
+//! [`Producer::reclaim`]. `docs/PROTOCOL.md` has the state machine and every ordering.
+//!
+//! # Examples
+//!
+//! ```
+//! use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+//!
+//! let seg = HeapSegment::new(&Config::new(8, 256), OwnerId::new(1).unwrap()).unwrap();
+//! let mut tx = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+//! let mut rx = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+//!
+//! tx.try_publish(b"zero-copy").unwrap();
+//! let msg = rx.try_pin().unwrap();
+//! assert_eq!(msg.bytes(), b"zero-copy");
+//! ```
+//!
+//! # Targets without native atomics
+//! Atomics come from `portable-atomic`. On targets whose 64-bit atomics are not lock-free
+//! (thumbv6m has no compare-and-swap at all; 32-bit cores have no 64-bit atomics) it supplies
+//! fallbacks — a global lock table, or interrupt masking with the `critical-section` feature —
+//! that are correct between the threads and interrupt handlers of **one** address space, and
+//! the ring works there (core to interrupt, task to task). They cannot work across processes,
+//! because the lock is not in the shared memory: [`CROSS_PROCESS_SAFE`] is `false` on such
+//! targets, and `ring-os` refuses to compile for them.
+//!
+//! # References
+//! - Seqlocks: Boehm, "Can seqlocks get along with programming language memory models?" (2012);
+//!   portable-atomic's `seq_lock.rs`; crossbeam's `AtomicCell`.
+//! - Storage vs coordination split: bbqueue (`traits/storage.rs`, `traits/coordination/`).
+//! - Stamped slots: crossbeam's `ArrayQueue` (Vyukov's bounded MPMC queue).
+//! - Owner-tagged pins and delivery classes: iceoryx2's publish-subscribe port design.
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+// `alloc` names the in-segment allocator module here, so the `alloc` crate is `alloc_crate`.
+#[cfg(feature = "alloc")]
+extern crate alloc as alloc_crate;
+#[cfg(feature = "std")]
+extern crate std;
+
+pub mod sync;
+
+pub mod alloc;
+mod consumer;
+mod error;
+mod geometry;
+#[cfg(feature = "alloc")]
+mod heap;
+mod init;
+pub mod inspect;
+pub mod layout;
+mod memory;
+#[cfg(feature = "alloc")]
+mod owned;
+mod producer;
+mod wait;
+mod words;
+
+pub use consumer::{Consumer, Copied, Pinned, READ_RETRIES};
+pub use error::{AttachError, ClaimError, Error, LayoutError, ReadError};
+pub use geometry::{
+    Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,
+};
+#[cfg(feature = "alloc")]
+pub use heap::HeapSegment;
+pub use inspect::ConsumerInfo;
+pub use layout::CACHE_LINE;
+pub use memory::{Memory, RawMemory};
+#[cfg(feature = "alloc")]
+pub use owned::OwnedSegment;
+pub use producer::{Overflow, Producer, Reclaimed, WriteSlot};
+pub use wait::{Spin, SpinThenYield, WaitStrategy};
+
+use core::num::NonZeroU64;
+
+/// True when this target's 64-bit and 32-bit atomics are lock-free, which cross-process use
+/// requires (a fallback lock would live in one process, not in the shared memory).
+#[cfg(not(ring_loom))]
+pub const CROSS_PROCESS_SAFE: bool =
+    sync::AtomicU64::is_always_lock_free() && sync::AtomicU32::is_always_lock_free();
+
+pub use sync::{AtomicU32, AtomicU64};
+
+/// An opaque, non-zero identity of a process (or thread) taking part in a ring, stored in the
+/// segment so that others can check whether it is alive. `ring-os` derives it from the pid and
+/// the process start time, so a reused pid is a different owner.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct OwnerId(NonZeroU64);
+
+impl OwnerId {
+    /// Wraps a non-zero id; `None` for 0 (0 means "no owner" in the segment).
+    pub const fn new(id: u64) -> Option<Self> {
+        match NonZeroU64::new(id) {
+            Some(v) => Some(Self(v)),
+            None => None,
+        }
+    }
+
+    /// The raw id.
+    pub const fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// How a consumer is served. One ring serves consumers of different classes at once.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum DeliveryClass {
+    /// Lossless: the producer waits (or fails its claim) rather than overwrite a message this
+    /// consumer has not consumed. The ACK/backpressure mode.
+    Gating = 1,
+    /// Only the newest message matters (frame grabbers): each read returns the latest message
+    /// and reports how many were skipped since the last read.
+    LatestOnly = 2,
+    /// Follows the sequence in order, but never holds the producer back: when it falls more than
+    /// a ring behind it jumps to the oldest message still there and reports exactly how many it
+    /// missed.
+    SkipOnLag = 3,
+}
+
+impl DeliveryClass {
+    /// The class stored as `value` in a consumer entry, if valid.
+    pub const fn from_u32(value: u32) -> Option<Self> {
+        match value {
+            1 => Some(Self::Gating),
+            2 => Some(Self::LatestOnly),
+            3 => Some(Self::SkipOnLag),
+            _ => None,
+        }
+    }
+}

@@ -1,0 +1,142 @@
+//! A segment made of typed values in ordinary collections: the backend loom can model, and a
+//! second in-process backend for the conformance suite.
+
+use crate::error::LayoutError;
+use crate::geometry::{Config, Geometry};
+use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, INIT_READY};
+use crate::memory::Memory;
+use crate::sync::{new_u32, new_u64, AtomicU64, Ordering};
+use crate::OwnerId;
+use alloc_crate::boxed::Box;
+use alloc_crate::vec::Vec;
+
+/// A segment whose parts are separate typed allocations rather than one byte range.
+///
+/// Under `--cfg ring_loom` this is the only backend (loom's atomics cannot be laid over bytes);
+/// otherwise it is a convenient in-process ring and a second implementation of [`Memory`] for
+/// the conformance suite.
+///
+/// # Examples
+///
+/// ```
+/// use ring_core::{Config, OwnedSegment, OwnerId};
+/// let seg = OwnedSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap())?;
+/// # Ok::<(), ring_core::LayoutError>(())
+/// ```
+#[derive(Debug)]
+pub struct OwnedSegment {
+    geometry: Geometry,
+    header: Box<SegmentHeader>,
+    producer: Box<ProducerLine>,
+    consumers: Vec<ConsumerEntry>,
+    slots: Vec<SlotHeader>,
+    payloads: Vec<Vec<AtomicU64>>,
+    alloc: Vec<AtomicU64>,
+}
+
+fn words(n: usize) -> Vec<AtomicU64> {
+    (0..n).map(|_| new_u64(0)).collect()
+}
+
+fn slot_header() -> SlotHeader {
+    SlotHeader {
+        state: new_u64(0),
+        stamp: new_u64(0),
+        len: new_u64(0),
+        meta: [new_u64(0), new_u64(0)],
+    }
+}
+
+fn consumer_entry() -> ConsumerEntry {
+    ConsumerEntry {
+        state: new_u32(0),
+        class: new_u32(0),
+        owner: new_u64(0),
+        cursor: new_u64(0),
+        missed: new_u64(0),
+        received: new_u64(0),
+    }
+}
+
+impl OwnedSegment {
+    /// Builds and formats a segment for `config`, created by `creator`.
+    ///
+    /// # Errors
+    /// [`LayoutError`] when the config is invalid.
+    pub fn new(config: &Config, creator: OwnerId) -> Result<Self, LayoutError> {
+        let geometry = Geometry::new(config)?;
+        let header = Box::new(SegmentHeader {
+            magic: new_u64(0),
+            abi_version: new_u32(0),
+            init_state: new_u32(0),
+            fingerprint: new_u64(0),
+            slots: new_u32(0),
+            slot_capacity: new_u32(0),
+            consumers: new_u32(0),
+            alloc_max_live: new_u32(0),
+            alloc_arena: new_u64(0),
+            producer_off: new_u64(0),
+            consumers_off: new_u64(0),
+            slots_off: new_u64(0),
+            payloads_off: new_u64(0),
+            alloc_off: new_u64(0),
+            alloc_len: new_u64(0),
+            total_len: new_u64(0),
+            creator: new_u64(0),
+            reserved: new_u64(0),
+        });
+        let producer = Box::new(ProducerLine {
+            head: new_u64(0),
+            owner: new_u64(0),
+            flags: new_u32(0),
+            epoch: new_u32(0),
+            publish_futex: new_u32(0),
+            consumer_waiters: new_u32(0),
+            drain_futex: new_u32(0),
+            producer_waiting: new_u32(0),
+        });
+        let this = Self {
+            header,
+            producer,
+            consumers: (0..geometry.consumers())
+                .map(|_| consumer_entry())
+                .collect(),
+            slots: (0..geometry.slots()).map(|_| slot_header()).collect(),
+            payloads: (0..geometry.slots())
+                .map(|_| words(geometry.payload_words()))
+                .collect(),
+            alloc: words(geometry.alloc_region().1 / 8),
+            geometry,
+        };
+        crate::init::format(&this, creator, crate::layout::INIT_BUSY);
+        // Release: the init barrier (see `RawMemory::initialize`).
+        this.header.init_state.store(INIT_READY, Ordering::Release);
+        Ok(this)
+    }
+}
+
+// SAFETY: every accessor indexes a collection sized from the geometry (out-of-range indices
+// panic in the bounds check instead of touching foreign memory); nothing is ever resized.
+unsafe impl Memory for OwnedSegment {
+    fn geometry(&self) -> &Geometry {
+        &self.geometry
+    }
+    fn header(&self) -> &SegmentHeader {
+        &self.header
+    }
+    fn producer_line(&self) -> &ProducerLine {
+        &self.producer
+    }
+    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
+        &self.consumers[index]
+    }
+    fn slot_header(&self, index: usize) -> &SlotHeader {
+        &self.slots[index]
+    }
+    fn payload(&self, index: usize) -> &[AtomicU64] {
+        &self.payloads[index]
+    }
+    fn alloc_words(&self) -> &[AtomicU64] {
+        &self.alloc
+    }
+}

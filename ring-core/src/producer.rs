@@ -1,0 +1,578 @@
+//! The single producer: claim → write → publish (or abort), gating, recovery and reclaim.
+
+use crate::error::{ClaimError, Error};
+use crate::layout::{
+    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, CONSUMER_RECLAIMING, FLAG_CLOSED,
+    READER_MASK, WRITER,
+};
+use crate::memory::Memory;
+use crate::sync::{fence, Ordering};
+use crate::wait::WaitStrategy;
+use crate::{DeliveryClass, OwnerId};
+
+/// The ring's one writer.
+///
+/// There is at most one `Producer` per segment: [`Producer::new`] claims the producer line's
+/// owner word with a compare-and-swap, so a second producer (in any process) gets
+/// [`Error::ProducerExists`].
+///
+/// # Examples
+///
+/// ```
+/// use ring_core::{ClaimError, Config, HeapSegment, OwnerId, Producer};
+/// let seg = HeapSegment::new(&Config::new(2, 16), OwnerId::new(1).unwrap()).unwrap();
+/// let mut producer = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+/// let mut slot = producer.try_claim()?;
+/// slot.write(b"frame 0").unwrap();
+/// slot.set_meta([7, 0]);
+/// assert_eq!(slot.publish(), 0);
+/// assert_eq!(producer.published(), 1);
+/// # Ok::<(), ClaimError>(())
+/// ```
+#[derive(Debug)]
+pub struct Producer<M: Memory> {
+    mem: M,
+    owner: OwnerId,
+    /// Local copy of the publish cursor (the producer is its only writer).
+    head: u64,
+    /// Claims of sequences below this bound need no gating scan: the smallest gating cursor
+    /// seen, plus the slot count. Cursors only grow, and a consumer that joins later starts at
+    /// a head at least as large, so the bound stays valid.
+    gate_ok_below: u64,
+    /// Whether a SeqCst fence has run since the last `head` store (see `try_claim`).
+    fenced: bool,
+}
+
+/// A claimed slot. Write the message, then [`publish`](WriteSlot::publish) it; dropping it
+/// without publishing aborts (the sequence number is reused by the next claim).
+#[derive(Debug)]
+pub struct WriteSlot<'a, M: Memory> {
+    producer: &'a mut Producer<M>,
+    slot: usize,
+    seq: u64,
+    len: usize,
+    meta: [u64; 2],
+    done: bool,
+}
+
+/// What [`Producer::reclaim`] cleared for a dead consumer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Reclaimed {
+    /// The consumer-table index.
+    pub index: usize,
+    /// The owner the entry belonged to.
+    pub owner: u64,
+    /// Slots whose pin by this consumer was cleared.
+    pub pins_cleared: u32,
+    /// The consumer's cursor when it was reclaimed.
+    pub cursor: u64,
+    /// False when the entry was already free (reclaim is idempotent).
+    pub was_registered: bool,
+}
+
+/// The message is larger than the slot (or the allocation): nothing was written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Overflow {
+    /// Bytes the reservation holds.
+    pub reserved: usize,
+    /// End offset the write would have reached.
+    pub attempted: usize,
+}
+
+impl core::fmt::Display for Overflow {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        write!(
+            f,
+            "write of {} bytes refused: the reservation holds {} (nothing was written)",
+            self.attempted, self.reserved
+        )
+    }
+}
+
+impl core::error::Error for Overflow {}
+
+impl<M: Memory> Producer<M> {
+    /// Becomes the ring's producer.
+    ///
+    /// Reopens a ring a previous producer closed; clears a `WRITER` bit a previous producer left
+    /// behind (its unpublished message is dropped).
+    ///
+    /// # Errors
+    /// [`Error::ProducerExists`] when another producer owns the ring.
+    pub fn new(mem: M, owner: OwnerId) -> Result<Self, Error> {
+        let line = mem.producer_line();
+        // Success AcqRel: Acquire synchronises with the previous producer's Release store of 0
+        // in `Drop`, so its last `head` is visible; Release publishes nothing yet but keeps a
+        // takeover's later stores after the claim. Failure Relaxed: we only report the value.
+        line.owner
+            .compare_exchange(0, owner.get(), Ordering::AcqRel, Ordering::Relaxed)
+            .map_err(|found| Error::ProducerExists { owner: found })?;
+        Ok(Self::start(mem, owner))
+    }
+
+    /// Takes the ring over from a producer that died (`dead` is its owner id, which the caller
+    /// has established is dead: ring-os checks the process).
+    ///
+    /// The slot the dead producer was writing, if any, is released and its half-written
+    /// message dropped (its stamp stays odd, so copy readers of the old message see an
+    /// overrun, and the sequence number is reused). Messages it published stay readable.
+    ///
+    /// # Errors
+    /// [`Error::OwnerMismatch`] when `dead` is not the current producer.
+    pub fn take_over(mem: M, owner: OwnerId, dead: OwnerId) -> Result<Self, Error> {
+        let line = mem.producer_line();
+        // As in `new`: Acquire pairs with the dead producer's last Release stores.
+        line.owner
+            .compare_exchange(dead.get(), owner.get(), Ordering::AcqRel, Ordering::Relaxed)
+            .map_err(|found| Error::OwnerMismatch { found })?;
+        // Relaxed: a statistic.
+        line.epoch.fetch_add(1, Ordering::Relaxed);
+        Ok(Self::start(mem, owner))
+    }
+
+    fn start(mem: M, owner: OwnerId) -> Self {
+        let line = mem.producer_line();
+        // Relaxed: only the producer writes `flags`, and we own the line now.
+        line.flags.fetch_and(!FLAG_CLOSED, Ordering::Relaxed);
+        for i in 0..mem.geometry().slots() {
+            // Release: a slot the previous producer held is handed to readers again; pairs with
+            // their Acquire `fetch_or` in a pin.
+            mem.slot_header(i)
+                .state
+                .fetch_and(!WRITER, Ordering::Release);
+        }
+        // Relaxed: ordered after the owner CAS (Acquire) above.
+        let head = line.head.load(Ordering::Relaxed);
+        Self {
+            mem,
+            owner,
+            head,
+            gate_ok_below: 0,
+            fenced: false,
+        }
+    }
+
+    /// The memory this producer writes.
+    pub fn memory(&self) -> &M {
+        &self.mem
+    }
+
+    /// This producer's owner id.
+    pub fn owner(&self) -> OwnerId {
+        self.owner
+    }
+
+    /// Number of messages published so far (the next sequence number).
+    pub fn published(&self) -> u64 {
+        self.head
+    }
+
+    /// Claims the slot for the next message without blocking.
+    ///
+    /// # Errors
+    /// [`ClaimError::Full`] (a gating consumer has not consumed the slot's message),
+    /// [`ClaimError::Pinned`] (readers hold the slot), [`ClaimError::Closed`].
+    pub fn try_claim(&mut self) -> Result<WriteSlot<'_, M>, ClaimError> {
+        let slot = self.claim_slot()?;
+        Ok(self.write_slot(slot))
+    }
+
+    fn write_slot(&mut self, slot: usize) -> WriteSlot<'_, M> {
+        let seq = self.head;
+        WriteSlot {
+            producer: self,
+            slot,
+            seq,
+            len: 0,
+            meta: [0; 2],
+            done: false,
+        }
+    }
+
+    /// The claim protocol; returns the claimed slot index.
+    fn claim_slot(&mut self) -> Result<usize, ClaimError> {
+        let line = self.mem.producer_line();
+        // Relaxed: only this producer writes `flags`.
+        if line.flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
+            return Err(ClaimError::Closed);
+        }
+        let n = self.mem.geometry().slots() as u64;
+        let seq = self.head;
+        if seq >= self.gate_ok_below {
+            if !self.fenced {
+                // SeqCst: registration handshake. A joining consumer stores ACTIVE, runs a
+                // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
+                // the states. Either we see it ACTIVE, or it saw our `head` and starts at or
+                // after `seq`, so overwriting `seq - n` cannot lose anything it will read.
+                // (Publish runs the same fence after its `head` store; `fenced` skips a second.)
+                fence(Ordering::SeqCst);
+                self.fenced = true;
+            }
+            self.gate_ok_below = self.gate(seq, n)?;
+        }
+        let slot = (seq % n) as usize;
+        let hdr = self.mem.slot_header(slot);
+        // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
+        // reads of the old message happen before our writes. Failure Relaxed: we only report.
+        if let Err(cur) =
+            hdr.state
+                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+        {
+            return Err(ClaimError::Pinned {
+                slot,
+                readers: (cur & READER_MASK) as u32,
+            });
+        }
+        // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
+        // payload word we write after the fence, and then runs its Acquire fence, loads this odd
+        // stamp (or later) in its re-check, so it refuses the copy.
+        hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
+        Ok(slot)
+    }
+
+    /// Checks every active gating consumer for the claim of `seq`; returns the new bound below
+    /// which no scan is needed.
+    fn gate(&self, seq: u64, n: u64) -> Result<u64, ClaimError> {
+        let need = (seq + 1).saturating_sub(n);
+        let mut min = u64::MAX;
+        for i in 0..self.mem.geometry().consumers() {
+            let e = self.mem.consumer_entry(i);
+            // Acquire: pairs with the consumer's Release store of ACTIVE, so its cursor store
+            // before that is visible below.
+            if e.state.load(Ordering::Acquire) != CONSUMER_ACTIVE {
+                continue;
+            }
+            // Relaxed: the class is written before ACTIVE (ordered by the Acquire above).
+            if e.class.load(Ordering::Relaxed) != DeliveryClass::Gating as u32 {
+                continue;
+            }
+            // Acquire: pairs with the consumer's Release cursor store after it finished reading,
+            // so its reads of message `cursor - 1` happen before we overwrite it.
+            let cursor = e.cursor.load(Ordering::Acquire);
+            if cursor < need {
+                return Err(ClaimError::Full {
+                    consumer: i,
+                    cursor,
+                });
+            }
+            min = min.min(cursor);
+        }
+        Ok(min.saturating_add(n))
+    }
+
+    /// Claims, writes `data` and publishes it in one call. Returns the message's sequence.
+    ///
+    /// # Errors
+    /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
+    /// `data` does not fit in a slot.
+    pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+        let capacity = self.mem.geometry().slot_capacity();
+        if data.len() > capacity {
+            return Err(ClaimError::TooLarge {
+                len: data.len(),
+                capacity,
+            });
+        }
+        let mut slot = self.try_claim()?;
+        slot.write(data).map_err(|_| ClaimError::TooLarge {
+            len: data.len(),
+            capacity,
+        })?;
+        Ok(slot.publish())
+    }
+
+    /// Claims the next slot, waiting with `wait` while consumers hold the ring back.
+    ///
+    /// # Errors
+    /// [`ClaimError::Closed`], or the last transient error when `wait`'s bound ran out.
+    pub fn claim<W: WaitStrategy>(&mut self, wait: &mut W) -> Result<WriteSlot<'_, M>, ClaimError> {
+        loop {
+            match self.claim_slot() {
+                Ok(slot) => return Ok(self.write_slot(slot)),
+                Err(ClaimError::Closed) => return Err(ClaimError::Closed),
+                Err(e) => {
+                    if !self.park(wait) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Parks on the drain word once; false when the strategy's bound ran out.
+    fn park<W: WaitStrategy>(&self, wait: &mut W) -> bool {
+        let line = self.mem.producer_line();
+        // Acquire: pairs with the consumers' Release bump of `drain_futex`.
+        let seen = line.drain_futex.load(Ordering::Acquire);
+        // Relaxed + SeqCst fence: the Dekker handshake with consumers, which advance, fence, then
+        // load `producer_waiting`: either they see 1 and wake us, or we see their progress.
+        line.producer_waiting.store(1, Ordering::Relaxed);
+        fence(Ordering::SeqCst);
+        let ok = wait.wait(&line.drain_futex, seen);
+        line.producer_waiting.store(0, Ordering::Relaxed);
+        ok
+    }
+
+    /// Waits until every active gating consumer has consumed everything published (an "ack
+    /// all"). Returns false when `wait`'s bound ran out first.
+    pub fn wait_drained<W: WaitStrategy>(&mut self, wait: &mut W) -> bool {
+        loop {
+            if self.lowest_gating_cursor() >= self.head {
+                return true;
+            }
+            if !self.park(wait) {
+                return self.lowest_gating_cursor() >= self.head;
+            }
+        }
+    }
+
+    fn lowest_gating_cursor(&self) -> u64 {
+        let mut min = u64::MAX;
+        for i in 0..self.mem.geometry().consumers() {
+            let e = self.mem.consumer_entry(i);
+            // Acquire: as in `gate`.
+            if e.state.load(Ordering::Acquire) == CONSUMER_ACTIVE
+                && e.class.load(Ordering::Relaxed) == DeliveryClass::Gating as u32
+            {
+                // Acquire: pairs with the consumer's Release cursor store.
+                min = min.min(e.cursor.load(Ordering::Acquire));
+            }
+        }
+        min
+    }
+
+    /// Closes the ring: no more messages. Consumers read what is still readable, then get
+    /// [`ReadError::Closed`](crate::ReadError::Closed). Unread messages of latest-only and
+    /// skip-on-lag consumers may still be overwritten by nothing (no more writes), so they stay
+    /// readable until the segment is destroyed.
+    pub fn close(&mut self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with consumers' Acquire load of `flags`, after which they re-load `head`
+        // and see every message published before the close.
+        line.flags.fetch_or(FLAG_CLOSED, Ordering::Release);
+        self.wake_consumers();
+    }
+
+    fn wake_consumers(&self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with a waiter's Acquire load of the futex word.
+        line.publish_futex.fetch_add(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence (Dekker handshake with `Consumer::wait_ready`).
+        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+            self.mem.notify(&line.publish_futex);
+        }
+    }
+
+    /// Clears everything a dead consumer held: its pin in every slot and its table entry
+    /// (so its gating cursor no longer holds the ring back). Idempotent.
+    ///
+    /// The caller establishes that the owner is dead (ring-os checks the process); reclaiming a
+    /// live consumer breaks its pins. `expected` must be the entry's owner, so a new consumer
+    /// that took the entry meanwhile is left alone.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchConsumer`], [`Error::OwnerMismatch`].
+    pub fn reclaim(&mut self, index: usize, expected: OwnerId) -> Result<Reclaimed, Error> {
+        reclaim(&self.mem, index, expected)
+    }
+
+    /// Information about consumer-table entry `index` (None beyond the table).
+    pub fn consumer_info(&self, index: usize) -> Option<crate::ConsumerInfo> {
+        crate::inspect::consumer_info(&self.mem, index)
+    }
+}
+
+/// Reclaims consumer entry `index` (see [`Producer::reclaim`]).
+pub(crate) fn reclaim<M: Memory + ?Sized>(
+    mem: &M,
+    index: usize,
+    expected: OwnerId,
+) -> Result<Reclaimed, Error> {
+    if index >= mem.geometry().consumers() {
+        return Err(Error::NoSuchConsumer { index });
+    }
+    let e = mem.consumer_entry(index);
+    // Relaxed: compared only; the state CAS below orders what follows.
+    let owner = e.owner.load(Ordering::Relaxed);
+    let state = e.state.load(Ordering::Relaxed);
+    if state == CONSUMER_FREE {
+        return Ok(Reclaimed {
+            index,
+            owner,
+            pins_cleared: 0,
+            cursor: 0,
+            was_registered: false,
+        });
+    }
+    if owner != expected.get() {
+        return Err(Error::OwnerMismatch { found: owner });
+    }
+    if state != CONSUMER_ACTIVE && state != CONSUMER_JOINING && state != CONSUMER_RECLAIMING {
+        // A state no one writes: a corrupt entry. Reclaiming it is still the right repair.
+    }
+    // Acquire: pairs with the consumer's last Release stores (cursor, unpins) in case it got
+    // that far. Failure: another reclaimer moved it; report the owner we found.
+    if e.state
+        .compare_exchange(
+            state,
+            CONSUMER_RECLAIMING,
+            Ordering::Acquire,
+            Ordering::Relaxed,
+        )
+        .is_err()
+    {
+        return Err(Error::OwnerMismatch {
+            found: e.owner.load(Ordering::Relaxed),
+        });
+    }
+    let bit = 1u64 << index;
+    let mut pins_cleared = 0;
+    for i in 0..mem.geometry().slots() {
+        // Release: a pin cleared here hands the slot to the producer, whose claim CAS
+        // (Acquire) pairs with it. The dead consumer makes no further reads.
+        let prev = mem.slot_header(i).state.fetch_and(!bit, Ordering::Release);
+        if prev & bit != 0 {
+            pins_cleared += 1;
+        }
+    }
+    // Relaxed: read for the report.
+    let cursor = e.cursor.load(Ordering::Relaxed);
+    e.owner.store(0, Ordering::Relaxed);
+    // Release: pairs with the next registrant's Acquire CAS on `state`.
+    e.state.store(CONSUMER_FREE, Ordering::Release);
+    // A producer held back by this consumer re-checks: bump the drain word.
+    let line = mem.producer_line();
+    line.drain_futex.fetch_add(1, Ordering::Release);
+    mem.notify(&line.drain_futex);
+    Ok(Reclaimed {
+        index,
+        owner,
+        pins_cleared,
+        cursor,
+        was_registered: true,
+    })
+}
+
+impl<M: Memory> Drop for Producer<M> {
+    fn drop(&mut self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with the next producer's Acquire owner CAS, which then sees our head.
+        let _ =
+            line.owner
+                .compare_exchange(self.owner.get(), 0, Ordering::Release, Ordering::Relaxed);
+    }
+}
+
+impl<M: Memory> WriteSlot<'_, M> {
+    /// Payload capacity of the slot in bytes.
+    pub fn capacity(&self) -> usize {
+        self.producer.mem.geometry().slot_capacity()
+    }
+
+    /// The sequence number this message will have.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Writes `data` as the whole message (length `data.len()`).
+    ///
+    /// # Errors
+    /// [`Overflow`] (and nothing written) when `data` is longer than the slot.
+    pub fn write(&mut self, data: &[u8]) -> Result<(), Overflow> {
+        self.write_at(0, data)?;
+        self.len = data.len();
+        Ok(())
+    }
+
+    /// Writes `data` at byte `offset`; the message length grows to cover it.
+    ///
+    /// # Errors
+    /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
+        let words = self.producer.mem.payload(self.slot);
+        if !crate::words::write(words, offset, data) {
+            return Err(Overflow {
+                reserved: words.len() * 8,
+                attempted: offset.saturating_add(data.len()),
+            });
+        }
+        self.len = self.len.max(offset + data.len());
+        Ok(())
+    }
+
+    /// Sets the message length (bytes beyond what was written read as whatever the slot held).
+    ///
+    /// # Errors
+    /// [`Overflow`] when `len` exceeds the capacity.
+    pub fn set_len(&mut self, len: usize) -> Result<(), Overflow> {
+        if len > self.capacity() {
+            return Err(Overflow {
+                reserved: self.capacity(),
+                attempted: len,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Sets the message's two metadata words.
+    pub fn set_meta(&mut self, meta: [u64; 2]) {
+        self.meta = meta;
+    }
+
+    /// Publishes the message and returns its sequence number.
+    pub fn publish(mut self) -> u64 {
+        self.done = true;
+        let p = &mut *self.producer;
+        let seq = self.seq;
+        let hdr = p.mem.slot_header(self.slot);
+        // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
+        hdr.len.store(self.len as u64, Ordering::Relaxed);
+        hdr.meta[0].store(self.meta[0], Ordering::Relaxed);
+        hdr.meta[1].store(self.meta[1], Ordering::Relaxed);
+        // Release: ends the seqlock write; pairs with a copy reader's Acquire stamp load.
+        hdr.stamp.store(2 * seq + 2, Ordering::Release);
+        // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
+        let line = p.mem.producer_line();
+        // Release: pairs with consumers' Acquire `head` loads: the message is available.
+        line.head.store(seq + 1, Ordering::Release);
+        p.head = seq + 1;
+        // Release: pairs with a waiter's Acquire load of the futex word.
+        line.publish_futex
+            .store((seq + 1) as u32, Ordering::Release);
+        // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
+        // fence, then re-check `head`), and the registration handshake of the next claim.
+        fence(Ordering::SeqCst);
+        p.fenced = true;
+        // Relaxed: ordered by the fence above.
+        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+            p.mem.notify(&line.publish_futex);
+        }
+        seq
+    }
+
+    /// Gives the slot back without publishing; the sequence number is reused.
+    pub fn abort(mut self) {
+        self.release();
+    }
+
+    fn release(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        let hdr = self.producer.mem.slot_header(self.slot);
+        // Release: hands the slot back to pinning readers (their Acquire `fetch_or`). The stamp
+        // stays odd: the old message may be partly overwritten, and readers of it see an overrun.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
+    }
+}
+
+impl<M: Memory> Drop for WriteSlot<'_, M> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}

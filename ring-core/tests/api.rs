@@ -1,0 +1,282 @@
+//! Behaviour of the public API on a heap segment, one operation at a time.
+
+use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, Error, HeapSegment, OwnedSegment, OwnerId,
+    Producer, ReadError, Spin,
+};
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap()
+}
+
+fn seg(slots: u32, cap: u32) -> HeapSegment {
+    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
+}
+
+#[test]
+fn publish_then_pin_and_copy_see_the_message() {
+    let s = seg(4, 64);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut pin = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut copy = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    let mut slot = p.try_claim().unwrap();
+    slot.write(b"hello world").unwrap();
+    slot.set_meta([11, 22]);
+    assert_eq!(slot.publish(), 0);
+    {
+        let m = pin.try_pin().unwrap();
+        assert_eq!(m.bytes(), b"hello world");
+        assert_eq!(m.meta(), [11, 22]);
+        assert_eq!((m.seq(), m.missed()), (0, 0));
+        assert_eq!(total_pins(&s), 1);
+    }
+    assert_eq!(total_pins(&s), 0);
+    let mut buf = [0u8; 64];
+    let c = copy.try_copy(&mut buf).unwrap();
+    assert_eq!(&buf[..c.len], b"hello world");
+    assert_eq!(c.meta, [11, 22]);
+    assert_eq!(pin.try_pin().unwrap_err(), ReadError::Empty);
+    assert_eq!(copy.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+}
+
+#[test]
+fn gating_consumer_holds_the_producer_back_and_is_named() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut g = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.try_publish(b"a").unwrap();
+    p.try_publish(b"b").unwrap();
+    assert_eq!(
+        p.try_publish(b"c"),
+        Err(ClaimError::Full {
+            consumer: g.index(),
+            cursor: 0
+        })
+    );
+    let mut buf = [0u8; 16];
+    assert_eq!(g.try_copy(&mut buf).unwrap().seq, 0);
+    assert_eq!(p.try_publish(b"c"), Ok(2));
+    // Every message, in order, none missed.
+    assert_eq!(g.try_copy(&mut buf).unwrap().seq, 1);
+    assert_eq!(g.try_copy(&mut buf).unwrap().seq, 2);
+    assert_eq!(g.missed(), 0);
+}
+
+#[test]
+fn a_pinned_slot_cannot_be_claimed() {
+    let s = seg(1, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    p.try_publish(b"x").unwrap();
+    let bit = 1u32 << c.index();
+    let m = c.try_pin().unwrap();
+    assert_eq!(
+        p.try_publish(b"y"),
+        Err(ClaimError::Pinned {
+            slot: 0,
+            readers: bit
+        })
+    );
+    assert_eq!(m.bytes(), b"x");
+    drop(m);
+    assert_eq!(p.try_publish(b"y"), Ok(1));
+}
+
+#[test]
+fn skip_on_lag_counts_exactly_what_it_missed() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    for i in 0..10u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    let first = c.try_copy(&mut buf).unwrap();
+    assert_eq!((first.seq, first.missed, buf[0]), (6, 6, 6));
+    for want in 7..10 {
+        let got = c.try_copy(&mut buf).unwrap();
+        assert_eq!((got.seq, got.missed, u64::from(buf[0])), (want, 0, want));
+    }
+    assert_eq!(c.missed() + c.received(), 10);
+}
+
+#[test]
+fn latest_only_returns_the_newest_and_counts_skips() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    for i in 0..3u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let m = c.try_pin().unwrap();
+    assert_eq!((m.seq(), m.missed(), m.bytes()[0]), (2, 2, 2));
+    drop(m);
+    assert_eq!(c.try_pin().unwrap_err(), ReadError::Empty);
+    p.try_publish(&[3]).unwrap();
+    assert_eq!(c.try_pin().unwrap().seq(), 3);
+}
+
+#[test]
+fn close_lets_consumers_drain_then_reports_closed() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.try_publish(b"last").unwrap();
+    p.close();
+    assert_eq!(p.try_publish(b"more"), Err(ClaimError::Closed));
+    let mut buf = [0u8; 16];
+    assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Closed);
+    assert_eq!(c.wait_ready(&mut Spin::new(10)), Ok(()));
+}
+
+#[test]
+fn one_producer_only_and_takeover_after_death() {
+    let s = seg(2, 16);
+    let p = Producer::new(&s, id(1)).unwrap();
+    assert_eq!(
+        Producer::new(&s, id(9)).unwrap_err(),
+        Error::ProducerExists { owner: 1 }
+    );
+    // Simulate a crash mid-write: claim, then leak the producer without dropping it.
+    let mut p = p;
+    let slot = p.try_claim().unwrap();
+    core::mem::forget(slot);
+    core::mem::forget(p);
+    assert_eq!(producer_info(&s).writing, 1);
+    assert_eq!(
+        Producer::take_over(&s, id(7), id(8)).unwrap_err(),
+        Error::OwnerMismatch { found: 1 }
+    );
+    let mut p2 = Producer::take_over(&s, id(7), id(1)).unwrap();
+    assert_eq!(producer_info(&s).writing, 0);
+    assert_eq!(producer_info(&s).epoch, 1);
+    assert_eq!(p2.try_publish(b"again"), Ok(0));
+}
+
+#[test]
+fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut dead = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut live = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    p.try_publish(b"a").unwrap();
+    p.try_publish(b"b").unwrap();
+    let live_pin = live.try_pin().unwrap();
+    assert_eq!(live_pin.seq(), 1);
+    // The dead consumer pins slot 0 and "dies" holding it.
+    let pin = dead.try_pin().unwrap();
+    core::mem::forget(pin);
+    let dead_index = dead.index();
+    core::mem::forget(dead);
+    assert!(matches!(p.try_publish(b"c"), Err(ClaimError::Full { .. })));
+    assert_eq!(
+        p.reclaim(dead_index, id(99)).unwrap_err(),
+        Error::OwnerMismatch { found: 2 }
+    );
+    let r = p.reclaim(dead_index, id(2)).unwrap();
+    assert_eq!((r.pins_cleared, r.was_registered, r.cursor), (1, true, 0));
+    // Idempotent.
+    assert!(!p.reclaim(dead_index, id(2)).unwrap().was_registered);
+    assert_eq!(
+        consumer_info(&s, dead_index).unwrap().state,
+        EntryState::Free
+    );
+    // The live consumer's pin on slot 1 is untouched.
+    assert_eq!(total_pins(&s), 1);
+    assert_eq!(p.try_publish(b"c"), Ok(2));
+    drop(live_pin);
+}
+
+#[test]
+fn a_reclaimed_consumer_learns_it_was_evicted() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.reclaim(c.index(), id(2)).unwrap();
+    assert_eq!(c.try_pin().unwrap_err(), ReadError::Evicted);
+}
+
+#[test]
+fn the_consumer_table_fills_and_frees() {
+    let s = seg(2, 16);
+    let cs: Vec<_> = (0..4)
+        .map(|i| Consumer::new(&s, DeliveryClass::SkipOnLag, id(10 + i)).unwrap())
+        .collect();
+    assert_eq!(
+        Consumer::new(&s, DeliveryClass::Gating, id(20)).unwrap_err(),
+        Error::ConsumerTableFull { capacity: 4 }
+    );
+    drop(cs);
+    assert!(Consumer::new(&s, DeliveryClass::Gating, id(20)).is_ok());
+}
+
+#[test]
+fn oversized_messages_and_small_buffers_are_refused() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(
+        p.try_publish(&[0; 17]),
+        Err(ClaimError::TooLarge {
+            len: 17,
+            capacity: 16
+        })
+    );
+    let mut slot = p.try_claim().unwrap();
+    assert!(slot.write_at(10, &[1; 7]).is_err());
+    slot.write(&[5; 16]).unwrap();
+    slot.publish();
+    let mut small = [0u8; 8];
+    assert_eq!(
+        c.try_copy(&mut small),
+        Err(ReadError::BufferTooSmall { needed: 16 })
+    );
+    let mut big = [0u8; 16];
+    assert_eq!(c.try_copy(&mut big).unwrap().len, 16);
+    assert_eq!(big, [5; 16]);
+}
+
+#[test]
+fn bounded_waits_time_out() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(c.wait_ready(&mut Spin::new(100)), Err(ReadError::Timeout));
+    p.try_publish(b"a").unwrap();
+    p.try_publish(b"b").unwrap();
+    assert!(matches!(
+        p.claim(&mut Spin::new(100)),
+        Err(ClaimError::Full { .. })
+    ));
+    assert!(!p.wait_drained(&mut Spin::new(100)));
+    let mut buf = [0u8; 16];
+    c.try_copy(&mut buf).unwrap();
+    c.try_copy(&mut buf).unwrap();
+    assert!(p.wait_drained(&mut Spin::new(100)));
+}
+
+#[test]
+fn aborted_claims_reuse_the_sequence() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut slot = p.try_claim().unwrap();
+    slot.write(b"never").unwrap();
+    slot.abort();
+    assert_eq!(p.try_publish(b"real"), Ok(0));
+    let m = c.try_pin().unwrap();
+    assert_eq!(m.bytes(), b"real");
+}
+
+#[test]
+fn owned_segment_runs_the_same_protocol() {
+    let s = OwnedSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap();
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.try_publish(b"typed").unwrap();
+    let mut buf = [0u8; 16];
+    let got = c.try_copy(&mut buf).unwrap();
+    assert_eq!(&buf[..got.len], b"typed");
+}

@@ -1,0 +1,389 @@
+//! Accounting of device resources: ceilings, per-owner live/peak counters, leak reports.
+//!
+//! Every [`Device`](crate::Device) charges each buffer, mapping, event and stream it creates to
+//! an [`Owner`] here *before* asking the driver for it, and releases the charge when the
+//! resource is released. Ceilings are checked at charge time, so a runaway producer gets a clear
+//! [`Error::BytesCeiling`]/[`Error::CountCeiling`] instead of exhausting the GPU (the RPC side
+//! channel that walked into a 4094-allocation wall is the cautionary tale in the design brief).
+//! What is still live when the device is dropped is reported — owner, kind, size and age — through
+//! the leak hook (stderr by default) and then released.
+
+use core::fmt;
+use core::time::Duration;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+use crate::handle::{Owner, ResourceKind};
+
+/// Ceilings enforced at allocation time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Most device bytes this device may hold in live buffers.
+    pub max_bytes: u64,
+    /// Most live buffers.
+    pub max_buffers: u32,
+    /// Most live opened mappings.
+    pub max_mappings: u32,
+    /// Most live events (created plus opened).
+    pub max_events: u32,
+}
+
+impl Default for Limits {
+    /// 4 GiB, 4094 buffers, 4094 mappings, 16384 events.
+    fn default() -> Self {
+        Self { max_bytes: 4 << 30, max_buffers: 4094, max_mappings: 4094, max_events: 16384 }
+    }
+}
+
+/// Counters for one kind of resource.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counters {
+    /// Successful acquisitions (alloc, open, create).
+    pub acquired: u64,
+    /// Releases (free, close, destroy).
+    pub released: u64,
+    /// Live now.
+    pub live: u32,
+    /// Highest `live` seen.
+    pub peak: u32,
+    /// Bytes live now (buffers and mappings; 0 for events and streams).
+    pub live_bytes: u64,
+    /// Highest `live_bytes` seen.
+    pub peak_bytes: u64,
+    /// Requests refused by a ceiling.
+    pub ceiling_hits: u64,
+}
+
+impl Counters {
+    fn charge(&mut self, bytes: u64) {
+        self.live = self.live.saturating_add(1);
+        self.peak = self.peak.max(self.live);
+        self.live_bytes = self.live_bytes.saturating_add(bytes);
+        self.peak_bytes = self.peak_bytes.max(self.live_bytes);
+    }
+
+    fn uncharge(&mut self, bytes: u64) {
+        self.live = self.live.saturating_sub(1);
+        self.live_bytes = self.live_bytes.saturating_sub(bytes);
+    }
+}
+
+/// Counters of one owner (or of the whole device), one [`Counters`] per [`ResourceKind`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OwnerStats {
+    /// Device buffers.
+    pub buffers: Counters,
+    /// Opened IPC/VMM mappings.
+    pub mappings: Counters,
+    /// Events.
+    pub events: Counters,
+    /// Streams.
+    pub streams: Counters,
+}
+
+impl OwnerStats {
+    fn get_mut(&mut self, kind: ResourceKind) -> &mut Counters {
+        match kind {
+            ResourceKind::Buffer => &mut self.buffers,
+            ResourceKind::Mapping => &mut self.mappings,
+            ResourceKind::Event => &mut self.events,
+            ResourceKind::Stream => &mut self.streams,
+        }
+    }
+
+    /// The counters of one kind.
+    #[must_use]
+    pub const fn get(&self, kind: ResourceKind) -> &Counters {
+        match kind {
+            ResourceKind::Buffer => &self.buffers,
+            ResourceKind::Mapping => &self.mappings,
+            ResourceKind::Event => &self.events,
+            ResourceKind::Stream => &self.streams,
+        }
+    }
+
+    /// Live resources of every kind.
+    #[must_use]
+    pub const fn live_total(&self) -> u64 {
+        self.buffers.live as u64
+            + self.mappings.live as u64
+            + self.events.live as u64
+            + self.streams.live as u64
+    }
+}
+
+/// One resource still live: an entry of a [`LeakReport`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Leak {
+    /// Kind of resource.
+    pub kind: ResourceKind,
+    /// The device's raw id for it.
+    pub id: u64,
+    /// Who it is charged to.
+    pub owner: Owner,
+    /// Its size in bytes (0 for events and streams).
+    pub bytes: u64,
+    /// How long it has been live.
+    pub age: Duration,
+}
+
+/// Every resource still live on a device, oldest first.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LeakReport {
+    /// The live resources.
+    pub leaks: Vec<Leak>,
+}
+
+impl LeakReport {
+    /// Whether nothing is live.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.leaks.is_empty()
+    }
+
+    /// Total bytes of the live resources.
+    #[must_use]
+    pub fn bytes(&self) -> u64 {
+        self.leaks.iter().map(|l| l.bytes).sum()
+    }
+}
+
+impl fmt::Display for LeakReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} live device resources ({} bytes):", self.leaks.len(), self.bytes())?;
+        for l in &self.leaks {
+            writeln!(
+                f,
+                "  {} id {} of {}: {} bytes, live for {:.3?}",
+                l.kind, l.id, l.owner, l.bytes, l.age
+            )?;
+        }
+        Ok(())
+    }
+}
+
+/// Called with the leak report of a device dropped with live resources.
+pub type LeakHook = Box<dyn Fn(&LeakReport) + Send + Sync>;
+
+struct LiveEntry {
+    owner: Owner,
+    bytes: u64,
+    since: Instant,
+}
+
+struct Inner {
+    limits: Limits,
+    totals: OwnerStats,
+    owners: BTreeMap<Owner, OwnerStats>,
+    live: HashMap<(ResourceKind, u64), LiveEntry>,
+}
+
+/// The accounting book of one device.
+pub struct Ledger {
+    inner: Mutex<Inner>,
+    hook: Mutex<Option<LeakHook>>,
+}
+
+impl fmt::Debug for Ledger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Ledger").field("totals", &self.totals()).finish_non_exhaustive()
+    }
+}
+
+impl Ledger {
+    /// A ledger enforcing `limits`.
+    #[must_use]
+    pub fn new(limits: Limits) -> Self {
+        Self {
+            inner: Mutex::new(Inner {
+                limits,
+                totals: OwnerStats::default(),
+                owners: BTreeMap::new(),
+                live: HashMap::new(),
+            }),
+            hook: Mutex::new(None),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Inner> {
+        // A panic while holding the lock leaves counters that are still consistent (every
+        // update is a few saturating additions), so poisoning is ignored.
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The ceilings in force.
+    #[must_use]
+    pub fn limits(&self) -> Limits {
+        self.lock().limits
+    }
+
+    /// Replaces the ceilings (already-live resources are not affected).
+    pub fn set_limits(&self, limits: Limits) {
+        self.lock().limits = limits;
+    }
+
+    /// Replaces the hook called with the report of a device dropped with live resources
+    /// (default: print it to stderr).
+    pub fn set_leak_hook(&self, hook: LeakHook) {
+        *self.hook.lock().unwrap_or_else(PoisonError::into_inner) = Some(hook);
+    }
+
+    /// Checks the ceilings and charges one resource of `kind` and `bytes` to `owner`. Pair with
+    /// [`Ledger::track`] once the driver has produced the resource, or [`Ledger::cancel`] if it
+    /// failed.
+    pub(crate) fn charge(&self, kind: ResourceKind, owner: Owner, bytes: u64) -> Result<()> {
+        let mut g = self.lock();
+        let limits = g.limits;
+        let total = *g.totals.get(kind);
+        let refuse = match kind {
+            ResourceKind::Buffer => {
+                if total.live_bytes.checked_add(bytes).is_none_or(|b| b > limits.max_bytes) {
+                    Some(Error::BytesCeiling {
+                        requested: bytes,
+                        live: total.live_bytes,
+                        limit: limits.max_bytes,
+                    })
+                } else if total.live >= limits.max_buffers {
+                    Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_buffers })
+                } else {
+                    None
+                }
+            }
+            ResourceKind::Mapping if total.live >= limits.max_mappings => {
+                Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_mappings })
+            }
+            ResourceKind::Event if total.live >= limits.max_events => {
+                Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_events })
+            }
+            _ => None,
+        };
+        if let Some(e) = refuse {
+            g.totals.get_mut(kind).ceiling_hits += 1;
+            g.owners.entry(owner).or_default().get_mut(kind).ceiling_hits += 1;
+            return Err(e);
+        }
+        g.totals.get_mut(kind).charge(bytes);
+        g.owners.entry(owner).or_default().get_mut(kind).charge(bytes);
+        Ok(())
+    }
+
+    /// Undoes a [`Ledger::charge`] whose resource the driver failed to produce.
+    pub(crate) fn cancel(&self, kind: ResourceKind, owner: Owner, bytes: u64) {
+        let mut g = self.lock();
+        g.totals.get_mut(kind).uncharge(bytes);
+        g.owners.entry(owner).or_default().get_mut(kind).uncharge(bytes);
+    }
+
+    /// Records the resource charged by the last [`Ledger::charge`] under its id.
+    pub(crate) fn track(&self, kind: ResourceKind, id: u64, owner: Owner, bytes: u64) {
+        let mut g = self.lock();
+        g.totals.get_mut(kind).acquired += 1;
+        g.owners.entry(owner).or_default().get_mut(kind).acquired += 1;
+        g.live.insert((kind, id), LiveEntry { owner, bytes, since: Instant::now() });
+    }
+
+    /// Releases a tracked resource; `None` if the id is not live (double release).
+    pub(crate) fn release(&self, kind: ResourceKind, id: u64) -> Option<(Owner, u64)> {
+        let mut g = self.lock();
+        let e = g.live.remove(&(kind, id))?;
+        let t = g.totals.get_mut(kind);
+        t.uncharge(e.bytes);
+        t.released += 1;
+        let o = g.owners.entry(e.owner).or_default().get_mut(kind);
+        o.uncharge(e.bytes);
+        o.released += 1;
+        Some((e.owner, e.bytes))
+    }
+
+    /// Counters summed over all owners.
+    #[must_use]
+    pub fn totals(&self) -> OwnerStats {
+        self.lock().totals
+    }
+
+    /// Counters of one owner (all zero if it never held anything).
+    #[must_use]
+    pub fn owner(&self, owner: Owner) -> OwnerStats {
+        self.lock().owners.get(&owner).copied().unwrap_or_default()
+    }
+
+    /// Counters of every owner seen.
+    #[must_use]
+    pub fn owners(&self) -> Vec<(Owner, OwnerStats)> {
+        self.lock().owners.iter().map(|(o, s)| (*o, *s)).collect()
+    }
+
+    /// Everything live now, oldest first.
+    #[must_use]
+    pub fn leak_report(&self) -> LeakReport {
+        let g = self.lock();
+        let now = Instant::now();
+        let mut leaks: Vec<(Instant, Leak)> = g
+            .live
+            .iter()
+            .map(|(&(kind, id), e)| {
+                let age = now.saturating_duration_since(e.since);
+                (e.since, Leak { kind, id, owner: e.owner, bytes: e.bytes, age })
+            })
+            .collect();
+        leaks.sort_by_key(|(since, l)| (*since, l.id));
+        LeakReport { leaks: leaks.into_iter().map(|(_, l)| l).collect() }
+    }
+
+    /// Calls the leak hook (or prints to stderr) if anything is live; returns the report.
+    pub(crate) fn report_leaks(&self) -> LeakReport {
+        let report = self.leak_report();
+        if !report.is_empty() {
+            let hook = self.hook.lock().unwrap_or_else(PoisonError::into_inner);
+            match hook.as_ref() {
+                Some(h) => h(&report),
+                None => eprintln!("ring-cuda: device dropped with leaks: {report}"),
+            }
+        }
+        report
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ceilings_refuse_and_count_hits() {
+        let l = Ledger::new(Limits { max_bytes: 100, max_buffers: 2, ..Limits::default() });
+        let o = Owner(7);
+        l.charge(ResourceKind::Buffer, o, 60).unwrap();
+        l.track(ResourceKind::Buffer, 1, o, 60);
+        assert!(matches!(
+            l.charge(ResourceKind::Buffer, o, 41),
+            Err(Error::BytesCeiling { requested: 41, live: 60, limit: 100 })
+        ));
+        l.charge(ResourceKind::Buffer, o, 40).unwrap();
+        l.track(ResourceKind::Buffer, 2, o, 40);
+        assert!(matches!(
+            l.charge(ResourceKind::Buffer, o, 0),
+            Err(Error::CountCeiling { live: 2, limit: 2, .. })
+        ));
+        let s = l.owner(o).buffers;
+        assert_eq!((s.live, s.peak, s.live_bytes, s.ceiling_hits), (2, 2, 100, 2));
+        assert_eq!(l.release(ResourceKind::Buffer, 1), Some((o, 60)));
+        assert_eq!(l.release(ResourceKind::Buffer, 1), None, "double release is refused");
+        let s = l.owner(o).buffers;
+        assert_eq!((s.live, s.peak, s.live_bytes, s.peak_bytes), (1, 2, 40, 100));
+        let report = l.leak_report();
+        assert_eq!(report.leaks.len(), 1);
+        assert_eq!((report.leaks[0].id, report.leaks[0].bytes), (2, 40));
+        assert!(report.to_string().contains("owner#0x7"));
+    }
+
+    #[test]
+    fn cancel_undoes_a_charge() {
+        let l = Ledger::new(Limits::default());
+        l.charge(ResourceKind::Mapping, Owner(1), 10).unwrap();
+        l.cancel(ResourceKind::Mapping, Owner(1), 10);
+        let t = l.totals().mappings;
+        assert_eq!((t.live, t.live_bytes, t.acquired), (0, 0, 0));
+    }
+}

@@ -1,0 +1,409 @@
+//! The [`Device`] implementation of [`CudaDevice`]: one driver call (or a short sequence) per
+//! method, each charged to the ledger before it runs.
+
+use core::ffi::{c_int, c_uint, c_void};
+use core::time::Duration;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use cudarc::driver::sys;
+
+use super::{check, not_ready, poll, round_up, CudaDevice, DevMem};
+use crate::accounting::Ledger;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::handle::{
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, Mem, MemHandle, MemInfo,
+    MappingId, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
+};
+
+fn to_raw(bytes: &[core::ffi::c_char; IPC_HANDLE_SIZE]) -> [u8; IPC_HANDLE_SIZE] {
+    bytes.map(|b| b as u8)
+}
+
+fn from_raw(bytes: &[u8; IPC_HANDLE_SIZE]) -> [core::ffi::c_char; IPC_HANDLE_SIZE] {
+    bytes.map(|b| b as core::ffi::c_char)
+}
+
+fn usize_len(len: u64) -> Result<usize> {
+    usize::try_from(len).map_err(|_| Error::InvalidLength { len })
+}
+
+impl CudaDevice {
+    fn acquire<T>(
+        &self,
+        kind: ResourceKind,
+        owner: Owner,
+        bytes: u64,
+        make: impl FnOnce() -> Result<T>,
+        insert: impl FnOnce(&mut super::Tables, u64, T),
+    ) -> Result<u64> {
+        self.ledger.charge(kind, owner, bytes)?;
+        match self.bind().and_then(|()| make()) {
+            Ok(v) => {
+                let id = self.id();
+                insert(&mut self.lock(), id, v);
+                self.ledger.track(kind, id, owner, bytes);
+                Ok(id)
+            }
+            Err(e) => {
+                self.ledger.cancel(kind, owner, bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {
+        self.ledger.release(kind, id).map(drop).ok_or(Error::UnknownId { kind, id })
+    }
+
+    fn alloc_vmm(&self, len: u64) -> Result<DevMem> {
+        if !self.vmm {
+            return Err(Error::Unsupported("VMM export to POSIX file descriptors"));
+        }
+        let padded = round_up(len, self.granularity)?;
+        let prop = self.vmm_prop();
+        let mut handle: sys::CUmemGenericAllocationHandle = 0;
+        // SAFETY: context bound; `prop` fully initialised; size granularity-aligned.
+        let r = unsafe { sys::cuMemCreate(&mut handle, padded, &prop, 0) };
+        if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+            return Err(Error::OutOfMemory { requested: len });
+        }
+        check("cuMemCreate", r)?;
+        match self.map_vmm(handle, padded) {
+            Ok(ptr) => Ok(DevMem { ptr, len, vmm: Some((handle, padded)), kind: ExportKind::Fd }),
+            Err(e) => {
+                // SAFETY: the handle was created above and nothing maps it.
+                unsafe { sys::cuMemRelease(handle) };
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Device for CudaDevice {
+    fn describe(&self) -> String {
+        format!("CUDA device {} (VMM fd export: {})", self.ordinal, self.vmm)
+    }
+
+    fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn alloc(&self, owner: Owner, len: u64, export: ExportKind) -> Result<BufferId> {
+        if len == 0 {
+            return Err(Error::InvalidLength { len });
+        }
+        let make = || match export {
+            ExportKind::Ipc => {
+                let mut ptr: sys::CUdeviceptr = 0;
+                // SAFETY: context bound by `acquire`; out-pointer valid.
+                let r = unsafe { sys::cuMemAlloc_v2(&mut ptr, usize_len(len)?) };
+                if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
+                    return Err(Error::OutOfMemory { requested: len });
+                }
+                check("cuMemAlloc", r).map(|()| DevMem { ptr, len, vmm: None, kind: export })
+            }
+            ExportKind::Fd => self.alloc_vmm(len),
+        };
+        let id = self.acquire(ResourceKind::Buffer, owner, len, make, |t, id, m| {
+            t.buffers.insert(id, m);
+        })?;
+        Ok(BufferId(id))
+    }
+
+    fn free(&self, buf: BufferId) -> Result<()> {
+        let m = self
+            .lock()
+            .buffers
+            .remove(&buf.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        self.release(ResourceKind::Buffer, buf.0)?;
+        self.release_mem(m, false)
+    }
+
+    fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
+        let m = self.mem(Mem::Buffer(buf))?;
+        if m.kind != kind {
+            return Err(Error::InvalidOperation(
+                "export kind differs from the kind the buffer was allocated for",
+            ));
+        }
+        self.bind()?;
+        match m.vmm {
+            None => {
+                let mut h = sys::CUipcMemHandle { reserved: [0; IPC_HANDLE_SIZE] };
+                // SAFETY: `m.ptr` is the base of a live cuMemAlloc allocation; out-pointer valid.
+                check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut h, m.ptr) })?;
+                Ok(MemHandle::Ipc(IpcMemHandle { raw: to_raw(&h.reserved), len: m.len }))
+            }
+            Some((handle, _)) => {
+                let mut fd: c_int = -1;
+                // SAFETY: `handle` is live and was created with the POSIX fd handle type; the
+                // out-pointer is an int, as that handle type requires.
+                check("cuMemExportToShareableHandle", unsafe {
+                    sys::cuMemExportToShareableHandle(
+                        (&mut fd as *mut c_int).cast::<c_void>(),
+                        handle,
+                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                        0,
+                    )
+                })?;
+                if fd < 0 {
+                    return Err(Error::Driver { call: "cuMemExportToShareableHandle", code: 999 });
+                }
+                // SAFETY: the driver just created this descriptor for us; we own it.
+                Ok(MemHandle::Fd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, len: m.len })
+            }
+        }
+    }
+
+    fn open(&self, owner: Owner, handle: &MemHandle) -> Result<MappingId> {
+        let len = handle.len();
+        if len == 0 {
+            return Err(Error::InvalidHandle("zero length"));
+        }
+        let make = || match handle {
+            MemHandle::Ipc(h) => {
+                let mut ptr: sys::CUdeviceptr = 0;
+                let raw = sys::CUipcMemHandle { reserved: from_raw(&h.raw) };
+                // SAFETY: context bound; the handle bytes are untrusted but the driver
+                // validates them and fails cleanly; out-pointer valid.
+                check("cuIpcOpenMemHandle", unsafe {
+                    sys::cuIpcOpenMemHandle_v2(
+                        &mut ptr,
+                        raw,
+                        sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as c_uint,
+                    )
+                })?;
+                let (mut base, mut size) = (0, 0usize);
+                // SAFETY: `ptr` was just mapped; out-pointers valid.
+                let r = unsafe { sys::cuMemGetAddressRange_v2(&mut base, &mut size, ptr) };
+                if check("cuMemGetAddressRange", r).is_err() || (size as u64) < len {
+                    // SAFETY: undoes the open above.
+                    unsafe { sys::cuIpcCloseMemHandle(ptr) };
+                    return Err(Error::InvalidHandle("mapped size is smaller than the handle's length"));
+                }
+                Ok(DevMem { ptr, len, vmm: None, kind: ExportKind::Ipc })
+            }
+            MemHandle::Fd { fd, len } => {
+                if !self.vmm {
+                    return Err(Error::Unsupported("VMM import from POSIX file descriptors"));
+                }
+                let padded = round_up(*len, self.granularity)?;
+                let mut h: sys::CUmemGenericAllocationHandle = 0;
+                // SAFETY: for the POSIX fd handle type the driver takes the descriptor's value
+                // cast to a pointer; it does not take ownership of the descriptor.
+                check("cuMemImportFromShareableHandle", unsafe {
+                    sys::cuMemImportFromShareableHandle(
+                        &mut h,
+                        fd.as_raw_fd() as isize as *mut c_void,
+                        sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                    )
+                })?;
+                match self.map_vmm(h, padded) {
+                    Ok(ptr) => Ok(DevMem { ptr, len: *len, vmm: Some((h, padded)), kind: ExportKind::Fd }),
+                    Err(e) => {
+                        // SAFETY: the imported handle is unmapped; release our reference.
+                        unsafe { sys::cuMemRelease(h) };
+                        Err(e)
+                    }
+                }
+            }
+        };
+        let id = self.acquire(ResourceKind::Mapping, owner, len, make, |t, id, m| {
+            t.mappings.insert(id, m);
+        })?;
+        Ok(MappingId(id))
+    }
+
+    fn close(&self, mapping: MappingId) -> Result<()> {
+        let m = self
+            .lock()
+            .mappings
+            .remove(&mapping.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Mapping, id: mapping.0 })?;
+        self.release(ResourceKind::Mapping, mapping.0)?;
+        self.release_mem(m, true)
+    }
+
+    fn size(&self, mem: Mem) -> Result<u64> {
+        Ok(self.mem(mem)?.len)
+    }
+
+    fn create_stream(&self, owner: Owner) -> Result<StreamId> {
+        let make = || {
+            let mut s: sys::CUstream = core::ptr::null_mut();
+            // SAFETY: context bound; out-pointer valid.
+            check("cuStreamCreate", unsafe {
+                sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+            })
+            .map(|()| s as usize)
+        };
+        let id = self.acquire(ResourceKind::Stream, owner, 0, make, |t, id, s| {
+            t.streams.insert(id, s);
+        })?;
+        Ok(StreamId(id))
+    }
+
+    fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        let synced = self.sync_stream(stream, timeout);
+        let s = self
+            .lock()
+            .streams
+            .remove(&stream.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Stream, id: stream.0 })?;
+        self.release(ResourceKind::Stream, stream.0)?;
+        self.bind()?;
+        // SAFETY: removed from the table, so no id refers to it; queued work still completes.
+        check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) })?;
+        synced
+    }
+
+    fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()> {
+        let d = self.at(dst, offset, src.len() as u64)?;
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: destination range bounds-checked; `src` is pageable host memory, which the
+        // driver stages before returning, so it may be reused as soon as this returns.
+        check("cuMemcpyHtoDAsync", unsafe {
+            sys::cuMemcpyHtoDAsync_v2(d, src.as_ptr().cast(), src.len(), s)
+        })
+    }
+
+    fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()> {
+        let d = self.at(dst, offset, len)?;
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: range bounds-checked.
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(d, byte, usize_len(len)?, s) })
+    }
+
+    fn copy(
+        &self,
+        stream: StreamId,
+        dst: Mem,
+        dst_offset: u64,
+        src: Mem,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let (d, sp) = (self.at(dst, dst_offset, len)?, self.at(src, src_offset, len)?);
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: both ranges bounds-checked.
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(d, sp, usize_len(len)?, s) })
+    }
+
+    fn read(
+        &self,
+        stream: StreamId,
+        src: Mem,
+        offset: u64,
+        dst: &mut [u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let sp = self.at(src, offset, dst.len() as u64)?;
+        let s = self.stream(stream)?;
+        self.sync_stream(stream, timeout)?;
+        // SAFETY: range bounds-checked; `dst` is pageable, so the driver returns only once the
+        // bytes have arrived; the stream was idle, so this does not block on unbounded work.
+        check("cuMemcpyDtoHAsync", unsafe {
+            sys::cuMemcpyDtoHAsync_v2(dst.as_mut_ptr().cast(), sp, dst.len(), s)
+        })?;
+        self.sync_stream(stream, timeout)
+    }
+
+    fn create_event(&self, owner: Owner) -> Result<EventId> {
+        let make = || {
+            let mut e: sys::CUevent = core::ptr::null_mut();
+            let flags = sys::CUevent_flags::CU_EVENT_INTERPROCESS as c_uint
+                | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
+            // SAFETY: context bound; out-pointer valid; INTERPROCESS requires DISABLE_TIMING,
+            // which is set.
+            check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags) }).map(|()| e as usize)
+        };
+        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
+            t.events.insert(id, e);
+        })?;
+        Ok(EventId(id))
+    }
+
+    fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
+        let e = self.event(event)?;
+        self.bind()?;
+        let mut h = sys::CUipcEventHandle { reserved: [0; IPC_HANDLE_SIZE] };
+        // SAFETY: `e` is a live interprocess event; out-pointer valid.
+        check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut h, e) })?;
+        Ok(IpcEventHandle { raw: to_raw(&h.reserved) })
+    }
+
+    fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
+        let make = || {
+            let mut e: sys::CUevent = core::ptr::null_mut();
+            let raw = sys::CUipcEventHandle { reserved: from_raw(&handle.raw) };
+            // SAFETY: context bound; untrusted bytes are validated by the driver.
+            check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) })
+                .map(|()| e as usize)
+        };
+        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
+            t.events.insert(id, e);
+        })?;
+        Ok(EventId(id))
+    }
+
+    fn destroy_event(&self, event: EventId) -> Result<()> {
+        let e = self
+            .lock()
+            .events
+            .remove(&event.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: event.0 })?;
+        self.release(ResourceKind::Event, event.0)?;
+        self.bind()?;
+        // SAFETY: removed from the table, so no id refers to it.
+        check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) })
+    }
+
+    fn record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        self.bind()?;
+        // SAFETY: both handles live.
+        check("cuEventRecord", unsafe { sys::cuEventRecord(e, s) })
+    }
+
+    fn wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        self.bind()?;
+        // SAFETY: both handles live; flags 0 (CU_EVENT_WAIT_DEFAULT).
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(s, e, 0) })
+    }
+
+    fn query(&self, event: EventId) -> Result<bool> {
+        let e = self.event(event)?;
+        self.bind()?;
+        // SAFETY: live handle.
+        not_ready("cuEventQuery", unsafe { sys::cuEventQuery(e) })
+    }
+
+    fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()> {
+        let e = self.event(event)?;
+        self.bind()?;
+        // SAFETY: live handle (the id cannot be destroyed by this thread meanwhile; another
+        // thread destroying it concurrently is a caller bug the driver reports as an error).
+        poll("an event", timeout, || not_ready("cuEventQuery", unsafe { sys::cuEventQuery(e) }))
+    }
+
+    fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        // SAFETY: live handle.
+        poll("stream work", timeout, || not_ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s) }))
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        self.bind()?;
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: context bound; out-pointers valid.
+        check("cuMemGetInfo", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
+        Ok(MemInfo { free: free as u64, total: total as u64 })
+    }
+}

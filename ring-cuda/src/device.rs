@@ -1,0 +1,116 @@
+//! The [`Device`] trait: what the device ring needs from a GPU (or its emulation).
+
+use core::time::Duration;
+
+use crate::accounting::Ledger;
+use crate::error::Result;
+use crate::handle::{
+    BufferId, EventId, ExportKind, IpcEventHandle, Mem, MemHandle, MemInfo, MappingId, Owner,
+    StreamId,
+};
+
+/// A device that holds ring payloads: allocation, copies, IPC export/import and interprocess
+/// events.
+///
+/// Resources are named by ids that the device issues and never reuses; the device keeps the
+/// table, so releasing an id twice is a clear [`Error::UnknownId`](crate::Error::UnknownId), and
+/// dropping the device releases (and reports, see [`Ledger`]) whatever is left.
+///
+/// Work on a stream runs in order and asynchronously to the host: `write`, `fill`, `copy`,
+/// `record` and `wait_event` only enqueue. Host waits ([`Device::read`], [`Device::synchronize`],
+/// [`Device::sync_stream`]) are bounded by a timeout.
+pub trait Device: Send + Sync {
+    /// A short description (backend, ordinal, name).
+    fn describe(&self) -> String;
+
+    /// The accounting book of this device.
+    fn ledger(&self) -> &Ledger;
+
+    /// Allocates `len` bytes of device memory, exportable as `export` (legacy IPC memory from
+    /// `cuMemAlloc`, or VMM memory from `cuMemCreate`), charged to `owner`.
+    fn alloc(&self, owner: Owner, len: u64, export: ExportKind) -> Result<BufferId>;
+
+    /// Frees a buffer. Work still queued on it is waited for first (as `cuMemFree` does).
+    fn free(&self, buf: BufferId) -> Result<()>;
+
+    /// Exports a buffer so that another process (or device instance) can open it.
+    fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle>;
+
+    /// Opens another exporter's buffer, charged to `owner`. Costly (milliseconds on a GPU):
+    /// open each handle once, see [`MappingCache`](crate::MappingCache).
+    fn open(&self, owner: Owner, handle: &MemHandle) -> Result<MappingId>;
+
+    /// Closes an opened mapping.
+    fn close(&self, mapping: MappingId) -> Result<()>;
+
+    /// Size in bytes of a buffer or mapping.
+    fn size(&self, mem: Mem) -> Result<u64>;
+
+    /// Creates a stream, charged to `owner`.
+    fn create_stream(&self, owner: Owner) -> Result<StreamId>;
+
+    /// Destroys a stream after its queued work completes (bounded by `timeout`).
+    fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()>;
+
+    /// Enqueues a host-to-device copy of `src` to `dst` at `offset`. `src` may be reused as soon
+    /// as this returns (the bytes are staged, as CUDA does for pageable memory).
+    fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()>;
+
+    /// Enqueues a fill of `len` bytes at `offset` with `byte`.
+    fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()>;
+
+    /// Enqueues a device-to-device copy.
+    #[allow(clippy::too_many_arguments, reason = "mirrors cuMemcpyDtoDAsync")]
+    fn copy(
+        &self,
+        stream: StreamId,
+        dst: Mem,
+        dst_offset: u64,
+        src: Mem,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<()>;
+
+    /// Copies device bytes to `dst` after the work queued on `stream` before it, and returns
+    /// when they have arrived (a host sync, bounded by `timeout`).
+    fn read(
+        &self,
+        stream: StreamId,
+        src: Mem,
+        offset: u64,
+        dst: &mut [u8],
+        timeout: Duration,
+    ) -> Result<()>;
+
+    /// Creates an interprocess event (`CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`),
+    /// charged to `owner`.
+    fn create_event(&self, owner: Owner) -> Result<EventId>;
+
+    /// Exports an event for another process.
+    fn export_event(&self, event: EventId) -> Result<IpcEventHandle>;
+
+    /// Opens another process's event, charged to `owner`.
+    fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId>;
+
+    /// Destroys (or closes) an event.
+    fn destroy_event(&self, event: EventId) -> Result<()>;
+
+    /// Enqueues a record of `event`: it completes when the work queued before it on `stream`
+    /// has completed.
+    fn record(&self, event: EventId, stream: StreamId) -> Result<()>;
+
+    /// Makes `stream` wait, on the device, for the most recent record of `event` (no host sync).
+    fn wait_event(&self, stream: StreamId, event: EventId) -> Result<()>;
+
+    /// Whether the most recent record of `event` has completed (true if never recorded).
+    fn query(&self, event: EventId) -> Result<bool>;
+
+    /// Waits on the host for the most recent record of `event`, at most `timeout`.
+    fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()>;
+
+    /// Waits on the host for all work queued on `stream`, at most `timeout`.
+    fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()>;
+
+    /// Free and total device memory.
+    fn mem_info(&self) -> Result<MemInfo>;
+}

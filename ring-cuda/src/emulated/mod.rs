@@ -1,0 +1,417 @@
+//! [`EmulatedDevice`]: host memory behind the [`Device`] trait, with the same accounting and
+//! error cases as the real device, so every protocol and accounting test runs without a GPU.
+//!
+//! - Buffers are sealed memfds; an exported handle can be opened by another `EmulatedDevice` in
+//!   this process or in another process of the same user (see [`shm`]).
+//! - Streams are worker threads, so queued work really runs later than it is enqueued; with
+//!   [`EmulatedOptions::op_delay`] a missing event wait becomes visible as stale data.
+//! - Events are two counters in a shared memfd: `recorded` (bumped when a record is enqueued)
+//!   and `completed` (raised when the stream reaches the record). A stream wait captures
+//!   `recorded` when it is enqueued and blocks the stream — not the host — until `completed`
+//!   reaches it, which is what `cuStreamWaitEvent` does.
+
+mod shm;
+mod stream;
+
+use core::sync::atomic::{AtomicU64, Ordering};
+use core::time::Duration;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use self::shm::{Region, EVENT_BYTES, EVENT_MAGIC, MEM_MAGIC};
+use self::stream::{wait_counter, Op, Stream, Timing, COMPLETED, RECORDED};
+use crate::accounting::{Ledger, Limits};
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::handle::{
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, Mem, MemHandle, MemInfo,
+    MappingId, Owner, ResourceKind, StreamId,
+};
+
+/// Options of an [`EmulatedDevice`].
+#[derive(Clone, Copy, Debug)]
+pub struct EmulatedOptions {
+    /// Ceilings.
+    pub limits: Limits,
+    /// Emulated device capacity: allocations past it fail with [`Error::OutOfMemory`].
+    pub total_bytes: u64,
+    /// Delay before each queued write, fill or copy executes (emulates a slow device).
+    pub op_delay: Duration,
+    /// Bound on a device-side event wait; past it the stream faults ([`Error::StreamFault`]).
+    pub wait_bound: Duration,
+}
+
+impl Default for EmulatedOptions {
+    /// Default limits, 8 GiB of capacity, no delay, 10 s wait bound.
+    fn default() -> Self {
+        Self {
+            limits: Limits::default(),
+            total_bytes: 8 << 30,
+            op_delay: Duration::ZERO,
+            wait_bound: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Tables {
+    buffers: HashMap<u64, (Arc<Region>, ExportKind)>,
+    mappings: HashMap<u64, Arc<Region>>,
+    events: HashMap<u64, Arc<Region>>,
+    streams: HashMap<u64, Arc<Stream>>,
+}
+
+/// A host-memory device with the [`Device`] semantics of a CUDA GPU.
+pub struct EmulatedDevice {
+    options: EmulatedOptions,
+    ledger: Ledger,
+    next_id: AtomicU64,
+    tables: Mutex<Tables>,
+}
+
+impl core::fmt::Debug for EmulatedDevice {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("EmulatedDevice").field("options", &self.options).finish_non_exhaustive()
+    }
+}
+
+fn range(offset: u64, len: u64, size: u64) -> Result<(usize, usize)> {
+    match offset.checked_add(len) {
+        Some(end) if end <= size => {
+            // Both fit in usize: they are at most a mapped length.
+            Ok((offset as usize, len as usize))
+        }
+        _ => Err(Error::OutOfBounds { offset, len, size }),
+    }
+}
+
+impl EmulatedDevice {
+    /// A device with default options.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::with_options(EmulatedOptions::default())
+    }
+
+    /// A device with `options`.
+    #[must_use]
+    pub fn with_options(options: EmulatedOptions) -> Self {
+        Self {
+            options,
+            ledger: Ledger::new(options.limits),
+            next_id: AtomicU64::new(1),
+            tables: Mutex::new(Tables::default()),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Tables> {
+        // Table updates are single inserts/removes: a panic cannot leave them half done.
+        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn id(&self) -> u64 {
+        // Relaxed: ids only need to be unique.
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    fn timing(&self) -> Timing {
+        Timing { op_delay: self.options.op_delay, wait_bound: self.options.wait_bound }
+    }
+
+    fn region(&self, mem: Mem) -> Result<Arc<Region>> {
+        let t = self.lock();
+        match mem {
+            Mem::Buffer(b) => t.buffers.get(&b.0).map(|b| b.0.clone()).ok_or(Error::UnknownId {
+                kind: ResourceKind::Buffer,
+                id: b.0,
+            }),
+            Mem::Mapping(m) => t.mappings.get(&m.0).cloned().ok_or(Error::UnknownId {
+                kind: ResourceKind::Mapping,
+                id: m.0,
+            }),
+        }
+    }
+
+    fn event(&self, e: EventId) -> Result<Arc<Region>> {
+        self.lock()
+            .events
+            .get(&e.0)
+            .cloned()
+            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: e.0 })
+    }
+
+    fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
+        self.lock()
+            .streams
+            .get(&s.0)
+            .cloned()
+            .ok_or(Error::UnknownId { kind: ResourceKind::Stream, id: s.0 })
+    }
+
+    /// Charges, creates and tracks one resource; the charge is cancelled if `make` fails.
+    fn acquire<T>(
+        &self,
+        kind: ResourceKind,
+        owner: Owner,
+        bytes: u64,
+        make: impl FnOnce() -> Result<T>,
+        insert: impl FnOnce(&mut Tables, u64, T),
+    ) -> Result<u64> {
+        self.ledger.charge(kind, owner, bytes)?;
+        match make() {
+            Ok(v) => {
+                let id = self.id();
+                insert(&mut self.lock(), id, v);
+                self.ledger.track(kind, id, owner, bytes);
+                Ok(id)
+            }
+            Err(e) => {
+                self.ledger.cancel(kind, owner, bytes);
+                Err(e)
+            }
+        }
+    }
+
+    fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {
+        self.ledger.release(kind, id).map(drop).ok_or(Error::UnknownId { kind, id })
+    }
+}
+
+impl Default for EmulatedDevice {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Device for EmulatedDevice {
+    fn describe(&self) -> String {
+        format!("emulated device ({} bytes)", self.options.total_bytes)
+    }
+
+    fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn alloc(&self, owner: Owner, len: u64, export: ExportKind) -> Result<BufferId> {
+        if len == 0 {
+            return Err(Error::InvalidLength { len });
+        }
+        let total = self.options.total_bytes;
+        let make = || {
+            // The charge already counts `len`.
+            if self.ledger.totals().buffers.live_bytes > total {
+                return Err(Error::OutOfMemory { requested: len });
+            }
+            Region::create("mem", len)
+        };
+        let id = self.acquire(ResourceKind::Buffer, owner, len, make, |t, id, r| {
+            t.buffers.insert(id, (Arc::new(r), export));
+        })?;
+        Ok(BufferId(id))
+    }
+
+    fn free(&self, buf: BufferId) -> Result<()> {
+        // Queued work holds its own reference to the region, so the bytes outlive it (the
+        // emulated counterpart of cuMemFree waiting for the device).
+        self.lock()
+            .buffers
+            .remove(&buf.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        self.release(ResourceKind::Buffer, buf.0)
+    }
+
+    fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
+        let (r, allocated_as) = self
+            .lock()
+            .buffers
+            .get(&buf.0)
+            .cloned()
+            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        if allocated_as != kind {
+            return Err(Error::InvalidOperation(
+                "export kind differs from the kind the buffer was allocated for",
+            ));
+        }
+        Ok(match kind {
+            ExportKind::Ipc => MemHandle::Ipc(IpcMemHandle { raw: r.handle(MEM_MAGIC), len: r.len() }),
+            ExportKind::Fd => MemHandle::Fd { fd: r.export_fd()?, len: r.len() },
+        })
+    }
+
+    fn open(&self, owner: Owner, handle: &MemHandle) -> Result<MappingId> {
+        let make = || {
+            let r = match handle {
+                MemHandle::Ipc(h) => Region::open_handle(&h.raw, MEM_MAGIC, "mem")?,
+                MemHandle::Fd { fd, len } => Region::open_fd(fd, *len)?,
+            };
+            if r.len() != handle.len() {
+                return Err(Error::InvalidHandle("length does not match the exported buffer"));
+            }
+            Ok(r)
+        };
+        let id = self.acquire(ResourceKind::Mapping, owner, handle.len(), make, |t, id, r| {
+            t.mappings.insert(id, Arc::new(r));
+        })?;
+        Ok(MappingId(id))
+    }
+
+    fn close(&self, mapping: MappingId) -> Result<()> {
+        self.lock()
+            .mappings
+            .remove(&mapping.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Mapping, id: mapping.0 })?;
+        self.release(ResourceKind::Mapping, mapping.0)
+    }
+
+    fn size(&self, mem: Mem) -> Result<u64> {
+        Ok(self.region(mem)?.len())
+    }
+
+    fn create_stream(&self, owner: Owner) -> Result<StreamId> {
+        let timing = self.timing();
+        let id = self.acquire(ResourceKind::Stream, owner, 0, || Stream::spawn(timing), |t, id, s| {
+            t.streams.insert(id, Arc::new(s));
+        })?;
+        Ok(StreamId(id))
+    }
+
+    fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        let s = self.stream(stream)?;
+        let synced = s.sync(timeout);
+        self.lock().streams.remove(&stream.0);
+        self.release(ResourceKind::Stream, stream.0)?;
+        synced
+    }
+
+    fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()> {
+        let r = self.region(dst)?;
+        let (offset, _) = range(offset, src.len() as u64, r.len())?;
+        self.stream(stream)?.push(Op::Write { dst: r, offset, data: src.to_vec() })
+    }
+
+    fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()> {
+        let r = self.region(dst)?;
+        let (offset, len) = range(offset, len, r.len())?;
+        self.stream(stream)?.push(Op::Fill { dst: r, offset, len, byte })
+    }
+
+    fn copy(
+        &self,
+        stream: StreamId,
+        dst: Mem,
+        dst_offset: u64,
+        src: Mem,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let (d, s) = (self.region(dst)?, self.region(src)?);
+        let (dst_offset, len) = range(dst_offset, len, d.len())?;
+        let (src_offset, _) = range(src_offset, len as u64, s.len())?;
+        self.stream(stream)?.push(Op::Copy { dst: d, dst_offset, src: s, src_offset, len })
+    }
+
+    fn read(
+        &self,
+        stream: StreamId,
+        src: Mem,
+        offset: u64,
+        dst: &mut [u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let r = self.region(src)?;
+        let (offset, len) = range(offset, dst.len() as u64, r.len())?;
+        let bytes = self.stream(stream)?.read(r, offset, len, timeout)?;
+        dst.copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn create_event(&self, owner: Owner) -> Result<EventId> {
+        let id = self.acquire(
+            ResourceKind::Event,
+            owner,
+            0,
+            || Region::create("evt", EVENT_BYTES),
+            |t, id, r| {
+                t.events.insert(id, Arc::new(r));
+            },
+        )?;
+        Ok(EventId(id))
+    }
+
+    fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
+        Ok(IpcEventHandle { raw: self.event(event)?.handle(EVENT_MAGIC) })
+    }
+
+    fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
+        let make = || {
+            let r = Region::open_handle(&handle.raw, EVENT_MAGIC, "evt")?;
+            if r.len() != EVENT_BYTES {
+                return Err(Error::InvalidHandle("event region of the wrong size"));
+            }
+            Ok(r)
+        };
+        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, r| {
+            t.events.insert(id, Arc::new(r));
+        })?;
+        Ok(EventId(id))
+    }
+
+    fn destroy_event(&self, event: EventId) -> Result<()> {
+        self.lock()
+            .events
+            .remove(&event.0)
+            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: event.0 })?;
+        self.release(ResourceKind::Event, event.0)
+    }
+
+    fn record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        // AcqRel: Release publishes this record to a waiter that loads `recorded` with Acquire
+        // (`wait_event`, `query`) — in practice the ring's publish already orders it; Acquire
+        // keeps concurrent recorders' targets in one order.
+        let target = e.counter(RECORDED).fetch_add(1, Ordering::AcqRel) + 1;
+        s.push(Op::Record { event: e, target })
+    }
+
+    fn wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        // Acquire: pairs with the AcqRel increment in `record`, so the wait covers every
+        // record that happened before this call.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        s.push(Op::Wait { event: e, target })
+    }
+
+    fn query(&self, event: EventId) -> Result<bool> {
+        let e = self.event(event)?;
+        // Acquire on both: pairs with `record` (recorded) and with the stream's Release
+        // fetch_max (completed), so `true` makes the recorded work's writes visible.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        Ok(e.counter(COMPLETED).load(Ordering::Acquire) >= target)
+    }
+
+    fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()> {
+        let e = self.event(event)?;
+        // Acquire: as in `wait_event`.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        if wait_counter(&e, target, timeout) {
+            Ok(())
+        } else {
+            Err(Error::Timeout { what: "an event", after: timeout })
+        }
+    }
+
+    fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        self.stream(stream)?.sync(timeout)
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        let live = self.ledger.totals().buffers.live_bytes;
+        Ok(MemInfo { free: self.options.total_bytes.saturating_sub(live), total: self.options.total_bytes })
+    }
+}
+
+impl Drop for EmulatedDevice {
+    fn drop(&mut self) {
+        let _ = self.ledger.report_leaks();
+        // Tables drop after this: streams join their workers (bounded waits), regions unmap.
+    }
+}

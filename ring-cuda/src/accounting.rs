@@ -33,7 +33,12 @@ pub struct Limits {
 impl Default for Limits {
     /// 4 GiB, 4094 buffers, 4094 mappings, 16384 events.
     fn default() -> Self {
-        Self { max_bytes: 4 << 30, max_buffers: 4094, max_mappings: 4094, max_events: 16384 }
+        Self {
+            max_bytes: 4 << 30,
+            max_buffers: 4094,
+            max_mappings: 4094,
+            max_events: 16384,
+        }
     }
 }
 
@@ -152,7 +157,12 @@ impl LeakReport {
 
 impl fmt::Display for LeakReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        writeln!(f, "{} live device resources ({} bytes):", self.leaks.len(), self.bytes())?;
+        writeln!(
+            f,
+            "{} live device resources ({} bytes):",
+            self.leaks.len(),
+            self.bytes()
+        )?;
         for l in &self.leaks {
             writeln!(
                 f,
@@ -188,7 +198,9 @@ pub struct Ledger {
 
 impl fmt::Debug for Ledger {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Ledger").field("totals", &self.totals()).finish_non_exhaustive()
+        f.debug_struct("Ledger")
+            .field("totals", &self.totals())
+            .finish_non_exhaustive()
     }
 }
 
@@ -239,33 +251,55 @@ impl Ledger {
         let total = *g.totals.get(kind);
         let refuse = match kind {
             ResourceKind::Buffer => {
-                if total.live_bytes.checked_add(bytes).is_none_or(|b| b > limits.max_bytes) {
+                if total
+                    .live_bytes
+                    .checked_add(bytes)
+                    .is_none_or(|b| b > limits.max_bytes)
+                {
                     Some(Error::BytesCeiling {
                         requested: bytes,
                         live: total.live_bytes,
                         limit: limits.max_bytes,
                     })
                 } else if total.live >= limits.max_buffers {
-                    Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_buffers })
+                    Some(Error::CountCeiling {
+                        kind,
+                        live: total.live,
+                        limit: limits.max_buffers,
+                    })
                 } else {
                     None
                 }
             }
             ResourceKind::Mapping if total.live >= limits.max_mappings => {
-                Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_mappings })
+                Some(Error::CountCeiling {
+                    kind,
+                    live: total.live,
+                    limit: limits.max_mappings,
+                })
             }
-            ResourceKind::Event if total.live >= limits.max_events => {
-                Some(Error::CountCeiling { kind, live: total.live, limit: limits.max_events })
-            }
+            ResourceKind::Event if total.live >= limits.max_events => Some(Error::CountCeiling {
+                kind,
+                live: total.live,
+                limit: limits.max_events,
+            }),
             _ => None,
         };
         if let Some(e) = refuse {
             g.totals.get_mut(kind).ceiling_hits += 1;
-            g.owners.entry(owner).or_default().get_mut(kind).ceiling_hits += 1;
+            g.owners
+                .entry(owner)
+                .or_default()
+                .get_mut(kind)
+                .ceiling_hits += 1;
             return Err(e);
         }
         g.totals.get_mut(kind).charge(bytes);
-        g.owners.entry(owner).or_default().get_mut(kind).charge(bytes);
+        g.owners
+            .entry(owner)
+            .or_default()
+            .get_mut(kind)
+            .charge(bytes);
         Ok(())
     }
 
@@ -273,7 +307,11 @@ impl Ledger {
     pub(crate) fn cancel(&self, kind: ResourceKind, owner: Owner, bytes: u64) {
         let mut g = self.lock();
         g.totals.get_mut(kind).uncharge(bytes);
-        g.owners.entry(owner).or_default().get_mut(kind).uncharge(bytes);
+        g.owners
+            .entry(owner)
+            .or_default()
+            .get_mut(kind)
+            .uncharge(bytes);
     }
 
     /// Records the resource charged by the last [`Ledger::charge`] under its id.
@@ -281,7 +319,14 @@ impl Ledger {
         let mut g = self.lock();
         g.totals.get_mut(kind).acquired += 1;
         g.owners.entry(owner).or_default().get_mut(kind).acquired += 1;
-        g.live.insert((kind, id), LiveEntry { owner, bytes, since: Instant::now() });
+        g.live.insert(
+            (kind, id),
+            LiveEntry {
+                owner,
+                bytes,
+                since: Instant::now(),
+            },
+        );
     }
 
     /// Releases a tracked resource; `None` if the id is not live (double release).
@@ -325,11 +370,22 @@ impl Ledger {
             .iter()
             .map(|(&(kind, id), e)| {
                 let age = now.saturating_duration_since(e.since);
-                (e.since, Leak { kind, id, owner: e.owner, bytes: e.bytes, age })
+                (
+                    e.since,
+                    Leak {
+                        kind,
+                        id,
+                        owner: e.owner,
+                        bytes: e.bytes,
+                        age,
+                    },
+                )
             })
             .collect();
         leaks.sort_by_key(|(since, l)| (*since, l.id));
-        LeakReport { leaks: leaks.into_iter().map(|(_, l)| l).collect() }
+        LeakReport {
+            leaks: leaks.into_iter().map(|(_, l)| l).collect(),
+        }
     }
 
     /// Calls the leak hook (or prints to stderr) if anything is live; returns the report.
@@ -352,26 +408,48 @@ mod tests {
 
     #[test]
     fn ceilings_refuse_and_count_hits() {
-        let l = Ledger::new(Limits { max_bytes: 100, max_buffers: 2, ..Limits::default() });
+        let l = Ledger::new(Limits {
+            max_bytes: 100,
+            max_buffers: 2,
+            ..Limits::default()
+        });
         let o = Owner(7);
         l.charge(ResourceKind::Buffer, o, 60).unwrap();
         l.track(ResourceKind::Buffer, 1, o, 60);
         assert!(matches!(
             l.charge(ResourceKind::Buffer, o, 41),
-            Err(Error::BytesCeiling { requested: 41, live: 60, limit: 100 })
+            Err(Error::BytesCeiling {
+                requested: 41,
+                live: 60,
+                limit: 100
+            })
         ));
         l.charge(ResourceKind::Buffer, o, 40).unwrap();
         l.track(ResourceKind::Buffer, 2, o, 40);
         assert!(matches!(
             l.charge(ResourceKind::Buffer, o, 0),
-            Err(Error::CountCeiling { live: 2, limit: 2, .. })
+            Err(Error::CountCeiling {
+                live: 2,
+                limit: 2,
+                ..
+            })
         ));
         let s = l.owner(o).buffers;
-        assert_eq!((s.live, s.peak, s.live_bytes, s.ceiling_hits), (2, 2, 100, 2));
+        assert_eq!(
+            (s.live, s.peak, s.live_bytes, s.ceiling_hits),
+            (2, 2, 100, 2)
+        );
         assert_eq!(l.release(ResourceKind::Buffer, 1), Some((o, 60)));
-        assert_eq!(l.release(ResourceKind::Buffer, 1), None, "double release is refused");
+        assert_eq!(
+            l.release(ResourceKind::Buffer, 1),
+            None,
+            "double release is refused"
+        );
         let s = l.owner(o).buffers;
-        assert_eq!((s.live, s.peak, s.live_bytes, s.peak_bytes), (1, 2, 40, 100));
+        assert_eq!(
+            (s.live, s.peak, s.live_bytes, s.peak_bytes),
+            (1, 2, 40, 100)
+        );
         let report = l.leak_report();
         assert_eq!(report.leaks.len(), 1);
         assert_eq!((report.leaks[0].id, report.leaks[0].bytes), (2, 40));

@@ -44,7 +44,11 @@ impl<K: Hash + Eq, V: Copy> OpenCache<K, V> {
     /// An empty cache.
     #[must_use]
     pub fn new() -> Self {
-        Self { entries: HashMap::new(), hits: 0, opens: 0 }
+        Self {
+            entries: HashMap::new(),
+            hits: 0,
+            opens: 0,
+        }
     }
 
     /// The cached value for `key`, or the result of `open` (cached on success).
@@ -95,7 +99,11 @@ impl<K: Hash + Eq, V: Copy> OpenCache<K, V> {
     /// Counters.
     #[must_use]
     pub fn stats(&self) -> CacheStats {
-        CacheStats { hits: self.hits, opens: self.opens, live: self.entries.len() }
+        CacheStats {
+            hits: self.hits,
+            opens: self.opens,
+            live: self.entries.len(),
+        }
     }
 }
 

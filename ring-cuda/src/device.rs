@@ -5,7 +5,7 @@ use core::time::Duration;
 use crate::accounting::Ledger;
 use crate::error::Result;
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, Mem, MemHandle, MemInfo, MappingId, Owner,
+    BufferId, EventId, ExportKind, IpcEventHandle, MappingId, Mem, MemHandle, MemInfo, Owner,
     StreamId,
 };
 

@@ -111,14 +111,21 @@ impl fmt::Display for Error {
                  the container's --gpus option)"
             ),
             Self::BadOrdinal { ordinal, count } => {
-                write!(f, "device ordinal {ordinal} does not exist ({count} devices present)")
+                write!(
+                    f,
+                    "device ordinal {ordinal} does not exist ({count} devices present)"
+                )
             }
             Self::Driver { call, code } => write!(
                 f,
                 "CUDA driver call {call} failed with CUresult {code} ({})",
                 cu_result_name(*code)
             ),
-            Self::BytesCeiling { requested, live, limit } => write!(
+            Self::BytesCeiling {
+                requested,
+                live,
+                limit,
+            } => write!(
                 f,
                 "device byte ceiling: {requested} bytes requested with {live} live, limit \
                  {limit} (free buffers or raise Limits::max_bytes)"
@@ -146,7 +153,9 @@ impl fmt::Display for Error {
                 "stale IPC handle: the exporting process freed the buffer or exited"
             ),
             Self::Unsupported(what) => write!(f, "not supported by this device: {what}"),
-            Self::Timeout { what, after } => write!(f, "timed out after {after:?} waiting for {what}"),
+            Self::Timeout { what, after } => {
+                write!(f, "timed out after {after:?} waiting for {what}")
+            }
             Self::StreamFault(what) => write!(f, "stream fault: {what}"),
             Self::Io(e) => write!(f, "operating-system error: {e}"),
         }

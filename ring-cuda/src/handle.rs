@@ -120,7 +120,9 @@ pub struct IpcMemHandle {
 
 impl fmt::Debug for IpcMemHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("IpcMemHandle").field("len", &self.len).finish_non_exhaustive()
+        f.debug_struct("IpcMemHandle")
+            .field("len", &self.len)
+            .finish_non_exhaustive()
     }
 }
 

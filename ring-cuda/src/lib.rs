@@ -39,10 +39,15 @@
 //! assert!(producer.ledger().leak_report().is_empty());
 //! # Ok::<(), ring_cuda::Error>(())
 //! ```
-#![allow(clippy::std_instead_of_core, clippy::std_instead_of_alloc, reason = "std crate")]
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std crate"
+)]
 
 pub mod accounting;
 mod cache;
+pub mod conformance;
 mod cuda;
 mod device;
 mod emulated;
@@ -56,6 +61,6 @@ pub use device::Device;
 pub use emulated::{EmulatedDevice, EmulatedOptions};
 pub use error::{cu_result_name, Error, Result};
 pub use handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, Mem, MemHandle, MemInfo,
-    MappingId, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    MemInfo, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
 };

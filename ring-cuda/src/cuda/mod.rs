@@ -30,7 +30,10 @@ fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
     match r {
         sys::CUresult::CUDA_SUCCESS => Ok(()),
         sys::CUresult::CUDA_ERROR_NO_DEVICE => Err(Error::NoDevice),
-        other => Err(Error::Driver { call, code: other as u32 }),
+        other => Err(Error::Driver {
+            call,
+            code: other as u32,
+        }),
     }
 }
 
@@ -104,17 +107,25 @@ pub struct CudaDevice {
 
 impl core::fmt::Debug for CudaDevice {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("CudaDevice").field("ordinal", &self.ordinal).finish_non_exhaustive()
+        f.debug_struct("CudaDevice")
+            .field("ordinal", &self.ordinal)
+            .finish_non_exhaustive()
     }
 }
 
 fn round_up(len: u64, to: usize) -> Result<usize> {
     let len = usize::try_from(len).map_err(|_| Error::InvalidLength { len })?;
     let to = to.max(1);
-    len.div_ceil(to).checked_mul(to).ok_or(Error::InvalidLength { len: len as u64 })
+    len.div_ceil(to)
+        .checked_mul(to)
+        .ok_or(Error::InvalidLength { len: len as u64 })
 }
 
-fn poll(what: &'static str, timeout: Duration, mut ready: impl FnMut() -> Result<bool>) -> Result<()> {
+fn poll(
+    what: &'static str,
+    timeout: Duration,
+    mut ready: impl FnMut() -> Result<bool>,
+) -> Result<()> {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -122,7 +133,10 @@ fn poll(what: &'static str, timeout: Duration, mut ready: impl FnMut() -> Result
             return Ok(());
         }
         if start.elapsed() >= timeout {
-            return Err(Error::Timeout { what, after: timeout });
+            return Err(Error::Timeout {
+                what,
+                after: timeout,
+            });
         }
         spins += 1;
         if spins < 1000 {
@@ -157,7 +171,9 @@ impl CudaDevice {
         check("cuDeviceGet", unsafe { sys::cuDeviceGet(&mut dev, ord) })?;
         let mut ctx: sys::CUcontext = core::ptr::null_mut();
         // SAFETY: `dev` is a valid device; out-pointer valid. Released in Drop.
-        check("cuDevicePrimaryCtxRetain", unsafe { sys::cuDevicePrimaryCtxRetain(&mut ctx, dev) })?;
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+        })?;
         let mut this = Self {
             ordinal,
             dev,
@@ -203,7 +219,8 @@ impl CudaDevice {
     fn vmm_prop(&self) -> sys::CUmemAllocationProp {
         sys::CUmemAllocationProp {
             type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-            requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+            requestedHandleTypes:
+                sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
             location: sys::CUmemLocation {
                 type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
                 id: self.dev,
@@ -221,7 +238,9 @@ impl CudaDevice {
     /// Makes the primary context current on the calling thread.
     fn bind(&self) -> Result<()> {
         // SAFETY: `ctx` is the primary context retained in `new` and released only in Drop.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx as sys::CUcontext) })
+        check("cuCtxSetCurrent", unsafe {
+            sys::cuCtxSetCurrent(self.ctx as sys::CUcontext)
+        })
     }
 
     fn lock(&self) -> MutexGuard<'_, Tables> {
@@ -251,31 +270,49 @@ impl CudaDevice {
         let m = self.mem(mem)?;
         match offset.checked_add(len) {
             Some(end) if end <= m.len => Ok(m.ptr + offset),
-            _ => Err(Error::OutOfBounds { offset, len, size: m.len }),
+            _ => Err(Error::OutOfBounds {
+                offset,
+                len,
+                size: m.len,
+            }),
         }
     }
 
     fn stream(&self, s: StreamId) -> Result<sys::CUstream> {
         let t = self.lock();
-        let p = t.streams.get(&s.0).ok_or(Error::UnknownId { kind: ResourceKind::Stream, id: s.0 })?;
+        let p = t.streams.get(&s.0).ok_or(Error::UnknownId {
+            kind: ResourceKind::Stream,
+            id: s.0,
+        })?;
         Ok(*p as sys::CUstream)
     }
 
     fn event(&self, e: EventId) -> Result<sys::CUevent> {
         let t = self.lock();
-        let p = t.events.get(&e.0).ok_or(Error::UnknownId { kind: ResourceKind::Event, id: e.0 })?;
+        let p = t.events.get(&e.0).ok_or(Error::UnknownId {
+            kind: ResourceKind::Event,
+            id: e.0,
+        })?;
         Ok(*p as sys::CUevent)
     }
 
     /// Reserves an address range for a VMM handle, maps it and grants this device read-write
     /// access; undoes what it did on failure.
-    fn map_vmm(&self, handle: sys::CUmemGenericAllocationHandle, padded: usize) -> Result<sys::CUdeviceptr> {
+    fn map_vmm(
+        &self,
+        handle: sys::CUmemGenericAllocationHandle,
+        padded: usize,
+    ) -> Result<sys::CUdeviceptr> {
         let mut ptr: sys::CUdeviceptr = 0;
         // SAFETY: context bound by the caller; out-pointer valid; size is granularity-aligned.
-        check("cuMemAddressReserve", unsafe { sys::cuMemAddressReserve(&mut ptr, padded, 0, 0, 0) })?;
+        check("cuMemAddressReserve", unsafe {
+            sys::cuMemAddressReserve(&mut ptr, padded, 0, 0, 0)
+        })?;
         // SAFETY: `ptr..ptr+padded` was just reserved and `handle` is a live allocation of at
         // least `padded` bytes.
-        if let Err(e) = check("cuMemMap", unsafe { sys::cuMemMap(ptr, padded, 0, handle, 0) }) {
+        if let Err(e) = check("cuMemMap", unsafe {
+            sys::cuMemMap(ptr, padded, 0, handle, 0)
+        }) {
             // SAFETY: releases the reservation made above, which nothing maps.
             unsafe { sys::cuMemAddressFree(ptr, padded) };
             return Err(e);
@@ -288,7 +325,9 @@ impl CudaDevice {
             flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
         };
         // SAFETY: the range is mapped; `desc` is one valid descriptor.
-        if let Err(e) = check("cuMemSetAccess", unsafe { sys::cuMemSetAccess(ptr, padded, &desc, 1) }) {
+        if let Err(e) = check("cuMemSetAccess", unsafe {
+            sys::cuMemSetAccess(ptr, padded, &desc, 1)
+        }) {
             // SAFETY: undoes the map and reservation above; nothing else uses the range yet.
             unsafe {
                 sys::cuMemUnmap(ptr, padded);
@@ -311,7 +350,9 @@ impl CudaDevice {
                 check("cuMemRelease", sys::cuMemRelease(handle))
             },
             // SAFETY: as above; legacy pointers came from cuIpcOpenMemHandle or cuMemAlloc.
-            None if mapping => check("cuIpcCloseMemHandle", unsafe { sys::cuIpcCloseMemHandle(m.ptr) }),
+            None if mapping => check("cuIpcCloseMemHandle", unsafe {
+                sys::cuIpcCloseMemHandle(m.ptr)
+            }),
             // SAFETY: as above.
             None => check("cuMemFree", unsafe { sys::cuMemFree_v2(m.ptr) }),
         }
@@ -351,4 +392,3 @@ impl Drop for CudaDevice {
         unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
     }
 }
-

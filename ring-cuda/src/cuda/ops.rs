@@ -12,8 +12,8 @@ use crate::accounting::Ledger;
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, Mem, MemHandle, MemInfo,
-    MappingId, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    MemInfo, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
 };
 
 fn to_raw(bytes: &[core::ffi::c_char; IPC_HANDLE_SIZE]) -> [u8; IPC_HANDLE_SIZE] {
@@ -53,7 +53,10 @@ impl CudaDevice {
     }
 
     fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {
-        self.ledger.release(kind, id).map(drop).ok_or(Error::UnknownId { kind, id })
+        self.ledger
+            .release(kind, id)
+            .map(drop)
+            .ok_or(Error::UnknownId { kind, id })
     }
 
     fn alloc_vmm(&self, len: u64) -> Result<DevMem> {
@@ -70,7 +73,12 @@ impl CudaDevice {
         }
         check("cuMemCreate", r)?;
         match self.map_vmm(handle, padded) {
-            Ok(ptr) => Ok(DevMem { ptr, len, vmm: Some((handle, padded)), kind: ExportKind::Fd }),
+            Ok(ptr) => Ok(DevMem {
+                ptr,
+                len,
+                vmm: Some((handle, padded)),
+                kind: ExportKind::Fd,
+            }),
             Err(e) => {
                 // SAFETY: the handle was created above and nothing maps it.
                 unsafe { sys::cuMemRelease(handle) };
@@ -101,7 +109,12 @@ impl Device for CudaDevice {
                 if r == sys::CUresult::CUDA_ERROR_OUT_OF_MEMORY {
                     return Err(Error::OutOfMemory { requested: len });
                 }
-                check("cuMemAlloc", r).map(|()| DevMem { ptr, len, vmm: None, kind: export })
+                check("cuMemAlloc", r).map(|()| DevMem {
+                    ptr,
+                    len,
+                    vmm: None,
+                    kind: export,
+                })
             }
             ExportKind::Fd => self.alloc_vmm(len),
         };
@@ -112,11 +125,10 @@ impl Device for CudaDevice {
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        let m = self
-            .lock()
-            .buffers
-            .remove(&buf.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        let m = self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
+            kind: ResourceKind::Buffer,
+            id: buf.0,
+        })?;
         self.release(ResourceKind::Buffer, buf.0)?;
         self.release_mem(m, false)
     }
@@ -131,10 +143,17 @@ impl Device for CudaDevice {
         self.bind()?;
         match m.vmm {
             None => {
-                let mut h = sys::CUipcMemHandle { reserved: [0; IPC_HANDLE_SIZE] };
+                let mut h = sys::CUipcMemHandle {
+                    reserved: [0; IPC_HANDLE_SIZE],
+                };
                 // SAFETY: `m.ptr` is the base of a live cuMemAlloc allocation; out-pointer valid.
-                check("cuIpcGetMemHandle", unsafe { sys::cuIpcGetMemHandle(&mut h, m.ptr) })?;
-                Ok(MemHandle::Ipc(IpcMemHandle { raw: to_raw(&h.reserved), len: m.len }))
+                check("cuIpcGetMemHandle", unsafe {
+                    sys::cuIpcGetMemHandle(&mut h, m.ptr)
+                })?;
+                Ok(MemHandle::Ipc(IpcMemHandle {
+                    raw: to_raw(&h.reserved),
+                    len: m.len,
+                }))
             }
             Some((handle, _)) => {
                 let mut fd: c_int = -1;
@@ -149,10 +168,16 @@ impl Device for CudaDevice {
                     )
                 })?;
                 if fd < 0 {
-                    return Err(Error::Driver { call: "cuMemExportToShareableHandle", code: 999 });
+                    return Err(Error::Driver {
+                        call: "cuMemExportToShareableHandle",
+                        code: 999,
+                    });
                 }
                 // SAFETY: the driver just created this descriptor for us; we own it.
-                Ok(MemHandle::Fd { fd: unsafe { OwnedFd::from_raw_fd(fd) }, len: m.len })
+                Ok(MemHandle::Fd {
+                    fd: unsafe { OwnedFd::from_raw_fd(fd) },
+                    len: m.len,
+                })
             }
         }
     }
@@ -165,7 +190,9 @@ impl Device for CudaDevice {
         let make = || match handle {
             MemHandle::Ipc(h) => {
                 let mut ptr: sys::CUdeviceptr = 0;
-                let raw = sys::CUipcMemHandle { reserved: from_raw(&h.raw) };
+                let raw = sys::CUipcMemHandle {
+                    reserved: from_raw(&h.raw),
+                };
                 // SAFETY: context bound; the handle bytes are untrusted but the driver
                 // validates them and fails cleanly; out-pointer valid.
                 check("cuIpcOpenMemHandle", unsafe {
@@ -181,9 +208,16 @@ impl Device for CudaDevice {
                 if check("cuMemGetAddressRange", r).is_err() || (size as u64) < len {
                     // SAFETY: undoes the open above.
                     unsafe { sys::cuIpcCloseMemHandle(ptr) };
-                    return Err(Error::InvalidHandle("mapped size is smaller than the handle's length"));
+                    return Err(Error::InvalidHandle(
+                        "mapped size is smaller than the handle's length",
+                    ));
                 }
-                Ok(DevMem { ptr, len, vmm: None, kind: ExportKind::Ipc })
+                Ok(DevMem {
+                    ptr,
+                    len,
+                    vmm: None,
+                    kind: ExportKind::Ipc,
+                })
             }
             MemHandle::Fd { fd, len } => {
                 if !self.vmm {
@@ -201,7 +235,12 @@ impl Device for CudaDevice {
                     )
                 })?;
                 match self.map_vmm(h, padded) {
-                    Ok(ptr) => Ok(DevMem { ptr, len: *len, vmm: Some((h, padded)), kind: ExportKind::Fd }),
+                    Ok(ptr) => Ok(DevMem {
+                        ptr,
+                        len: *len,
+                        vmm: Some((h, padded)),
+                        kind: ExportKind::Fd,
+                    }),
                     Err(e) => {
                         // SAFETY: the imported handle is unmapped; release our reference.
                         unsafe { sys::cuMemRelease(h) };
@@ -221,7 +260,10 @@ impl Device for CudaDevice {
             .lock()
             .mappings
             .remove(&mapping.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Mapping, id: mapping.0 })?;
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Mapping,
+                id: mapping.0,
+            })?;
         self.release(ResourceKind::Mapping, mapping.0)?;
         self.release_mem(m, true)
     }
@@ -235,7 +277,10 @@ impl Device for CudaDevice {
             let mut s: sys::CUstream = core::ptr::null_mut();
             // SAFETY: context bound; out-pointer valid.
             check("cuStreamCreate", unsafe {
-                sys::cuStreamCreate(&mut s, sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint)
+                sys::cuStreamCreate(
+                    &mut s,
+                    sys::CUstream_flags::CU_STREAM_NON_BLOCKING as c_uint,
+                )
             })
             .map(|()| s as usize)
         };
@@ -251,11 +296,16 @@ impl Device for CudaDevice {
             .lock()
             .streams
             .remove(&stream.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Stream, id: stream.0 })?;
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Stream,
+                id: stream.0,
+            })?;
         self.release(ResourceKind::Stream, stream.0)?;
         self.bind()?;
         // SAFETY: removed from the table, so no id refers to it; queued work still completes.
-        check("cuStreamDestroy", unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) })?;
+        check("cuStreamDestroy", unsafe {
+            sys::cuStreamDestroy_v2(s as sys::CUstream)
+        })?;
         synced
     }
 
@@ -275,7 +325,9 @@ impl Device for CudaDevice {
         let s = self.stream(stream)?;
         self.bind()?;
         // SAFETY: range bounds-checked.
-        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(d, byte, usize_len(len)?, s) })
+        check("cuMemsetD8Async", unsafe {
+            sys::cuMemsetD8Async(d, byte, usize_len(len)?, s)
+        })
     }
 
     fn copy(
@@ -287,11 +339,16 @@ impl Device for CudaDevice {
         src_offset: u64,
         len: u64,
     ) -> Result<()> {
-        let (d, sp) = (self.at(dst, dst_offset, len)?, self.at(src, src_offset, len)?);
+        let (d, sp) = (
+            self.at(dst, dst_offset, len)?,
+            self.at(src, src_offset, len)?,
+        );
         let s = self.stream(stream)?;
         self.bind()?;
         // SAFETY: both ranges bounds-checked.
-        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(d, sp, usize_len(len)?, s) })
+        check("cuMemcpyDtoDAsync", unsafe {
+            sys::cuMemcpyDtoDAsync_v2(d, sp, usize_len(len)?, s)
+        })
     }
 
     fn read(
@@ -320,7 +377,10 @@ impl Device for CudaDevice {
                 | sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as c_uint;
             // SAFETY: context bound; out-pointer valid; INTERPROCESS requires DISABLE_TIMING,
             // which is set.
-            check("cuEventCreate", unsafe { sys::cuEventCreate(&mut e, flags) }).map(|()| e as usize)
+            check("cuEventCreate", unsafe {
+                sys::cuEventCreate(&mut e, flags)
+            })
+            .map(|()| e as usize)
         };
         let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
             t.events.insert(id, e);
@@ -331,19 +391,29 @@ impl Device for CudaDevice {
     fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
         let e = self.event(event)?;
         self.bind()?;
-        let mut h = sys::CUipcEventHandle { reserved: [0; IPC_HANDLE_SIZE] };
+        let mut h = sys::CUipcEventHandle {
+            reserved: [0; IPC_HANDLE_SIZE],
+        };
         // SAFETY: `e` is a live interprocess event; out-pointer valid.
-        check("cuIpcGetEventHandle", unsafe { sys::cuIpcGetEventHandle(&mut h, e) })?;
-        Ok(IpcEventHandle { raw: to_raw(&h.reserved) })
+        check("cuIpcGetEventHandle", unsafe {
+            sys::cuIpcGetEventHandle(&mut h, e)
+        })?;
+        Ok(IpcEventHandle {
+            raw: to_raw(&h.reserved),
+        })
     }
 
     fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
         let make = || {
             let mut e: sys::CUevent = core::ptr::null_mut();
-            let raw = sys::CUipcEventHandle { reserved: from_raw(&handle.raw) };
+            let raw = sys::CUipcEventHandle {
+                reserved: from_raw(&handle.raw),
+            };
             // SAFETY: context bound; untrusted bytes are validated by the driver.
-            check("cuIpcOpenEventHandle", unsafe { sys::cuIpcOpenEventHandle(&mut e, raw) })
-                .map(|()| e as usize)
+            check("cuIpcOpenEventHandle", unsafe {
+                sys::cuIpcOpenEventHandle(&mut e, raw)
+            })
+            .map(|()| e as usize)
         };
         let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
             t.events.insert(id, e);
@@ -356,11 +426,16 @@ impl Device for CudaDevice {
             .lock()
             .events
             .remove(&event.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: event.0 })?;
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Event,
+                id: event.0,
+            })?;
         self.release(ResourceKind::Event, event.0)?;
         self.bind()?;
         // SAFETY: removed from the table, so no id refers to it.
-        check("cuEventDestroy", unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) })
+        check("cuEventDestroy", unsafe {
+            sys::cuEventDestroy_v2(e as sys::CUevent)
+        })
     }
 
     fn record(&self, event: EventId, stream: StreamId) -> Result<()> {
@@ -374,7 +449,9 @@ impl Device for CudaDevice {
         let (e, s) = (self.event(event)?, self.stream(stream)?);
         self.bind()?;
         // SAFETY: both handles live; flags 0 (CU_EVENT_WAIT_DEFAULT).
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(s, e, 0) })
+        check("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(s, e, 0)
+        })
     }
 
     fn query(&self, event: EventId) -> Result<bool> {
@@ -389,21 +466,30 @@ impl Device for CudaDevice {
         self.bind()?;
         // SAFETY: live handle (the id cannot be destroyed by this thread meanwhile; another
         // thread destroying it concurrently is a caller bug the driver reports as an error).
-        poll("an event", timeout, || not_ready("cuEventQuery", unsafe { sys::cuEventQuery(e) }))
+        poll("an event", timeout, || {
+            not_ready("cuEventQuery", unsafe { sys::cuEventQuery(e) })
+        })
     }
 
     fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let s = self.stream(stream)?;
         self.bind()?;
         // SAFETY: live handle.
-        poll("stream work", timeout, || not_ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s) }))
+        poll("stream work", timeout, || {
+            not_ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s) })
+        })
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
         self.bind()?;
         let (mut free, mut total) = (0usize, 0usize);
         // SAFETY: context bound; out-pointers valid.
-        check("cuMemGetInfo", unsafe { sys::cuMemGetInfo_v2(&mut free, &mut total) })?;
-        Ok(MemInfo { free: free as u64, total: total as u64 })
+        check("cuMemGetInfo", unsafe {
+            sys::cuMemGetInfo_v2(&mut free, &mut total)
+        })?;
+        Ok(MemInfo {
+            free: free as u64,
+            total: total as u64,
+        })
     }
 }

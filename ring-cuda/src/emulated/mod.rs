@@ -24,8 +24,8 @@ use crate::accounting::{Ledger, Limits};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, Mem, MemHandle, MemInfo,
-    MappingId, Owner, ResourceKind, StreamId,
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    MemInfo, Owner, ResourceKind, StreamId,
 };
 
 /// Options of an [`EmulatedDevice`].
@@ -71,7 +71,9 @@ pub struct EmulatedDevice {
 
 impl core::fmt::Debug for EmulatedDevice {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("EmulatedDevice").field("options", &self.options).finish_non_exhaustive()
+        f.debug_struct("EmulatedDevice")
+            .field("options", &self.options)
+            .finish_non_exhaustive()
     }
 }
 
@@ -114,16 +116,23 @@ impl EmulatedDevice {
     }
 
     fn timing(&self) -> Timing {
-        Timing { op_delay: self.options.op_delay, wait_bound: self.options.wait_bound }
+        Timing {
+            op_delay: self.options.op_delay,
+            wait_bound: self.options.wait_bound,
+        }
     }
 
     fn region(&self, mem: Mem) -> Result<Arc<Region>> {
         let t = self.lock();
         match mem {
-            Mem::Buffer(b) => t.buffers.get(&b.0).map(|b| b.0.clone()).ok_or(Error::UnknownId {
-                kind: ResourceKind::Buffer,
-                id: b.0,
-            }),
+            Mem::Buffer(b) => t
+                .buffers
+                .get(&b.0)
+                .map(|b| b.0.clone())
+                .ok_or(Error::UnknownId {
+                    kind: ResourceKind::Buffer,
+                    id: b.0,
+                }),
             Mem::Mapping(m) => t.mappings.get(&m.0).cloned().ok_or(Error::UnknownId {
                 kind: ResourceKind::Mapping,
                 id: m.0,
@@ -136,7 +145,10 @@ impl EmulatedDevice {
             .events
             .get(&e.0)
             .cloned()
-            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: e.0 })
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Event,
+                id: e.0,
+            })
     }
 
     fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
@@ -144,7 +156,10 @@ impl EmulatedDevice {
             .streams
             .get(&s.0)
             .cloned()
-            .ok_or(Error::UnknownId { kind: ResourceKind::Stream, id: s.0 })
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Stream,
+                id: s.0,
+            })
     }
 
     /// Charges, creates and tracks one resource; the charge is cancelled if `make` fails.
@@ -172,7 +187,10 @@ impl EmulatedDevice {
     }
 
     fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {
-        self.ledger.release(kind, id).map(drop).ok_or(Error::UnknownId { kind, id })
+        self.ledger
+            .release(kind, id)
+            .map(drop)
+            .ok_or(Error::UnknownId { kind, id })
     }
 }
 
@@ -212,28 +230,37 @@ impl Device for EmulatedDevice {
     fn free(&self, buf: BufferId) -> Result<()> {
         // Queued work holds its own reference to the region, so the bytes outlive it (the
         // emulated counterpart of cuMemFree waiting for the device).
-        self.lock()
-            .buffers
-            .remove(&buf.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
+            kind: ResourceKind::Buffer,
+            id: buf.0,
+        })?;
         self.release(ResourceKind::Buffer, buf.0)
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
-        let (r, allocated_as) = self
-            .lock()
-            .buffers
-            .get(&buf.0)
-            .cloned()
-            .ok_or(Error::UnknownId { kind: ResourceKind::Buffer, id: buf.0 })?;
+        let (r, allocated_as) =
+            self.lock()
+                .buffers
+                .get(&buf.0)
+                .cloned()
+                .ok_or(Error::UnknownId {
+                    kind: ResourceKind::Buffer,
+                    id: buf.0,
+                })?;
         if allocated_as != kind {
             return Err(Error::InvalidOperation(
                 "export kind differs from the kind the buffer was allocated for",
             ));
         }
         Ok(match kind {
-            ExportKind::Ipc => MemHandle::Ipc(IpcMemHandle { raw: r.handle(MEM_MAGIC), len: r.len() }),
-            ExportKind::Fd => MemHandle::Fd { fd: r.export_fd()?, len: r.len() },
+            ExportKind::Ipc => MemHandle::Ipc(IpcMemHandle {
+                raw: r.handle(MEM_MAGIC),
+                len: r.len(),
+            }),
+            ExportKind::Fd => MemHandle::Fd {
+                fd: r.export_fd()?,
+                len: r.len(),
+            },
         })
     }
 
@@ -244,13 +271,21 @@ impl Device for EmulatedDevice {
                 MemHandle::Fd { fd, len } => Region::open_fd(fd, *len)?,
             };
             if r.len() != handle.len() {
-                return Err(Error::InvalidHandle("length does not match the exported buffer"));
+                return Err(Error::InvalidHandle(
+                    "length does not match the exported buffer",
+                ));
             }
             Ok(r)
         };
-        let id = self.acquire(ResourceKind::Mapping, owner, handle.len(), make, |t, id, r| {
-            t.mappings.insert(id, Arc::new(r));
-        })?;
+        let id = self.acquire(
+            ResourceKind::Mapping,
+            owner,
+            handle.len(),
+            make,
+            |t, id, r| {
+                t.mappings.insert(id, Arc::new(r));
+            },
+        )?;
         Ok(MappingId(id))
     }
 
@@ -258,7 +293,10 @@ impl Device for EmulatedDevice {
         self.lock()
             .mappings
             .remove(&mapping.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Mapping, id: mapping.0 })?;
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Mapping,
+                id: mapping.0,
+            })?;
         self.release(ResourceKind::Mapping, mapping.0)
     }
 
@@ -268,9 +306,15 @@ impl Device for EmulatedDevice {
 
     fn create_stream(&self, owner: Owner) -> Result<StreamId> {
         let timing = self.timing();
-        let id = self.acquire(ResourceKind::Stream, owner, 0, || Stream::spawn(timing), |t, id, s| {
-            t.streams.insert(id, Arc::new(s));
-        })?;
+        let id = self.acquire(
+            ResourceKind::Stream,
+            owner,
+            0,
+            || Stream::spawn(timing),
+            |t, id, s| {
+                t.streams.insert(id, Arc::new(s));
+            },
+        )?;
         Ok(StreamId(id))
     }
 
@@ -285,13 +329,22 @@ impl Device for EmulatedDevice {
     fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()> {
         let r = self.region(dst)?;
         let (offset, _) = range(offset, src.len() as u64, r.len())?;
-        self.stream(stream)?.push(Op::Write { dst: r, offset, data: src.to_vec() })
+        self.stream(stream)?.push(Op::Write {
+            dst: r,
+            offset,
+            data: src.to_vec(),
+        })
     }
 
     fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()> {
         let r = self.region(dst)?;
         let (offset, len) = range(offset, len, r.len())?;
-        self.stream(stream)?.push(Op::Fill { dst: r, offset, len, byte })
+        self.stream(stream)?.push(Op::Fill {
+            dst: r,
+            offset,
+            len,
+            byte,
+        })
     }
 
     fn copy(
@@ -306,7 +359,13 @@ impl Device for EmulatedDevice {
         let (d, s) = (self.region(dst)?, self.region(src)?);
         let (dst_offset, len) = range(dst_offset, len, d.len())?;
         let (src_offset, _) = range(src_offset, len as u64, s.len())?;
-        self.stream(stream)?.push(Op::Copy { dst: d, dst_offset, src: s, src_offset, len })
+        self.stream(stream)?.push(Op::Copy {
+            dst: d,
+            dst_offset,
+            src: s,
+            src_offset,
+            len,
+        })
     }
 
     fn read(
@@ -338,7 +397,9 @@ impl Device for EmulatedDevice {
     }
 
     fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
-        Ok(IpcEventHandle { raw: self.event(event)?.handle(EVENT_MAGIC) })
+        Ok(IpcEventHandle {
+            raw: self.event(event)?.handle(EVENT_MAGIC),
+        })
     }
 
     fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
@@ -359,7 +420,10 @@ impl Device for EmulatedDevice {
         self.lock()
             .events
             .remove(&event.0)
-            .ok_or(Error::UnknownId { kind: ResourceKind::Event, id: event.0 })?;
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Event,
+                id: event.0,
+            })?;
         self.release(ResourceKind::Event, event.0)
     }
 
@@ -395,7 +459,10 @@ impl Device for EmulatedDevice {
         if wait_counter(&e, target, timeout) {
             Ok(())
         } else {
-            Err(Error::Timeout { what: "an event", after: timeout })
+            Err(Error::Timeout {
+                what: "an event",
+                after: timeout,
+            })
         }
     }
 
@@ -405,7 +472,10 @@ impl Device for EmulatedDevice {
 
     fn mem_info(&self) -> Result<MemInfo> {
         let live = self.ledger.totals().buffers.live_bytes;
-        Ok(MemInfo { free: self.options.total_bytes.saturating_sub(live), total: self.options.total_bytes })
+        Ok(MemInfo {
+            free: self.options.total_bytes.saturating_sub(live),
+            total: self.options.total_bytes,
+        })
     }
 }
 

@@ -37,7 +37,10 @@ pub(crate) struct Region {
 
 impl core::fmt::Debug for Region {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        f.debug_struct("Region").field("len", &self.len).field("nonce", &self.nonce).finish()
+        f.debug_struct("Region")
+            .field("len", &self.len)
+            .field("nonce", &self.nonce)
+            .finish()
     }
 }
 
@@ -45,11 +48,22 @@ fn next_nonce() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     static BASE: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
     let base = *BASE.get_or_init(|| {
-        let t = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        t ^ (u64::from(rustix::process::getpid().as_raw_nonzero().get().unsigned_abs()) << 40)
+        let t = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        t ^ (u64::from(
+            rustix::process::getpid()
+                .as_raw_nonzero()
+                .get()
+                .unsigned_abs(),
+        ) << 40)
     });
     // Relaxed: only uniqueness matters, not ordering with other memory.
-    base.wrapping_add(COUNTER.fetch_add(1, Ordering::Relaxed).wrapping_mul(0x9E37_79B9_7F4A_7C15))
+    base.wrapping_add(
+        COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    )
 }
 
 fn memfd_name(kind: &str, nonce: u64) -> String {
@@ -88,7 +102,12 @@ impl Region {
     fn map(file: File, nonce: u64, len: u64) -> Result<Self> {
         let map_len = usize::try_from(len).map_err(|_| Error::InvalidLength { len })?;
         let map = MmapOptions::new().len(map_len).map_raw(&file)?;
-        Ok(Self { map, file, nonce, len })
+        Ok(Self {
+            map,
+            file,
+            nonce,
+            len,
+        })
     }
 
     /// Checks that `fd` is a sealed memfd of exactly `len` bytes, so that mapping it can never
@@ -101,7 +120,9 @@ impl Region {
         }
         let st = rustix::fs::fstat(&fd)?;
         if u64::try_from(st.st_size).ok() != Some(len) || len == 0 || len > MAX_LEN {
-            return Err(Error::InvalidHandle("size does not match the handle's length"));
+            return Err(Error::InvalidHandle(
+                "size does not match the handle's length",
+            ));
         }
         Ok(())
     }
@@ -111,7 +132,10 @@ impl Region {
         use std::os::fd::AsRawFd;
         let mut raw = [0u8; IPC_HANDLE_SIZE];
         raw[0..8].copy_from_slice(&magic);
-        let pid = rustix::process::getpid().as_raw_nonzero().get().unsigned_abs();
+        let pid = rustix::process::getpid()
+            .as_raw_nonzero()
+            .get()
+            .unsigned_abs();
         raw[8..12].copy_from_slice(&pid.to_le_bytes());
         raw[12..16].copy_from_slice(&self.file.as_raw_fd().unsigned_abs().to_le_bytes());
         raw[16..24].copy_from_slice(&self.nonce.to_le_bytes());
@@ -126,10 +150,16 @@ impl Region {
         kind: &str,
     ) -> Result<Self> {
         if raw[0..8] != magic {
-            return Err(Error::InvalidHandle("wrong magic (not an emulated handle of this kind)"));
+            return Err(Error::InvalidHandle(
+                "wrong magic (not an emulated handle of this kind)",
+            ));
         }
-        let (pid, fd, nonce, len) =
-            (read_u32(raw, 8), read_u32(raw, 12), read_u64(raw, 16), read_u64(raw, 24));
+        let (pid, fd, nonce, len) = (
+            read_u32(raw, 8),
+            read_u32(raw, 12),
+            read_u64(raw, 16),
+            read_u64(raw, 24),
+        );
         if raw[32..].iter().any(|&b| b != 0) {
             return Err(Error::InvalidHandle("reserved bytes are not zero"));
         }
@@ -175,7 +205,10 @@ impl Region {
 
     /// One of the event counters (`index` 0 or 1) of an event region.
     pub(crate) fn counter(&self, index: usize) -> &AtomicU64 {
-        assert!(index < 2 && self.len >= EVENT_BYTES, "event region too small");
+        assert!(
+            index < 2 && self.len >= EVENT_BYTES,
+            "event region too small"
+        );
         // SAFETY:
         // - the mapping is at least EVENT_BYTES long and page-aligned, so offset index * 64 is
         //   in bounds and 8-aligned;

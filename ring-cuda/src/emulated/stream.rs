@@ -16,13 +16,41 @@ pub(crate) const COMPLETED: usize = 1;
 
 /// One unit of queued work.
 pub(crate) enum Op {
-    Write { dst: Arc<Region>, offset: usize, data: Vec<u8> },
-    Fill { dst: Arc<Region>, offset: usize, len: usize, byte: u8 },
-    Copy { dst: Arc<Region>, dst_offset: usize, src: Arc<Region>, src_offset: usize, len: usize },
-    Read { src: Arc<Region>, offset: usize, len: usize, reply: Sender<Result<Vec<u8>>> },
-    Record { event: Arc<Region>, target: u64 },
-    Wait { event: Arc<Region>, target: u64 },
-    Marker { reply: Sender<Result<()>> },
+    Write {
+        dst: Arc<Region>,
+        offset: usize,
+        data: Vec<u8>,
+    },
+    Fill {
+        dst: Arc<Region>,
+        offset: usize,
+        len: usize,
+        byte: u8,
+    },
+    Copy {
+        dst: Arc<Region>,
+        dst_offset: usize,
+        src: Arc<Region>,
+        src_offset: usize,
+        len: usize,
+    },
+    Read {
+        src: Arc<Region>,
+        offset: usize,
+        len: usize,
+        reply: Sender<Result<Vec<u8>>>,
+    },
+    Record {
+        event: Arc<Region>,
+        target: u64,
+    },
+    Wait {
+        event: Arc<Region>,
+        target: u64,
+    },
+    Marker {
+        reply: Sender<Result<()>>,
+    },
 }
 
 /// Handle to a worker thread.
@@ -47,7 +75,11 @@ pub(crate) fn wait_counter(event: &Region, target: u64, bound: Duration) -> bool
     loop {
         // Acquire: synchronises with the Release fetch_max in `Op::Record` (any process), so the
         // recorder's data writes before the record are visible after this returns true.
-        if event.counter(COMPLETED).load(core::sync::atomic::Ordering::Acquire) >= target {
+        if event
+            .counter(COMPLETED)
+            .load(core::sync::atomic::Ordering::Acquire)
+            >= target
+        {
             return true;
         }
         if start.elapsed() >= bound {
@@ -85,30 +117,54 @@ fn run(rx: &Receiver<Op>, timing: Timing) {
                 // mapping alive; the ring protocol (pins and events) guarantees no other
                 // party reads or writes these bytes while this queued write runs.
                 unsafe {
-                    core::ptr::copy_nonoverlapping(data.as_ptr(), dst.ptr().add(offset), data.len());
+                    core::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        dst.ptr().add(offset),
+                        data.len(),
+                    );
                 }
             }
-            Op::Fill { dst, offset, len, byte } => {
+            Op::Fill {
+                dst,
+                offset,
+                len,
+                byte,
+            } => {
                 // SAFETY: bounds checked by the device; exclusivity as for `Write`.
                 unsafe { core::ptr::write_bytes(dst.ptr().add(offset), byte, len) };
             }
-            Op::Copy { dst, dst_offset, src, src_offset, len } => {
+            Op::Copy {
+                dst,
+                dst_offset,
+                src,
+                src_offset,
+                len,
+            } => {
                 // SAFETY: bounds checked by the device; `copy` (memmove) tolerates overlap when
                 // source and destination are the same buffer; exclusivity as for `Write`.
                 unsafe {
                     core::ptr::copy(src.ptr().add(src_offset), dst.ptr().add(dst_offset), len);
                 }
             }
-            Op::Read { src, offset, len, reply } => {
+            Op::Read {
+                src,
+                offset,
+                len,
+                reply,
+            } => {
                 let mut out = vec![0u8; len];
                 // SAFETY: bounds checked by the device; exclusivity as for `Write`.
-                unsafe { core::ptr::copy_nonoverlapping(src.ptr().add(offset), out.as_mut_ptr(), len) };
+                unsafe {
+                    core::ptr::copy_nonoverlapping(src.ptr().add(offset), out.as_mut_ptr(), len)
+                };
                 let _ = reply.send(Ok(out));
             }
             Op::Record { event, target } => {
                 // Release: publishes every write this stream executed before the record to
                 // whoever observes the count with Acquire (`wait_counter`, `query`).
-                event.counter(COMPLETED).fetch_max(target, core::sync::atomic::Ordering::Release);
+                event
+                    .counter(COMPLETED)
+                    .fetch_max(target, core::sync::atomic::Ordering::Release);
             }
             Op::Wait { event, target } => {
                 if !wait_counter(&event, target, timing.wait_bound) {
@@ -126,7 +182,10 @@ impl Stream {
         let worker = std::thread::Builder::new()
             .name("ring-cuda-emu-stream".into())
             .spawn(move || run(&rx, timing))?;
-        Ok(Self { tx: Some(tx), worker: Some(worker) })
+        Ok(Self {
+            tx: Some(tx),
+            worker: Some(worker),
+        })
     }
 
     /// Enqueues work.
@@ -143,9 +202,10 @@ impl Stream {
         self.push(Op::Marker { reply })?;
         match rx.recv_timeout(timeout) {
             Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                Err(Error::Timeout { what: "stream work", after: timeout })
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
+                what: "stream work",
+                after: timeout,
+            }),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 Err(Error::StreamFault("the stream's worker thread has stopped"))
             }
@@ -161,12 +221,18 @@ impl Stream {
         timeout: Duration,
     ) -> Result<Vec<u8>> {
         let (reply, rx) = mpsc::channel();
-        self.push(Op::Read { src, offset, len, reply })?;
+        self.push(Op::Read {
+            src,
+            offset,
+            len,
+            reply,
+        })?;
         match rx.recv_timeout(timeout) {
             Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => {
-                Err(Error::Timeout { what: "a device-to-host read", after: timeout })
-            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
+                what: "a device-to-host read",
+                after: timeout,
+            }),
             Err(mpsc::RecvTimeoutError::Disconnected) => {
                 Err(Error::StreamFault("the stream's worker thread has stopped"))
             }

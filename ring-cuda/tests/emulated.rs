@@ -1,0 +1,306 @@
+//! The emulated device against the conformance checks, plus what only the emulation can show
+//! (delays that expose a missing event wait, stale handles, leak reports on drop).
+#![allow(clippy::std_instead_of_core, reason = "std test")]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use ring_cuda::conformance;
+use ring_cuda::{
+    Device, EmulatedDevice, EmulatedOptions, Error, ExportKind, IpcMemHandle, MappingCache,
+    MemHandle, Owner, ResourceKind,
+};
+
+const T: Duration = Duration::from_secs(10);
+
+fn slow(delay_ms: u64) -> EmulatedDevice {
+    EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(delay_ms),
+        ..EmulatedOptions::default()
+    })
+}
+
+#[test]
+fn conformance_single_device() {
+    for kind in [ExportKind::Ipc, ExportKind::Fd] {
+        let d = EmulatedDevice::new();
+        conformance::roundtrip(&d, kind).unwrap();
+        conformance::ceilings(&d, kind).unwrap();
+        conformance::event_ordering(&d, kind).unwrap();
+        assert!(
+            d.ledger().leak_report().is_empty(),
+            "{}",
+            d.ledger().leak_report()
+        );
+    }
+}
+
+#[test]
+fn conformance_event_ordering_on_a_slow_device() {
+    // With a 5 ms delay per fill, a read that did not wait for the record would see old bytes.
+    conformance::event_ordering(&slow(5), ExportKind::Ipc).unwrap();
+}
+
+#[test]
+fn conformance_pair_ipc_and_fd() {
+    for kind in [ExportKind::Ipc, ExportKind::Fd] {
+        let (a, b) = (slow(2), EmulatedDevice::new());
+        conformance::ipc_pair(&a, &b, kind, true).unwrap();
+    }
+}
+
+#[test]
+fn churn_returns_to_baseline() {
+    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    conformance::churn(&a, Some(&b), 2000, ExportKind::Ipc).unwrap();
+    conformance::churn(&a, Some(&b), 500, ExportKind::Fd).unwrap();
+    let t = a.ledger().totals().buffers;
+    assert_eq!(t.acquired, 2500);
+    assert_eq!(t.released, 2500);
+    assert_eq!(b.ledger().totals().mappings.acquired, 2500);
+}
+
+/// The negative control: without the event wait, a slow producer's write is not visible yet.
+/// This is what makes `conformance_event_ordering_on_a_slow_device` able to fail.
+#[test]
+fn missing_event_wait_reads_stale_bytes() {
+    let d = slow(50);
+    let o = Owner(1);
+    let buf = d.alloc(o, 4096, ExportKind::Ipc).unwrap();
+    let (s1, s2) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    d.fill(s1, buf.into(), 0, 4096, 7).unwrap();
+    let mut out = [0u8; 1];
+    d.read(s2, buf.into(), 0, &mut out, T).unwrap();
+    assert_eq!(
+        out,
+        [0],
+        "the read overtook nothing: the emulation is not asynchronous"
+    );
+    d.sync_stream(s1, T).unwrap();
+    d.read(s2, buf.into(), 0, &mut out, T).unwrap();
+    assert_eq!(out, [7]);
+    d.destroy_stream(s1, T).unwrap();
+    d.destroy_stream(s2, T).unwrap();
+    d.free(buf).unwrap();
+}
+
+#[test]
+fn query_and_bounded_synchronize() {
+    let d = slow(200);
+    let o = Owner(2);
+    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
+    let s = d.create_stream(o).unwrap();
+    let ev = d.create_event(o).unwrap();
+    d.fill(s, buf.into(), 0, 64, 1).unwrap();
+    d.record(ev, s).unwrap();
+    assert!(!d.query(ev).unwrap(), "event complete before its work ran");
+    let start = Instant::now();
+    assert!(matches!(
+        d.synchronize(ev, Duration::from_millis(20)),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(start.elapsed() < Duration::from_secs(2));
+    d.synchronize(ev, T).unwrap();
+    assert!(d.query(ev).unwrap());
+    d.destroy_event(ev).unwrap();
+    d.destroy_stream(s, T).unwrap();
+    d.free(buf).unwrap();
+}
+
+#[test]
+fn a_device_wait_past_its_bound_faults_the_stream() {
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(400),
+        wait_bound: Duration::from_millis(30),
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(3);
+    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
+    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    let ev = d.create_event(o).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, 1).unwrap();
+    d.record(ev, slow_stream).unwrap();
+    d.wait_event(waiter, ev).unwrap();
+    let start = Instant::now();
+    assert!(matches!(
+        d.sync_stream(waiter, T),
+        Err(Error::StreamFault(_))
+    ));
+    assert!(
+        start.elapsed() < Duration::from_millis(390),
+        "the wait was not bounded"
+    );
+    let mut out = [0u8; 1];
+    assert!(matches!(
+        d.read(waiter, buf.into(), 0, &mut out, T),
+        Err(Error::StreamFault(_))
+    ));
+    // The other stream is unaffected.
+    d.read(slow_stream, buf.into(), 0, &mut out, T).unwrap();
+    assert_eq!(out, [1]);
+    d.destroy_event(ev).unwrap();
+    assert!(matches!(
+        d.destroy_stream(waiter, T),
+        Err(Error::StreamFault(_))
+    ));
+    d.destroy_stream(slow_stream, T).unwrap();
+    d.free(buf).unwrap();
+    assert!(
+        d.ledger().leak_report().is_empty(),
+        "a faulted stream is still released"
+    );
+}
+
+#[test]
+fn out_of_memory_and_mapping_ceiling() {
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        total_bytes: 1 << 20,
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(4);
+    let a = d.alloc(o, 768 << 10, ExportKind::Ipc).unwrap();
+    assert!(matches!(
+        d.alloc(o, 512 << 10, ExportKind::Ipc),
+        Err(Error::OutOfMemory { .. })
+    ));
+    assert_eq!(
+        d.ledger().totals().buffers.live,
+        1,
+        "a refused allocation stays uncounted"
+    );
+    assert_eq!(d.mem_info().unwrap().free, 256 << 10);
+
+    let b = EmulatedDevice::new();
+    let mut limits = b.ledger().limits();
+    limits.max_mappings = 1;
+    b.ledger().set_limits(limits);
+    let h = d.export(a, ExportKind::Ipc).unwrap();
+    let m = b.open(Owner(5), &h).unwrap();
+    assert!(matches!(
+        b.open(Owner(5), &h),
+        Err(Error::CountCeiling {
+            kind: ResourceKind::Mapping,
+            live: 1,
+            limit: 1
+        })
+    ));
+    assert_eq!(b.ledger().owner(Owner(5)).mappings.ceiling_hits, 1);
+    b.close(m).unwrap();
+    d.free(a).unwrap();
+}
+
+#[test]
+fn hostile_handles_are_refused() {
+    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let buf = a.alloc(Owner(6), 4096, ExportKind::Ipc).unwrap();
+    let MemHandle::Ipc(h) = a.export(buf, ExportKind::Ipc).unwrap() else {
+        panic!("an Ipc export produced an fd");
+    };
+    let mut bad_magic = h;
+    bad_magic.raw[0] ^= 0xFF;
+    assert!(matches!(
+        b.open(Owner(7), &MemHandle::Ipc(bad_magic)),
+        Err(Error::InvalidHandle(_))
+    ));
+    let long = IpcMemHandle { len: 1 << 30, ..h };
+    assert!(matches!(
+        b.open(Owner(7), &MemHandle::Ipc(long)),
+        Err(Error::InvalidHandle(_))
+    ));
+    let mut wrong_nonce = h;
+    wrong_nonce.raw[16] ^= 1;
+    assert!(matches!(
+        b.open(Owner(7), &MemHandle::Ipc(wrong_nonce)),
+        Err(Error::StaleHandle)
+    ));
+    let mut reserved = h;
+    reserved.raw[40] = 1;
+    assert!(b.open(Owner(7), &MemHandle::Ipc(reserved)).is_err());
+    let mut dead_pid = h;
+    dead_pid.raw[8..12].copy_from_slice(&(u32::MAX / 2).to_le_bytes());
+    assert!(matches!(
+        b.open(Owner(7), &MemHandle::Ipc(dead_pid)),
+        Err(Error::StaleHandle)
+    ));
+    let t = b.ledger().totals().mappings;
+    assert_eq!((t.live, t.acquired), (0, 0), "failed opens stay uncounted");
+    a.free(buf).unwrap();
+    assert!(matches!(
+        b.open(Owner(7), &MemHandle::Ipc(h)),
+        Err(Error::StaleHandle)
+    ));
+}
+
+#[test]
+fn leak_report_on_drop_names_owner_size_and_age() {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    {
+        let d = EmulatedDevice::new();
+        let sink = Arc::clone(&seen);
+        d.ledger()
+            .set_leak_hook(Box::new(move |r| sink.lock().unwrap().push(r.clone())));
+        let _kept = d.alloc(Owner(0xBEEF), 12345, ExportKind::Ipc).unwrap();
+        let freed = d.alloc(Owner(0xBEEF), 1, ExportKind::Ipc).unwrap();
+        d.free(freed).unwrap();
+        let _ev = d.create_event(Owner(0xCAFE)).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let reports = seen.lock().unwrap();
+    assert_eq!(reports.len(), 1, "one report per dropped device");
+    let leaks = &reports[0].leaks;
+    assert_eq!(leaks.len(), 2);
+    assert_eq!(
+        (leaks[0].kind, leaks[0].owner, leaks[0].bytes),
+        (ResourceKind::Buffer, Owner(0xBEEF), 12345)
+    );
+    assert!(leaks[0].age >= Duration::from_millis(5));
+    assert_eq!(
+        (leaks[1].kind, leaks[1].owner),
+        (ResourceKind::Event, Owner(0xCAFE))
+    );
+    assert!(reports[0].to_string().contains("owner#0xbeef"));
+}
+
+#[test]
+fn a_clean_drop_reports_nothing() {
+    let seen = Arc::new(Mutex::new(0));
+    {
+        let d = EmulatedDevice::new();
+        let sink = Arc::clone(&seen);
+        d.ledger()
+            .set_leak_hook(Box::new(move |_| *sink.lock().unwrap() += 1));
+        let b = d.alloc(Owner(1), 10, ExportKind::Fd).unwrap();
+        d.free(b).unwrap();
+    }
+    assert_eq!(*seen.lock().unwrap(), 0);
+}
+
+#[test]
+fn per_owner_peaks_and_the_mapping_cache_opens_once() {
+    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let bufs: Vec<_> = (0..4)
+        .map(|_| a.alloc(Owner(10), 1024, ExportKind::Ipc).unwrap())
+        .collect();
+    let handles: Vec<_> = bufs
+        .iter()
+        .map(|&x| a.export(x, ExportKind::Ipc).unwrap())
+        .collect();
+    let mut cache: MappingCache<usize> = MappingCache::new();
+    for _round in 0..50 {
+        for (i, h) in handles.iter().enumerate() {
+            cache.get_or_open(i, || b.open(Owner(20), h)).unwrap();
+        }
+    }
+    let st = cache.stats();
+    assert_eq!((st.opens, st.hits, st.live), (4, 196, 4));
+    let o = b.ledger().owner(Owner(20)).mappings;
+    assert_eq!((o.live, o.peak, o.acquired, o.live_bytes), (4, 4, 4, 4096));
+    cache.close_all(&b).unwrap();
+    let o = b.ledger().owner(Owner(20)).mappings;
+    assert_eq!((o.live, o.peak, o.released), (0, 4, 4));
+    for x in bufs {
+        a.free(x).unwrap();
+    }
+    let p = a.ledger().owner(Owner(10)).buffers;
+    assert_eq!((p.live, p.peak, p.peak_bytes), (0, 4, 4096));
+}

@@ -174,10 +174,8 @@ impl Device for CudaDevice {
                     });
                 }
                 // SAFETY: the driver just created this descriptor for us; we own it.
-                Ok(MemHandle::Fd {
-                    fd: unsafe { OwnedFd::from_raw_fd(fd) },
-                    len: m.len,
-                })
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                Ok(MemHandle::Fd { fd, len: m.len })
             }
         }
     }
@@ -464,19 +462,21 @@ impl Device for CudaDevice {
     fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()> {
         let e = self.event(event)?;
         self.bind()?;
-        // SAFETY: live handle (the id cannot be destroyed by this thread meanwhile; another
-        // thread destroying it concurrently is a caller bug the driver reports as an error).
         poll("an event", timeout, || {
-            not_ready("cuEventQuery", unsafe { sys::cuEventQuery(e) })
+            // SAFETY: a live handle (destroying it from another thread meanwhile is a caller
+            // bug that the driver reports as an error).
+            let r = unsafe { sys::cuEventQuery(e) };
+            not_ready("cuEventQuery", r)
         })
     }
 
     fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let s = self.stream(stream)?;
         self.bind()?;
-        // SAFETY: live handle.
         poll("stream work", timeout, || {
-            not_ready("cuStreamQuery", unsafe { sys::cuStreamQuery(s) })
+            // SAFETY: a live handle, as in `synchronize`.
+            let r = unsafe { sys::cuStreamQuery(s) };
+            not_ready("cuStreamQuery", r)
         })
     }
 

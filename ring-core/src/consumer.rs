@@ -540,7 +540,7 @@ impl<M: Memory> Pinned<'_, M> {
     }
 
     /// The message bytes, zero-copy.
-    #[cfg(not(ring_loom))]
+    #[cfg(not(any(ring_loom, ring_shuttle)))]
     pub fn bytes(&self) -> &[u8] {
         let words = self.consumer.mem.payload(self.slot);
         // SAFETY:

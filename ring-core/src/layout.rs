@@ -235,7 +235,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
 
 // Layout checks. Under loom the atomics are model objects of another size, and no shared bytes
 // exist, so these hold for real builds only.
-#[cfg(not(ring_loom))]
+#[cfg(not(any(ring_loom, ring_shuttle)))]
 mod checks {
     use super::*;
     use core::mem::{align_of, offset_of, size_of};

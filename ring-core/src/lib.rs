@@ -93,7 +93,7 @@ use core::num::NonZeroU64;
 
 /// True when this target's 64-bit and 32-bit atomics are lock-free, which cross-process use
 /// requires (a fallback lock would live in one process, not in the shared memory).
-#[cfg(not(ring_loom))]
+#[cfg(not(any(ring_loom, ring_shuttle)))]
 pub const CROSS_PROCESS_SAFE: bool =
     sync::AtomicU64::is_always_lock_free() && sync::AtomicU32::is_always_lock_free();
 

@@ -5,6 +5,8 @@
 //! `--cfg ring_loom` the same names resolve to [loom]'s model types, so one body of code is both
 //! the production protocol and the model that loom explores. The cfg is namespaced (`ring_loom`,
 //! not `loom`) so that dependencies which also know a `loom` cfg do not switch with us.
+//! Under `--cfg ring_shuttle` they resolve to [shuttle]'s instead (whole-ring randomised schedules
+//! in the verification crate). The two cfgs are exclusive.
 //!
 //! Outside loom the atomics are `portable-atomic`'s: on targets with native atomics of the width
 //! they are the `core` types; on targets without (thumbv6m has no compare-and-swap, 32-bit cores
@@ -13,6 +15,7 @@
 //! says which case a target is in.
 //!
 //! [loom]: https://docs.rs/loom
+//! [shuttle]: https://docs.rs/shuttle
 //! [`CROSS_PROCESS_SAFE`]: crate::CROSS_PROCESS_SAFE
 
 #![allow(
@@ -21,7 +24,10 @@
     reason = "this is the façade: the one module allowed to name the primitives"
 )]
 
-#[cfg(not(ring_loom))]
+#[cfg(all(ring_loom, ring_shuttle))]
+compile_error!("`--cfg ring_loom` and `--cfg ring_shuttle` are exclusive: pick one model checker");
+
+#[cfg(not(any(ring_loom, ring_shuttle)))]
 mod imp {
     pub(crate) use core::hint::spin_loop as inner_spin;
     pub(crate) use portable_atomic::fence as inner_fence;
@@ -33,6 +39,15 @@ mod imp {
     pub(crate) use loom::hint::spin_loop as inner_spin;
     pub(crate) use loom::sync::atomic::fence as inner_fence;
     pub(crate) use loom::sync::atomic::{AtomicU32 as InnerU32, AtomicU64 as InnerU64};
+}
+
+// Under `--cfg ring_shuttle` the primitives are shuttle's, whose every access is a scheduling
+// point (shuttle treats every ordering as SeqCst: it finds logic bugs, loom finds ordering bugs).
+#[cfg(ring_shuttle)]
+mod imp {
+    pub(crate) use shuttle::sync::atomic::fence as inner_fence;
+    pub(crate) use shuttle::sync::atomic::{AtomicU32 as InnerU32, AtomicU64 as InnerU64};
+    pub(crate) use shuttle::thread::yield_now as inner_spin;
 }
 
 pub use core::sync::atomic::Ordering;
@@ -64,12 +79,12 @@ macro_rules! atomic_newtype {
 
         #[allow(missing_docs, reason = "each method is the inner atomic's method of that name")]
         impl $name {
-            #[cfg(not(ring_loom))]
+            #[cfg(not(any(ring_loom, ring_shuttle)))]
             #[inline(always)]
             pub const fn new(v: $int) -> Self {
                 Self(imp::$inner::new(v))
             }
-            #[cfg(ring_loom)]
+            #[cfg(any(ring_loom, ring_shuttle))]
             pub fn new(v: $int) -> Self {
                 Self(imp::$inner::new(v))
             }
@@ -108,13 +123,13 @@ macro_rules! atomic_newtype {
                 self.0.fetch_or(v, order)
             }
             /// A raw pointer to the value (for a futex on it). Not under loom.
-            #[cfg(not(ring_loom))]
+            #[cfg(not(any(ring_loom, ring_shuttle)))]
             #[inline(always)]
             pub const fn as_ptr(&self) -> *mut $int {
                 self.0.as_ptr()
             }
             /// Whether this type is lock-free on this target.
-            #[cfg(not(ring_loom))]
+            #[cfg(not(any(ring_loom, ring_shuttle)))]
             pub const fn is_always_lock_free() -> bool {
                 imp::$inner::is_always_lock_free()
             }
@@ -134,22 +149,24 @@ atomic_newtype!(
 );
 
 /// Builds an atomic (a `const fn` outside loom).
-#[cfg(not(ring_loom))]
+#[cfg(not(any(ring_loom, ring_shuttle)))]
+#[cfg_attr(not(feature = "alloc"), allow(dead_code, reason = "used by the alloc-only OwnedSegment"))]
 pub(crate) const fn new_u64(v: u64) -> AtomicU64 {
     AtomicU64::new(v)
 }
 /// Builds an atomic (a `const fn` outside loom).
-#[cfg(not(ring_loom))]
+#[cfg(not(any(ring_loom, ring_shuttle)))]
+#[cfg_attr(not(feature = "alloc"), allow(dead_code, reason = "used by the alloc-only OwnedSegment"))]
 pub(crate) const fn new_u32(v: u32) -> AtomicU32 {
     AtomicU32::new(v)
 }
-/// Builds a loom atomic.
-#[cfg(ring_loom)]
+/// Builds a model (loom or shuttle) atomic.
+#[cfg(any(ring_loom, ring_shuttle))]
 pub(crate) fn new_u64(v: u64) -> AtomicU64 {
     AtomicU64::new(v)
 }
-/// Builds a loom atomic.
-#[cfg(ring_loom)]
+/// Builds a model (loom or shuttle) atomic.
+#[cfg(any(ring_loom, ring_shuttle))]
 pub(crate) fn new_u32(v: u32) -> AtomicU32 {
     AtomicU32::new(v)
 }
@@ -160,8 +177,10 @@ pub(crate) fn new_u32(v: u32) -> AtomicU32 {
 pub(crate) fn yield_now() {
     #[cfg(ring_loom)]
     loom::thread::yield_now();
-    #[cfg(all(not(ring_loom), feature = "std"))]
+    #[cfg(ring_shuttle)]
+    shuttle::thread::yield_now();
+    #[cfg(all(not(any(ring_loom, ring_shuttle)), feature = "std"))]
     std::thread::yield_now();
-    #[cfg(all(not(ring_loom), not(feature = "std")))]
+    #[cfg(all(not(any(ring_loom, ring_shuttle)), not(feature = "std")))]
     imp::inner_spin();
 }

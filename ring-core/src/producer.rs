@@ -36,8 +36,9 @@ pub struct Producer<M: Memory> {
     /// Local copy of the publish cursor (the producer is its only writer).
     head: u64,
     /// Claims of sequences below this bound need no gating scan: the smallest gating cursor
-    /// seen, plus the slot count. Cursors only grow, and a consumer that joins later starts at
-    /// a head at least as large, so the bound stays valid.
+    /// seen (or the scanned sequence, if smaller), plus the slot count. Cursors only grow, and a
+    /// consumer that joins later starts at a head at least the scanned sequence, so the bound
+    /// stays valid.
     gate_ok_below: u64,
     /// Whether a SeqCst fence has run since the last `head` store (see `try_claim`).
     fenced: bool,
@@ -258,7 +259,9 @@ impl<M: Memory> Producer<M> {
             }
             min = min.min(cursor);
         }
-        Ok(min.saturating_add(n))
+        // A gating consumer this scan did not see joins at a head ≥ `seq` (registration
+        // handshake), so claims below `min(min, seq) + n` cannot overwrite anything it will read.
+        Ok(min.min(seq).saturating_add(n))
     }
 
     /// Claims, writes `data` and publishes it in one call. Returns the message's sequence.
@@ -455,8 +458,11 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
     })
 }
 
+/// Dropping the producer closes the ring (consumers drain, then get `Closed`) and releases the
+/// producer line, so a new producer may start (which reopens it).
 impl<M: Memory> Drop for Producer<M> {
     fn drop(&mut self) {
+        self.close();
         let line = self.mem.producer_line();
         // Release: pairs with the next producer's Acquire owner CAS, which then sees our head.
         let _ =

@@ -280,3 +280,38 @@ fn owned_segment_runs_the_same_protocol() {
     let got = c.try_copy(&mut buf).unwrap();
     assert_eq!(&buf[..got.len], b"typed");
 }
+
+#[test]
+fn a_gating_consumer_that_joins_late_is_still_gated() {
+    // The producer caches a bound below which it skips the gating scan; a gating consumer that
+    // joins after a scan that found none must still hold the producer back.
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    for i in 0..5u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut g = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.try_publish(b"a").unwrap();
+    p.try_publish(b"b").unwrap();
+    assert!(matches!(
+        p.try_publish(b"c"),
+        Err(ClaimError::Full { cursor: 5, .. })
+    ));
+    let mut buf = [0u8; 16];
+    assert_eq!(g.try_copy(&mut buf).unwrap().seq, 5);
+}
+
+#[test]
+fn dropping_the_producer_closes_the_ring() {
+    let s = seg(2, 16);
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    {
+        let mut p = Producer::new(&s, id(1)).unwrap();
+        p.try_publish(b"bye").unwrap();
+    }
+    let mut buf = [0u8; 16];
+    assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Closed);
+    let mut p = Producer::new(&s, id(3)).unwrap();
+    assert_eq!(p.try_publish(b"again"), Ok(1));
+}

@@ -1,1 +1,28 @@
-//! Benchmarks for the slot ring (work in progress: see the benches issue).
+//! Benchmarks for the slot ring: the cross-process `transport-bench` harness and the helpers the
+//! criterion benches share.
+//!
+//! `transport-bench` runs every transport in one process tree: a parent that measures and two
+//! child processes (the same executable, re-executed with a hidden `--child` argument) that play
+//! the peers. Cases (metric × size) run one after the other; inside a case, rounds are
+//! interleaved across transports after a warm-up, so machine noise spreads over all of them and
+//! every figure can be read as a ratio to the floor and to `unix` measured in the same run.
+//!
+//! Peer crates (iceoryx2, crossbeam, rtrb) are dependencies of this crate only: the library
+//! crates never see them.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std crate"
+)]
+
+pub mod case;
+pub mod child;
+pub mod ctl;
+pub mod error;
+pub mod link;
+pub mod runner;
+pub mod shm;
+pub mod stats;
+pub mod wait;
+
+pub use error::BenchError;

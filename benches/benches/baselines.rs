@@ -1,0 +1,149 @@
+//! Baselines for the in-process ring benches: `rtrb` (a wait-free SPSC byte ring) and
+//! `crossbeam-queue`'s `ArrayQueue` (a bounded MPMC queue), measured the way the ring benches
+//! measure the slot ring, so that `docs/benchmarks.md` can give the ring's figures as ratios.
+//!
+//! - `publish_read/<peer>/<bytes>`: one message in (copied into the queue) and out (copied out),
+//!   single thread: the cost of the data structure plus two copies.
+//! - `handoff/<peer>`: a producer thread streams 8-byte messages to a consumer thread; time per
+//!   message.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std bench"
+)]
+#![allow(
+    missing_docs,
+    reason = "criterion_main! generates an undocumented main"
+)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use crossbeam_queue::ArrayQueue;
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Payload sizes shared with the ring benches: 8 B .. 1 MiB.
+const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
+
+fn publish_read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("publish_read");
+    for &n in &SIZES {
+        g.throughput(Throughput::Bytes(n as u64));
+        let src = vec![7u8; n];
+        let mut dst = vec![0u8; n];
+        let (mut p, mut q) = rtrb::RingBuffer::<u8>::new(2 * n);
+        g.bench_with_input(BenchmarkId::new("rtrb", n), &n, |b, &n| {
+            b.iter(|| {
+                if let Ok(mut chunk) = p.write_chunk(n) {
+                    let (a, rest) = chunk.as_mut_slices();
+                    let split = a.len();
+                    a.copy_from_slice(&src[..split]);
+                    rest.copy_from_slice(&src[split..]);
+                    chunk.commit_all();
+                }
+                if let Ok(chunk) = q.read_chunk(n) {
+                    let (a, rest) = chunk.as_slices();
+                    dst[..a.len()].copy_from_slice(a);
+                    dst[a.len()..].copy_from_slice(rest);
+                    chunk.commit_all();
+                }
+                black_box(&mut dst);
+            });
+        });
+    }
+    // ArrayQueue holds values: compare where a message is a small value.
+    g.throughput(Throughput::Bytes(8));
+    let q8 = ArrayQueue::<u64>::new(64);
+    g.bench_function(BenchmarkId::new("crossbeam", 8), |b| {
+        b.iter(|| {
+            let _ = q8.push(black_box(42));
+            black_box(q8.pop())
+        });
+    });
+    g.throughput(Throughput::Bytes(64));
+    let q64 = ArrayQueue::<[u8; 64]>::new(64);
+    g.bench_function(BenchmarkId::new("crossbeam", 64), |b| {
+        b.iter(|| {
+            let _ = q64.push(black_box([7u8; 64]));
+            black_box(q64.pop())
+        });
+    });
+    g.finish();
+}
+
+/// Messages per handoff sample.
+const HANDOFF: u64 = 10_000;
+
+fn handoff(c: &mut Criterion) {
+    let mut g = c.benchmark_group("handoff");
+    g.throughput(Throughput::Elements(HANDOFF));
+    g.bench_function("rtrb", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let (mut p, mut q) = rtrb::RingBuffer::<u64>::new(256);
+                let t0 = Instant::now();
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let mut i = 0;
+                        while i < HANDOFF {
+                            if p.push(i).is_ok() {
+                                i += 1;
+                            } else {
+                                std::thread::yield_now();
+                            }
+                        }
+                    });
+                    let mut got = 0;
+                    while got < HANDOFF {
+                        match q.pop() {
+                            Ok(v) => {
+                                black_box(v);
+                                got += 1;
+                            }
+                            Err(_) => std::thread::yield_now(),
+                        }
+                    }
+                });
+                total += t0.elapsed();
+            }
+            total
+        });
+    });
+    g.bench_function("crossbeam", |b| {
+        b.iter_custom(|iters| {
+            let mut total = Duration::ZERO;
+            for _ in 0..iters {
+                let q = ArrayQueue::<u64>::new(256);
+                let t0 = Instant::now();
+                std::thread::scope(|s| {
+                    s.spawn(|| {
+                        let mut i = 0;
+                        while i < HANDOFF {
+                            if q.push(i).is_ok() {
+                                i += 1;
+                            } else {
+                                std::thread::yield_now();
+                            }
+                        }
+                    });
+                    let mut got = 0;
+                    while got < HANDOFF {
+                        match q.pop() {
+                            Some(v) => {
+                                black_box(v);
+                                got += 1;
+                            }
+                            None => std::thread::yield_now(),
+                        }
+                    }
+                });
+                total += t0.elapsed();
+            }
+            total
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, publish_read, handoff);
+criterion_main!(benches);

@@ -1,0 +1,281 @@
+//! What is measured: transports, metrics, sizes and how many iterations each case gets.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// A transport under test. The names (see [`Transport::name`]) are the ones the JSON uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Transport {
+    /// Cache-line ping-pong between two processes on a shared mapping: the hardware floor.
+    Floor,
+    /// Single-thread `memcpy` in the measuring process: the bandwidth floor.
+    Memcpy,
+    /// The slot ring, zero-copy: the consumer pins the slot and reads it in place.
+    RingPinned,
+    /// The slot ring, copy-out: the consumer copies the slot out under the seqlock.
+    RingCopy,
+    /// The slot ring with a blocking (futex) consumer.
+    RingFutex,
+    /// iceoryx2 publish-subscribe, busy-polling subscriber.
+    Iceoryx2,
+    /// iceoryx2 publish-subscribe woken by its event listener (blocking).
+    Iceoryx2Event,
+    /// Unix stream socket with 4 MiB send and receive buffers.
+    Unix,
+    /// Anonymous-style pipe (a FIFO pair), default pipe size.
+    Pipe,
+    /// TCP over loopback with `TCP_NODELAY`.
+    Tcp,
+}
+
+impl Transport {
+    /// Every transport, in table order.
+    pub const ALL: [Transport; 10] = [
+        Transport::Floor,
+        Transport::Memcpy,
+        Transport::RingPinned,
+        Transport::RingCopy,
+        Transport::RingFutex,
+        Transport::Iceoryx2,
+        Transport::Iceoryx2Event,
+        Transport::Unix,
+        Transport::Pipe,
+        Transport::Tcp,
+    ];
+
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Transport::Floor => "floor",
+            Transport::Memcpy => "memcpy",
+            Transport::RingPinned => "ring-pinned",
+            Transport::RingCopy => "ring-copy",
+            Transport::RingFutex => "ring-futex",
+            Transport::Iceoryx2 => "iceoryx2",
+            Transport::Iceoryx2Event => "iceoryx2-event",
+            Transport::Unix => "unix",
+            Transport::Pipe => "pipe",
+            Transport::Tcp => "tcp",
+        }
+    }
+
+    /// Parses a name as printed by [`Transport::name`].
+    pub fn from_name(name: &str) -> Option<Transport> {
+        Transport::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    /// Whether this transport takes part in `metric` at `bytes`.
+    pub fn supports(self, metric: Metric, bytes: usize) -> bool {
+        match self {
+            Transport::Floor => metric == Metric::RoundTrip && bytes == 64,
+            Transport::Memcpy => metric == Metric::Acquire,
+            _ => true,
+        }
+    }
+}
+
+impl fmt::Display for Transport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What one sample measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum Metric {
+    /// Parent sends `bytes`, the child echoes `bytes`: one round trip.
+    RoundTrip,
+    /// Parent requests (8 bytes), the child publishes a prepared `bytes` message: request → every
+    /// byte usable by the parent.
+    Acquire,
+    /// The child streams a batch of `bytes` messages; a sample is the time per message.
+    Throughput,
+    /// Parent publishes `bytes` once to two children; each acknowledges with 8 bytes.
+    Fanout,
+}
+
+impl Metric {
+    /// The name used in tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::RoundTrip => "round_trip",
+            Metric::Acquire => "acquire",
+            Metric::Throughput => "throughput",
+            Metric::Fanout => "fanout",
+        }
+    }
+
+    /// How many child processes take part.
+    pub fn children(self) -> usize {
+        match self {
+            Metric::Fanout => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl fmt::Display for Metric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Size of the request (parent → child) in acquire and throughput cases, and of fan-out acks.
+pub const REQUEST_BYTES: usize = 8;
+
+/// Messages per throughput sample.
+pub const THROUGHPUT_BATCH: usize = 2000;
+
+/// One case: a metric at one size, with its iteration plan.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Case {
+    /// What is measured.
+    pub metric: Metric,
+    /// Payload size in bytes.
+    pub bytes: usize,
+    /// A label for the table ("1920x1080" for frames, otherwise empty).
+    pub label: String,
+    /// Unrecorded iterations per transport before the first round.
+    pub warmup: usize,
+    /// Interleaved rounds.
+    pub rounds: usize,
+    /// Recorded iterations per transport per round.
+    pub iters: usize,
+}
+
+impl Case {
+    /// Bytes the parent sends per iteration (to each child).
+    pub fn down_bytes(&self) -> usize {
+        match self.metric {
+            Metric::RoundTrip | Metric::Fanout => self.bytes,
+            Metric::Acquire | Metric::Throughput => REQUEST_BYTES,
+        }
+    }
+
+    /// Bytes each child sends per message.
+    pub fn up_bytes(&self) -> usize {
+        match self.metric {
+            Metric::RoundTrip | Metric::Acquire | Metric::Throughput => self.bytes,
+            Metric::Fanout => REQUEST_BYTES,
+        }
+    }
+
+    /// Largest message in either direction.
+    pub fn max_bytes(&self) -> usize {
+        self.down_bytes().max(self.up_bytes())
+    }
+
+    /// Messages a child may have queued towards the parent at once (ring depth, socket buffers).
+    pub fn depth(&self) -> usize {
+        match self.metric {
+            Metric::Throughput => 256,
+            _ => 2,
+        }
+    }
+}
+
+/// The BGRA frames of the frame-grabber seed table: (label, width, height).
+pub const FRAMES: [(&str, usize, usize); 6] = [
+    ("640x480", 640, 480),
+    ("1280x720", 1280, 720),
+    ("1920x1080", 1920, 1080),
+    ("2560x1440", 2560, 1440),
+    ("3840x2160", 3840, 2160),
+    ("7680x4320", 7680, 4320),
+];
+
+const KIB: usize = 1024;
+const MIB: usize = 1024 * 1024;
+
+/// The full list of cases; `quick` shrinks every iteration count (about a minute in all).
+pub fn plan(quick: bool) -> Vec<Case> {
+    let mut cases = Vec::new();
+    let (rt_rounds, rt_iters, rt_warm) = if quick { (5, 100, 50) } else { (10, 500, 200) };
+    for bytes in [64, KIB] {
+        cases.push(case(
+            Metric::RoundTrip,
+            bytes,
+            "",
+            rt_warm,
+            rt_rounds,
+            rt_iters,
+        ));
+    }
+    // Acquire: a byte budget per transport per round keeps big sizes cheap.
+    let (acq_rounds, budget) = if quick { (3, 16 * MIB) } else { (8, 96 * MIB) };
+    let mut sizes: Vec<(String, usize)> = vec![
+        (String::new(), 64 * KIB),
+        (String::new(), MIB),
+        (String::new(), 16 * MIB),
+    ];
+    sizes.extend(FRAMES.iter().map(|&(l, w, h)| (l.to_owned(), w * h * 4)));
+    for (label, bytes) in sizes {
+        let iters = (budget / bytes).clamp(1, 200);
+        let warm = (iters / 4).max(2);
+        cases.push(case(
+            Metric::Acquire,
+            bytes,
+            &label,
+            warm,
+            acq_rounds,
+            iters,
+        ));
+    }
+    let (tp_rounds, tp_iters) = if quick { (4, 1) } else { (10, 3) };
+    cases.push(case(Metric::Throughput, 64, "", 1, tp_rounds, tp_iters));
+    let (fo_rounds, fo_iters, fo_warm) = if quick { (4, 50, 20) } else { (10, 200, 50) };
+    cases.push(case(Metric::Fanout, 64, "", fo_warm, fo_rounds, fo_iters));
+    let (fb_rounds, fb_iters) = if quick { (3, 4) } else { (8, 16) };
+    cases.push(case(Metric::Fanout, MIB, "", 2, fb_rounds, fb_iters));
+    cases
+}
+
+fn case(
+    metric: Metric,
+    bytes: usize,
+    label: &str,
+    warmup: usize,
+    rounds: usize,
+    iters: usize,
+) -> Case {
+    Case {
+        metric,
+        bytes,
+        label: label.to_owned(),
+        warmup,
+        rounds,
+        iters,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip() {
+        for t in Transport::ALL {
+            assert_eq!(Transport::from_name(t.name()), Some(t));
+        }
+        assert_eq!(Transport::from_name("carrier-pigeon"), None);
+    }
+
+    #[test]
+    fn plan_covers_every_metric_and_frame() {
+        let cases = plan(true);
+        for m in [
+            Metric::RoundTrip,
+            Metric::Acquire,
+            Metric::Throughput,
+            Metric::Fanout,
+        ] {
+            assert!(cases.iter().any(|c| c.metric == m), "{m} missing");
+        }
+        for (label, w, h) in FRAMES {
+            assert!(cases
+                .iter()
+                .any(|c| c.label == label && c.bytes == w * h * 4));
+        }
+        assert!(cases.iter().all(|c| c.iters >= 1 && c.rounds >= 1));
+    }
+}

@@ -1,0 +1,161 @@
+//! The transports, each seen as a link between the parent and its children.
+//!
+//! A link has a sending half ([`Tx`]) and a receiving half ([`Rx`]). The parent's `Tx` reaches
+//! every child of the case (fan-out publishes once where the transport can), its `Rx` listens to
+//! each child separately; a child's halves talk to the parent only.
+//!
+//! Every message carries its sequence number in its first and last 8 bytes, and every receive
+//! checks both: a framing bug or a torn message fails the run instead of producing a number.
+
+use crate::case::Transport;
+use crate::ctl::Setup;
+use crate::BenchError;
+use std::time::Instant;
+
+pub mod floor;
+pub mod ice;
+pub mod stream;
+
+/// The sending half of a link.
+pub trait Tx {
+    /// Sends one `len`-byte message to every peer. The message is fully prepared first (for a
+    /// zero-copy transport: written into its shared buffer); `at_publish` runs right before it
+    /// becomes visible to the peers, so a caller can start a clock or wait for a request there.
+    fn send(
+        &mut self,
+        len: usize,
+        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
+    ) -> Result<(), BenchError>;
+}
+
+/// The receiving half of a link.
+pub trait Rx {
+    /// Receives the next message from peer `peer` (0 for a child), which must be `len` bytes long,
+    /// and returns once every byte of it is usable by the caller (in its buffer, or pinned in
+    /// place). Fails at `deadline` where the transport can poll; blocking transports are bounded
+    /// by the harness's watchdog, which kills a hung peer.
+    fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError>;
+}
+
+/// Both halves of one end of a transport.
+pub struct Link {
+    /// Sending half.
+    pub tx: Box<dyn Tx>,
+    /// Receiving half.
+    pub rx: Box<dyn Rx>,
+}
+
+/// The parent's end of a transport whose children have not connected yet.
+pub type Pending = Box<dyn FnOnce(Instant) -> Result<Link, BenchError>>;
+
+/// First half of the parent's setup: creates listeners, FIFOs, mappings or services, and fills
+/// in `setups` (one per child) what the children need. Then send the setups, wait for every
+/// child's `Ok`, and call the returned closure to finish.
+pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
+    let Some(first) = setups.first() else {
+        return Err(BenchError::Usage {
+            what: "a transport needs at least one child".to_owned(),
+        });
+    };
+    match first.transport {
+        Transport::Floor => floor::parent_begin(setups),
+        Transport::Unix | Transport::Tcp | Transport::Pipe => stream::parent_begin(setups),
+        Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::parent_begin(setups),
+        Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
+            ring_parent_begin(setups)
+        }
+        Transport::Memcpy => Err(BenchError::Usage {
+            what: "memcpy runs in the parent alone".to_owned(),
+        }),
+    }
+}
+
+/// A child's setup: builds its end of the transport described by `setup`.
+pub fn child_setup(setup: &Setup) -> Result<Link, BenchError> {
+    match setup.transport {
+        Transport::Floor => floor::child_setup(setup),
+        Transport::Unix | Transport::Tcp | Transport::Pipe => stream::child_setup(setup),
+        Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::child_setup(setup),
+        Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
+            ring_child_setup(setup)
+        }
+        Transport::Memcpy => Err(BenchError::Usage {
+            what: "memcpy runs in the parent alone".to_owned(),
+        }),
+    }
+}
+
+fn ring_parent_begin(_setups: &mut [Setup]) -> Result<Pending, BenchError> {
+    Err(BenchError::Usage {
+        what: "the ring transports are not built yet".to_owned(),
+    })
+}
+
+fn ring_child_setup(_setup: &Setup) -> Result<Link, BenchError> {
+    Err(BenchError::Usage {
+        what: "the ring transports are not built yet".to_owned(),
+    })
+}
+
+/// Writes `seq` into the first and last 8 bytes of `msg` (only the first if shorter than 16).
+pub fn stamp(msg: &mut [u8], seq: u64) {
+    let b = seq.to_le_bytes();
+    if let Some(head) = msg.get_mut(..8) {
+        head.copy_from_slice(&b);
+    }
+    let len = msg.len();
+    if len >= 16 {
+        if let Some(tail) = msg.get_mut(len - 8..) {
+            tail.copy_from_slice(&b);
+        }
+    }
+}
+
+/// Checks a received message's length and stamps.
+pub fn check(msg: &[u8], len: usize, seq: u64, transport: Transport) -> Result<(), BenchError> {
+    if msg.len() != len {
+        return Err(BenchError::Corrupt {
+            what: format!("{transport}: expected {len} bytes, got {}", msg.len()),
+        });
+    }
+    let word = |r: core::ops::Range<usize>| {
+        msg.get(r)
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map(u64::from_le_bytes)
+    };
+    let head = word(0..8);
+    let tail = if len >= 16 { word(len - 8..len) } else { head };
+    if head != Some(seq) || tail != Some(seq) {
+        return Err(BenchError::Corrupt {
+            what: format!("{transport}: expected message {seq}, got head {head:?} tail {tail:?}"),
+        });
+    }
+    Ok(())
+}
+
+/// A buffer of `len` bytes filled with a non-zero pattern (the "rendered" payload).
+pub fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i % 251) as u8 | 1).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stamp_and_check() {
+        let mut m = pattern(64);
+        stamp(&mut m, 7);
+        assert!(check(&m, 64, 7, Transport::Unix).is_ok());
+        assert!(check(&m, 64, 8, Transport::Unix).is_err());
+        assert!(check(&m, 65, 7, Transport::Unix).is_err());
+        m[63] ^= 1;
+        assert!(
+            check(&m, 64, 7, Transport::Unix).is_err(),
+            "a torn tail is caught"
+        );
+        let mut short = [0u8; 8];
+        stamp(&mut short, 3);
+        assert!(check(&short, 8, 3, Transport::Pipe).is_ok());
+    }
+}

@@ -1,0 +1,306 @@
+//! Byte-stream transports: `unix` (stream socket, 4 MiB buffers), `tcp` (loopback,
+//! `TCP_NODELAY`) and `pipe` (a pair of FIFOs per child, default pipe size).
+//!
+//! Senders write each message with one `write_all`; receivers read through a 64 KiB `BufReader`
+//! (large reads bypass it and land directly in the destination buffer), which is how a careful
+//! user of a stream reads fixed-size frames.
+
+use super::{check, pattern, stamp, Link, Pending, Rx, Tx};
+use crate::case::Transport;
+use crate::ctl::Setup;
+use crate::BenchError;
+use rustix::fs::{Mode, OFlags};
+use std::fs::File;
+use std::io::{BufReader, Read, Write};
+use std::net::{Ipv4Addr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+/// Socket buffer size for `unix` (the default `net.core.wmem_max` is 4 MiB on most kernels; the
+/// kernel clamps larger requests).
+const UNIX_BUFFER: usize = 4 << 20;
+
+/// Reader buffer: small reads (64 B frames) are served from it, large ones bypass it.
+const READ_BUFFER: usize = 64 << 10;
+
+trait Stream: Read + Write {}
+impl<T: Read + Write> Stream for T {}
+
+/// The two halves of a duplex stream.
+type Halves = (Box<dyn Write>, Box<dyn Read>);
+
+struct StreamTx {
+    transport: Transport,
+    writers: Vec<Box<dyn Write>>,
+    buf: Vec<u8>,
+    seq: u64,
+}
+
+impl Tx for StreamTx {
+    fn send(
+        &mut self,
+        len: usize,
+        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
+    ) -> Result<(), BenchError> {
+        let transport = self.transport;
+        let msg = self.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
+            what: format!("{transport}: message of {len} bytes exceeds the case size"),
+        })?;
+        stamp(msg, self.seq);
+        at_publish()?;
+        for w in &mut self.writers {
+            w.write_all(msg)
+                .map_err(|e| BenchError::io(format!("{transport} write"), e))?;
+        }
+        self.seq += 1;
+        Ok(())
+    }
+}
+
+struct StreamRx {
+    transport: Transport,
+    readers: Vec<BufReader<Box<dyn Read>>>,
+    buf: Vec<u8>,
+    seq: Vec<u64>,
+}
+
+impl Rx for StreamRx {
+    fn recv(&mut self, peer: usize, len: usize, _deadline: Instant) -> Result<(), BenchError> {
+        let transport = self.transport;
+        let (Some(r), Some(seq), Some(msg)) = (
+            self.readers.get_mut(peer),
+            self.seq.get_mut(peer),
+            self.buf.get_mut(..len),
+        ) else {
+            return Err(BenchError::Usage {
+                what: format!("{transport}: no peer {peer} or {len} bytes exceed the case size"),
+            });
+        };
+        // Bounded by the watchdog: a hung peer is killed, which ends this read with EOF.
+        r.read_exact(msg)
+            .map_err(|e| BenchError::io(format!("{transport} read"), e))?;
+        check(msg, len, *seq, transport)?;
+        *seq += 1;
+        Ok(())
+    }
+}
+
+fn link(
+    transport: Transport,
+    max: usize,
+    writers: Vec<Box<dyn Write>>,
+    readers: Vec<Box<dyn Read>>,
+) -> Link {
+    let n = readers.len();
+    Link {
+        tx: Box::new(StreamTx {
+            transport,
+            writers,
+            buf: pattern(max),
+            seq: 0,
+        }),
+        rx: Box::new(StreamRx {
+            transport,
+            readers: readers
+                .into_iter()
+                .map(|r| BufReader::with_capacity(READ_BUFFER, r))
+                .collect(),
+            buf: pattern(max),
+            seq: vec![0; n],
+        }),
+    }
+}
+
+fn split<S: Stream + 'static>(
+    s: S,
+    clone: impl FnOnce(&S) -> std::io::Result<S>,
+) -> Result<Halves, BenchError> {
+    let r = clone(&s).map_err(|e| BenchError::io("clone stream", e))?;
+    Ok((Box::new(s), Box::new(r)))
+}
+
+fn unix_path(dir: &Path, child: usize) -> PathBuf {
+    dir.join(format!("unix-{child}.sock"))
+}
+
+fn fifo_path(dir: &Path, dir_name: &str, child: usize) -> PathBuf {
+    dir.join(format!("pipe-{dir_name}-{child}"))
+}
+
+fn tune_unix(s: &UnixStream) -> Result<(), BenchError> {
+    rustix::net::sockopt::set_socket_send_buffer_size(s.as_fd(), UNIX_BUFFER)
+        .map_err(|e| BenchError::io("SO_SNDBUF", e.into()))?;
+    rustix::net::sockopt::set_socket_recv_buffer_size(s.as_fd(), UNIX_BUFFER)
+        .map_err(|e| BenchError::io("SO_RCVBUF", e.into()))
+}
+
+/// Opens a FIFO without blocking (a writer fails with ENXIO when no reader is there yet), then
+/// switches it back to blocking I/O.
+fn open_fifo(path: &Path, write: bool) -> Result<File, BenchError> {
+    let access = if write {
+        OFlags::WRONLY
+    } else {
+        OFlags::RDONLY
+    };
+    let fd = rustix::fs::open(
+        path,
+        access | OFlags::NONBLOCK | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| BenchError::io(format!("open FIFO {}", path.display()), e.into()))?;
+    rustix::fs::fcntl_setfl(&fd, OFlags::empty())
+        .map_err(|e| BenchError::io("clear O_NONBLOCK", e.into()))?;
+    Ok(File::from(fd))
+}
+
+/// Accepts one connection, polling until `deadline`.
+fn accept_by<T>(
+    deadline: Instant,
+    what: &str,
+    mut accept: impl FnMut() -> std::io::Result<T>,
+) -> Result<T, BenchError> {
+    loop {
+        match accept() {
+            Ok(s) => return Ok(s),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    return Err(BenchError::timeout(what));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(BenchError::io(what, e)),
+        }
+    }
+}
+
+/// Parent side, first half (see [`super::parent_begin`]).
+pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
+    let Some(first) = setups.first() else {
+        return Err(BenchError::Usage {
+            what: "no children".to_owned(),
+        });
+    };
+    let transport = first.transport;
+    let max = first.case.max_bytes();
+    match transport {
+        Transport::Unix => {
+            let mut listeners = Vec::new();
+            for s in setups.iter() {
+                let l = UnixListener::bind(unix_path(&s.dir, s.child))
+                    .map_err(|e| BenchError::io("bind unix socket", e))?;
+                l.set_nonblocking(true)
+                    .map_err(|e| BenchError::io("unix listener nonblocking", e))?;
+                listeners.push(l);
+            }
+            Ok(Box::new(move |deadline| {
+                let (mut ws, mut rs) = (Vec::new(), Vec::new());
+                for l in &listeners {
+                    let (s, _) = accept_by(deadline, "unix accept", || l.accept())?;
+                    s.set_nonblocking(false)
+                        .map_err(|e| BenchError::io("unix blocking", e))?;
+                    tune_unix(&s)?;
+                    let (w, r) = split(s, UnixStream::try_clone)?;
+                    ws.push(w);
+                    rs.push(r);
+                }
+                Ok(link(transport, max, ws, rs))
+            }))
+        }
+        Transport::Tcp => {
+            let mut listeners = Vec::new();
+            for s in setups.iter_mut() {
+                let l = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
+                    .map_err(|e| BenchError::io("bind tcp", e))?;
+                l.set_nonblocking(true)
+                    .map_err(|e| BenchError::io("tcp listener nonblocking", e))?;
+                s.port = l
+                    .local_addr()
+                    .map_err(|e| BenchError::io("tcp local address", e))?
+                    .port();
+                listeners.push(l);
+            }
+            Ok(Box::new(move |deadline| {
+                let (mut ws, mut rs) = (Vec::new(), Vec::new());
+                for l in &listeners {
+                    let (s, _) = accept_by(deadline, "tcp accept", || l.accept())?;
+                    s.set_nonblocking(false)
+                        .map_err(|e| BenchError::io("tcp blocking", e))?;
+                    s.set_nodelay(true)
+                        .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+                    let (w, r) = split(s, TcpStream::try_clone)?;
+                    ws.push(w);
+                    rs.push(r);
+                }
+                Ok(link(transport, max, ws, rs))
+            }))
+        }
+        Transport::Pipe => {
+            let mut ups = Vec::new();
+            let mut downs = Vec::new();
+            for s in setups.iter() {
+                let dir = rustix::fs::CWD;
+                for name in ["down", "up"] {
+                    rustix::fs::mkfifoat(
+                        dir,
+                        fifo_path(&s.dir, name, s.child),
+                        Mode::RUSR | Mode::WUSR,
+                    )
+                    .map_err(|e| BenchError::io("mkfifo", e.into()))?;
+                }
+                // Our read end first, so that the child can open its write end without blocking.
+                ups.push(open_fifo(&fifo_path(&s.dir, "up", s.child), false)?);
+                downs.push(fifo_path(&s.dir, "down", s.child));
+            }
+            Ok(Box::new(move |_deadline| {
+                let mut ws: Vec<Box<dyn Write>> = Vec::new();
+                for p in &downs {
+                    ws.push(Box::new(open_fifo(p, true)?));
+                }
+                let rs = ups
+                    .into_iter()
+                    .map(|f| Box::new(f) as Box<dyn Read>)
+                    .collect();
+                Ok(link(transport, max, ws, rs))
+            }))
+        }
+        other => Err(BenchError::Usage {
+            what: format!("{other} is not a stream transport"),
+        }),
+    }
+}
+
+/// Child side (see [`super::child_setup`]).
+pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
+    let max = s.case.max_bytes();
+    let (w, r) = match s.transport {
+        Transport::Unix => {
+            let st = UnixStream::connect(unix_path(&s.dir, s.child))
+                .map_err(|e| BenchError::io("unix connect", e))?;
+            tune_unix(&st)?;
+            split(st, UnixStream::try_clone)?
+        }
+        Transport::Tcp => {
+            let st = TcpStream::connect((Ipv4Addr::LOCALHOST, s.port))
+                .map_err(|e| BenchError::io("tcp connect", e))?;
+            st.set_nodelay(true)
+                .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+            split(st, TcpStream::try_clone)?
+        }
+        Transport::Pipe => {
+            let down = open_fifo(&fifo_path(&s.dir, "down", s.child), false)?;
+            let up = open_fifo(&fifo_path(&s.dir, "up", s.child), true)?;
+            (
+                Box::new(up) as Box<dyn Write>,
+                Box::new(down) as Box<dyn Read>,
+            )
+        }
+        other => {
+            return Err(BenchError::Usage {
+                what: format!("{other} is not a stream transport"),
+            })
+        }
+    };
+    Ok(link(s.transport, max, vec![w], vec![r]))
+}

@@ -1,0 +1,240 @@
+//! Latency histograms, the JSON records and the printed table.
+
+use crate::case::{Metric, Transport};
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// One line of the JSON output.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Record {
+    /// Transport name (`floor`, `memcpy`, `ring-pinned`, ..., `tcp`).
+    pub transport: String,
+    /// Metric name (`round_trip`, `acquire`, `throughput`, `fanout`).
+    pub metric: String,
+    /// Payload bytes.
+    pub bytes: u64,
+    /// Fastest sample, nanoseconds (per message for `throughput`).
+    pub min_ns: u64,
+    /// Median sample, nanoseconds.
+    pub median_ns: u64,
+    /// 99th-percentile sample, nanoseconds.
+    pub p99_ns: u64,
+    /// Messages per second at the median (`throughput` only).
+    #[serde(skip_serializing_if = "Option::is_none", default)]
+    pub per_s: Option<f64>,
+}
+
+/// Key of one series: transport, metric, bytes.
+pub type Key = (Metric, usize, Transport);
+
+/// Histograms for every (metric, bytes, transport) measured so far.
+pub struct Results {
+    series: BTreeMap<Key, Histogram<u64>>,
+    labels: BTreeMap<(Metric, usize), String>,
+}
+
+/// Largest value a histogram holds (one hour in ns); longer samples saturate.
+const MAX_NS: u64 = 3_600_000_000_000;
+
+impl Default for Results {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Results {
+    /// No results yet.
+    pub fn new() -> Self {
+        Self {
+            series: BTreeMap::new(),
+            labels: BTreeMap::new(),
+        }
+    }
+
+    /// Records one sample of `ns` nanoseconds.
+    pub fn record(&mut self, metric: Metric, bytes: usize, transport: Transport, ns: u64) {
+        let h = self
+            .series
+            .entry((metric, bytes, transport))
+            .or_insert_with(|| {
+                // 3 significant figures: 0.1% resolution is far below the run-to-run noise.
+                #[allow(clippy::expect_used, reason = "constant, valid bounds")]
+                Histogram::new_with_bounds(1, MAX_NS, 3)
+                    .expect("1 ns .. 1 h at 3 significant figures is valid")
+            });
+        h.saturating_record(ns.max(1));
+    }
+
+    /// Remembers a human label (frame size) for a size.
+    pub fn label(&mut self, metric: Metric, bytes: usize, label: &str) {
+        if !label.is_empty() {
+            self.labels.insert((metric, bytes), label.to_owned());
+        }
+    }
+
+    /// One record per series, in table order.
+    pub fn records(&self) -> Vec<Record> {
+        self.series
+            .iter()
+            .filter(|(_, h)| !h.is_empty())
+            .map(|(&(metric, bytes, transport), h)| {
+                let median = h.value_at_quantile(0.5);
+                Record {
+                    transport: transport.name().to_owned(),
+                    metric: metric.name().to_owned(),
+                    bytes: bytes as u64,
+                    min_ns: h.min(),
+                    median_ns: median,
+                    p99_ns: h.value_at_quantile(0.99),
+                    per_s: (metric == Metric::Throughput && median > 0)
+                        .then(|| 1e9 / median as f64),
+                }
+            })
+            .collect()
+    }
+
+    /// Number of samples in a series.
+    pub fn samples(&self, metric: Metric, bytes: usize, transport: Transport) -> u64 {
+        self.series
+            .get(&(metric, bytes, transport))
+            .map_or(0, Histogram::len)
+    }
+
+    /// The table: one block per (metric, bytes), ratios of medians to the floor and to `unix`.
+    pub fn table(&self) -> String {
+        let recs = self.records();
+        let median = |t: Transport, m: Metric, b: usize| {
+            recs.iter()
+                .find(|r| r.transport == t.name() && r.metric == m.name() && r.bytes == b as u64)
+                .map(|r| r.median_ns)
+        };
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "{:<11} {:>10} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9} {:>12}",
+            "metric", "bytes", "transport", "min", "median", "p99", "x floor", "x unix", "msg/s"
+        );
+        let mut last = None;
+        for r in &recs {
+            let Some(metric) = [
+                Metric::RoundTrip,
+                Metric::Acquire,
+                Metric::Throughput,
+                Metric::Fanout,
+            ]
+            .into_iter()
+            .find(|m| m.name() == r.metric) else {
+                continue;
+            };
+            let bytes = r.bytes as usize;
+            if last != Some((metric, bytes)) {
+                let _ = writeln!(out);
+                last = Some((metric, bytes));
+            }
+            let floor = match metric {
+                Metric::RoundTrip | Metric::Fanout => {
+                    median(Transport::Floor, Metric::RoundTrip, 64)
+                }
+                Metric::Acquire => median(Transport::Memcpy, Metric::Acquire, bytes),
+                Metric::Throughput => None,
+            };
+            let unix = median(Transport::Unix, metric, bytes);
+            let ratio = |base: Option<u64>| match base {
+                Some(b) if b > 0 => format!("{:.2}", r.median_ns as f64 / b as f64),
+                _ => "-".to_owned(),
+            };
+            let size = match self.labels.get(&(metric, bytes)) {
+                Some(l) => l.clone(),
+                None => human_bytes(bytes),
+            };
+            let _ = writeln!(
+                out,
+                "{:<11} {:>10} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9} {:>12}",
+                r.metric,
+                size,
+                r.transport,
+                human_ns(r.min_ns),
+                human_ns(r.median_ns),
+                human_ns(r.p99_ns),
+                ratio(floor),
+                ratio(unix),
+                r.per_s.map_or_else(String::new, |p| format!("{p:.0}")),
+            );
+        }
+        out
+    }
+}
+
+/// `1536` → `1.5 KiB`.
+pub fn human_bytes(b: usize) -> String {
+    const KIB: usize = 1024;
+    if b >= KIB * KIB && b % (KIB * KIB) == 0 {
+        format!("{} MiB", b / (KIB * KIB))
+    } else if b >= KIB && b % KIB == 0 {
+        format!("{} KiB", b / KIB)
+    } else {
+        format!("{b} B")
+    }
+}
+
+/// `1234567` → `1.23 ms`.
+pub fn human_ns(ns: u64) -> String {
+    let f = ns as f64;
+    if ns < 10_000 {
+        format!("{ns} ns")
+    } else if ns < 10_000_000 {
+        format!("{:.1} us", f / 1e3)
+    } else if ns < 10_000_000_000 {
+        format!("{:.1} ms", f / 1e6)
+    } else {
+        format!("{:.2} s", f / 1e9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_summarise_and_serialise() {
+        let mut r = Results::new();
+        for ns in 1..=100 {
+            r.record(Metric::RoundTrip, 64, Transport::Unix, ns * 100);
+            r.record(Metric::RoundTrip, 64, Transport::Floor, ns * 10);
+        }
+        r.record(Metric::Throughput, 64, Transport::Pipe, 500);
+        let recs = r.records();
+        let unix = recs.iter().find(|x| x.transport == "unix").unwrap();
+        assert_eq!(unix.min_ns, 100);
+        assert!(
+            (4_950..=5_050).contains(&unix.median_ns),
+            "{}",
+            unix.median_ns
+        );
+        assert!(unix.p99_ns >= 9_800);
+        assert!(unix.per_s.is_none());
+        let pipe = recs.iter().find(|x| x.transport == "pipe").unwrap();
+        assert!((pipe.per_s.unwrap() - 2e6).abs() < 1e4);
+        let json = serde_json::to_string(&recs).unwrap();
+        assert!(json.contains("\"per_s\""));
+        let back: Vec<Record> = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, recs);
+        let table = r.table();
+        assert!(
+            table.contains("10.00"),
+            "unix median is 10x the floor:\n{table}"
+        );
+    }
+
+    #[test]
+    fn human_units() {
+        assert_eq!(human_bytes(64), "64 B");
+        assert_eq!(human_bytes(65536), "64 KiB");
+        assert_eq!(human_bytes(16 << 20), "16 MiB");
+        assert_eq!(human_ns(999), "999 ns");
+        assert_eq!(human_ns(1_500_000), "1500.0 us");
+        assert_eq!(human_ns(15_000_000), "15.0 ms");
+    }
+}

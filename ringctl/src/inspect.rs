@@ -1,0 +1,341 @@
+//! `ringctl inspect`: a read-only view of one ring (geometry, producer, consumers, allocator,
+//! leaks), validated as untrusted input first.
+
+use std::fmt::Write as _;
+use std::io::IsTerminal as _;
+use std::time::Duration;
+
+use ring_core::alloc::Allocator;
+use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
+use ring_core::{DeliveryClass, Memory, OwnerId};
+use serde::Serialize;
+
+use crate::cli::InspectArgs;
+use crate::error::{CliError, Result};
+use crate::ring::{self, Ring};
+
+/// Leaks listed one by one (the totals count all of them).
+const LEAKS_LISTED: usize = 20;
+
+/// An owner id, its pid and whether it runs.
+#[derive(Clone, Debug, Serialize)]
+pub struct Owner {
+    /// The raw owner id (0: none).
+    pub id: u64,
+    /// The pid in it.
+    pub pid: u32,
+    /// Whether that process still runs.
+    pub alive: bool,
+}
+
+impl Owner {
+    /// Describes a raw owner id; `None` for 0.
+    pub fn of(id: u64) -> Option<Self> {
+        let nz = OwnerId::new(id)?;
+        Some(Self {
+            id,
+            pid: ring_os::owner::pid_of(nz),
+            alive: ring::alive(id).unwrap_or(false),
+        })
+    }
+
+    fn describe(owner: Option<&Self>) -> String {
+        match owner {
+            Some(o) => format!("pid {} ({})", o.pid, if o.alive { "alive" } else { "dead" }),
+            None => "none".to_owned(),
+        }
+    }
+}
+
+/// One registered consumer entry.
+#[derive(Clone, Debug, Serialize)]
+struct ConsumerView {
+    index: usize,
+    state: String,
+    class: String,
+    owner: Option<Owner>,
+    cursor: u64,
+    lag: u64,
+    pins: u32,
+    received: u64,
+    missed: u64,
+}
+
+/// One live allocation.
+#[derive(Clone, Debug, Serialize)]
+struct LeakView {
+    owner: u16,
+    handle: u64,
+    offset: u64,
+    len: u64,
+    age_ms: u64,
+}
+
+/// The allocator region's state.
+#[derive(Clone, Debug, Serialize)]
+struct AllocView {
+    arena_bytes: u64,
+    max_live: u32,
+    live: u64,
+    live_bytes: u64,
+    peak_live: u64,
+    allocs: u64,
+    frees: u64,
+    ceiling_hits: u64,
+    out_of_space: u64,
+    bad_frees: u64,
+    leak_count: u64,
+    leak_bytes: u64,
+    corrupt_entries: u64,
+    leaks: Vec<LeakView>,
+}
+
+/// Everything `inspect` shows.
+#[derive(Clone, Debug, Serialize)]
+struct View {
+    name: String,
+    mapped_bytes: usize,
+    creator: Option<Owner>,
+    slots: usize,
+    slot_capacity: usize,
+    consumer_entries: usize,
+    segment_bytes: usize,
+    producer: Option<Owner>,
+    head: u64,
+    closed: bool,
+    epoch: u32,
+    writing: u32,
+    total_pins: u32,
+    consumers: Vec<ConsumerView>,
+    allocator: Option<AllocView>,
+}
+
+/// Runs `ringctl inspect`.
+pub fn run(args: &InspectArgs) -> Result<()> {
+    if args.watch && !(args.interval.is_finite() && args.interval > 0.0) {
+        return Err(CliError::Usage(
+            "--interval must be a positive number of seconds".into(),
+        ));
+    }
+    let name = ring::segment_name(&args.name)?;
+    let ring = Ring::open(&name)?;
+    let clear = args.watch && !args.json && std::io::stdout().is_terminal();
+    let mut shown = 0u64;
+    loop {
+        let view = snapshot(&ring)?;
+        let text = if args.json {
+            serde_json::to_string(&view).map_err(|e| CliError::Usage(e.to_string()))? + "\n"
+        } else {
+            render(&view)
+        };
+        if clear {
+            print!("\x1b[2J\x1b[H");
+        }
+        print!("{text}");
+        shown += 1;
+        if !args.watch || args.count.is_some_and(|c| shown >= c) {
+            return Ok(());
+        }
+        if !args.json {
+            println!();
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+    }
+}
+
+/// Reads everything once.
+fn snapshot(ring: &Ring) -> Result<View> {
+    let g = *ring.geometry();
+    let p = producer_info(ring);
+    let consumers = (0..g.consumers())
+        .filter_map(|i| consumer_info(ring, i))
+        .filter(|c| c.state != EntryState::Free)
+        .map(|c| ConsumerView {
+            index: c.index,
+            state: match c.state {
+                EntryState::Free => "free".into(),
+                EntryState::Joining => "joining".into(),
+                EntryState::Active => "active".into(),
+                EntryState::Reclaiming => "reclaiming".into(),
+                EntryState::Corrupt(v) => format!("corrupt({v})"),
+            },
+            class: match c.class {
+                Some(DeliveryClass::Gating) => "gating".into(),
+                Some(DeliveryClass::LatestOnly) => "latest".into(),
+                Some(DeliveryClass::SkipOnLag) => "skip".into(),
+                None => "invalid".into(),
+            },
+            owner: Owner::of(c.owner),
+            cursor: c.cursor,
+            lag: p.head.saturating_sub(c.cursor),
+            pins: c.pins,
+            received: c.received,
+            missed: c.missed,
+        })
+        .collect();
+    // Relaxed: an identity for display.
+    let creator = ring
+        .header()
+        .creator
+        .load(core::sync::atomic::Ordering::Relaxed);
+    Ok(View {
+        name: ring.name().as_str().to_owned(),
+        mapped_bytes: ring.mapped_len(),
+        creator: Owner::of(creator),
+        slots: g.slots(),
+        slot_capacity: g.slot_capacity(),
+        consumer_entries: g.consumers(),
+        segment_bytes: g.total_len(),
+        producer: Owner::of(p.owner),
+        head: p.head,
+        closed: p.closed,
+        epoch: p.epoch,
+        writing: p.writing,
+        total_pins: total_pins(ring),
+        consumers,
+        allocator: allocator(ring)?,
+    })
+}
+
+/// The allocator's stats and leak report; `None` when the ring has no allocator.
+fn allocator(ring: &Ring) -> Result<Option<AllocView>> {
+    if ring.geometry().alloc_region().1 == 0 {
+        return Ok(None);
+    }
+    let alloc = Allocator::attach(ring.alloc_words())?;
+    let s = alloc.stats();
+    let mut leaks = Vec::new();
+    let now_ms = ring::monotonic_ns() / 1_000_000;
+    let totals = alloc.leak_report(now_ms, |l| {
+        if leaks.len() < LEAKS_LISTED {
+            leaks.push(LeakView {
+                owner: l.owner,
+                handle: l.handle,
+                offset: l.offset,
+                len: l.len,
+                age_ms: l.age,
+            });
+        }
+    });
+    Ok(Some(AllocView {
+        arena_bytes: alloc.arena_bytes(),
+        max_live: alloc.max_live(),
+        live: s.live,
+        live_bytes: s.live_bytes,
+        peak_live: s.peak_live,
+        allocs: s.allocs,
+        frees: s.frees,
+        ceiling_hits: s.ceiling_hits,
+        out_of_space: s.out_of_space,
+        bad_frees: s.bad_frees,
+        leak_count: totals.count,
+        leak_bytes: totals.bytes,
+        corrupt_entries: totals.corrupt,
+        leaks,
+    }))
+}
+
+/// The human-readable form.
+fn render(v: &View) -> String {
+    let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "ring {:?}: {} bytes mapped, created by {}",
+        v.name,
+        v.mapped_bytes,
+        Owner::describe(v.creator.as_ref())
+    );
+    let _ = writeln!(
+        o,
+        "geometry: {} slots x {} bytes, {} consumer entries, {} bytes in all",
+        v.slots, v.slot_capacity, v.consumer_entries, v.segment_bytes
+    );
+    let _ = writeln!(
+        o,
+        "producer: {}, head {}, {}, epoch {}, writing {} slot(s), {} pin(s) held",
+        Owner::describe(v.producer.as_ref()),
+        v.head,
+        if v.closed { "closed" } else { "open" },
+        v.epoch,
+        v.writing,
+        v.total_pins
+    );
+    if v.consumers.is_empty() {
+        let _ = writeln!(o, "consumers: none registered");
+    } else {
+        let _ = writeln!(
+            o,
+            "{:>5} {:<10} {:<8} {:>8} {:<6} {:>10} {:>8} {:>5} {:>10} {:>8}",
+            "entry",
+            "state",
+            "class",
+            "pid",
+            "alive",
+            "cursor",
+            "lag",
+            "pins",
+            "received",
+            "missed"
+        );
+        for c in &v.consumers {
+            let (pid, alive) = c.owner.as_ref().map_or(("-".to_owned(), "-"), |w| {
+                (w.pid.to_string(), if w.alive { "yes" } else { "DEAD" })
+            });
+            let _ = writeln!(
+                o,
+                "{:>5} {:<10} {:<8} {:>8} {:<6} {:>10} {:>8} {:>5} {:>10} {:>8}",
+                c.index,
+                c.state,
+                c.class,
+                pid,
+                alive,
+                c.cursor,
+                c.lag,
+                c.pins,
+                c.received,
+                c.missed
+            );
+        }
+    }
+    match &v.allocator {
+        None => {
+            let _ = writeln!(o, "allocator: none");
+        }
+        Some(a) => {
+            let _ = writeln!(
+                o,
+                "allocator: {} of {} live ({} bytes, peak {}), {} allocs, {} frees, {} ceiling hits, \
+                 {} out of space, {} bad frees, arena {} bytes",
+                a.live,
+                a.max_live,
+                a.live_bytes,
+                a.peak_live,
+                a.allocs,
+                a.frees,
+                a.ceiling_hits,
+                a.out_of_space,
+                a.bad_frees,
+                a.arena_bytes
+            );
+            let _ = writeln!(
+                o,
+                "leak report: {} live allocation(s), {} bytes{}",
+                a.leak_count,
+                a.leak_bytes,
+                if a.corrupt_entries > 0 {
+                    format!(", {} corrupt entries skipped", a.corrupt_entries)
+                } else {
+                    String::new()
+                }
+            );
+            for l in &a.leaks {
+                let _ = writeln!(
+                    o,
+                    "  owner {} handle {:#x} offset {} len {} age {} ms",
+                    l.owner, l.handle, l.offset, l.len, l.age_ms
+                );
+            }
+        }
+    }
+    o
+}

@@ -1,0 +1,147 @@
+//! `ringctl list` and `ringctl clean`: our rings in /dev/shm and their owners' liveness.
+
+use core::sync::atomic::Ordering;
+use std::path::Path;
+
+use ring_core::inspect::{consumer_info, producer_info, EntryState};
+use ring_core::{Memory, OwnerId, RawMemory};
+use ring_os::owner::Liveness;
+use ring_os::stale::{self, Owners, SegmentInfo, SHM_DIR};
+use ring_os::Segment;
+use serde::Serialize;
+
+use crate::cli::{CleanArgs, ListArgs};
+use crate::error::Result;
+
+/// Reads the owners a ring records: its creator, its producer and its registered consumers.
+fn ring_owners(seg: &Segment) -> Result<Vec<OwnerId>, String> {
+    // SAFETY: `seg` maps `seg.len()` readable and writable bytes for the whole call (it is
+    // borrowed), and `attach` validates every header field before any other access; peers
+    // write the segment only through atomics.
+    let mem = unsafe { RawMemory::attach(seg.as_ptr(), seg.len()) }.map_err(|e| e.to_string())?;
+    // Relaxed: identities for a liveness check, not a synchronisation point.
+    let mut ids = vec![mem.header().creator.load(Ordering::Relaxed)];
+    ids.push(producer_info(&mem).owner);
+    ids.extend(
+        (0..mem.geometry().consumers())
+            .filter_map(|i| consumer_info(&mem, i))
+            .filter(|c| c.state != EntryState::Free)
+            .map(|c| c.owner),
+    );
+    let mut ids: Vec<OwnerId> = ids.into_iter().filter_map(OwnerId::new).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    Ok(ids)
+}
+
+/// One listed ring, for JSON.
+#[derive(Debug, Serialize)]
+struct Listed {
+    name: String,
+    bytes: u64,
+    status: &'static str,
+    owners: Vec<ListedOwner>,
+    note: Option<String>,
+}
+
+/// One owner of a listed ring.
+#[derive(Debug, Serialize)]
+struct ListedOwner {
+    pid: u32,
+    alive: bool,
+}
+
+/// Our rings in /dev/shm.
+fn scan() -> Result<Vec<SegmentInfo>> {
+    Ok(stale::list_with(Path::new(SHM_DIR), &ring_owners)?)
+}
+
+fn listed(info: &SegmentInfo) -> Listed {
+    let (owners, note) = match &info.owners {
+        Owners::Known(ids) => (
+            ids.iter()
+                .map(|(id, l)| ListedOwner {
+                    pid: ring_os::owner::pid_of(*id),
+                    alive: *l == Liveness::Alive,
+                })
+                .collect(),
+            None,
+        ),
+        Owners::Unreadable(why) => (Vec::new(), Some(why.clone())),
+    };
+    let status = match &info.owners {
+        Owners::Unreadable(_) => "unreadable",
+        Owners::Known(_) if info.is_stale() => "stale",
+        Owners::Known(_) => "live",
+    };
+    Listed {
+        name: info.name.as_str().to_owned(),
+        bytes: info.len,
+        status,
+        owners,
+        note,
+    }
+}
+
+/// Runs `ringctl list`.
+pub fn list(args: &ListArgs) -> Result<()> {
+    let rows: Vec<Listed> = scan()?.iter().map(listed).collect();
+    if args.json {
+        let text = serde_json::to_string(&rows)
+            .map_err(|e| crate::error::CliError::Usage(e.to_string()))?;
+        println!("{text}");
+        return Ok(());
+    }
+    if rows.is_empty() {
+        println!("no rings in {SHM_DIR}");
+        return Ok(());
+    }
+    println!("{:<32} {:>12} {:<10} owners", "name", "bytes", "status");
+    for r in &rows {
+        let owners = if let Some(note) = &r.note {
+            note.clone()
+        } else {
+            r.owners
+                .iter()
+                .map(|o| format!("{} ({})", o.pid, if o.alive { "alive" } else { "dead" }))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        println!("{:<32} {:>12} {:<10} {owners}", r.name, r.bytes, r.status);
+    }
+    Ok(())
+}
+
+/// Runs `ringctl clean`.
+pub fn clean(args: &CleanArgs) -> Result<()> {
+    let mut infos = scan()?;
+    if !args.names.is_empty() {
+        infos.retain(|i| args.names.iter().any(|n| n == i.name.as_str()));
+    }
+    if args.dry_run {
+        let mut n = 0;
+        for info in &infos {
+            if info.is_stale() {
+                println!(
+                    "would remove {} ({} bytes): every owner is dead",
+                    info.name.as_str(),
+                    info.len
+                );
+                n += 1;
+            } else {
+                println!("would keep {}: {}", info.name.as_str(), listed(info).status);
+            }
+        }
+        println!("{n} stale ring(s); nothing removed (dry run)");
+        return Ok(());
+    }
+    let report = stale::clean_listed(Path::new(SHM_DIR), infos);
+    for name in &report.removed {
+        println!("removed {}", name.as_str());
+    }
+    for (name, why) in &report.kept {
+        println!("kept {}: {why}", name.as_str());
+    }
+    println!("{} stale ring(s) removed", report.removed.len());
+    Ok(())
+}

@@ -83,6 +83,17 @@ pub enum Error {
     Disconnected,
     /// A wait ran out of time.
     TimedOut,
+    /// The ring configuration is invalid (ring-core's geometry check).
+    Layout(ring_core::LayoutError),
+    /// The segment's bytes are not a valid ring (ring-core's header validation).
+    Attach(ring_core::AttachError),
+    /// ring-core refused a producer or consumer operation.
+    Ring(ring_core::Error),
+    /// A take-over was asked for, but the ring's producer is alive.
+    ProducerAlive {
+        /// Its owner id.
+        owner: u64,
+    },
     /// A system call failed in a way none of the variants above describes.
     Io {
         /// What was being done (for example `"mmap"`).
@@ -175,8 +186,35 @@ impl fmt::Display for Error {
             ),
             Self::Disconnected => write!(f, "the peer closed the socket before sending a segment"),
             Self::TimedOut => write!(f, "timed out; the peer may be stuck or gone"),
+            Self::Layout(e) => write!(f, "invalid ring configuration: {e}"),
+            Self::Attach(e) => write!(f, "not a usable ring segment: {e}"),
+            Self::Ring(e) => write!(f, "{e}"),
+            Self::ProducerAlive { owner } => write!(
+                f,
+                "the ring's producer (owner {owner:#x}, pid {}) is alive; only a dead producer's ring \
+                 can be taken over",
+                owner & 0xffff_ffff
+            ),
             Self::Io { op, source } => write!(f, "{op} failed: {source}"),
         }
+    }
+}
+
+impl From<ring_core::LayoutError> for Error {
+    fn from(e: ring_core::LayoutError) -> Self {
+        Self::Layout(e)
+    }
+}
+
+impl From<ring_core::AttachError> for Error {
+    fn from(e: ring_core::AttachError) -> Self {
+        Self::Attach(e)
+    }
+}
+
+impl From<ring_core::Error> for Error {
+    fn from(e: ring_core::Error) -> Self {
+        Self::Ring(e)
     }
 }
 

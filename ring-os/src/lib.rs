@@ -1,26 +1,41 @@
 //! OS shared-memory backend for `ring-core`: named, memfd and file-backed segments mapped with
 //! `memmap2`, futex waits on the shared mapping, owner identities that survive PID reuse,
-//! descriptor passing over Unix sockets, and cleanup of stale segments.
+//! descriptor passing over Unix sockets, crash recovery and cleanup of stale segments.
 //!
-//! See `docs/OS.md` for segment kinds, permissions, naming, cleanup, container notes and crash
-//! semantics.
+//! Start with [`ShmRing`]. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
+//! container notes and crash semantics.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,
     reason = "std crate"
 )]
 
+mod blocking;
 mod error;
 pub mod fdpass;
 pub mod futex;
+mod mapping;
 mod name;
 pub mod owner;
+mod ring;
 mod segment;
 pub mod stale;
+mod wait;
 
+pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
 pub use error::Error;
+pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};
+pub use ring::{ShmConsumer, ShmProducer, ShmRing};
 pub use segment::{CreateOptions, Segment, SegmentKind, SizeCheck};
+pub use wait::FutexWait;
 
 /// The seals every memfd segment carries (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`).
 pub use segment::memfd::REQUIRED_SEALS;
+
+// Cross-process rings need lock-free 64- and 32-bit atomics: a fallback lock would live in one
+// process's memory, not in the segment.
+const _: () = assert!(
+    ring_core::CROSS_PROCESS_SAFE,
+    "ring-os needs lock-free 64-bit atomics on this target (ring_core::CROSS_PROCESS_SAFE)"
+);

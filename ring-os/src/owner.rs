@@ -2,7 +2,7 @@
 //!
 //! # The choice
 //!
-//! An owner id is a `NonZeroU64`: the process id in the low 32 bits and a 32-bit hash of the
+//! An owner id ([`OwnerId`], a non-zero `u64`) is the process id in the low 32 bits and a 32-bit hash of the
 //! process's *start time* in the high 32 bits. The start time is field 22 of `/proc/<pid>/stat`
 //! (clock ticks since boot); it never changes for a process and a process that later gets the
 //! same pid starts at a different tick, so "pid exists and its start time hashes to the stored
@@ -20,8 +20,9 @@
 //! missing (non-Linux) the start-time half is 0 and liveness falls back to `kill(pid, 0)`, which
 //! cannot see PID reuse.
 
-use core::num::NonZeroU64;
 use std::sync::Mutex;
+
+use ring_core::OwnerId;
 
 use rustix::process::{getpid, Pid};
 
@@ -39,14 +40,16 @@ pub enum Liveness {
 
 /// Packs a pid and a start time into an owner id.
 #[must_use]
-pub fn pack(pid: u32, start_ticks: u64) -> Option<NonZeroU64> {
-    NonZeroU64::new(u64::from(pid) | (u64::from(hash_start(start_ticks)) << 32))
-        .filter(|_| pid != 0)
+pub fn pack(pid: u32, start_ticks: u64) -> Option<OwnerId> {
+    if pid == 0 {
+        return None;
+    }
+    OwnerId::new(u64::from(pid) | (u64::from(hash_start(start_ticks)) << 32))
 }
 
 /// The pid stored in an owner id.
 #[must_use]
-pub fn pid_of(id: NonZeroU64) -> u32 {
+pub fn pid_of(id: OwnerId) -> u32 {
     // Truncation intended: the pid is the low 32 bits.
     #[allow(clippy::cast_possible_truncation, reason = "low half by construction")]
     let pid = id.get() as u32;
@@ -58,9 +61,9 @@ pub fn pid_of(id: NonZeroU64) -> u32 {
 /// # Errors
 ///
 /// [`Error::Io`] when `/proc/self/stat` cannot be read or parsed (Linux).
-pub fn current() -> Result<NonZeroU64, Error> {
+pub fn current() -> Result<OwnerId, Error> {
     /// Cached per pid, so a forked child recomputes its own.
-    static CACHE: Mutex<Option<(u32, NonZeroU64)>> = Mutex::new(None);
+    static CACHE: Mutex<Option<(u32, OwnerId)>> = Mutex::new(None);
     let pid = pid_u32(getpid());
     let mut cache = CACHE
         .lock()
@@ -84,7 +87,7 @@ pub fn current() -> Result<NonZeroU64, Error> {
 
 /// Whether the process behind `id` still runs. Never fails: any doubt counts as [`Liveness::Alive`].
 #[must_use]
-pub fn liveness(id: NonZeroU64) -> Liveness {
+pub fn liveness(id: OwnerId) -> Liveness {
     let pid = pid_of(id);
     match start_ticks(pid) {
         Ok(None) => Liveness::Dead,
@@ -100,9 +103,15 @@ pub fn liveness(id: NonZeroU64) -> Liveness {
     }
 }
 
+/// [`liveness`] of a raw owner word read from a segment; 0 (no owner) is [`Liveness::Dead`].
+#[must_use]
+pub fn liveness_raw(word: u64) -> Liveness {
+    OwnerId::new(word).map_or(Liveness::Dead, liveness)
+}
+
 /// Shorthand for `liveness(id) == Liveness::Alive`.
 #[must_use]
-pub fn is_alive(id: NonZeroU64) -> bool {
+pub fn is_alive(id: OwnerId) -> bool {
     liveness(id) == Liveness::Alive
 }
 
@@ -199,7 +208,7 @@ mod tests {
         assert_eq!(pid_of(me), pid_u32(getpid()));
         assert_eq!(liveness(me), Liveness::Alive);
         // Same pid, different start time: what PID reuse looks like.
-        let impostor = NonZeroU64::new(me.get() ^ (1 << 40)).unwrap();
+        let impostor = OwnerId::new(me.get() ^ (1 << 40)).unwrap();
         if cfg!(target_os = "linux") {
             assert_eq!(liveness(impostor), Liveness::Dead);
         }

@@ -7,8 +7,9 @@
 //! [`clean`] removes only segments whose owners are *all* dead; a segment whose header cannot be
 //! read (being created right now, foreign, corrupt) is reported and left alone.
 
-use core::num::NonZeroU64;
 use std::path::Path;
+
+use ring_core::OwnerId;
 
 use crate::owner::{liveness, Liveness};
 use crate::{Error, Segment, SegmentName, SizeCheck};
@@ -20,7 +21,7 @@ pub const SHM_DIR: &str = "/dev/shm";
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owners {
     /// The owner ids recorded in the segment, each with its liveness now.
-    Known(Vec<(NonZeroU64, Liveness)>),
+    Known(Vec<(OwnerId, Liveness)>),
     /// The header could not be read; the reason. Such segments are never removed.
     Unreadable(String),
 }
@@ -57,7 +58,7 @@ pub struct CleanReport {
 }
 
 /// Reads the owner ids recorded in a mapped segment.
-pub type OwnerReader = dyn Fn(&Segment) -> Result<Vec<NonZeroU64>, String>;
+pub type OwnerReader = dyn Fn(&Segment) -> Result<Vec<OwnerId>, String>;
 
 /// Lists our segments in `dir`, reading owners with `read`.
 ///
@@ -89,6 +90,34 @@ pub fn list_with(dir: &Path, read: &OwnerReader) -> Result<Vec<SegmentInfo>, Err
     }
     out.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
     Ok(out)
+}
+
+/// Lists our segments in `/dev/shm`, reading owners from each ring header (validated as
+/// untrusted input).
+///
+/// # Errors
+///
+/// [`Error::Io`] when `/dev/shm` cannot be read.
+pub fn list() -> Result<Vec<SegmentInfo>, Error> {
+    list_with(Path::new(SHM_DIR), &ring_owners)
+}
+
+/// Removes our segments in `/dev/shm` whose owners are all dead; see [`CleanReport`].
+///
+/// # Errors
+///
+/// [`Error::Io`] when `/dev/shm` cannot be read.
+pub fn clean() -> Result<CleanReport, Error> {
+    Ok(clean_listed(Path::new(SHM_DIR), list()?))
+}
+
+/// Reads the owners from a segment's ring header.
+pub fn ring_owners(seg: &Segment) -> Result<Vec<OwnerId>, String> {
+    // SAFETY: the mapping is `seg.len()` bytes, readable and writable, and stays mapped while
+    // `seg` is borrowed, which outlives the `RawMemory` made here.
+    let raw = unsafe { ring_core::RawMemory::attach(seg.as_ptr(), seg.len()) }
+        .map_err(|e| e.to_string())?;
+    Ok(crate::mapping::owners_of(&raw))
 }
 
 /// Removes the stale segments among `list` (see [`SegmentInfo::is_stale`]) from `dir`.
@@ -128,11 +157,11 @@ mod tests {
     use crate::{owner, CreateOptions};
 
     /// A test header: the first word is the only owner id, 0 meaning "not initialised".
-    fn first_word(seg: &Segment) -> Result<Vec<NonZeroU64>, String> {
+    fn first_word(seg: &Segment) -> Result<Vec<OwnerId>, String> {
         // SAFETY: segments are at least 8 bytes and page-aligned; no one writes them concurrently
         // in this test.
         let word = unsafe { seg.as_ptr().cast::<u64>().read_volatile() };
-        NonZeroU64::new(word)
+        OwnerId::new(word)
             .map(|id| vec![id])
             .ok_or_else(|| "not initialised".to_owned())
     }

@@ -1,0 +1,210 @@
+//! Blocking operations with timeouts and peer liveness: consumers that notice a dead producer
+//! (`ProducerGone`), a producer that reclaims dead consumers holding it back.
+//!
+//! Every blocking call waits in slices of at most [`LIVENESS_PERIOD`] on the futex; when a slice
+//! ends with no progress it checks the peers' owner ids (`/proc/<pid>/stat`) before waiting
+//! again, so a dead peer is detected within about one period and the fast path makes no extra
+//! system call.
+
+use core::time::Duration;
+use std::time::Instant;
+
+use ring_core::inspect::EntryState;
+use ring_core::{ClaimError, Consumer, Copied, Memory, OwnerId, Pinned, Producer, ReadError};
+use ring_core::{Reclaimed, WriteSlot};
+
+use crate::owner::{liveness_raw, Liveness};
+use crate::FutexWait;
+
+/// How long a blocked operation waits before it re-checks whether its peers are alive.
+pub const LIVENESS_PERIOD: Duration = Duration::from_millis(20);
+
+/// The end of the next wait slice.
+fn slice_end(deadline: Instant) -> Instant {
+    deadline.min(Instant::now() + LIVENESS_PERIOD)
+}
+
+/// Blocking reads for consumers in OS shared memory.
+pub trait ConsumerExt<M: Memory> {
+    /// Waits (at most `timeout`) until a read would find a message or the ring is closed.
+    ///
+    /// # Errors
+    ///
+    /// [`ReadError::Timeout`]; [`ReadError::ProducerGone`] when nothing is readable and the
+    /// producer's process is dead; [`ReadError::Evicted`].
+    fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError>;
+
+    /// Copies the next message into `buf`, waiting at most `timeout` for one.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_message`](Self::wait_message) and [`Consumer::try_copy`].
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ReadError>;
+
+    /// Pins the next message, waiting at most `timeout` for one.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_message`](Self::wait_message) and [`Consumer::try_pin`].
+    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ReadError>;
+
+    /// Whether the ring's producer process runs (`Dead` also when there is no producer).
+    fn producer_liveness(&self) -> Liveness;
+}
+
+impl<M: Memory> ConsumerExt<M> for Consumer<M> {
+    fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.wait_ready(&mut FutexWait::until(slice_end(deadline))) {
+                Err(ReadError::Timeout) => {}
+                other => return other,
+            }
+            // A slice passed with nothing to read: is anyone still writing?
+            let producer = self.producer_owner();
+            if producer != 0 && liveness_raw(producer) == Liveness::Dead {
+                return Err(ReadError::ProducerGone);
+            }
+            if Instant::now() >= deadline {
+                return Err(ReadError::Timeout);
+            }
+        }
+    }
+
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ReadError> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.try_copy(buf) {
+                Err(ReadError::Empty) => {}
+                other => return other,
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.wait_message(left)?;
+        }
+    }
+
+    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ReadError> {
+        self.wait_message(timeout)?;
+        // `head` only grows, so a message `wait_message` found stays there to pin (or is
+        // overwritten, which `try_pin` reports as a miss and re-targets).
+        self.try_pin()
+    }
+
+    fn producer_liveness(&self) -> Liveness {
+        liveness_raw(self.producer_owner())
+    }
+}
+
+/// Blocking writes for producers in OS shared memory, reclaiming dead consumers.
+pub trait ProducerExt<M: Memory> {
+    /// Claims the next slot, waiting at most `timeout` while consumers hold the ring back and
+    /// reclaiming those whose process died; passes the slot to `write` (which fills and
+    /// publishes or aborts it) and returns what `write` returns.
+    ///
+    /// # Errors
+    ///
+    /// [`ClaimError::Closed`], or the last `Full`/`Pinned` when `timeout` ran out.
+    fn claim_with<R>(
+        &mut self,
+        timeout: Duration,
+        write: impl FnOnce(WriteSlot<'_, M>) -> R,
+    ) -> Result<R, ClaimError>;
+
+    /// Publishes `data` (see [`claim_with`](Self::claim_with)); returns its sequence number.
+    ///
+    /// # Errors
+    ///
+    /// As `claim_with`, and [`ClaimError::TooLarge`].
+    fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError>;
+
+    /// Waits until every gating consumer has consumed everything published ("ack all"),
+    /// reclaiming dead ones; false when `timeout` ran out first.
+    fn wait_drained_for(&mut self, timeout: Duration) -> bool;
+
+    /// Reclaims every registered consumer whose process is dead; returns what was cleared.
+    fn reclaim_dead(&mut self) -> Vec<Reclaimed>;
+}
+
+/// Reclaims consumer `index` if its owner is dead.
+fn reclaim_if_dead<M: Memory>(p: &mut Producer<M>, index: usize) -> Option<Reclaimed> {
+    let info = p.consumer_info(index)?;
+    if info.state == EntryState::Free || liveness_raw(info.owner) != Liveness::Dead {
+        return None;
+    }
+    // Owner 0 in a joining entry (died between the two stores) cannot be named: left alone.
+    let owner = OwnerId::new(info.owner)?;
+    p.reclaim(index, owner).ok().filter(|r| r.was_registered)
+}
+
+impl<M: Memory> ProducerExt<M> for Producer<M> {
+    fn claim_with<R>(
+        &mut self,
+        timeout: Duration,
+        write: impl FnOnce(WriteSlot<'_, M>) -> R,
+    ) -> Result<R, ClaimError> {
+        let deadline = Instant::now() + timeout;
+        let mut write = Some(write);
+        loop {
+            let err = match self.claim(&mut FutexWait::until(slice_end(deadline))) {
+                Ok(slot) => {
+                    return match write.take() {
+                        Some(f) => Ok(f(slot)),
+                        // Unreachable: `write` is taken only here, and we return at once.
+                        None => Err(ClaimError::Closed),
+                    };
+                }
+                Err(e) => e,
+            };
+            // Held back for a whole slice: by whom, and are they alive?
+            match err {
+                ClaimError::Full { consumer, .. } => {
+                    let _ = reclaim_if_dead(self, consumer);
+                }
+                ClaimError::Pinned { readers, .. } => {
+                    for index in (0..32).filter(|i| readers & (1 << i) != 0) {
+                        let _ = reclaim_if_dead(self, index);
+                    }
+                }
+                e => return Err(e),
+            }
+            if Instant::now() >= deadline {
+                return Err(err);
+            }
+        }
+    }
+
+    fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError> {
+        let capacity = self.memory().geometry().slot_capacity();
+        if data.len() > capacity {
+            return Err(ClaimError::TooLarge {
+                len: data.len(),
+                capacity,
+            });
+        }
+        self.claim_with(timeout, |mut slot| {
+            // Cannot overflow: the length was checked against the capacity above.
+            let _ = slot.write(data);
+            slot.publish()
+        })
+    }
+
+    fn wait_drained_for(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if self.wait_drained(&mut FutexWait::until(slice_end(deadline))) {
+                return true;
+            }
+            if !self.reclaim_dead().is_empty() {
+                continue;
+            }
+            if Instant::now() >= deadline {
+                return false;
+            }
+        }
+    }
+
+    fn reclaim_dead(&mut self) -> Vec<Reclaimed> {
+        let n = self.memory().geometry().consumers();
+        (0..n).filter_map(|i| reclaim_if_dead(self, i)).collect()
+    }
+}

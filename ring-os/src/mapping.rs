@@ -1,0 +1,162 @@
+//! [`Mapping`]: a ring segment mapped from the OS, implementing [`ring_core::Memory`].
+
+use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
+use ring_core::{AtomicU32, AtomicU64, Config, Geometry, Memory, OwnerId, RawMemory};
+
+use crate::{futex, owner, Error, Segment, SizeCheck};
+
+/// A ring segment in OS shared memory: the mapped [`Segment`] plus ring-core's validated view of
+/// it. Make producers and consumers from an `Arc<Mapping>` (ring-core implements `Memory` for
+/// `Arc<T>`), so the mapping lives as long as any of them.
+///
+/// Its [`Memory::notify`] wakes futex waiters in every process that maps the segment.
+#[derive(Debug)]
+pub struct Mapping {
+    /// ring-core's view; points into `segment`'s mapping, so it is declared (and dropped) first.
+    raw: RawMemory,
+    /// The mapping and its descriptor.
+    segment: Segment,
+}
+
+/// The smallest file that can hold a segment header, for the size check before mapping.
+pub(crate) const MIN_SEGMENT_LEN: u64 = core::mem::size_of::<SegmentHeader>() as u64;
+
+impl Mapping {
+    /// Formats a freshly created `segment` as a ring for `config`, recording this process as its
+    /// creator.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Layout`] when the configuration is invalid or the segment too small.
+    pub fn initialize(segment: Segment, config: &Config) -> Result<Self, Error> {
+        let creator = owner::current()?;
+        // SAFETY:
+        // - the mapping is `segment.len()` bytes, readable and writable, and stays mapped for as
+        //   long as `segment`, which the returned value owns (and drops after `raw`);
+        // - the segment was just created (O_EXCL or an anonymous memfd), so no other process
+        //   touches it until this returns; afterwards every access goes through ring-core.
+        let raw =
+            unsafe { RawMemory::initialize(segment.as_ptr(), segment.len(), config, creator)? };
+        Ok(Self { raw, segment })
+    }
+
+    /// Validates an opened `segment` as a ring, treating its bytes as untrusted.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Attach`] naming the first thing wrong with the header.
+    pub fn attach(segment: Segment) -> Result<Self, Error> {
+        // SAFETY: the mapping is `segment.len()` bytes, readable and writable (other processes
+        // write it only through atomics), and stays mapped for as long as `segment`, which the
+        // returned value owns (and drops after `raw`).
+        let raw = unsafe { RawMemory::attach(segment.as_ptr(), segment.len())? };
+        Ok(Self { raw, segment })
+    }
+
+    /// The size check an opener applies before mapping a ring segment.
+    pub(crate) const fn open_check() -> SizeCheck {
+        SizeCheck::AtLeast(MIN_SEGMENT_LEN)
+    }
+
+    /// The underlying segment (its descriptor, kind, length).
+    #[must_use]
+    pub fn segment(&self) -> &Segment {
+        &self.segment
+    }
+
+    /// Stops a creator's mapping from removing the segment's name on drop (set during creation
+    /// so a failed format leaves nothing behind).
+    pub(crate) fn keep_name(&mut self) {
+        self.segment.set_unlink_on_drop(false);
+    }
+
+    /// Every owner recorded in the segment: creator, producer, registered consumers.
+    #[must_use]
+    pub fn owners(&self) -> Vec<OwnerId> {
+        owners_of(&self.raw)
+    }
+
+    /// Re-checks that nobody truncated the file under the mapping (see [`Segment::check_len`]).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::SizeMismatch`].
+    pub fn check_len(&self) -> Result<(), Error> {
+        self.segment.check_len()
+    }
+}
+
+/// Owners recorded in a validated segment.
+pub(crate) fn owners_of<M: Memory + ?Sized>(mem: &M) -> Vec<OwnerId> {
+    use ring_core::inspect::{consumer_info, producer_info, EntryState};
+    // Relaxed: an identity to check, not a synchronisation point.
+    let creator = mem
+        .header()
+        .creator
+        .load(ring_core::sync::Ordering::Relaxed);
+    let mut ids = vec![creator, producer_info(mem).owner];
+    for i in 0..mem.geometry().consumers() {
+        if let Some(info) = consumer_info(mem, i) {
+            if info.state != EntryState::Free {
+                ids.push(info.owner);
+            }
+        }
+    }
+    let mut ids: Vec<OwnerId> = ids.into_iter().filter_map(OwnerId::new).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    ids
+}
+
+/// The futex word behind a ring-core atomic.
+fn as_futex(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
+    // SAFETY: ring-core's `AtomicU32` is portable-atomic's, which on targets where
+    // `CROSS_PROCESS_SAFE` holds (asserted in lib.rs) is the native 32-bit atomic: same size and
+    // alignment as `core`'s, and every access to the word is atomic. The pointer comes from a
+    // reference, so it is valid for the returned borrow.
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(word.as_ptr()) }
+}
+
+/// Parks on a ring-core futex word (see [`futex::wait`]).
+pub(crate) fn futex_wait(
+    word: &AtomicU32,
+    expected: u32,
+    timeout: core::time::Duration,
+) -> futex::WaitOutcome {
+    futex::wait(as_futex(word), expected, timeout)
+}
+
+// SAFETY: forwards to `RawMemory`, whose promises hold because `segment` keeps the bytes mapped
+// for as long as `self`, and `geometry` is the validated local copy.
+unsafe impl Memory for Mapping {
+    fn geometry(&self) -> &Geometry {
+        self.raw.geometry()
+    }
+    fn header(&self) -> &SegmentHeader {
+        self.raw.header()
+    }
+    fn producer_line(&self) -> &ProducerLine {
+        self.raw.producer_line()
+    }
+    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
+        self.raw.consumer_entry(index)
+    }
+    fn slot_header(&self, index: usize) -> &SlotHeader {
+        self.raw.slot_header(index)
+    }
+    fn payload(&self, index: usize) -> &[AtomicU64] {
+        self.raw.payload(index)
+    }
+    fn alloc_words(&self) -> &[AtomicU64] {
+        self.raw.alloc_words()
+    }
+    fn notify(&self, word: &AtomicU32) {
+        let _ = futex::wake_all(as_futex(word));
+    }
+}
+
+/// Test access to the futex view of a word.
+#[cfg(test)]
+pub(crate) fn tests_as_futex(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
+    as_futex(word)
+}

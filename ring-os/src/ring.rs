@@ -1,0 +1,159 @@
+//! [`ShmRing`]: the entry points that create or open a ring in OS shared memory, and become its
+//! producer or one of its consumers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use ring_core::{Config, Consumer, DeliveryClass, Geometry, Producer};
+
+use crate::owner::{self, Liveness};
+use crate::{CreateOptions, Error, Mapping, Segment, SegmentName};
+
+/// A producer over an OS mapping.
+pub type ShmProducer = Producer<Arc<Mapping>>;
+/// A consumer over an OS mapping.
+pub type ShmConsumer = Consumer<Arc<Mapping>>;
+
+/// Creating and opening rings in OS shared memory (see `docs/OS.md` for the segment kinds).
+///
+/// Each constructor returns an `Arc<Mapping>`; make a producer with [`ShmRing::producer`] (which
+/// takes over a dead producer's ring) and consumers with [`ShmRing::consumer`].
+///
+/// # Examples
+///
+/// ```
+/// use core::time::Duration;
+/// use ring_core::{Config, DeliveryClass};
+/// use ring_os::{ConsumerExt as _, CreateOptions, ShmRing};
+/// let ring = ShmRing::create_memfd(&Config::new(8, 256), CreateOptions::new())?;
+/// let mut producer = ShmRing::producer(&ring)?;
+/// let mut consumer = ShmRing::consumer(&ring, DeliveryClass::Gating)?;
+/// producer.try_publish(b"hello").unwrap();
+/// let mut buf = [0u8; 256];
+/// let got = consumer.recv(&mut buf, Duration::from_secs(1)).unwrap();
+/// assert_eq!(&buf[..got.len], b"hello");
+/// # Ok::<(), ring_os::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct ShmRing;
+
+/// The segment length a configuration needs.
+fn len_for(config: &Config) -> Result<u64, Error> {
+    let len = Geometry::new(config)?.total_len();
+    u64::try_from(len).map_err(|_| Error::BadLength { len: u64::MAX })
+}
+
+impl ShmRing {
+    /// Creates a named ring (`/dev/shm/shmring.<name>`, mode 0600, space reserved).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Layout`], [`Error::AlreadyExists`], [`Error::NoSpace`], [`Error::Io`].
+    pub fn create_named(
+        name: &SegmentName,
+        config: &Config,
+        opts: CreateOptions,
+    ) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::create_named(name, len_for(config)?, opts)?;
+        Self::init(segment, config)
+    }
+
+    /// Opens an existing named ring, validating the file and the header.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`], [`Error::Insecure`], [`Error::SizeMismatch`], [`Error::Attach`] (for
+    /// example `NotInitialized` while the creator is still formatting it: retry).
+    pub fn open_named(name: &SegmentName) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::open_named(name, Mapping::open_check())?;
+        Ok(Arc::new(Mapping::attach(segment)?))
+    }
+
+    /// Creates an anonymous ring in a sealed memfd; pass `ring.segment().fd()` to peers with
+    /// [`fdpass::send_fd`](crate::fdpass::send_fd).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Layout`], [`Error::NoSpace`], [`Error::HugePages`], [`Error::Io`].
+    pub fn create_memfd(config: &Config, opts: CreateOptions) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::create_memfd(len_for(config)?, opts)?;
+        Self::init(segment, config)
+    }
+
+    /// Opens a ring from a memfd received from a peer: checks its seals and size, then the header.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingSeals`], [`Error::SizeMismatch`], [`Error::Attach`].
+    pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::from_fd(fd, Mapping::open_check())?;
+        Ok(Arc::new(Mapping::attach(segment)?))
+    }
+
+    /// Creates a ring in a new file at `path` (mode 0600, space reserved).
+    ///
+    /// # Errors
+    ///
+    /// As [`create_named`](Self::create_named).
+    pub fn create_file(
+        path: &Path,
+        config: &Config,
+        opts: CreateOptions,
+    ) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::create_file(path, len_for(config)?, opts)?;
+        Self::init(segment, config)
+    }
+
+    /// Opens the ring in the file at `path`.
+    ///
+    /// # Errors
+    ///
+    /// As [`open_named`](Self::open_named).
+    pub fn open_file(path: &Path) -> Result<Arc<Mapping>, Error> {
+        let segment = Segment::open_file(path, Mapping::open_check())?;
+        Ok(Arc::new(Mapping::attach(segment)?))
+    }
+
+    /// Formats a new segment, removing its name if that fails.
+    fn init(segment: Segment, config: &Config) -> Result<Arc<Mapping>, Error> {
+        let mut segment = segment;
+        segment.set_unlink_on_drop(true);
+        let mut mapping = Mapping::initialize(segment, config)?;
+        mapping.keep_name();
+        Ok(Arc::new(mapping))
+    }
+
+    /// Becomes the ring's producer as this process. If another producer is registered and its
+    /// process is dead, takes the ring over (see `docs/OS.md`, crash semantics).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ProducerAlive`] when a live producer owns the ring; [`Error::Io`] when this
+    /// process's owner id cannot be read.
+    pub fn producer(ring: &Arc<Mapping>) -> Result<ShmProducer, Error> {
+        let me = owner::current()?;
+        match Producer::new(Arc::clone(ring), me) {
+            Ok(p) => Ok(p),
+            Err(ring_core::Error::ProducerExists { owner }) => {
+                let Some(dead) = ring_core::OwnerId::new(owner) else {
+                    return Err(Error::ProducerAlive { owner });
+                };
+                if owner::liveness(dead) == Liveness::Alive {
+                    return Err(Error::ProducerAlive { owner });
+                }
+                Ok(Producer::take_over(Arc::clone(ring), me, dead)?)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Registers a consumer of `class` as this process.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`].
+    pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
+        let me = owner::current()?;
+        Ok(Consumer::new(Arc::clone(ring), class, me)?)
+    }
+}

@@ -1,0 +1,116 @@
+//! [`FutexWait`]: ring-core's [`WaitStrategy`] for processes sharing a mapping — spin a little,
+//! then park on the futex word until woken or the deadline passes.
+
+use core::time::Duration;
+use std::time::Instant;
+
+use ring_core::sync::Ordering;
+use ring_core::{AtomicU32, WaitStrategy};
+
+use crate::futex::WaitOutcome;
+use crate::mapping::futex_wait;
+
+/// Spin for a budget, then park on the futex with a deadline.
+///
+/// The deadline covers the strategy's whole life (every `wait` call it serves): make one per
+/// blocking operation. `wait` returns `false` once the deadline has passed.
+///
+/// # Examples
+///
+/// ```
+/// use core::time::Duration;
+/// use ring_core::{AtomicU32, WaitStrategy};
+/// use ring_os::FutexWait;
+/// let word = AtomicU32::new(0);
+/// let mut wait = FutexWait::new(Duration::from_millis(5));
+/// // Nobody changes the word: the wait ends at the deadline and says so.
+/// assert!(!wait.wait(&word, 0));
+/// ```
+#[derive(Clone, Copy, Debug)]
+pub struct FutexWait {
+    /// Loads of the word before parking, per `wait` call.
+    spins: u32,
+    /// When the strategy gives up.
+    deadline: Instant,
+}
+
+impl FutexWait {
+    /// The default spin budget per wait: about a microsecond of polling before the syscall.
+    pub const DEFAULT_SPINS: u32 = 200;
+
+    /// A strategy that gives up `timeout` from now, with the default spin budget.
+    #[must_use]
+    pub fn new(timeout: Duration) -> Self {
+        Self::until(Instant::now() + timeout)
+    }
+
+    /// A strategy that gives up at `deadline`, with the default spin budget.
+    #[must_use]
+    pub fn until(deadline: Instant) -> Self {
+        Self {
+            spins: Self::DEFAULT_SPINS,
+            deadline,
+        }
+    }
+
+    /// Sets the spin budget per wait (0: park at once).
+    #[must_use]
+    pub fn spins(mut self, spins: u32) -> Self {
+        self.spins = spins;
+        self
+    }
+
+    /// The deadline.
+    #[must_use]
+    pub fn deadline(&self) -> Instant {
+        self.deadline
+    }
+}
+
+impl WaitStrategy for FutexWait {
+    fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
+        for _ in 0..self.spins {
+            // Acquire: pairs with the waker's Release store or bump of the word.
+            if word.load(Ordering::Acquire) != expected {
+                return true;
+            }
+            core::hint::spin_loop();
+        }
+        let now = Instant::now();
+        if now >= self.deadline {
+            return false;
+        }
+        match futex_wait(word, expected, self.deadline - now) {
+            WaitOutcome::Woken | WaitOutcome::Changed => true,
+            WaitOutcome::TimedOut => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn wakes_on_change_and_gives_up_at_the_deadline() {
+        let word = Arc::new(AtomicU32::new(0));
+        let w2 = Arc::clone(&word);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            // Release: pairs with the waiter's Acquire.
+            w2.store(1, Ordering::Release);
+            let _ = crate::futex::wake_all(crate::mapping::tests_as_futex(&w2));
+        });
+        let mut wait = FutexWait::new(Duration::from_secs(10)).spins(0);
+        let start = Instant::now();
+        // Acquire: pairs with the store above.
+        while word.load(Ordering::Acquire) == 0 {
+            assert!(wait.wait(&word, 0), "deadline passed before the wake");
+        }
+        assert!(start.elapsed() < Duration::from_secs(5));
+        t.join().unwrap();
+        let mut short = FutexWait::new(Duration::from_millis(10));
+        assert!(!short.wait(&word, 1));
+    }
+}

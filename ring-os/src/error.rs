@@ -89,6 +89,10 @@ pub enum Error {
     Attach(ring_core::AttachError),
     /// ring-core refused a producer or consumer operation.
     Ring(ring_core::Error),
+    /// A claim was refused (closed, held back past the timeout, too large).
+    Claim(ring_core::ClaimError),
+    /// The in-segment allocator refused (ceiling, out of space, corrupt region).
+    Alloc(ring_core::alloc::AllocError),
     /// A take-over was asked for, but the ring's producer is alive.
     ProducerAlive {
         /// Its owner id.
@@ -189,6 +193,8 @@ impl fmt::Display for Error {
             Self::Layout(e) => write!(f, "invalid ring configuration: {e}"),
             Self::Attach(e) => write!(f, "not a usable ring segment: {e}"),
             Self::Ring(e) => write!(f, "{e}"),
+            Self::Claim(e) => write!(f, "{e}"),
+            Self::Alloc(e) => write!(f, "allocator: {e}"),
             Self::ProducerAlive { owner } => write!(
                 f,
                 "the ring's producer (owner {owner:#x}, pid {}) is alive; only a dead producer's ring \

@@ -10,6 +10,7 @@
     reason = "std crate"
 )]
 
+pub mod alloc;
 mod blocking;
 mod error;
 pub mod fdpass;
@@ -22,6 +23,7 @@ mod segment;
 pub mod stale;
 mod wait;
 
+pub use alloc::AllocProducer;
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
 pub use error::Error;
 pub use mapping::Mapping;

@@ -1,0 +1,253 @@
+//! Variable-size payloads through ring-core's in-segment allocator.
+//!
+//! [`AllocProducer`] wraps a producer: each message's bytes go into an allocation in the
+//! segment's arena, and the slot carries `meta = [handle, len]`. The allocations are the
+//! producer's (allocator owner [`PRODUCER_ALLOC_OWNER`]) and are freed automatically when their
+//! slot is claimed for a later message — a claim succeeds only when no reader pins the slot and
+//! no gating consumer still needs it — so consumers cannot leak anything, and the live count
+//! never exceeds the slot count. Readers pin the message and copy the allocation with
+//! [`read_pinned`] while the pin keeps it alive.
+//!
+//! After a producer crash, [`AllocProducer::new`] on the new producer frees the dead producer's
+//! allocations that no slot references (the one it may have been filling), so take-over leaks
+//! nothing either.
+
+use core::time::Duration;
+use std::collections::HashSet;
+
+use ring_core::alloc::{AllocError, Allocator, Leak, LeakTotals, Stats};
+use ring_core::sync::Ordering;
+use ring_core::{ClaimError, Memory, Pinned, Producer};
+
+use crate::{Error, ProducerExt as _};
+
+/// The allocator owner id under which the producer's payload allocations are accounted.
+pub const PRODUCER_ALLOC_OWNER: u16 = 0;
+
+/// Milliseconds since the Unix epoch: the allocator's clock for leak ages (comparable across
+/// processes).
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The allocator over `mem`'s region, validated.
+fn allocator<M: Memory + ?Sized>(mem: &M) -> Result<Allocator<'_>, Error> {
+    let words = mem.alloc_words();
+    if words.is_empty() {
+        return Err(Error::Alloc(AllocError::Corrupt {
+            what: "ring has no allocator",
+            index: 0,
+        }));
+    }
+    Allocator::attach(words).map_err(Error::Alloc)
+}
+
+/// Global allocation statistics of a ring (any process may read them).
+///
+/// # Errors
+///
+/// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
+pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
+    Ok(allocator(mem)?.stats())
+}
+
+/// Every live allocation (owner, handle, size, age in ms) and the totals.
+///
+/// # Errors
+///
+/// As [`stats`].
+pub fn leak_report<M: Memory + ?Sized>(mem: &M) -> Result<(Vec<Leak>, LeakTotals), Error> {
+    let mut leaks = Vec::new();
+    let totals = allocator(mem)?.leak_report(now_ms(), |l| leaks.push(l));
+    Ok((leaks, totals))
+}
+
+/// Copies the allocation a pinned message refers to (`meta = [handle, len]`) into `out`
+/// (resized to the message length). The pin keeps the allocation alive.
+///
+/// # Errors
+///
+/// [`Error::Alloc`] when the handle is not live or the lengths disagree (a corrupt or hostile
+/// segment).
+pub fn read_pinned<M: Memory + ?Sized, N: Memory>(
+    mem: &M,
+    pinned: &Pinned<'_, N>,
+    out: &mut Vec<u8>,
+) -> Result<(), Error> {
+    let [handle, len] = pinned.meta();
+    out.clear();
+    if len == 0 {
+        return Ok(());
+    }
+    let alloc = allocator(mem)?;
+    let a = alloc.lookup(handle).map_err(Error::Alloc)?;
+    if a.len != len {
+        return Err(Error::Alloc(AllocError::InvalidHandle { handle }));
+    }
+    let n = usize::try_from(len).map_err(|_| Error::Alloc(AllocError::InvalidHandle { handle }))?;
+    out.resize(n, 0);
+    let got = alloc.read(&a, out).map_err(Error::Alloc)?;
+    out.truncate(got);
+    Ok(())
+}
+
+/// A producer whose messages live in allocator regions (see the module docs).
+#[derive(Debug)]
+pub struct AllocProducer<M: Memory + Clone> {
+    /// The ring's producer.
+    producer: Producer<M>,
+    /// A second handle on the memory, for the allocator while `producer` is borrowed.
+    mem: M,
+    /// The allocation handle each slot's message refers to (0: none).
+    slot_handles: Vec<u64>,
+}
+
+impl<M: Memory + Clone> AllocProducer<M> {
+    /// Wraps `producer`. Frees producer allocations that no slot references (left by a
+    /// producer that died while filling one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
+    pub fn new(producer: Producer<M>) -> Result<Self, Error> {
+        let mem = producer.memory().clone();
+        let n = mem.geometry().slots();
+        // Relaxed: only the producer (us, now) writes slot metadata.
+        let slot_handles: Vec<u64> = (0..n)
+            .map(|i| mem.slot_header(i).meta[0].load(Ordering::Relaxed))
+            .collect();
+        let referenced: HashSet<u64> = slot_handles.iter().copied().filter(|&h| h != 0).collect();
+        let mut alloc = allocator(&mem)?;
+        let mut orphans = Vec::new();
+        alloc.leak_report(now_ms(), |l| {
+            if l.owner == PRODUCER_ALLOC_OWNER && !referenced.contains(&l.handle) {
+                orphans.push(l.handle);
+            }
+        });
+        for h in orphans {
+            let _ = alloc.free(h, PRODUCER_ALLOC_OWNER);
+        }
+        Ok(Self {
+            producer,
+            mem,
+            slot_handles,
+        })
+    }
+
+    /// The wrapped producer (for `close`, `consumer_info`, `reclaim_dead`...).
+    pub fn producer(&mut self) -> &mut Producer<M> {
+        &mut self.producer
+    }
+
+    /// Publishes `data` in a fresh allocation, waiting at most `timeout` for a slot (reclaiming
+    /// dead consumers, see [`ProducerExt::claim_with`](crate::ProducerExt::claim_with)). Frees the
+    /// allocation of the message the slot held before.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Claim`] (closed, or held back past the timeout); [`Error::Alloc`] (out of arena
+    /// space or a ceiling: the slot is aborted, nothing is published).
+    pub fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, Error> {
+        let len = data.len() as u64;
+        let mem = &self.mem;
+        let handles = &mut self.slot_handles;
+        let slots = handles.len() as u64;
+        let result = self.producer.claim_with(timeout, |mut slot| {
+            let index = usize::try_from(slot.seq() % slots).unwrap_or(0);
+            let mut alloc = allocator(mem)?;
+            if let Some(old) = handles.get_mut(index) {
+                if *old != 0 {
+                    // The slot is claimed: no reader pins it and no gating consumer needs it.
+                    let _ = alloc.free(*old, PRODUCER_ALLOC_OWNER);
+                    *old = 0;
+                }
+            }
+            let handle = if data.is_empty() {
+                0
+            } else {
+                let a = alloc
+                    .alloc(len, PRODUCER_ALLOC_OWNER, now_ms())
+                    .map_err(Error::Alloc)?;
+                let mut w = alloc.writer(&a).map_err(Error::Alloc)?;
+                w.write(data).map_err(Error::Alloc)?;
+                a.handle
+            };
+            if let Some(h) = handles.get_mut(index) {
+                *h = handle;
+            }
+            slot.set_meta([handle, len]);
+            Ok(slot.publish())
+        });
+        match result {
+            Ok(r) => r,
+            Err(e) => Err(Error::Claim(e)),
+        }
+    }
+
+    /// Closes the ring and frees every allocation the slots still reference; returns the
+    /// allocator statistics afterwards (`live` is 0 unless the region is corrupt).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Alloc`].
+    pub fn close_and_free(&mut self) -> Result<Stats, Error> {
+        self.producer.close();
+        let mut alloc = allocator(&self.mem)?;
+        for h in &mut self.slot_handles {
+            if *h != 0 {
+                let _ = alloc.free(*h, PRODUCER_ALLOC_OWNER);
+                *h = 0;
+            }
+        }
+        Ok(alloc.stats())
+    }
+}
+
+/// Claim errors from the blocking path.
+impl From<ClaimError> for Error {
+    fn from(e: ClaimError) -> Self {
+        Self::Claim(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{ConsumerExt as _, CreateOptions, ShmRing};
+    use ring_core::{Config, DeliveryClass};
+
+    #[test]
+    fn payloads_round_trip_and_nothing_leaks() {
+        let config = Config::new(4, 64).with_allocator(1 << 16, 64);
+        let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut p = AllocProducer::new(ShmRing::producer(&ring).unwrap()).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut out = Vec::new();
+        for i in 0..100_u32 {
+            let msg: Vec<u8> = (0..(i * 37 % 3000) + 1).map(|b| (b ^ i) as u8).collect();
+            p.publish(&msg, Duration::from_secs(5)).unwrap();
+            let pin = c.recv_pinned(Duration::from_secs(5)).unwrap();
+            read_pinned(&*ring, &pin, &mut out).unwrap();
+            assert_eq!(out, msg);
+            drop(pin);
+            assert!(
+                stats(&*ring).unwrap().live <= 4,
+                "live bounded by the slot count"
+            );
+        }
+        let s = p.close_and_free().unwrap();
+        assert_eq!(s.live, 0);
+        assert_eq!(s.allocs, 100);
+        let (leaks, totals) = leak_report(&*ring).unwrap();
+        assert!(leaks.is_empty());
+        assert_eq!(totals.count, 0);
+    }
+
+    #[test]
+    fn a_ring_without_allocator_says_so() {
+        let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
+        assert!(matches!(stats(&*ring), Err(Error::Alloc(_))));
+    }
+}

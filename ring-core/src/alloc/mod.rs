@@ -82,6 +82,7 @@ mod entry;
 mod error;
 mod layout;
 mod ops;
+mod report;
 mod stats;
 mod writer;
 

@@ -1,9 +1,9 @@
-//! The allocator's operations: alloc, free, reclaim, lookup, accounting and the leak report.
+//! The mutator's operations (alloc, free, reclaim) and the seqlock read of an entry.
 
 use super::entry::{handle, split_handle, Meta};
 use super::layout::{ENTRY_WORDS, E_FIRST, E_LEN, E_META, E_STAMP, GRANULE_BYTES, RECORD_WORDS};
-use super::stats::{Record, Stats};
-use super::{AllocError, Allocation, Allocator, Freed, Leak, LeakTotals, MAX_OWNERS};
+use super::stats::Record;
+use super::{AllocError, Allocation, Allocator, Freed, MAX_OWNERS};
 use crate::sync::{fence, AtomicU64, Ordering};
 
 /// A consistent read of one entry.
@@ -45,7 +45,7 @@ impl<'a> Allocator<'a> {
     }
 
     /// The stats record of `owner` (`owner < MAX_OWNERS`).
-    fn owner_record(&self, owner: u16) -> Record<'a> {
+    pub(crate) fn owner_record(&self, owner: u16) -> Record<'a> {
         let s = usize::from(owner) * RECORD_WORDS;
         Record(self.owners.get(s..s + RECORD_WORDS).unwrap_or(&[]))
     }
@@ -85,7 +85,7 @@ impl<'a> Allocator<'a> {
         }
     }
 
-    fn check_owner(owner: u16) -> Result<(), AllocError> {
+    pub(crate) fn check_owner(owner: u16) -> Result<(), AllocError> {
         if owner < MAX_OWNERS {
             Ok(())
         } else {
@@ -351,91 +351,5 @@ impl<'a> Allocator<'a> {
             }
         }
         Ok(freed)
-    }
-
-    /// Confirms that `handle` names a live allocation and returns it (for readers: validated
-    /// against the geometry; the allocation may be freed right after, see the module doc).
-    ///
-    /// # Errors
-    ///
-    /// [`AllocError::InvalidHandle`] (out of range, free, stale or changing),
-    /// [`AllocError::Corrupt`].
-    pub fn lookup(&self, handle: u64) -> Result<Allocation, AllocError> {
-        let (idx, generation) = split_handle(handle);
-        if idx >= self.geometry.max_live {
-            return Err(AllocError::InvalidHandle { handle });
-        }
-        match self.snapshot(idx)? {
-            Snap::Live {
-                meta, first, len, ..
-            } if meta.generation == generation => Ok(Allocation {
-                handle,
-                offset: first * GRANULE_BYTES,
-                len,
-            }),
-            _ => Err(AllocError::InvalidHandle { handle }),
-        }
-    }
-
-    /// The global counters (read `Relaxed`; see [`Stats`]).
-    pub fn stats(&self) -> Stats {
-        self.stats.load()
-    }
-
-    /// The counters of one owner.
-    ///
-    /// # Errors
-    ///
-    /// [`AllocError::BadOwner`].
-    pub fn owner_stats(&self, owner: u16) -> Result<Stats, AllocError> {
-        Self::check_owner(owner)?;
-        Ok(self.owner_record(owner).load())
-    }
-
-    /// Calls `f` with every live allocation (owner, handle, offset, length, age at `now`), in
-    /// entry order, and returns the totals. Entries that change during the scan are skipped;
-    /// inconsistent ones are counted in [`LeakTotals::corrupt`].
-    ///
-    /// # Examples
-    ///
-    /// ```
-    /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, Allocator};
-    /// # let words: Vec<AtomicU64> =
-    /// #     (0..region_len(1024, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
-    /// let mut alloc = Allocator::init(&words, AllocConfig::new(1024))?;
-    /// alloc.alloc(100, 5, 10)?;
-    /// let mut seen = Vec::new();
-    /// let totals = alloc.leak_report(25, |leak| seen.push((leak.owner, leak.len, leak.age)));
-    /// assert_eq!(seen, [(5, 100, 15)]);
-    /// assert_eq!((totals.count, totals.bytes), (1, 100));
-    /// # Ok::<(), ring_core::alloc::AllocError>(())
-    /// ```
-    pub fn leak_report(&self, now: u64, mut f: impl FnMut(Leak)) -> LeakTotals {
-        let mut totals = LeakTotals::default();
-        for idx in 0..self.geometry.max_live {
-            match self.snapshot(idx) {
-                Ok(Snap::Live {
-                    meta,
-                    first,
-                    len,
-                    stamp,
-                    ..
-                }) => {
-                    totals.count += 1;
-                    totals.bytes = totals.bytes.saturating_add(len);
-                    f(Leak {
-                        owner: meta.owner,
-                        handle: handle(idx, meta.generation),
-                        offset: first * GRANULE_BYTES,
-                        len,
-                        age: now.saturating_sub(stamp),
-                    });
-                }
-                Ok(_) => {}
-                Err(_) => totals.corrupt += 1,
-            }
-        }
-        totals
     }
 }

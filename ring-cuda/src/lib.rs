@@ -53,6 +53,8 @@ mod device;
 mod emulated;
 mod error;
 mod handle;
+pub mod pipeline;
+pub mod ring;
 
 pub use accounting::{Counters, Leak, LeakHook, LeakReport, Ledger, Limits, OwnerStats};
 pub use cache::{CacheStats, EventCache, MappingCache, OpenCache};

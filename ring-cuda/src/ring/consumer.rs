@@ -1,0 +1,278 @@
+//! The consumer side of the device ring.
+
+use core::time::Duration;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ring_core::{Consumer, DeliveryClass, Memory, OwnerId};
+
+use super::table::{Table, TableMemory};
+use super::{backoff, new_token, RingError};
+use crate::cache::{EventCache, MappingCache};
+use crate::device::Device;
+use crate::error::Error;
+use crate::handle::{EventId, Mem, MemHandle, Owner, StreamId};
+
+/// One message read by a [`DeviceConsumer`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Frame<R> {
+    /// The message's sequence number.
+    pub seq: u64,
+    /// Messages skipped before it (always 0 for a gating consumer).
+    pub missed: u64,
+    /// The slot buffer it lies in.
+    pub buffer: usize,
+    /// Its length in bytes.
+    pub len: u64,
+    /// The producer's monotonic clock when it published ([`monotonic_ns`](super::monotonic_ns)).
+    pub published_ns: u64,
+    /// What the read closure returned.
+    pub value: R,
+}
+
+/// Reads device-memory messages: see the [module docs](super).
+pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
+    dev: Arc<D>,
+    ring: Consumer<M>,
+    table: T,
+    owner: Owner,
+    token: u64,
+    slots: usize,
+    consumers: usize,
+    stream: Option<StreamId>,
+    read_events: Vec<EventId>,
+    producer_token: u64,
+    buffer_len: u64,
+    /// Opened slot buffers, keyed by (producer token, slot).
+    mappings: MappingCache<(u64, usize)>,
+    /// Opened write events, keyed by (producer token, slot).
+    write_events: EventCache<(u64, usize)>,
+}
+
+impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceConsumer<D, M, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DeviceConsumer")
+            .field("index", &self.ring.index())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
+    /// Registers as a consumer of class `class`, waits (at most `timeout`) for the producer's
+    /// table, and publishes this consumer's read events in its table row.
+    ///
+    /// # Errors
+    /// [`RingError::Ring`] (consumer table full), [`RingError::NotReady`] (no producer within
+    /// `timeout`), [`RingError::Corrupt`], [`RingError::Device`].
+    pub fn new(
+        dev: Arc<D>,
+        mem: M,
+        table: T,
+        class: DeliveryClass,
+        owner: OwnerId,
+        timeout: Duration,
+    ) -> Result<Self, RingError> {
+        let ring = Consumer::new(mem, class, owner).map_err(RingError::Ring)?;
+        let g = ring.memory().geometry();
+        let (slots, consumers) = (g.slots(), g.consumers());
+        let corrupt = RingError::Corrupt("the device table is smaller than the geometry needs");
+        let header = {
+            let t = Table::new(table.table(), slots, consumers).ok_or(corrupt)?;
+            let start = Instant::now();
+            let mut round = 0;
+            loop {
+                if let Some(h) = t.header() {
+                    break h;
+                }
+                if start.elapsed() >= timeout {
+                    return Err(RingError::NotReady);
+                }
+                backoff(&mut round);
+            }
+        };
+        let mut this = Self {
+            dev,
+            ring,
+            table,
+            owner: Owner(owner.get()),
+            token: new_token(),
+            slots,
+            consumers,
+            stream: None,
+            read_events: Vec::with_capacity(slots),
+            producer_token: header.token,
+            buffer_len: header.buffer_len,
+            mappings: MappingCache::new(),
+            write_events: EventCache::new(),
+        };
+        this.stream = Some(this.dev.create_stream(this.owner)?);
+        let mut handles = Vec::with_capacity(slots);
+        for _ in 0..slots {
+            let e = this.dev.create_event(this.owner)?;
+            this.read_events.push(e);
+            handles.push(this.dev.export_event(e)?);
+        }
+        let t = Table::new(this.table.table(), slots, consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        // Published before the first pin: the producer's scan after claiming a slot this
+        // consumer has read is ordered after this (pin, unpin, claim), so it sees the row.
+        t.publish_consumer(this.ring.index(), this.token, &handles);
+        Ok(this)
+    }
+
+    /// The device.
+    #[must_use]
+    pub fn device(&self) -> &Arc<D> {
+        &self.dev
+    }
+
+    /// The ring-core consumer (index, class, counters).
+    #[must_use]
+    pub fn ring(&self) -> &Consumer<M> {
+        &self.ring
+    }
+
+    /// This consumer's stream (work enqueued by read closures runs on it).
+    ///
+    /// # Errors
+    /// [`RingError::NotReady`] only during construction.
+    pub fn stream(&self) -> Result<StreamId, RingError> {
+        self.stream.ok_or(RingError::NotReady)
+    }
+
+    /// Bytes per slot buffer, as the producer published.
+    #[must_use]
+    pub const fn buffer_len(&self) -> u64 {
+        self.buffer_len
+    }
+
+    /// Opened-mapping counters (each slot buffer is opened once).
+    #[must_use]
+    pub fn mapping_stats(&self) -> crate::CacheStats {
+        self.mappings.stats()
+    }
+
+    /// Forgets mappings and events of a previous producer (its table token changed).
+    fn resync(&mut self, token: u64) {
+        let dev = &*self.dev;
+        let _ = self.mappings.close_all(dev);
+        let _ = self.write_events.destroy_all(dev);
+        self.producer_token = token;
+    }
+
+    /// Pins the next message without blocking, makes the consumer's stream wait for the
+    /// producer's writes (device-side), lets `read` enqueue work on the stream over the slot's
+    /// buffer (`read(device, stream, buffer, len)`), records this consumer's read event for
+    /// the slot and unpins.
+    ///
+    /// # Errors
+    /// [`RingError::Read`] (`Empty` is transient; `Closed` at the end), [`RingError::NotReady`],
+    /// [`RingError::Corrupt`] (a message names a buffer or length that cannot be), device errors
+    /// and what `read` returned (the read event is recorded in every case).
+    pub fn try_read_with<R>(
+        &mut self,
+        read: impl FnOnce(&D, StreamId, Mem, u64) -> Result<R, Error>,
+    ) -> Result<Frame<R>, RingError> {
+        let stream = self.stream.ok_or(RingError::NotReady)?;
+        let header = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?
+            .header();
+        match header {
+            Some(h) if h.token == self.producer_token => {}
+            Some(h) if h.buffer_len == self.buffer_len => self.resync(h.token),
+            Some(_) => {
+                return Err(RingError::Corrupt(
+                    "a new producer changed the buffer length",
+                ))
+            }
+            None => return Err(RingError::NotReady),
+        }
+        let pinned = self.ring.try_pin()?;
+        let [buffer, len] = pinned.meta();
+        if buffer >= self.slots as u64 || len == 0 || len > self.buffer_len {
+            return Err(RingError::Corrupt(
+                "a message names an impossible buffer or length",
+            ));
+        }
+        let buffer = buffer as usize;
+        let mut ts = [0u8; 8];
+        let published_ns = if pinned.copy_to(&mut ts) == 8 {
+            u64::from_le_bytes(ts)
+        } else {
+            0
+        };
+        let (seq, missed) = (pinned.seq(), pinned.missed());
+        let dev = &*self.dev;
+        let (owner, ptoken, buffer_len) = (self.owner, self.producer_token, self.buffer_len);
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        let mapping = self.mappings.get_or_open((ptoken, buffer), || {
+            let (mh, _) = t.slot(buffer);
+            if mh.len != buffer_len {
+                return Err(Error::InvalidHandle(
+                    "slot buffer length differs from the header",
+                ));
+            }
+            dev.open(owner, &MemHandle::Ipc(mh))
+        })?;
+        let wev = self.write_events.get_or_open((ptoken, buffer), || {
+            let (_, eh) = t.slot(buffer);
+            dev.open_event(owner, &eh)
+        })?;
+        // The mutation check removes this wait: the ring tests must then see torn frames.
+        #[cfg(not(ring_mutant = "cuda_skip_write_wait"))]
+        dev.wait_event(stream, wev)?;
+        #[cfg(ring_mutant = "cuda_skip_write_wait")]
+        let _ = wev;
+        let value = read(dev, stream, Mem::Mapping(mapping), len);
+        // Recorded whatever `read` did: the producer must wait for any work it enqueued.
+        let recorded = dev.record(self.read_events[buffer], stream);
+        drop(pinned);
+        recorded?;
+        Ok(Frame {
+            seq,
+            missed,
+            buffer,
+            len,
+            published_ns,
+            value: value?,
+        })
+    }
+
+    /// [`try_read_with`](Self::try_read_with), retrying while the ring is empty, for at most
+    /// `timeout`.
+    ///
+    /// # Errors
+    /// As `try_read_with`; `Read(Empty)` when the timeout ran out.
+    pub fn read_with<R>(
+        &mut self,
+        timeout: Duration,
+        mut read: impl FnMut(&D, StreamId, Mem, u64) -> Result<R, Error>,
+    ) -> Result<Frame<R>, RingError> {
+        let start = Instant::now();
+        let mut round = 0;
+        loop {
+            match self.try_read_with(&mut read) {
+                Err(e) if e.is_transient() && start.elapsed() < timeout => backoff(&mut round),
+                other => return other,
+            }
+        }
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
+    fn drop(&mut self) {
+        let dev = &*self.dev;
+        if let Some(s) = self.stream.take() {
+            let _ = dev.destroy_stream(s, Duration::from_secs(10));
+        }
+        if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
+            t.withdraw_consumer(self.ring.index(), self.token);
+        }
+        let _ = self.mappings.close_all(dev);
+        let _ = self.write_events.destroy_all(dev);
+        for e in self.read_events.drain(..) {
+            let _ = dev.destroy_event(e);
+        }
+    }
+}

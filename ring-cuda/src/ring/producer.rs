@@ -1,0 +1,252 @@
+//! The producer side of the device ring.
+
+use core::time::Duration;
+use std::sync::Arc;
+use std::time::Instant;
+
+use ring_core::{Memory, OwnerId, Producer};
+
+use super::table::{Table, TableMemory};
+use super::{backoff, monotonic_ns, new_token, RingError};
+use crate::cache::EventCache;
+use crate::device::Device;
+use crate::error::Error;
+use crate::handle::{BufferId, EventId, ExportKind, Mem, MemHandle, Owner, StreamId};
+
+/// Publishes device-memory messages: see the [module docs](super).
+pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
+    dev: Arc<D>,
+    ring: Producer<M>,
+    table: T,
+    owner: Owner,
+    slots: usize,
+    consumers: usize,
+    buffer_len: u64,
+    stream: Option<StreamId>,
+    buffers: Vec<BufferId>,
+    write_events: Vec<EventId>,
+    /// Opened read events, keyed by (consumer row, its token, slot).
+    read_events: EventCache<(usize, u64, usize)>,
+    /// The token last seen in each consumer row.
+    rows: Vec<u64>,
+    /// Read-event handles that could not be opened (a consumer that died or is hostile).
+    unusable_events: u64,
+}
+
+impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceProducer<D, M, T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("DeviceProducer")
+            .field("slots", &self.slots)
+            .field("buffer_len", &self.buffer_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
+    /// Becomes the producer of the ring in `mem`, allocates and exports one device buffer of
+    /// `buffer_len` bytes and one write event per slot, and publishes their handles in `table`.
+    ///
+    /// # Errors
+    /// [`RingError::Ring`] (another producer is live), [`RingError::Corrupt`] (table too small),
+    /// [`RingError::Device`] (allocation, ceilings, export).
+    pub fn new(
+        dev: Arc<D>,
+        mem: M,
+        table: T,
+        owner: OwnerId,
+        buffer_len: u64,
+    ) -> Result<Self, RingError> {
+        let ring = Producer::new(mem, owner).map_err(RingError::Ring)?;
+        let g = ring.memory().geometry();
+        let (slots, consumers) = (g.slots(), g.consumers());
+        if Table::new(table.table(), slots, consumers).is_none() {
+            return Err(RingError::Corrupt(
+                "the device table is smaller than the geometry needs",
+            ));
+        }
+        if buffer_len == 0 {
+            return Err(RingError::Device(Error::InvalidLength { len: 0 }));
+        }
+        let mut this = Self {
+            dev,
+            ring,
+            table,
+            owner: Owner(owner.get()),
+            slots,
+            consumers,
+            buffer_len,
+            stream: None,
+            buffers: Vec::with_capacity(slots),
+            write_events: Vec::with_capacity(slots),
+            read_events: EventCache::new(),
+            rows: vec![0; consumers],
+            unusable_events: 0,
+        };
+        // Partial failures are cleaned up by Drop.
+        this.stream = Some(this.dev.create_stream(this.owner)?);
+        let t = Table::new(this.table.table(), slots, consumers).ok_or(RingError::Corrupt(
+            "the device table is smaller than the geometry needs",
+        ))?;
+        t.init_header(ExportKind::Ipc, buffer_len);
+        for s in 0..slots {
+            let b = this.dev.alloc(this.owner, buffer_len, ExportKind::Ipc)?;
+            this.buffers.push(b);
+            let e = this.dev.create_event(this.owner)?;
+            this.write_events.push(e);
+            let MemHandle::Ipc(mh) = this.dev.export(b, ExportKind::Ipc)? else {
+                return Err(RingError::Corrupt("an IPC export returned a descriptor"));
+            };
+            let eh = this.dev.export_event(e)?;
+            t.set_slot(s, &mh, &eh);
+        }
+        t.publish_ready(new_token());
+        Ok(this)
+    }
+
+    /// The device.
+    #[must_use]
+    pub fn device(&self) -> &Arc<D> {
+        &self.dev
+    }
+
+    /// The ring-core producer (for `consumers()`, `reclaim`, `published`).
+    #[must_use]
+    pub fn ring(&self) -> &Producer<M> {
+        &self.ring
+    }
+
+    /// Bytes per slot buffer.
+    #[must_use]
+    pub const fn buffer_len(&self) -> u64 {
+        self.buffer_len
+    }
+
+    /// Read-event handles that could not be opened so far (dead or hostile consumers).
+    #[must_use]
+    pub const fn unusable_events(&self) -> u64 {
+        self.unusable_events
+    }
+
+    /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
+    /// on the producer's stream into the slot's buffer, records the slot's write event and
+    /// publishes `(buffer, len)`. Returns the sequence number.
+    ///
+    /// # Errors
+    /// [`RingError::Claim`] (`Full`/`Pinned` are transient), [`RingError::Device`]
+    /// (`InvalidLength` if `len` is 0 or exceeds the buffer), or what `write` returned — the slot
+    /// is then given back unpublished.
+    pub fn try_publish_with(
+        &mut self,
+        len: u64,
+        write: impl FnOnce(&D, StreamId, Mem) -> Result<(), Error>,
+    ) -> Result<u64, RingError> {
+        if len == 0 || len > self.buffer_len {
+            return Err(RingError::Device(Error::InvalidLength { len }));
+        }
+        let stream = self.stream.ok_or(RingError::NotReady)?;
+        let mut slot = self.ring.try_claim()?;
+        let s = (slot.seq() % self.slots as u64) as usize;
+        let dev = &*self.dev;
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        // Wait (on the device) for every registered consumer's last read of this slot.
+        for c in 0..self.consumers {
+            let token = t.consumer_token(c);
+            if token != self.rows[c] {
+                for e in self.read_events.remove_where(|k| k.0 == c) {
+                    let _ = dev.destroy_event(e);
+                }
+                self.rows[c] = token;
+            }
+            if token == 0 {
+                continue;
+            }
+            let owner = self.owner;
+            let opened = self.read_events.get_or_open((c, token, s), || {
+                let h = t.consumer_event(c, s, token).ok_or(Error::StaleHandle)?;
+                dev.open_event(owner, &h)
+            });
+            // The mutation check removes this wait: the ring tests must then see torn frames.
+            #[cfg(ring_mutant = "cuda_skip_read_waits")]
+            let opened: Result<EventId, Error> = opened.and(Err(Error::StaleHandle));
+            match opened {
+                Ok(ev) => {
+                    if let Err(e) = dev.wait_event(stream, ev) {
+                        slot.abort();
+                        return Err(e.into());
+                    }
+                }
+                Err(_) => self.unusable_events += u64::from(cfg!(not(ring_mutant))),
+            }
+        }
+        let done = write(dev, stream, Mem::Buffer(self.buffers[s]))
+            .and_then(|()| dev.record(self.write_events[s], stream));
+        if let Err(e) = done {
+            slot.abort();
+            return Err(e.into());
+        }
+        slot.set_meta([s as u64, len]);
+        if slot.write(&monotonic_ns().to_le_bytes()).is_err() {
+            slot.abort();
+            return Err(RingError::Corrupt(
+                "the ring's slots cannot hold an 8-byte timestamp",
+            ));
+        }
+        Ok(slot.publish())
+    }
+
+    /// [`try_publish_with`](Self::try_publish_with), retrying transient refusals (ring full,
+    /// slot pinned) for at most `timeout`.
+    ///
+    /// # Errors
+    /// As `try_publish_with`; a transient error when the timeout ran out.
+    pub fn publish_with(
+        &mut self,
+        len: u64,
+        timeout: Duration,
+        mut write: impl FnMut(&D, StreamId, Mem) -> Result<(), Error>,
+    ) -> Result<u64, RingError> {
+        let start = Instant::now();
+        let mut round = 0;
+        loop {
+            match self.try_publish_with(len, &mut write) {
+                Err(e) if e.is_transient() && start.elapsed() < timeout => backoff(&mut round),
+                other => return other,
+            }
+        }
+    }
+
+    /// Waits on the host until the producer's queued device work is done, at most `timeout`.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] and device errors.
+    pub fn sync(&self, timeout: Duration) -> Result<(), RingError> {
+        let s = self.stream.ok_or(RingError::NotReady)?;
+        Ok(self.dev.sync_stream(s, timeout)?)
+    }
+
+    /// Closes the ring: consumers drain what was published, then see `Closed`.
+    pub fn close(&mut self) {
+        self.ring.close();
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
+    fn drop(&mut self) {
+        self.ring.close();
+        if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
+            t.withdraw();
+        }
+        let dev = &*self.dev;
+        if let Some(s) = self.stream.take() {
+            let _ = dev.destroy_stream(s, Duration::from_secs(10));
+        }
+        let _ = self.read_events.destroy_all(dev);
+        for e in self.write_events.drain(..) {
+            let _ = dev.destroy_event(e);
+        }
+        for b in self.buffers.drain(..) {
+            let _ = dev.free(b);
+        }
+    }
+}

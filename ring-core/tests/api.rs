@@ -1,4 +1,5 @@
 //! Behaviour of the public API on a heap segment, one operation at a time.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
 
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{

@@ -4,6 +4,7 @@
 //! Checks: no read ever returns a message whose bytes do not match its sequence number (no torn
 //! message), the gating consumer sees every message in order, and for the other two classes
 //! `received + missed` is exactly the number of messages published.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
 #![allow(
     clippy::disallowed_methods,
     reason = "the test's own threads yield; the façade rule is for the protocol code"

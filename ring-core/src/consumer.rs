@@ -1,7 +1,9 @@
 //! Consumers: registration, pinned (zero-copy) reads, seqlock copy-out reads, delivery classes.
 
 use crate::error::{Error, ReadError};
-use crate::layout::{CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, WRITER};
+use crate::layout::{
+    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, SEQ_LIMIT, WRITER,
+};
 use crate::memory::Memory;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::wait::WaitStrategy;
@@ -182,6 +184,12 @@ impl<M: Memory> Consumer<M> {
         let line = self.mem.producer_line();
         // Acquire: pairs with the producer's Release `head` store.
         let head = line.head.load(Ordering::Acquire);
+        if head >= SEQ_LIMIT {
+            // Only a corrupt peer writes such a head; computing stamps from it would overflow.
+            return Err(ReadError::Corrupt(
+                "the published head is beyond the sequence range",
+            ));
+        }
         let n = self.mem.geometry().slots() as u64;
         let (seq, skipped) = match self.class {
             DeliveryClass::LatestOnly => {

@@ -205,7 +205,8 @@ impl fmt::Display for Error {
     }
 }
 
-/// Why the producer could not claim the next slot. All are transient except `Closed`.
+/// Why the producer could not claim the next slot. All are transient except `Closed` and
+/// `Corrupt`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimError {
     /// A gating consumer has not consumed the message the next slot holds.
@@ -224,6 +225,8 @@ pub enum ClaimError {
     },
     /// The ring was closed.
     Closed,
+    /// A sequence number or word in shared memory is impossible: a peer corrupted the segment.
+    Corrupt(&'static str),
     /// The message does not fit in a slot (nothing was claimed or written).
     TooLarge {
         /// The message length.
@@ -244,6 +247,7 @@ impl fmt::Display for ClaimError {
                 write!(f, "slot {slot} is pinned by readers {readers:#b}; retry after they release it")
             }
             Self::Closed => f.write_str("the ring is closed"),
+            Self::Corrupt(what) => write!(f, "corrupt segment: {what}"),
             Self::TooLarge { len, capacity } => write!(
                 f,
                 "message of {len} bytes does not fit in a {capacity}-byte slot: use the allocator or larger slots"

@@ -130,6 +130,12 @@ cache_aligned! {
 /// [`ProducerLine::flags`] bit: the producer closed the ring; no more messages will come.
 pub const FLAG_CLOSED: u32 = 1;
 
+/// Sequence numbers (and so [`ProducerLine::head`]) stay below this bound, which keeps every
+/// seqlock stamp (`2 * seq + 2`) and cursor (`seq + 1`) free of overflow. At a billion messages a
+/// second it takes 146 years to reach; a `head` at or above it was written by a corrupt or
+/// hostile peer, and producers and consumers report it as corruption instead of computing with it.
+pub const SEQ_LIMIT: u64 = 1 << 62;
+
 cache_aligned! {
     /// The producer's line: the publish cursor and the wait words.
     pub struct ProducerLine {

@@ -3,7 +3,7 @@
 use crate::error::{ClaimError, Error};
 use crate::layout::{
     CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, CONSUMER_RECLAIMING, FLAG_CLOSED,
-    READER_MASK, WRITER,
+    READER_MASK, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -172,7 +172,9 @@ impl<M: Memory> Producer<M> {
     ///
     /// # Errors
     /// [`ClaimError::Full`] (a gating consumer has not consumed the slot's message),
-    /// [`ClaimError::Pinned`] (readers hold the slot), [`ClaimError::Closed`].
+    /// [`ClaimError::Pinned`] (readers hold the slot), [`ClaimError::Closed`],
+    /// [`ClaimError::Corrupt`] (the segment's `head` was beyond [`SEQ_LIMIT`] when this producer
+    /// started).
     pub fn try_claim(&mut self) -> Result<WriteSlot<'_, M>, ClaimError> {
         let slot = self.claim_slot()?;
         Ok(self.write_slot(slot))
@@ -199,6 +201,13 @@ impl<M: Memory> Producer<M> {
         }
         let n = self.mem.geometry().slots() as u64;
         let seq = self.head;
+        if seq >= SEQ_LIMIT {
+            // `head` came from shared memory when this producer started: a corrupt peer wrote
+            // it. Refuse rather than overflow the stamp arithmetic below.
+            return Err(ClaimError::Corrupt(
+                "the published head is beyond the sequence range",
+            ));
+        }
         if seq >= self.gate_ok_below {
             if !self.fenced {
                 // SeqCst: registration handshake. A joining consumer stores ACTIVE, runs a

@@ -14,10 +14,11 @@
 
 use core::time::Duration;
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use ring_core::alloc::{AllocError, Allocator, Leak, LeakTotals, Stats};
 use ring_core::sync::Ordering;
-use ring_core::{ClaimError, Memory, Pinned, Producer};
+use ring_core::{AtomicU64, ClaimError, Memory, Pinned, Producer};
 
 use crate::{Error, ProducerExt as _};
 
@@ -33,8 +34,7 @@ fn now_ms() -> u64 {
 }
 
 /// The allocator over `mem`'s region, validated.
-fn allocator<M: Memory + ?Sized>(mem: &M) -> Result<Allocator<'_>, Error> {
-    let words = mem.alloc_words();
+fn allocator(words: &[AtomicU64]) -> Result<Allocator<'_>, Error> {
     if words.is_empty() {
         return Err(Error::Alloc(AllocError::Corrupt {
             what: "ring has no allocator",
@@ -50,7 +50,7 @@ fn allocator<M: Memory + ?Sized>(mem: &M) -> Result<Allocator<'_>, Error> {
 ///
 /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
 pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
-    Ok(allocator(mem)?.stats())
+    Ok(allocator(mem.alloc_words())?.stats())
 }
 
 /// Every live allocation (owner, handle, size, age in ms) and the totals.
@@ -60,66 +60,117 @@ pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
 /// As [`stats`].
 pub fn leak_report<M: Memory + ?Sized>(mem: &M) -> Result<(Vec<Leak>, LeakTotals), Error> {
     let mut leaks = Vec::new();
-    let totals = allocator(mem)?.leak_report(now_ms(), |l| leaks.push(l));
+    let totals = allocator(mem.alloc_words())?.leak_report(now_ms(), |l| leaks.push(l));
     Ok((leaks, totals))
 }
 
-/// Copies the allocation a pinned message refers to (`meta = [handle, len]`) into `out`
-/// (resized to the message length). The pin keeps the allocation alive.
-///
-/// # Errors
-///
-/// [`Error::Alloc`] when the handle is not live or the lengths disagree (a corrupt or hostile
-/// segment).
-pub fn read_pinned<M: Memory + ?Sized, N: Memory>(
-    mem: &M,
-    pinned: &Pinned<'_, N>,
-    out: &mut Vec<u8>,
-) -> Result<(), Error> {
-    let [handle, len] = pinned.meta();
-    out.clear();
-    if len == 0 {
-        return Ok(());
+/// A consumer-side view of a ring's allocator, attached (and validated) once.
+pub struct AllocReader<T: Memory> {
+    /// The validated allocator; borrows `_mem`'s region (declared first, so dropped first).
+    alloc: Allocator<'static>,
+    /// Keeps the region mapped for `alloc`.
+    _mem: Arc<T>,
+}
+
+impl<T: Memory> core::fmt::Debug for AllocReader<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AllocReader").finish_non_exhaustive()
     }
-    let alloc = allocator(mem)?;
-    let a = alloc.lookup(handle).map_err(Error::Alloc)?;
-    if a.len != len {
-        return Err(Error::Alloc(AllocError::InvalidHandle { handle }));
+}
+
+/// Attaches the allocator of the ring behind `mem` for as long as the returned `Arc` clone lives.
+fn attach_static<T: Memory>(mem: &Arc<T>) -> Result<(Allocator<'static>, Arc<T>), Error> {
+    let mem = Arc::clone(mem);
+    // SAFETY: the words live inside `*mem`, which the returned `Arc` clone keeps alive (callers
+    // store it next to the allocator and drop the allocator first); `Memory` promises the region
+    // stays valid for as long as the memory value does.
+    let words: &'static [AtomicU64] = unsafe { &*core::ptr::from_ref(mem.alloc_words()) };
+    Ok((allocator(words)?, mem))
+}
+
+impl<T: Memory> AllocReader<T> {
+    /// Attaches to the allocator of `ring`.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
+    pub fn new(ring: &Arc<T>) -> Result<Self, Error> {
+        let (alloc, mem) = attach_static(ring)?;
+        Ok(Self { alloc, _mem: mem })
     }
-    let n = usize::try_from(len).map_err(|_| Error::Alloc(AllocError::InvalidHandle { handle }))?;
-    out.resize(n, 0);
-    let got = alloc.read(&a, out).map_err(Error::Alloc)?;
-    out.truncate(got);
-    Ok(())
+
+    /// Copies the allocation a pinned message refers to (`meta = [handle, len]`) into `out`
+    /// (resized to the message length). The pin keeps the allocation alive.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Alloc`] when the handle is not live or the lengths disagree (a corrupt or
+    /// hostile segment).
+    pub fn read_pinned<N: Memory>(
+        &self,
+        pinned: &Pinned<'_, N>,
+        out: &mut Vec<u8>,
+    ) -> Result<(), Error> {
+        let [handle, len] = pinned.meta();
+        out.clear();
+        if len == 0 {
+            return Ok(());
+        }
+        let invalid = Error::Alloc(AllocError::InvalidHandle { handle });
+        let a = self.alloc.lookup(handle).map_err(Error::Alloc)?;
+        if a.len != len {
+            return Err(invalid);
+        }
+        let n = usize::try_from(len).map_err(|_| invalid)?;
+        out.resize(n, 0);
+        let got = self.alloc.read(&a, out).map_err(Error::Alloc)?;
+        out.truncate(got);
+        Ok(())
+    }
+
+    /// The allocator's global statistics.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.alloc.stats()
+    }
 }
 
 /// A producer whose messages live in allocator regions (see the module docs).
-#[derive(Debug)]
-pub struct AllocProducer<M: Memory + Clone> {
+pub struct AllocProducer<T: Memory> {
     /// The ring's producer.
-    producer: Producer<M>,
-    /// A second handle on the memory, for the allocator while `producer` is borrowed.
-    mem: M,
+    producer: Producer<Arc<T>>,
+    /// The validated allocator, attached once; borrows `_mem`'s region (declared first, so
+    /// dropped first).
+    alloc: Allocator<'static>,
+    /// Keeps the region mapped for `alloc`.
+    _mem: Arc<T>,
     /// The allocation handle each slot's message refers to (0: none).
     slot_handles: Vec<u64>,
 }
 
-impl<M: Memory + Clone> AllocProducer<M> {
+impl<T: Memory> core::fmt::Debug for AllocProducer<T> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("AllocProducer")
+            .field("slot_handles", &self.slot_handles)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<T: Memory> AllocProducer<T> {
     /// Wraps `producer`. Frees producer allocations that no slot references (left by a
     /// producer that died while filling one).
     ///
     /// # Errors
     ///
     /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
-    pub fn new(producer: Producer<M>) -> Result<Self, Error> {
-        let mem = producer.memory().clone();
+    pub fn new(producer: Producer<Arc<T>>) -> Result<Self, Error> {
+        let (mut alloc, mem) = attach_static(producer.memory())?;
         let n = mem.geometry().slots();
         // Relaxed: only the producer (us, now) writes slot metadata.
         let slot_handles: Vec<u64> = (0..n)
             .map(|i| mem.slot_header(i).meta[0].load(Ordering::Relaxed))
             .collect();
         let referenced: HashSet<u64> = slot_handles.iter().copied().filter(|&h| h != 0).collect();
-        let mut alloc = allocator(&mem)?;
         let mut orphans = Vec::new();
         alloc.leak_report(now_ms(), |l| {
             if l.owner == PRODUCER_ALLOC_OWNER && !referenced.contains(&l.handle) {
@@ -131,13 +182,14 @@ impl<M: Memory + Clone> AllocProducer<M> {
         }
         Ok(Self {
             producer,
-            mem,
+            alloc,
+            _mem: mem,
             slot_handles,
         })
     }
 
     /// The wrapped producer (for `close`, `consumer_info`, `reclaim_dead`...).
-    pub fn producer(&mut self) -> &mut Producer<M> {
+    pub fn producer(&mut self) -> &mut Producer<Arc<T>> {
         &mut self.producer
     }
 
@@ -151,12 +203,11 @@ impl<M: Memory + Clone> AllocProducer<M> {
     /// space or a ceiling: the slot is aborted, nothing is published).
     pub fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, Error> {
         let len = data.len() as u64;
-        let mem = &self.mem;
+        let alloc = &mut self.alloc;
         let handles = &mut self.slot_handles;
         let slots = handles.len() as u64;
         let result = self.producer.claim_with(timeout, |mut slot| {
             let index = usize::try_from(slot.seq() % slots).unwrap_or(0);
-            let mut alloc = allocator(mem)?;
             if let Some(old) = handles.get_mut(index) {
                 if *old != 0 {
                     // The slot is claimed: no reader pins it and no gating consumer needs it.
@@ -186,22 +237,28 @@ impl<M: Memory + Clone> AllocProducer<M> {
         }
     }
 
-    /// Closes the ring and frees every allocation the slots still reference; returns the
-    /// allocator statistics afterwards (`live` is 0 unless the region is corrupt).
+    /// Closes the ring: consumers drain what is readable, then get `Closed`. The allocations
+    /// stay until [`free_all`](Self::free_all).
+    pub fn close(&mut self) {
+        self.producer.close();
+    }
+
+    /// Frees every allocation the slots still reference and returns the allocator statistics
+    /// afterwards (`live` is 0 unless the region is corrupt). Call it once the consumers are
+    /// done (after [`close`](Self::close) and their `Closed`): a reader still copying a freed
+    /// allocation gets an allocator error (the copy is re-checked), never stale bytes.
     ///
     /// # Errors
     ///
     /// [`Error::Alloc`].
-    pub fn close_and_free(&mut self) -> Result<Stats, Error> {
-        self.producer.close();
-        let mut alloc = allocator(&self.mem)?;
+    pub fn free_all(&mut self) -> Result<Stats, Error> {
         for h in &mut self.slot_handles {
             if *h != 0 {
-                let _ = alloc.free(*h, PRODUCER_ALLOC_OWNER);
+                let _ = self.alloc.free(*h, PRODUCER_ALLOC_OWNER);
                 *h = 0;
             }
         }
-        Ok(alloc.stats())
+        Ok(self.alloc.stats())
     }
 }
 
@@ -224,12 +281,13 @@ mod tests {
         let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
         let mut p = AllocProducer::new(ShmRing::producer(&ring).unwrap()).unwrap();
         let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let reader = AllocReader::new(&ring).unwrap();
         let mut out = Vec::new();
         for i in 0..100_u32 {
             let msg: Vec<u8> = (0..(i * 37 % 3000) + 1).map(|b| (b ^ i) as u8).collect();
             p.publish(&msg, Duration::from_secs(5)).unwrap();
             let pin = c.recv_pinned(Duration::from_secs(5)).unwrap();
-            read_pinned(&*ring, &pin, &mut out).unwrap();
+            reader.read_pinned(&pin, &mut out).unwrap();
             assert_eq!(out, msg);
             drop(pin);
             assert!(
@@ -237,7 +295,8 @@ mod tests {
                 "live bounded by the slot count"
             );
         }
-        let s = p.close_and_free().unwrap();
+        p.close();
+        let s = p.free_all().unwrap();
         assert_eq!(s.live, 0);
         assert_eq!(s.allocs, 100);
         let (leaks, totals) = leak_report(&*ring).unwrap();

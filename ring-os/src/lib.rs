@@ -23,7 +23,7 @@ mod segment;
 pub mod stale;
 mod wait;
 
-pub use alloc::AllocProducer;
+pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
 pub use error::Error;
 pub use mapping::Mapping;

@@ -1,0 +1,106 @@
+//! Multi-process tests: real processes (this binary re-executed in a child role), real mappings,
+//! real SIGKILLs. Every scenario runs under a watchdog and every child under a deadline.
+//!
+//! `cargo test -p ring-os --test multiprocess [filter]`; `RING_OS_STRESS_N` sets the message count
+//! of the stress scenario (default 1,000,000).
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std test"
+)]
+#![allow(
+    missing_docs,
+    clippy::undocumented_unsafe_blocks,
+    reason = "test binary"
+)]
+
+mod roles;
+mod scenarios;
+mod support;
+
+use std::time::{Duration, Instant};
+
+/// A scenario: name, body, time budget.
+type Scenario = (&'static str, fn(), Duration);
+
+const SCENARIOS: &[Scenario] = &[
+    (
+        "stress_three_classes_through_the_allocator",
+        scenarios::stress,
+        Duration::from_secs(240),
+    ),
+    (
+        "sigkill_consumer_holding_pins_20_times",
+        scenarios::kill_consumer,
+        Duration::from_secs(120),
+    ),
+    (
+        "sigkill_producer_is_producer_gone_then_take_over",
+        scenarios::kill_producer,
+        Duration::from_secs(60),
+    ),
+    (
+        "corrupt_or_truncated_segment_is_a_clear_error",
+        scenarios::corrupt,
+        Duration::from_secs(60),
+    ),
+    (
+        "creation_without_space_is_no_space",
+        scenarios::no_space,
+        Duration::from_secs(30),
+    ),
+    (
+        "memfd_passed_over_a_socket_and_bad_ones_refused",
+        scenarios::memfd,
+        Duration::from_secs(60),
+    ),
+];
+
+fn main() {
+    if let Ok(role) = std::env::var(support::ROLE) {
+        std::process::exit(roles::run(&role));
+    }
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--list") {
+        for (name, _, _) in SCENARIOS {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let filter: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
+    let chosen: Vec<&Scenario> = SCENARIOS
+        .iter()
+        .filter(|(name, _, _)| {
+            filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()))
+        })
+        .collect();
+    println!("running {} multi-process tests", chosen.len());
+    let mut failed = Vec::new();
+    for &(name, body, budget) in chosen {
+        let start = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let handle = std::thread::spawn(move || {
+            let ok = std::panic::catch_unwind(body).is_ok();
+            let _ = tx.send(ok);
+        });
+        match rx.recv_timeout(budget) {
+            Ok(true) => println!("test {name} ... ok ({:.2?})", start.elapsed()),
+            Ok(false) => {
+                println!("test {name} ... FAILED");
+                failed.push(name);
+            }
+            Err(_) => {
+                println!("test {name} ... FAILED (watchdog: over {budget:?})");
+                // Children have their own deadlines; the scenario thread cannot be stopped.
+                std::process::exit(101);
+            }
+        }
+        let _ = handle.join();
+    }
+    if failed.is_empty() {
+        println!("test result: ok.");
+    } else {
+        println!("test result: FAILED. {failed:?}");
+        std::process::exit(101);
+    }
+}

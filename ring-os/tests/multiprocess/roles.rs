@@ -1,0 +1,240 @@
+//! What a child process does, by role. Each role prints `KEY ...` lines for the parent and ends
+//! on its own deadline even if the parent forgets it.
+
+use std::io::Write as _;
+use std::time::{Duration, Instant};
+
+use ring_core::{DeliveryClass, ReadError};
+use ring_os::{alloc, fdpass, ConsumerExt as _, Error, SegmentName, ShmRing};
+
+use crate::support::{check_payload, make_payload};
+
+/// Prints a line and flushes it at once (the parent waits for it).
+macro_rules! say {
+    ($($t:tt)*) => {{
+        println!($($t)*);
+        let _ = std::io::stdout().flush();
+    }};
+}
+
+fn env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("child needs {key}"))
+}
+
+fn class() -> DeliveryClass {
+    match env("RING_CLASS").as_str() {
+        "gating" => DeliveryClass::Gating,
+        "latest" => DeliveryClass::LatestOnly,
+        _ => DeliveryClass::SkipOnLag,
+    }
+}
+
+fn name() -> SegmentName {
+    SegmentName::new(&env("RING_NAME")).expect("valid name")
+}
+
+/// Runs `role`; returns the exit code.
+pub fn run(role: &str) -> i32 {
+    match role {
+        "stress-consumer" => stress_consumer(),
+        "pin-holder" => pin_holder(),
+        "slow-producer" => slow_producer(),
+        "gone-consumer" => gone_consumer(),
+        "corrupt-peer" => corrupt_peer(),
+        "memfd-consumer" => memfd_consumer(),
+        other => {
+            eprintln!("unknown role {other}");
+            3
+        }
+    }
+}
+
+/// Reads until `Closed`, pinning each message and copying its allocation; checks checksums and
+/// order.
+fn stress_consumer() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let class = class();
+    let mut c = ShmRing::consumer(&ring, class).expect("register");
+    let reader = alloc::AllocReader::new(&ring).expect("allocator");
+    say!("READY");
+    let (mut received, mut missed, mut torn, mut order, mut alloc_err) =
+        (0u64, 0u64, 0u64, 0u64, 0u64);
+    let mut next = 0u64;
+    let mut buf = Vec::new();
+    loop {
+        let pin = match c.recv_pinned(Duration::from_secs(30)) {
+            Ok(p) => p,
+            Err(ReadError::Closed) => break,
+            Err(e) => {
+                say!("ERR {e}");
+                return 2;
+            }
+        };
+        let seq = pin.seq();
+        missed += pin.missed();
+        match reader.read_pinned(&pin, &mut buf) {
+            Ok(()) => match check_payload(&buf) {
+                Some(s) if s == seq => {}
+                _ => torn += 1,
+            },
+            Err(_) => alloc_err += 1,
+        }
+        drop(pin);
+        received += 1;
+        if class == DeliveryClass::Gating && seq != next {
+            order += 1;
+        }
+        if seq < next {
+            order += 1;
+        }
+        next = seq + 1;
+    }
+    say!(
+        "RESULT received={received} missed={missed} torn={torn} order={order} alloc_err={alloc_err} last={}",
+        next.saturating_sub(1)
+    );
+    0
+}
+
+/// Registers (gating), pins one message and holds it until killed.
+fn pin_holder() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("register");
+    say!("REGISTERED index={}", c.index());
+    let pin = match c.recv_pinned(Duration::from_secs(20)) {
+        Ok(p) => p,
+        Err(e) => {
+            say!("ERR {e}");
+            return 2;
+        }
+    };
+    say!("PINNED seq={}", pin.seq());
+    std::thread::sleep(Duration::from_secs(60));
+    drop(pin);
+    0
+}
+
+/// Becomes the producer and publishes a message every few milliseconds until killed.
+fn slow_producer() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut seq = 0u64;
+    let mut buf = Vec::new();
+    while Instant::now() < deadline {
+        make_payload(seq, 48, &mut buf);
+        // Non-gating consumers only: never blocks for long.
+        if ring_os::ProducerExt::publish(&mut p, &buf, Duration::from_secs(1)).is_ok() {
+            if seq == 0 {
+                say!("PRODUCING");
+            }
+            seq += 1;
+        }
+        std::thread::sleep(Duration::from_millis(3));
+    }
+    0
+}
+
+/// Reads (copy-out) until the producer is gone; prints `GONE` then.
+fn gone_consumer() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+    say!("READY");
+    let mut buf = [0u8; 64];
+    let mut got = 0u64;
+    loop {
+        match c.recv(&mut buf, Duration::from_secs(30)) {
+            Ok(m) => {
+                if check_payload(&buf[..m.len]).is_none() {
+                    say!("ERR torn");
+                    return 2;
+                }
+                got += 1;
+                if got == 1 {
+                    say!("GOT");
+                }
+            }
+            Err(ReadError::ProducerGone) => {
+                say!("GONE got={got}");
+                return 0;
+            }
+            Err(e) => {
+                say!("ERR {e}");
+                return 2;
+            }
+        }
+    }
+}
+
+/// Scribbles over a named segment: `RING_WHAT` = `header`, `slots` or `truncate`.
+fn corrupt_peer() -> i32 {
+    let seg = ring_os::Segment::open_named(&name(), ring_os::SizeCheck::AtLeast(1)).expect("open");
+    let base = seg.as_ptr().as_ptr();
+    let seed: u64 = env("RING_SEED").parse().unwrap_or(1);
+    let mut x = seed;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    match env("RING_WHAT").as_str() {
+        "header" => {
+            for i in 0..128 {
+                // SAFETY: the segment is longer than its 128-byte header.
+                unsafe { base.add(i).write_volatile(next() as u8) };
+            }
+        }
+        "slots" => {
+            // Everything after the header: producer line, consumer table, slot headers.
+            let end = seg.len().min(64 * 1024);
+            for _ in 0..2000 {
+                let i = 128 + (next() as usize % (end - 128));
+                // SAFETY: `i < end <= seg.len()`.
+                unsafe { base.add(i).write_volatile(next() as u8) };
+            }
+        }
+        "truncate" => {
+            rustix::fs::ftruncate(seg.fd(), 100).expect("ftruncate");
+        }
+        other => panic!("unknown corruption {other}"),
+    }
+    say!("DONE");
+    0
+}
+
+/// Receives a memfd ring over a socket and reads `RING_N` messages; then receives two bad
+/// descriptors and reports how they were refused.
+fn memfd_consumer() -> i32 {
+    let sock = std::os::unix::net::UnixStream::connect(env("RING_SOCK")).expect("connect");
+    let n: u64 = env("RING_N").parse().expect("RING_N");
+    let mut note = [0u8; 8];
+    let (fd, _) = fdpass::recv_fd(&sock, &mut note, Duration::from_secs(20)).expect("recv ring");
+    let ring = ShmRing::from_fd(fd).expect("from_fd");
+    let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("register");
+    say!("READY");
+    let mut buf = [0u8; 256];
+    for i in 0..n {
+        match c.recv(&mut buf, Duration::from_secs(20)) {
+            Ok(m) if check_payload(&buf[..m.len]) == Some(i) => {}
+            other => {
+                say!("ERR message {i}: {other:?}");
+                return 2;
+            }
+        }
+    }
+    say!("RESULT received={n}");
+    for label in ["unsealed", "small"] {
+        let (fd, _) = fdpass::recv_fd(&sock, &mut note, Duration::from_secs(20)).expect("recv bad");
+        match ShmRing::from_fd(fd) {
+            Err(
+                e @ (Error::MissingSeals { .. } | Error::SizeMismatch { .. } | Error::Attach(_)),
+            ) => {
+                say!("REFUSED {label} {e}");
+            }
+            Err(e) => say!("ODD {label} {e}"),
+            Ok(_) => say!("ACCEPTED {label}"),
+        }
+    }
+    0
+}

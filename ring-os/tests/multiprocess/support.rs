@@ -1,0 +1,158 @@
+//! Child-process plumbing and checksummed payloads shared by the scenarios.
+
+use std::io::{BufRead as _, BufReader};
+use std::process::{Command, Stdio};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use ring_os::SegmentName;
+
+/// The environment variable that selects a child role.
+pub const ROLE: &str = "RING_OS_TEST_ROLE";
+
+/// A child process running this test binary in a role, with its stdout lines on a channel.
+/// Dropping it kills the process (every test ends in bounded time even when one fails).
+pub struct Child {
+    pub child: std::process::Child,
+    lines: Receiver<String>,
+}
+
+impl Child {
+    /// Spawns this binary with `role` and extra environment variables.
+    pub fn spawn(role: &str, env: &[(&str, String)]) -> Self {
+        let exe = std::env::current_exe().expect("current_exe");
+        let mut cmd = Command::new(exe);
+        cmd.env(ROLE, role)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .stdin(Stdio::null());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn child");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, lines) = channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if tx.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        Self { child, lines }
+    }
+
+    /// The child's pid.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a line starting with `prefix` (other lines are skipped); panics on timeout or
+    /// when the child's stdout closes first.
+    pub fn expect_line(&self, prefix: &str, timeout: Duration) -> String {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return line,
+                Ok(_) => {}
+                Err(RecvTimeoutError::Timeout) => panic!("no {prefix:?} line within {timeout:?}"),
+                Err(RecvTimeoutError::Disconnected) => {
+                    panic!("child exited before printing {prefix:?}")
+                }
+            }
+        }
+    }
+
+    /// Waits for the child to exit; panics after `timeout`. Returns whether it succeeded.
+    pub fn wait(&mut self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.success();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "child {} did not exit within {timeout:?}",
+                self.pid()
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    /// SIGKILLs the child (without reaping it: a zombie must already count as dead).
+    pub fn sigkill(&mut self) {
+        self.child.kill().expect("kill");
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Parses `key=value` fields of a result line.
+pub fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// A segment name unique to this process and tag.
+pub fn unique_name(tag: &str) -> SegmentName {
+    SegmentName::new(&format!("mp-{tag}-{}", std::process::id())).expect("valid name")
+}
+
+/// Removes a named segment when dropped.
+pub struct Unlink(pub SegmentName);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(format!("/dev/shm/{}", self.0.file_name()));
+    }
+}
+
+/// A cheap 64-bit mixer (splitmix64).
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// FNV-1a over `bytes`.
+fn fnv(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    })
+}
+
+/// Fills `buf` with message `seq`: `seq`, pseudo-random bytes, FNV checksum; 24..=`max` bytes.
+pub fn make_payload(seq: u64, max: usize, buf: &mut Vec<u8>) {
+    let len = 24 + (mix(seq) % (max as u64 - 23)) as usize;
+    buf.clear();
+    buf.extend_from_slice(&seq.to_le_bytes());
+    let mut x = mix(seq ^ 0xABCD);
+    while buf.len() < len - 8 {
+        buf.push(x as u8);
+        x = x.rotate_right(8) ^ 0x5A;
+    }
+    let sum = fnv(buf);
+    buf.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// Checks a payload; returns its sequence number when the checksum holds.
+pub fn check_payload(buf: &[u8]) -> Option<u64> {
+    if buf.len() < 24 {
+        return None;
+    }
+    let (body, sum) = buf.split_at(buf.len() - 8);
+    if fnv(body).to_le_bytes() != sum {
+        return None;
+    }
+    Some(u64::from_le_bytes(body[..8].try_into().ok()?))
+}

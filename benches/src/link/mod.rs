@@ -14,6 +14,7 @@ use std::time::Instant;
 
 pub mod floor;
 pub mod ice;
+pub mod ring;
 pub mod stream;
 
 /// The sending half of a link.
@@ -62,7 +63,7 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::parent_begin(setups),
         Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::parent_begin(setups),
         Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
-            ring_parent_begin(setups)
+            ring::parent_begin(setups)
         }
         Transport::Memcpy => Err(BenchError::Usage {
             what: "memcpy runs in the parent alone".to_owned(),
@@ -77,24 +78,12 @@ pub fn child_setup(setup: &Setup) -> Result<Link, BenchError> {
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::child_setup(setup),
         Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::child_setup(setup),
         Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
-            ring_child_setup(setup)
+            ring::child_setup(setup)
         }
         Transport::Memcpy => Err(BenchError::Usage {
             what: "memcpy runs in the parent alone".to_owned(),
         }),
     }
-}
-
-fn ring_parent_begin(_setups: &mut [Setup]) -> Result<Pending, BenchError> {
-    Err(BenchError::Usage {
-        what: "the ring transports are not built yet".to_owned(),
-    })
-}
-
-fn ring_child_setup(_setup: &Setup) -> Result<Link, BenchError> {
-    Err(BenchError::Usage {
-        what: "the ring transports are not built yet".to_owned(),
-    })
 }
 
 /// Writes `seq` into the first and last 8 bytes of `msg` (only the first if shorter than 16).

@@ -64,8 +64,8 @@ impl SharedRing {
     /// [`RingError::Segment`] (not found, wrong owner or mode), [`RingError::Corrupt`].
     pub fn open(name: &str) -> Result<Self, RingError> {
         let name = SegmentName::new(name).map_err(RingError::Segment)?;
-        let seg =
-            Segment::open_named(&name, SizeCheck::AtLeast(4096)).map_err(RingError::Segment)?;
+        let seg = Segment::open_named(&name, SizeCheck::AtLeast(ring_core::CACHE_LINE as u64))
+            .map_err(RingError::Segment)?;
         // SAFETY: the mapping covers `seg.len()` bytes, stays mapped while `seg` lives (which
         // outlives `raw`), and `attach` treats the bytes as untrusted.
         let raw = unsafe { RawMemory::attach(seg.as_ptr(), seg.len()) }

@@ -1,0 +1,312 @@
+//! Cross-process frame pipeline over the device ring: one producer process, N consumer
+//! processes (this binary re-executed with `--role consumer`), NV12 1920x1080 frames by default.
+//!
+//! ```text
+//! gpu-pipeline [--emulated] [--frames 500] [--consumers 3] [--fps 30 | --full-speed]
+//! gpu-pipeline [--emulated] --leak-cycles 10000
+//! ```
+//!
+//! Prints one line per consumer (received, torn, skipped, p50/p99 latency) and exits non-zero if
+//! any frame was torn or skipped, any consumer failed, or (leak run) device memory or the live
+//! counters did not return to their baseline.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std binary"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use ring_core::inspect::EntryState;
+use ring_core::{Config, DeliveryClass};
+use ring_cuda::pipeline::{consume, produce};
+use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
+use ring_cuda::{CudaDevice, Device, EmulatedDevice, Limits};
+
+/// Command-line options.
+#[derive(Parser, Debug, Clone)]
+#[command(about = "Cross-process device-ring frame pipeline (CUDA, or --emulated)")]
+struct Args {
+    /// Use the emulated device (host memory) instead of GPU 0.
+    #[arg(long)]
+    emulated: bool,
+    /// Frames to publish.
+    #[arg(long, default_value_t = 500)]
+    frames: u64,
+    /// Consumer processes.
+    #[arg(long, default_value_t = 3)]
+    consumers: usize,
+    /// Frame width (NV12: width * height * 3 / 2 bytes).
+    #[arg(long, default_value_t = 1920)]
+    width: u64,
+    /// Frame height.
+    #[arg(long, default_value_t = 1080)]
+    height: u64,
+    /// Frames per second (ignored with --full-speed).
+    #[arg(long, default_value_t = 30.0)]
+    fps: f64,
+    /// Publish as fast as the ring allows.
+    #[arg(long)]
+    full_speed: bool,
+    /// Ring slots.
+    #[arg(long, default_value_t = 4)]
+    slots: u32,
+    /// Leak run: this many publish/consume cycles with one consumer, then check that device
+    /// memory and live counts are back to baseline.
+    #[arg(long)]
+    leak_cycles: Option<u64>,
+    /// Per-operation timeout in seconds.
+    #[arg(long, default_value_t = 30)]
+    timeout: u64,
+    /// Internal: `producer` (default) or `consumer`.
+    #[arg(long, default_value = "producer", hide = true)]
+    role: String,
+    /// Internal: the segment name a consumer opens.
+    #[arg(long, hide = true)]
+    name: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let result = if args.emulated {
+        run(Arc::new(EmulatedDevice::new()), &args)
+    } else {
+        match CudaDevice::new(0, Limits::default()) {
+            Ok(d) => run(Arc::new(d), &args),
+            Err(e) => Err(format!(
+                "no GPU: {e} (use --emulated to run on host memory)"
+            )),
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("gpu-pipeline ({}): {e}", args.role);
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
+    match args.role.as_str() {
+        "consumer" => consumer(dev, args),
+        "producer" => producer(dev, args),
+        other => Err(format!("unknown role {other}")),
+    }
+}
+
+fn frame_len(args: &Args) -> u64 {
+    args.width * args.height * 3 / 2
+}
+
+/// Device-memory drift a leak run tolerates: the driver may keep pools it grew (event and
+/// stream pools, IPC bookkeeping). A leak of one 4 KiB page per cycle over 10,000 cycles is
+/// 40 MiB and fails.
+const LEAK_SLACK: i128 = 32 << 20;
+
+fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
+    let t = Duration::from_secs(args.timeout);
+    let name = args
+        .name
+        .as_deref()
+        .ok_or("--name is required for a consumer")?;
+    let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
+    let ring = Arc::new(SharedRing::open(name).map_err(|e| e.to_string())?);
+    let frames = args.leak_cycles.unwrap_or(args.frames);
+    let base = dev.ledger().totals();
+    let mut c = DeviceConsumer::new(
+        Arc::clone(&dev),
+        Arc::clone(&ring),
+        Arc::clone(&ring),
+        DeliveryClass::Gating,
+        owner,
+        t,
+    )
+    .map_err(|e| format!("register: {e}"))?;
+    let st = consume(&mut c, frames, t).map_err(|e| format!("consume: {e}"))?;
+    let opens = c.mapping_stats().opens;
+    drop(c);
+    let live = dev.ledger().totals().live_total() - base.live_total();
+    println!(
+        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} opens={} live_after={}",
+        st.received,
+        st.torn,
+        st.skipped,
+        st.quantile_ns(0.5) as f64 / 1e3,
+        st.quantile_ns(0.99) as f64 / 1e3,
+        st.quantile_ns(1.0) as f64 / 1e3,
+        opens,
+        live
+    );
+    Ok(())
+}
+
+fn spawn_consumers(args: &Args, name: &str, n: usize) -> Result<Vec<Child>, String> {
+    let exe = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    let mut children = Vec::new();
+    for _ in 0..n {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["--role", "consumer", "--name", name])
+            .args([
+                "--frames",
+                &args.frames.to_string(),
+                "--timeout",
+                &args.timeout.to_string(),
+            ])
+            .args([
+                "--width",
+                &args.width.to_string(),
+                "--height",
+                &args.height.to_string(),
+            ])
+            .stdout(Stdio::piped());
+        if let Some(c) = args.leak_cycles {
+            cmd.args(["--leak-cycles", &c.to_string()]);
+        }
+        if args.emulated {
+            cmd.arg("--emulated");
+        }
+        children.push(cmd.spawn().map_err(|e| format!("spawn consumer: {e}"))?);
+    }
+    Ok(children)
+}
+
+/// Waits for a child at most `t`; kills it (by its own pid) past that.
+fn finish(mut child: Child, t: Duration) -> Result<String, String> {
+    let start = Instant::now();
+    let mut out = String::new();
+    if let Some(stdout) = child.stdout.take() {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.starts_with("RESULT") {
+                out = line;
+            }
+        }
+    }
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) if status.success() => return Ok(out),
+            Ok(Some(status)) => return Err(format!("consumer exited with {status}")),
+            Ok(None) if start.elapsed() < t => std::thread::sleep(Duration::from_millis(10)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err("consumer did not finish in time (killed)".into());
+            }
+        }
+    }
+}
+
+fn field(line: &str, key: &str) -> Option<f64> {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
+        .and_then(|v| v.parse().ok())
+}
+
+fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
+    let t = Duration::from_secs(args.timeout);
+    let len = frame_len(args);
+    let (n, frames) = match args.leak_cycles {
+        Some(c) => (1, c),
+        None => (args.consumers, args.frames),
+    };
+    let mem_before = dev.mem_info().map_err(|e| e.to_string())?;
+    let base = dev.ledger().totals();
+    let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
+    let name = format!("ring-cuda-pipe-{}", std::process::id());
+    let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
+    let ring = Arc::new(SharedRing::create(&name, &cfg, owner).map_err(|e| e.to_string())?);
+    let mut p = DeviceProducer::new(
+        Arc::clone(&dev),
+        Arc::clone(&ring),
+        Arc::clone(&ring),
+        owner,
+        len,
+    )
+    .map_err(|e| format!("producer: {e}"))?;
+    let mut children = spawn_consumers(args, &name, n)?;
+    // Gating consumers must be registered before the first frame.
+    let start = Instant::now();
+    while (0..n)
+        .filter(|&i| {
+            p.ring()
+                .consumer_info(i)
+                .is_some_and(|c| c.state == EntryState::Active)
+        })
+        .count()
+        < n
+    {
+        let exited = children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(Some(_))));
+        if exited || start.elapsed() > t {
+            for c in &mut children {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+            return Err("consumers did not register (one exited or the timeout ran out)".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let interval = (!args.full_speed && args.leak_cycles.is_none() && args.fps > 0.0)
+        .then(|| Duration::from_secs_f64(1.0 / args.fps));
+    let stats = produce(&mut p, frames, len, interval, t).map_err(|e| format!("produce: {e}"));
+    let results: Vec<_> = children.into_iter().map(|c| finish(c, t * 4)).collect();
+    drop(p);
+    drop(ring);
+    let stats = stats?;
+    let mode = if args.leak_cycles.is_some() {
+        "leak run".to_string()
+    } else if let Some(iv) = interval {
+        format!("{:.0} fps", 1.0 / iv.as_secs_f64())
+    } else {
+        "full speed".to_string()
+    };
+    println!(
+        "{} | {} bytes/frame | {} frames | {} consumers | {mode} | {:.2} s ({:.0} frames/s) | {}",
+        dev.describe(),
+        len,
+        stats.published,
+        n,
+        stats.elapsed.as_secs_f64(),
+        stats.published as f64 / stats.elapsed.as_secs_f64().max(1e-9),
+        name
+    );
+    let mut failed = false;
+    for (i, r) in results.iter().enumerate() {
+        match r {
+            Ok(line) => {
+                println!("consumer {i}: {}", line.trim_start_matches("RESULT "));
+                let bad = field(line, "torn") != Some(0.0)
+                    || field(line, "skipped") != Some(0.0)
+                    || field(line, "received") != Some(frames as f64)
+                    || field(line, "live_after") != Some(0.0);
+                failed |= bad;
+            }
+            Err(e) => {
+                println!("consumer {i}: FAILED: {e}");
+                failed = true;
+            }
+        }
+    }
+    let live = dev.ledger().totals().live_total() - base.live_total();
+    let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
+    let drift = mem_before.free as i128 - mem_after.free as i128;
+    println!(
+        "producer: live resources after {live}; device free memory before {} after {} (drift {drift} bytes)",
+        mem_before.free, mem_after.free
+    );
+    if args.leak_cycles.is_some() && (live != 0 || drift > LEAK_SLACK) {
+        failed = true;
+        println!("LEAK: device memory or live counts did not return to baseline");
+    }
+    if failed {
+        Err("the pipeline check failed (see above)".into())
+    } else {
+        println!("OK");
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! The `gpu-pipeline` binary in `--emulated` mode: a real cross-process run (producer process,
+//! consumer processes, a ring-os named segment, emulated IPC handles opened through /proc).
+#![allow(clippy::std_instead_of_core, reason = "std test")]
+
+use std::process::Command;
+
+fn run(args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+        .arg("--emulated")
+        .args(["--timeout", "30"])
+        .args(args)
+        .output()
+        .expect("spawn gpu-pipeline");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "gpu-pipeline {args:?} failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+fn consumer_lines(text: &str) -> Vec<&str> {
+    text.lines()
+        .filter(|l| l.starts_with("consumer "))
+        .collect()
+}
+
+#[test]
+fn emulated_pipeline_full_speed_three_consumers() {
+    let text = run(&[
+        "--frames",
+        "80",
+        "--full-speed",
+        "--width",
+        "320",
+        "--height",
+        "240",
+    ]);
+    let lines = consumer_lines(&text);
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in lines {
+        assert!(l.contains("received=80 torn=0 skipped=0"), "{l}");
+        assert!(l.contains("opens=4"), "each slot buffer opened once: {l}");
+    }
+    assert!(text.contains("\nOK"), "{text}");
+}
+
+#[test]
+fn emulated_pipeline_paced_nv12() {
+    let text = run(&["--frames", "10", "--fps", "100", "--consumers", "2"]);
+    assert!(text.contains("3110400 bytes/frame"), "{text}");
+    assert_eq!(consumer_lines(&text).len(), 2, "{text}");
+    assert!(text.contains("\nOK"), "{text}");
+}
+
+#[test]
+fn emulated_leak_run_returns_to_baseline() {
+    let text = run(&["--leak-cycles", "1000", "--width", "64", "--height", "64"]);
+    assert!(text.contains("received=1000 torn=0 skipped=0"), "{text}");
+    assert!(text.contains("live resources after 0"), "{text}");
+    assert!(text.contains("(drift 0 bytes)"), "{text}");
+}
+
+#[test]
+fn without_a_gpu_the_binary_says_so() {
+    if ring_cuda::probe().is_ok() {
+        eprintln!("a GPU is present: the no-GPU message cannot be checked here");
+        return;
+    }
+    let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+        .args(["--frames", "1"])
+        .output()
+        .expect("spawn gpu-pipeline");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no GPU"));
+}

@@ -543,6 +543,16 @@ impl<M: Memory> WriteSlot<'_, M> {
         let p = &mut *self.producer;
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
+        if self.len % 8 != 0 {
+            // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
+            // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
+            if let Some(w) = p.mem.payload(self.slot).get(self.len / 8) {
+                // Relaxed: inside the seqlock write window, like every payload store.
+                let mut bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+                bytes[self.len % 8..].fill(0);
+                w.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+            }
+        }
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(self.len as u64, Ordering::Relaxed);
         hdr.meta[0].store(self.meta[0], Ordering::Relaxed);

@@ -233,9 +233,13 @@ impl<M: Memory> Consumer<M> {
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
         self.check_registered()?;
+        let start = self.next;
         let mut missed = 0;
         for _ in 0..READ_RETRIES {
-            let (seq, skipped) = self.target()?;
+            let (seq, skipped) = match self.target() {
+                Ok(t) => t,
+                Err(e) => return Err(self.count_skipped(start, e)),
+            };
             missed += skipped;
             match self.pin_seq(seq) {
                 Ok((slot, len)) => {
@@ -253,11 +257,18 @@ impl<M: Memory> Consumer<M> {
                     missed += 1;
                     self.next = seq + 1;
                 }
-                Err(Miss::Fatal(e)) => return Err(e),
+                Err(Miss::Fatal(e)) => return Err(self.count_skipped(start, e)),
             }
         }
-        self.missed_total += missed;
-        Err(ReadError::Lagging)
+        Err(self.count_skipped(start, ReadError::Lagging))
+    }
+
+    /// A read that returns no message counts, as missed, exactly the messages it stepped
+    /// `next` past (they were overwritten while it tried). Messages it only targeted past are
+    /// not counted yet: `next` did not move, so the next read skips (and counts) them again.
+    fn count_skipped(&mut self, start: u64, e: ReadError) -> ReadError {
+        self.missed_total += self.next - start;
+        e
     }
 
     /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
@@ -311,9 +322,13 @@ impl<M: Memory> Consumer<M> {
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         self.check_registered()?;
+        let start = self.next;
         let mut missed = 0;
         for _ in 0..READ_RETRIES {
-            let (seq, skipped) = self.target()?;
+            let (seq, skipped) = match self.target() {
+                Ok(t) => t,
+                Err(e) => return Err(self.count_skipped(start, e)),
+            };
             missed += skipped;
             match self.copy_seq(seq, buf) {
                 Ok((len, meta)) => {
@@ -330,14 +345,10 @@ impl<M: Memory> Consumer<M> {
                     missed += 1;
                     self.next = seq + 1;
                 }
-                Err(Miss::Fatal(e)) => {
-                    self.missed_total += missed;
-                    return Err(e);
-                }
+                Err(Miss::Fatal(e)) => return Err(self.count_skipped(start, e)),
             }
         }
-        self.missed_total += missed;
-        Err(ReadError::Lagging)
+        Err(self.count_skipped(start, ReadError::Lagging))
     }
 
     /// One seqlock read of message `seq` into `buf`.

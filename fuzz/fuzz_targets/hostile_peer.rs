@@ -1,0 +1,11 @@
+//! Op sequences with a peer overwriting shared words: see `ring_fuzz::oracles::hostile`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ring_fuzz::oracles::hostile::{run, HostileInput};
+
+fuzz_target!(|input: HostileInput| {
+    if let Err(e) = run(&input) {
+        panic!("hostile_peer oracle: {e}");
+    }
+});

@@ -1,0 +1,11 @@
+//! Op sequences against the reference model: see `ring_fuzz::oracles::ops`.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ring_fuzz::oracles::ops::{run, OpsInput};
+
+fuzz_target!(|input: OpsInput| {
+    if let Err(e) = run(&input) {
+        panic!("ops oracle: {e}");
+    }
+});

@@ -1,0 +1,227 @@
+//! `hostile_peer`: the `ops` harness, with a buggy or malicious peer overwriting shared words
+//! between operations.
+//!
+//! The peer writes through the same atomics every party uses (the [`Memory`] accessors), so the
+//! run stays free of data races; it can write any word of the segment header, the producer line,
+//! any consumer entry, any slot header, payload words and the allocator region. After its first
+//! write the model is switched off (the peer's words have no specified meaning) and the oracle
+//! checks what DESIGN invariant 6 promises instead: every call returns (the harness only uses
+//! bounded waits, and libFuzzer's `-timeout` catches a loop that does not end), nothing panics
+//! or reads out of bounds (AddressSanitizer), every error is one the call documents and displays
+//! a message, reads never return more than the slot or the buffer holds, and the corrupted
+//! segment still attaches or is refused cleanly afterwards.
+
+use super::ops::{Harness, Op, Shape, MAX_OPS};
+use super::Outcome;
+use arbitrary::Arbitrary;
+use ring_core::{AtomicU32, AtomicU64, HeapSegment, Memory, OwnerId};
+
+/// A value the peer writes, relative to what the word holds.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum Value {
+    /// Exactly this.
+    Raw(u64),
+    /// A small number.
+    Small(u8),
+    /// `u64::MAX - k` (or `u32::MAX - k`).
+    NearMax(u8),
+    /// `2^63 - k`: sequence numbers whose doubled stamps overflow.
+    NearHalf(u8),
+    /// The current value with one bit flipped.
+    Flip(u8),
+    /// The current value plus a small signed delta.
+    Delta(i8),
+}
+
+impl Value {
+    fn apply64(self, cur: u64) -> u64 {
+        match self {
+            Self::Raw(v) => v,
+            Self::Small(k) => u64::from(k),
+            Self::NearMax(k) => u64::MAX - u64::from(k),
+            Self::NearHalf(k) => (1u64 << 63) - u64::from(k),
+            Self::Flip(b) => cur ^ (1u64 << (b % 64)),
+            Self::Delta(d) => cur.wrapping_add(i64::from(d) as u64),
+        }
+    }
+
+    fn apply32(self, cur: u32) -> u32 {
+        match self {
+            Self::NearMax(k) => u32::MAX - u32::from(k),
+            Self::NearHalf(k) => (1u32 << 31) - u32::from(k),
+            Self::Flip(b) => cur ^ (1u32 << (b % 32)),
+            // Truncation is the point: the low half of a 64-bit pattern.
+            other => other.apply64(u64::from(cur)) as u32,
+        }
+    }
+}
+
+/// Which shared word the peer writes.
+#[derive(Arbitrary, Clone, Copy, Debug)]
+pub enum Target {
+    /// Segment header field `field % 18` (in declaration order).
+    Header {
+        /// Field number.
+        field: u8,
+    },
+    /// Producer line field `field % 8`.
+    Producer {
+        /// Field number.
+        field: u8,
+    },
+    /// Consumer entry `index % table`, field `field % 6`.
+    Entry {
+        /// Entry.
+        index: u8,
+        /// Field number.
+        field: u8,
+    },
+    /// Slot header `index % slots`, field `field % 5`.
+    Slot {
+        /// Slot.
+        index: u8,
+        /// Field number.
+        field: u8,
+    },
+    /// Payload word `word % words` of slot `index % slots`.
+    Payload {
+        /// Slot.
+        index: u8,
+        /// Word.
+        word: u8,
+    },
+}
+
+/// One step: an operation, or a peer's write.
+#[derive(Arbitrary, Clone, Debug)]
+pub enum Step {
+    /// A protocol operation (as in `ops`).
+    Op(Op),
+    /// The peer writes `value` into `target`.
+    Poke {
+        /// Where.
+        target: Target,
+        /// What.
+        value: Value,
+    },
+}
+
+/// The `hostile_peer` input.
+#[derive(Arbitrary, Clone, Debug)]
+pub struct HostileInput {
+    /// Ring shape.
+    pub shape: Shape,
+    /// Give the ring an allocator region too (its words are fair game for the attach checks).
+    pub with_allocator: bool,
+    /// Steps, in order.
+    pub steps: Vec<Step>,
+}
+
+fn poke64(word: &AtomicU64, value: Value) {
+    // Relaxed: the peer's write is an arbitrary value; nothing is published by it.
+    let cur = word.load(core::sync::atomic::Ordering::Relaxed);
+    word.store(value.apply64(cur), core::sync::atomic::Ordering::Relaxed);
+}
+
+fn poke32(word: &AtomicU32, value: Value) {
+    // Relaxed: as `poke64`.
+    let cur = word.load(core::sync::atomic::Ordering::Relaxed);
+    word.store(value.apply32(cur), core::sync::atomic::Ordering::Relaxed);
+}
+
+/// Writes `value` into the word `target` names, through the segment's atomics.
+pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
+    let g = *mem.geometry();
+    match target {
+        Target::Header { field } => {
+            let h = mem.header();
+            match field % 18 {
+                0 => poke64(&h.magic, value),
+                1 => poke32(&h.abi_version, value),
+                2 => poke32(&h.init_state, value),
+                3 => poke64(&h.fingerprint, value),
+                4 => poke32(&h.slots, value),
+                5 => poke32(&h.slot_capacity, value),
+                6 => poke32(&h.consumers, value),
+                7 => poke32(&h.alloc_max_live, value),
+                8 => poke64(&h.alloc_arena, value),
+                9 => poke64(&h.producer_off, value),
+                10 => poke64(&h.consumers_off, value),
+                11 => poke64(&h.slots_off, value),
+                12 => poke64(&h.payloads_off, value),
+                13 => poke64(&h.alloc_off, value),
+                14 => poke64(&h.alloc_len, value),
+                15 => poke64(&h.total_len, value),
+                16 => poke64(&h.creator, value),
+                _ => poke64(&h.reserved, value),
+            }
+        }
+        Target::Producer { field } => {
+            let p = mem.producer_line();
+            match field % 8 {
+                0 => poke64(&p.head, value),
+                1 => poke64(&p.owner, value),
+                2 => poke32(&p.flags, value),
+                3 => poke32(&p.epoch, value),
+                4 => poke32(&p.publish_futex, value),
+                5 => poke32(&p.consumer_waiters, value),
+                6 => poke32(&p.drain_futex, value),
+                _ => poke32(&p.producer_waiting, value),
+            }
+        }
+        Target::Entry { index, field } => {
+            let e = mem.consumer_entry(usize::from(index) % g.consumers());
+            match field % 6 {
+                0 => poke32(&e.state, value),
+                1 => poke32(&e.class, value),
+                2 => poke64(&e.owner, value),
+                3 => poke64(&e.cursor, value),
+                4 => poke64(&e.missed, value),
+                _ => poke64(&e.received, value),
+            }
+        }
+        Target::Slot { index, field } => {
+            let s = mem.slot_header(usize::from(index) % g.slots());
+            match field % 5 {
+                0 => poke64(&s.state, value),
+                1 => poke64(&s.stamp, value),
+                2 => poke64(&s.len, value),
+                3 => poke64(&s.meta[0], value),
+                _ => poke64(&s.meta[1], value),
+            }
+        }
+        Target::Payload { index, word } => {
+            let words = mem.payload(usize::from(index) % g.slots());
+            if !words.is_empty() {
+                poke64(&words[usize::from(word) % words.len()], value);
+            }
+        }
+    }
+}
+
+/// Runs one `hostile_peer` input.
+pub fn run(input: &HostileInput) -> Outcome {
+    let mut config = input.shape.config();
+    if input.with_allocator {
+        config = config.with_allocator(1024, 4);
+    }
+    let creator = OwnerId::new(1).expect("1 is non-zero");
+    let seg = HeapSegment::new(&config, creator)
+        .map_err(|e| format!("HeapSegment::new({config:?}) failed: {e}"))?;
+    let mut h = Harness::new(&seg, true);
+    h.step(&Op::ProducerNew)?;
+    for (n, step) in input.steps.iter().take(MAX_OPS).enumerate() {
+        match step {
+            Step::Op(op) => h.step(op).map_err(|e| format!("step {n} ({op:?}): {e}"))?,
+            Step::Poke { target, value } => {
+                // A pin is only ever held inside one operation, so no reference to payload
+                // bytes is live while the peer writes.
+                poke(&seg, *target, *value);
+                h.model = None;
+            }
+        }
+    }
+    h.finish()?;
+    // Whatever the peer left behind: attach refuses it cleanly, or serves it safely.
+    super::attach::run(&seg.to_bytes())
+}

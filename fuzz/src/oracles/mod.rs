@@ -1,0 +1,41 @@
+//! The fuzz oracles: each takes a structured input (decoded with `arbitrary`), drives
+//! `ring-core` with it and returns `Err(description)` on the first violated property.
+//!
+//! | module | target | property |
+//! |---|---|---|
+//! | [`attach`] | `attach` | arbitrary bytes never panic or read out of bounds; accepted segments serve every read and inspection with documented errors only |
+//! | [`ops`] | `ops` | single-threaded producer/consumer op sequences agree step by step with the reference [`model`] |
+//! | [`hostile`] | `hostile_peer` | op sequences interleaved with a peer overwriting shared words: clear errors, bounded loops, no panic |
+//! | [`allocator`] | `allocator` | alloc/free/write sequences keep the ceilings and the accounting of a model; the bounded writer stays inside its reservation |
+//!
+//! These files are shared verbatim with `ring-core/tests/fuzz_oracles.rs`, so they refer to
+//! each other with `super::` paths only and depend on `ring-core` and `arbitrary` alone.
+
+/// Returns `Err(format!(...))` from the enclosing oracle when `cond` is false.
+macro_rules! ensure {
+    ($cond:expr, $($arg:tt)+) => {
+        if !$cond {
+            return Err(format!($($arg)+));
+        }
+    };
+}
+
+pub mod allocator;
+pub mod attach;
+pub mod hostile;
+pub mod model;
+pub mod ops;
+pub mod seeds;
+
+/// What an oracle returns: `Err` names the violated property and the values that broke it.
+pub type Outcome = Result<(), String>;
+
+/// Checks an error's `Display` says something (every error must tell the user what happened).
+pub fn displays<E: core::fmt::Display>(e: &E) -> Outcome {
+    let text = e.to_string();
+    ensure!(
+        !text.trim().is_empty(),
+        "an error displays as an empty string"
+    );
+    Ok(())
+}

@@ -1,0 +1,351 @@
+//! The cargo-fuzz oracles, on stable, inside `cargo test`.
+//!
+//! `fuzz/src/oracles` (the `ring-fuzz` crate's oracles) is compiled into this test by `#[path]`,
+//! and every target's oracle runs over
+//! - the seed corpora (`fuzz/corpus/<target>/seed-*`) and the same seeds rebuilt from real
+//!   segments now (so a layout change that breaks them is noticed here);
+//! - every crash reproducer saved in `ring-core/tests/fuzz_seeds/<target>/` (a bug fuzzing
+//!   found stays caught);
+//! - a short, deterministic budget of pseudo-random inputs (and, for `attach`, mutated real
+//!   segments), decoded exactly as libFuzzer's `fuzz_target!` decodes them.
+//!
+//! Each batch runs on a watchdog thread, so a loop that does not end fails the test instead of
+//! hanging it. `RING_FUZZ_WRITE_SEEDS=1 cargo test -p ring-core --test fuzz_oracles` rewrites the
+//! seed files; `RING_FUZZ_CASES=<n>` changes the pseudo-random budget (default 300 per target).
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+#![allow(
+    clippy::std_instead_of_core,
+    missing_docs,
+    reason = "a std test binary; the shared oracle files document themselves"
+)]
+
+#[path = "../../fuzz/src/oracles/mod.rs"]
+mod oracles;
+
+use arbitrary::{Arbitrary, Unstructured};
+use oracles::seeds::{attach_seeds, random_seeds, XorShift};
+use oracles::Outcome;
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::time::Duration;
+
+/// The four targets, as named in `fuzz/Cargo.toml`.
+const TARGETS: [&str; 4] = ["attach", "ops", "hostile_peer", "allocator"];
+
+/// How long one batch may run before the watchdog calls it a hang.
+const WATCHDOG: Duration = Duration::from_secs(120);
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Decodes `bytes` as `fuzz_target!(|input: T| ...)` does; `None` where libFuzzer would skip.
+fn decode<'a, T: Arbitrary<'a>>(bytes: &'a [u8]) -> Option<T> {
+    if bytes.len() < T::size_hint(0).0 {
+        return None;
+    }
+    T::arbitrary_take_rest(Unstructured::new(bytes)).ok()
+}
+
+/// Runs target `target`'s oracle on one raw input.
+fn run_one(target: &str, bytes: &[u8]) -> Outcome {
+    match target {
+        "attach" => oracles::attach::run(bytes),
+        "ops" => decode::<oracles::ops::OpsInput>(bytes).map_or(Ok(()), |i| oracles::ops::run(&i)),
+        "hostile_peer" => decode::<oracles::hostile::HostileInput>(bytes)
+            .map_or(Ok(()), |i| oracles::hostile::run(&i)),
+        "allocator" => decode::<oracles::allocator::AllocInput>(bytes)
+            .map_or(Ok(()), |i| oracles::allocator::run(&i)),
+        other => Err(format!("unknown target {other}")),
+    }
+}
+
+/// Runs every `(name, bytes)` of `target` on a watchdog thread; panics naming the first failure.
+fn run_batch(target: &'static str, inputs: Vec<(String, Vec<u8>)>) {
+    let count = inputs.len();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut failures = Vec::new();
+        for (name, bytes) in &inputs {
+            // A panic inside the code under test is a failure too: report it, keep going.
+            let result = std::panic::catch_unwind(|| run_one(target, bytes)).unwrap_or_else(|p| {
+                let msg = p
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| p.downcast_ref::<&str>().copied())
+                    .unwrap_or("(no message)");
+                Err(format!("panicked: {msg}"))
+            });
+            if let Err(e) = result {
+                // Keep the input for `debug_input` and for promotion to a reproducer.
+                let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+                    .join("fuzz-failures")
+                    .join(target);
+                let saved = std::fs::create_dir_all(&dir)
+                    .and_then(|()| std::fs::write(dir.join(name), bytes))
+                    .map_or_else(
+                        |e| format!("(not saved: {e})"),
+                        |()| format!("(saved in {})", dir.join(name).display()),
+                    );
+                failures.push(format!("{target}/{name}: {e} {saved}"));
+            }
+        }
+        let _ = tx.send(failures);
+    });
+    match rx.recv_timeout(WATCHDOG) {
+        Ok(failures) => assert!(
+            failures.is_empty(),
+            "{} of {count} inputs failed:\n{}",
+            failures.len(),
+            failures.join("\n")
+        ),
+        Err(_) => panic!("{target}: {count} inputs did not finish within {WATCHDOG:?} (a hang)"),
+    }
+}
+
+/// Files in `dir` whose names start with `prefix` (none if the folder is missing).
+fn files(dir: &Path, prefix: &str) -> Vec<(String, Vec<u8>)> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<(String, Vec<u8>)> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            std::fs::read(e.path()).ok().map(|b| (name, b))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn cases() -> usize {
+    std::env::var("RING_FUZZ_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300)
+}
+
+/// The seed corpus of every target, as it should be on disk.
+fn generated_seeds() -> Vec<(&'static str, String, Vec<u8>)> {
+    let mut out: Vec<(&'static str, String, Vec<u8>)> = attach_seeds()
+        .into_iter()
+        .map(|(name, bytes)| ("attach", format!("seed-{name}"), bytes))
+        .collect();
+    for target in &TARGETS[1..] {
+        for (i, bytes) in random_seeds(target, 4, 512).into_iter().enumerate() {
+            out.push((target, format!("seed-{i}"), bytes));
+        }
+    }
+    out
+}
+
+#[test]
+fn seeds_from_real_segments_pass_every_oracle() {
+    let seeds = generated_seeds();
+    let write = std::env::var_os("RING_FUZZ_WRITE_SEEDS").is_some();
+    for target in TARGETS {
+        let batch: Vec<(String, Vec<u8>)> = seeds
+            .iter()
+            .filter(|(t, _, _)| *t == target)
+            .map(|(_, n, b)| (n.clone(), b.clone()))
+            .collect();
+        assert!(!batch.is_empty(), "no seeds for {target}");
+        if write {
+            let dir = repo().join("fuzz/corpus").join(target);
+            std::fs::create_dir_all(&dir).expect("create the corpus folder");
+            for (name, bytes) in &batch {
+                std::fs::write(dir.join(name), bytes).expect("write a seed");
+            }
+        }
+        run_batch(target, batch);
+    }
+    // The real segments are accepted: the attach oracle does its work on them, not on a refusal.
+    for (name, bytes) in attach_seeds() {
+        assert!(
+            ring_core::HeapSegment::from_bytes(&bytes).is_ok(),
+            "seed {name} is refused"
+        );
+    }
+}
+
+#[test]
+fn corpus_seeds_and_crash_reproducers_stay_fixed() {
+    for target in TARGETS {
+        let mut batch = files(&repo().join("fuzz/corpus").join(target), "seed-");
+        let saved = files(&repo().join("ring-core/tests/fuzz_seeds").join(target), "");
+        batch.extend(saved);
+        run_batch(target, batch);
+    }
+}
+
+#[test]
+fn attach_survives_mutated_real_segments() {
+    let seeds = attach_seeds();
+    let mut rng = XorShift::new(0x00a7_7ac4);
+    let mut batch = Vec::new();
+    for case in 0..cases() {
+        let (name, base) = &seeds[case % seeds.len()];
+        let mut bytes = base.clone();
+        // A few word-sized or byte-sized changes, sometimes a truncation.
+        for _ in 0..1 + rng.next_u64() % 4 {
+            let at = (rng.next_u64() as usize) % bytes.len();
+            let v = rng.next_u64();
+            match v % 4 {
+                0 => bytes[at] ^= 1 << ((v >> 8) % 8),
+                1 => bytes[at] = (v >> 8) as u8,
+                2 => {
+                    let at = at & !7;
+                    let end = (at + 8).min(bytes.len());
+                    let word = if v & 256 != 0 { u64::MAX } else { v >> 9 };
+                    bytes[at..end].copy_from_slice(&word.to_le_bytes()[..end - at]);
+                }
+                _ => {
+                    if rng.next_u64() % 8 == 0 {
+                        bytes.truncate(at);
+                    }
+                }
+            }
+        }
+        batch.push((format!("{name}-mutant-{case}"), bytes));
+    }
+    run_batch("attach", batch);
+}
+
+fn random_batch(target: &'static str, len: usize) {
+    let mut rng = XorShift::new(target.len() as u64 * 7919);
+    let batch = (0..cases())
+        .map(|i| {
+            let n = 16 + (rng.next_u64() as usize) % len;
+            (format!("random-{i}"), rng.bytes(n))
+        })
+        .collect();
+    run_batch(target, batch);
+}
+
+#[test]
+fn ops_random_sequences_match_the_model() {
+    random_batch("ops", 1024);
+}
+
+#[test]
+fn hostile_peer_random_sequences_fail_cleanly() {
+    random_batch("hostile_peer", 1024);
+}
+
+#[test]
+fn allocator_random_sequences_match_the_model() {
+    random_batch("allocator", 1024);
+}
+
+#[test]
+fn attach_random_bytes_are_refused_cleanly() {
+    random_batch("attach", 4096);
+}
+
+/// `RING_FUZZ_DEBUG=<target>:<file> cargo test -p ring-core --test fuzz_oracles debug_input --
+/// --ignored --nocapture` prints how one input decodes and what its oracle says.
+#[test]
+#[ignore = "a debugging aid, run by hand"]
+fn debug_input() {
+    let Some(spec) = std::env::var_os("RING_FUZZ_DEBUG") else {
+        return;
+    };
+    let spec = spec.to_string_lossy().into_owned();
+    let (target, path) = spec
+        .split_once(':')
+        .expect("RING_FUZZ_DEBUG=<target>:<file>");
+    let bytes = std::fs::read(path).expect("read the input");
+    match target {
+        "ops" => println!("{:#?}", decode::<oracles::ops::OpsInput>(&bytes)),
+        "hostile_peer" => println!("{:#?}", decode::<oracles::hostile::HostileInput>(&bytes)),
+        "allocator" => println!("{:#?}", decode::<oracles::allocator::AllocInput>(&bytes)),
+        _ => println!("{} bytes", bytes.len()),
+    }
+    println!("{:?}", run_one(target, &bytes));
+}
+
+/// A short message over a longer one in the same slot: `Pinned::words` must still be
+/// zero-padded past the length (found by the `ops` oracle; `WriteSlot::publish` pads now).
+#[test]
+fn ops_shorter_message_over_longer_is_padded() {
+    use oracles::ops::{Class, Op, OpsInput, Shape};
+    let input = OpsInput {
+        shape: Shape {
+            slots: 0,
+            cap_words: 1,
+            consumers: 0,
+        },
+        ops: vec![
+            Op::ProducerNew,
+            Op::Register(Class::SkipOnLag),
+            Op::Publish {
+                len: 11,
+                fill: 0xaa,
+            },
+            Op::Pin {
+                who: 0,
+                claim_while_pinned: false,
+            },
+            Op::Publish { len: 3, fill: 0xbb },
+            Op::Pin {
+                who: 0,
+                claim_while_pinned: false,
+            },
+        ],
+    };
+    assert_eq!(oracles::ops::run(&input), Ok(()));
+}
+
+/// A skip-on-lag consumer that jumps ahead, is refused for a small buffer, then reads: the
+/// messages it skipped are counted once (`next - start == received + missed`).
+#[test]
+fn ops_skip_then_small_buffer_counts_missed_once() {
+    use oracles::ops::{Class, Op, OpsInput, Shape};
+    let input = OpsInput {
+        shape: Shape {
+            slots: 0,
+            cap_words: 0,
+            consumers: 0,
+        },
+        ops: vec![
+            Op::Register(Class::SkipOnLag),
+            Op::Publish { len: 5, fill: 1 },
+            Op::Publish { len: 5, fill: 2 },
+            Op::Copy { who: 0, buf: 2 },
+            Op::Copy { who: 0, buf: 8 },
+        ],
+    };
+    assert_eq!(oracles::ops::run(&input), Ok(()));
+}
+
+/// A skip-on-lag consumer whose next message is destroyed by an aborted claim (one slot), and
+/// that then finds the ring empty: the lost message is still counted as missed.
+#[test]
+fn ops_overrun_then_empty_counts_missed() {
+    use oracles::ops::{Class, Finish, Op, OpsInput, Shape};
+    let input = OpsInput {
+        shape: Shape {
+            slots: 0,
+            cap_words: 0,
+            consumers: 0,
+        },
+        ops: vec![
+            Op::Register(Class::SkipOnLag),
+            Op::Publish { len: 5, fill: 1 },
+            Op::Claim {
+                writes: vec![],
+                finish: Finish::Abort,
+                blocking: false,
+            },
+            Op::Pin {
+                who: 0,
+                claim_while_pinned: false,
+            },
+            Op::Publish { len: 5, fill: 2 },
+            Op::Copy { who: 0, buf: 8 },
+        ],
+    };
+    assert_eq!(oracles::ops::run(&input), Ok(()));
+}

@@ -118,7 +118,7 @@ pub fn run(args: &InspectArgs) -> Result<()> {
         ));
     }
     let name = ring::segment_name(&args.name)?;
-    let ring = Ring::open(&name)?;
+    let ring = ring::open(&name)?;
     let clear = args.watch && !args.json && std::io::stdout().is_terminal();
     let mut shown = 0u64;
     loop {
@@ -179,8 +179,8 @@ fn snapshot(ring: &Ring) -> Result<View> {
         .creator
         .load(core::sync::atomic::Ordering::Relaxed);
     Ok(View {
-        name: ring.name().as_str().to_owned(),
-        mapped_bytes: ring.mapped_len(),
+        name: ring::name_of(ring),
+        mapped_bytes: ring.segment().len(),
         creator: Owner::of(creator),
         slots: g.slots(),
         slot_capacity: g.slot_capacity(),
@@ -205,7 +205,7 @@ fn allocator(ring: &Ring) -> Result<Option<AllocView>> {
     let alloc = Allocator::attach(ring.alloc_words())?;
     let s = alloc.stats();
     let mut leaks = Vec::new();
-    let now_ms = ring::monotonic_ns() / 1_000_000;
+    let now_ms = ring::epoch_ms();
     let totals = alloc.leak_report(now_ms, |l| {
         if leaks.len() < LEAKS_LISTED {
             leaks.push(LeakView {

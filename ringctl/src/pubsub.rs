@@ -4,13 +4,12 @@ use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use ring_core::inspect::{consumer_info, EntryState};
-use ring_core::{
-    ClaimError, Config, Consumer, Error, Memory, OwnerId, Producer, ReadError, MAX_SLOT_CAPACITY,
-};
+use ring_core::{ClaimError, Config, Memory, ReadError, MAX_SLOT_CAPACITY};
+use ring_os::{ConsumerExt as _, ProducerExt as _, ShmRing};
 
 use crate::cli::{PubArgs, SubArgs};
 use crate::error::{CliError, Result};
-use crate::ring::{self, reclaim_dead, FutexWait, Ring};
+use crate::ring::{self, Ring};
 
 /// Removes a ring this command created when the command ends, however it ends.
 struct RemoveOnExit<'a>(Option<&'a Ring>);
@@ -18,7 +17,7 @@ struct RemoveOnExit<'a>(Option<&'a Ring>);
 impl Drop for RemoveOnExit<'_> {
     fn drop(&mut self) {
         if let Some(ring) = self.0 {
-            let _ = ring.unlink();
+            let _ = ring.segment().unlink();
         }
     }
 }
@@ -37,18 +36,18 @@ fn seconds(value: f64, what: &str) -> Result<Duration> {
 /// Opens the ring, or creates it for `args` when it does not exist. True when created.
 fn open_or_create(args: &PubArgs) -> Result<(Ring, bool)> {
     let name = ring::segment_name(&args.name)?;
-    match Ring::open(&name) {
+    match ring::open(&name) {
         Ok(r) => return Ok((r, false)),
         Err(CliError::Os(ring_os::Error::NotFound { .. })) => {}
         Err(e) => return Err(e),
     }
     let capacity = u32::try_from(args.frame_size.bytes).unwrap_or(u32::MAX);
     let config = Config::new(args.slots, capacity).with_consumers(args.max_consumers);
-    match Ring::create(&name, &config) {
+    match ring::create(&name, &config) {
         Ok(r) => Ok((r, true)),
         // Someone else created it meanwhile: use theirs.
         Err(CliError::Os(ring_os::Error::AlreadyExists { .. })) => {
-            Ok((Ring::open_wait(&name, Duration::from_secs(5))?, false))
+            Ok((ring::open_wait(&name, Duration::from_secs(5))?, false))
         }
         Err(e) => Err(e),
     }
@@ -72,15 +71,8 @@ pub fn publish(args: &PubArgs) -> Result<()> {
             ring.geometry().slot_capacity()
         )));
     }
-    let me = ring::owner()?;
-    let mut producer = match Producer::new(&ring, me) {
-        Ok(p) => p,
-        Err(Error::ProducerExists { owner }) if ring::alive(owner) == Some(false) => {
-            let dead = OwnerId::new(owner).ok_or(Error::ProducerExists { owner })?;
-            Producer::take_over(&ring, me, dead)?
-        }
-        Err(e) => return Err(e.into()),
-    };
+    // Takes the ring over if its previous producer died.
+    let mut producer = ShmRing::producer(&ring)?;
     wait_for_consumers(&ring, args.wait_consumers, timeout)?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; frame];
@@ -89,34 +81,19 @@ pub fn publish(args: &PubArgs) -> Result<()> {
         if n == 0 {
             break;
         }
-        let data = buf.get(..n).unwrap_or(&[]);
-        let since = Instant::now();
-        loop {
-            let wait = &mut FutexWait::new(Duration::from_millis(50), Duration::from_millis(10));
-            let err = match producer.claim(wait) {
-                Ok(mut slot) => {
-                    slot.write(data)
-                        .map_err(|e| CliError::Usage(e.to_string()))?;
-                    slot.publish();
-                    break;
-                }
-                Err(e) => e,
-            };
-            if err == ClaimError::Closed {
-                return Err(err.into());
-            }
-            reclaim_dead(&mut producer);
-            if since.elapsed() > timeout {
-                return Err(CliError::Timeout(format!(
-                    "consumers held the ring back for {:.0} s: {err}",
+        // Waits for slow consumers at most `timeout`, reclaiming dead ones.
+        producer
+            .publish(buf.get(..n).unwrap_or(&[]), timeout)
+            .map_err(|e| match e {
+                ClaimError::Full { .. } | ClaimError::Pinned { .. } => CliError::Timeout(format!(
+                    "consumers held the ring back for {:.0} s: {e}",
                     timeout.as_secs_f64()
-                )));
-            }
-        }
+                )),
+                e => e.into(),
+            })?;
     }
     producer.close();
-    let drained = producer.wait_drained(&mut FutexWait::new(timeout, Duration::from_millis(20)));
-    if !drained {
+    if !producer.wait_drained_for(timeout) {
         return Err(CliError::Timeout(format!(
             "gating consumers did not read everything within {:.0} s",
             timeout.as_secs_f64()
@@ -155,10 +132,27 @@ fn wait_for_consumers(ring: &Ring, n: u32, timeout: Duration) -> Result<()> {
                 "{active} of {n} consumers registered within {:.0} s (start `ringctl sub {}`, or \
                  pass --wait-consumers 0)",
                 timeout.as_secs_f64(),
-                ring.name().as_str()
+                ring::name_of(ring)
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Why `sub` stops writing.
+enum Stop {
+    /// The reader closed the pipe: end without an error.
+    Quiet,
+    /// A real error.
+    Err(CliError),
+}
+
+impl Stop {
+    fn into_result(self) -> Result<()> {
+        match self {
+            Self::Quiet => Ok(()),
+            Self::Err(e) => Err(e),
+        }
     }
 }
 
@@ -166,16 +160,25 @@ fn wait_for_consumers(ring: &Ring, n: u32, timeout: Duration) -> Result<()> {
 pub fn subscribe(args: &SubArgs) -> Result<()> {
     let timeout = seconds(args.timeout, "--timeout")?;
     let name = ring::segment_name(&args.name)?;
-    let ring = Ring::open_wait(&name, timeout)?;
-    let mut consumer = Consumer::new(&ring, args.class.delivery(), ring::owner()?)?;
+    let ring = ring::open_wait(&name, timeout)?;
+    let mut consumer = ShmRing::consumer(&ring, args.class.delivery())?;
     let mut out = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
-    let write_err = |e| CliError::io("writing stdout", e);
+    // A reader that went away (`ringctl sub r | head`) ends the subscription quietly, as for
+    // any Unix filter; other write errors are errors.
+    let write_err = |e: std::io::Error| {
+        if e.kind() == ErrorKind::BrokenPipe {
+            Stop::Quiet
+        } else {
+            Stop::Err(CliError::io("writing stdout", e))
+        }
+    };
     let mut idle_since = Instant::now();
     loop {
-        let wait = &mut FutexWait::new(Duration::from_millis(200), Duration::from_millis(50));
-        let err = match consumer.pin(wait) {
+        let err = match consumer.recv_pinned(Duration::from_millis(200)) {
             Ok(msg) => {
-                out.write_all(msg.bytes()).map_err(write_err)?;
+                if let Err(stop) = out.write_all(msg.bytes()).map_err(write_err) {
+                    return stop.into_result();
+                }
                 idle_since = Instant::now();
                 continue;
             }
@@ -184,9 +187,11 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
         match err {
             ReadError::Closed => break,
             ReadError::Timeout | ReadError::Empty | ReadError::Lagging | ReadError::Busy => {
-                out.flush().map_err(write_err)?;
+                if let Err(stop) = out.flush().map_err(write_err) {
+                    return stop.into_result();
+                }
+                // A dead producer is `ProducerGone` (below); a ring without one times out.
                 match ring::alive(consumer.producer_owner()) {
-                    Some(false) => return Err(ReadError::ProducerGone.into()),
                     None if idle_since.elapsed() > timeout => {
                         return Err(CliError::Timeout(format!(
                             "ring {:?} has had no producer for {:.0} s",
@@ -200,7 +205,9 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
             e => return Err(e.into()),
         }
     }
-    out.flush().map_err(write_err)?;
+    if let Err(stop) = out.flush().map_err(write_err) {
+        return stop.into_result();
+    }
     if consumer.missed() > 0 {
         eprintln!(
             "ringctl: sub: {} messages were skipped ({} class)",

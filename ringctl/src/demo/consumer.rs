@@ -7,12 +7,13 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use ring_core::alloc::Allocator;
 use ring_core::{Consumer, Memory, ReadError};
+use ring_os::{ConsumerExt as _, ShmRing};
 
 use super::report::{histogram, ConsumerReport};
 use crate::cli::{ConsumerArgs, ReadMode};
 use crate::error::{CliError, Result};
 use crate::frame;
-use crate::ring::{self, FutexWait, Ring};
+use crate::ring;
 
 /// What one read found.
 struct Seen {
@@ -29,8 +30,8 @@ struct Seen {
 /// Runs the consumer role; prints its report as one JSON line.
 pub fn run(args: &ConsumerArgs) -> Result<()> {
     let name = ring::segment_name(&args.name)?;
-    let ring = Ring::open_wait(&name, Duration::from_secs(10))?;
-    let mut consumer = Consumer::new(&ring, args.class.delivery(), ring::owner()?)?;
+    let ring = ring::open_wait(&name, Duration::from_secs(10))?;
+    let mut consumer = ShmRing::consumer(&ring, args.class.delivery())?;
     let alloc = Allocator::attach(ring.alloc_words())?;
     let mode = args.read.for_class(args.class);
     let mut buf = match mode {
@@ -54,10 +55,10 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
                 r.class, args.deadline
             )));
         }
-        let mut wait = FutexWait::new(Duration::from_millis(100), Duration::from_millis(20));
+        let wait = Duration::from_millis(100);
         let seen = match mode {
-            ReadMode::Copy => read_copy(&mut consumer, &mut buf, &mut wait),
-            _ => read_pinned(&mut consumer, &alloc, &mut wait),
+            ReadMode::Copy => read_copy(&mut consumer, &mut buf, wait),
+            _ => read_pinned(&mut consumer, &alloc, wait),
         };
         match seen {
             Ok(s) => {
@@ -73,12 +74,9 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
                 r.descriptor_errors += u64::from(!s.descriptor_ok);
             }
             Err(ReadError::Closed) => break,
-            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging | ReadError::Busy) => {
-                let owner = consumer.producer_owner();
-                if ring::alive(owner) == Some(false) {
-                    return Err(ReadError::ProducerGone.into());
-                }
-            }
+            // Nothing yet, or overrun while reading: try again (a dead producer is reported as
+            // `ProducerGone` by the wait).
+            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging | ReadError::Busy) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -100,9 +98,9 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
 fn read_pinned<M: Memory>(
     consumer: &mut Consumer<M>,
     alloc: &Allocator<'_>,
-    wait: &mut FutexWait,
+    wait: Duration,
 ) -> Result<Seen, ReadError> {
-    let msg = consumer.pin(wait)?;
+    let msg = consumer.recv_pinned(wait)?;
     let now = ring::monotonic_ns();
     let [stamp, sum] = msg.meta();
     let words = msg.words();
@@ -134,9 +132,9 @@ fn read_pinned<M: Memory>(
 fn read_copy<M: Memory>(
     consumer: &mut Consumer<M>,
     buf: &mut [u8],
-    wait: &mut FutexWait,
+    wait: Duration,
 ) -> Result<Seen, ReadError> {
-    let c = consumer.copy(buf, wait)?;
+    let c = consumer.recv(buf, wait)?;
     let now = ring::monotonic_ns();
     let data = buf.get(..c.len).unwrap_or(&[]);
     let word = |i: usize| frame::word_at(data, i);

@@ -3,14 +3,15 @@
 
 use ring_core::alloc::Allocator;
 use ring_core::inspect::{consumer_info, total_pins, EntryState};
-use ring_core::{Error, Memory, OwnerId, Producer};
+use ring_core::Memory;
+use ring_os::{ProducerExt as _, ShmRing};
 
 use super::producer::DESCRIPTOR_OWNER;
 use super::report::{histogram, lost, merge, percentile_us, ProducerReport, Row, Summary};
 use super::ConsumerProc;
 use crate::cli::DemoArgs;
 use crate::error::Result;
-use crate::ring::{self, reclaim_dead, Ring};
+use crate::ring::Ring;
 
 /// What was left in the ring after every process ended.
 struct Leftovers {
@@ -30,16 +31,10 @@ struct Leftovers {
 
 /// Becomes the ring's producer (every process has ended) and cleans up.
 fn clean_up(ring: &Ring, producer: &ProducerReport) -> Result<Leftovers> {
-    let me = ring::owner()?;
-    let mut p = match Producer::new(ring, me) {
-        Ok(p) => p,
-        Err(Error::ProducerExists { owner }) if ring::alive(owner) == Some(false) => {
-            let dead = OwnerId::new(owner).ok_or(Error::ProducerExists { owner })?;
-            Producer::take_over(ring, me, dead)?
-        }
-        Err(e) => return Err(e.into()),
-    };
-    let swept = reclaim_dead(&mut p);
+    // Every demo process has ended: become the producer (taking over if the producer died)
+    // and reclaim what dead consumers left.
+    let mut p = ShmRing::producer(ring)?;
+    let swept = p.reclaim_dead();
     let mut alloc = Allocator::attach(ring.alloc_words())?;
     let mut bad_frees = 0;
     for &h in &producer.live_descriptors {
@@ -53,8 +48,8 @@ fn clean_up(ring: &Ring, producer: &ProducerReport) -> Result<Leftovers> {
         .filter(|c| c.state != EntryState::Free)
         .count();
     Ok(Leftovers {
-        reclaimed_consumers: swept.entries,
-        reclaimed_pins: swept.pins,
+        reclaimed_consumers: swept.len() as u64,
+        reclaimed_pins: swept.iter().map(|r| u64::from(r.pins_cleared)).sum(),
         leaked,
         pins_left: total_pins(ring),
         entries_left,

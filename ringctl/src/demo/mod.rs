@@ -67,7 +67,7 @@ struct Unlink<'a>(&'a Ring);
 
 impl Drop for Unlink<'_> {
     fn drop(&mut self) {
-        let _ = self.0.unlink();
+        let _ = self.0.segment().unlink();
     }
 }
 
@@ -104,7 +104,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     let config = Config::new(args.slots, bytes as u32)
         .with_consumers(entries)
         .with_allocator(ARENA_BYTES, MAX_LIVE);
-    let ring = Ring::create(&name, &config)?;
+    let ring = ring::create(&name, &config)?;
     let _unlink = Unlink(&ring);
     let exe = std::env::current_exe().map_err(|e| CliError::io("finding this executable", e))?;
     let stream_time = match args.messages {
@@ -182,7 +182,9 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
             let live: Vec<usize> = (0..kids.consumers.len())
                 .filter(|&i| kids.consumers[i].child.is_some() && !kids.consumers[i].killed)
                 .collect();
-            if let Some(&victim) = live.get(kills % live.len().max(1)) {
+            // The oldest live consumer: replacements go to the end, so kills rotate through
+            // the classes.
+            if let Some(&victim) = live.first() {
                 let v = &mut kids.consumers[victim];
                 if let Some(child) = v.child.as_mut() {
                     let _ = child.kill();
@@ -235,7 +237,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
             args.slots,
             classes.len(),
             name.as_str(),
-            ring.mapped_len() as f64 / 1e6
+            ring.segment().len() as f64 / 1e6
         );
         print!("{}", report::table(&summary, &title));
     }

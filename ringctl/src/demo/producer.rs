@@ -1,16 +1,17 @@
 //! The demo's producer process: paced, checksummed frames with an allocator descriptor each;
-//! reclaims dead consumers (on a stall and every few milliseconds) and carries on.
+//! reclaims dead consumers (when they hold it back, and every few milliseconds) and carries on.
 
 use std::time::{Duration, Instant};
 
 use ring_core::alloc::Allocator;
-use ring_core::{ClaimError, Memory, Producer};
+use ring_core::{ClaimError, Memory, WriteSlot};
+use ring_os::{FutexWait, Mapping, ProducerExt as _, ShmProducer, ShmRing, LIVENESS_PERIOD};
 
 use super::report::ProducerReport;
 use crate::cli::ProducerArgs;
 use crate::error::{CliError, Result};
-use crate::frame;
-use crate::ring::{self, reclaim_dead, FutexWait, Ring};
+use crate::frame::{self, FrameSize};
+use crate::ring;
 
 /// The allocator owner tag of the producer's descriptors.
 pub const DESCRIPTOR_OWNER: u16 = 1;
@@ -19,10 +20,57 @@ const SWEEP_EVERY: Duration = Duration::from_millis(20);
 /// How long one claim may be held back (by consumers that are alive) before the run fails.
 const STALL_LIMIT: Duration = Duration::from_secs(10);
 
+/// What writing one frame needs besides the slot.
+struct Writer<'a> {
+    /// The ring's allocator (the producer is its only mutator).
+    alloc: Allocator<'a>,
+    /// The descriptor handle of the message in each slot (0: none).
+    descriptors: Vec<u64>,
+    /// The frame being built.
+    buf: Vec<u8>,
+    /// Frame size and dimensions.
+    size: FrameSize,
+    /// Descriptors allocated.
+    allocations: u64,
+}
+
+impl Writer<'_> {
+    /// Frees the slot's previous descriptor, allocates this frame's, fills the frame, writes and
+    /// publishes it.
+    fn write(&mut self, mut slot: WriteSlot<'_, std::sync::Arc<Mapping>>) -> Result<u64> {
+        let seq = slot.seq();
+        let index = (seq % self.descriptors.len() as u64) as usize;
+        // The slot's previous message is gone (we hold the slot, so no one pins it, and no
+        // gating consumer needs it): free its descriptor.
+        if let Some(old) = self.descriptors.get_mut(index) {
+            if *old != 0 {
+                self.alloc.free(*old, DESCRIPTOR_OWNER)?;
+                *old = 0;
+            }
+        }
+        let a = self.alloc.alloc(
+            frame::DESCRIPTOR_BYTES as u64,
+            DESCRIPTOR_OWNER,
+            ring::epoch_ms(),
+        )?;
+        self.allocations += 1;
+        if let Some(d) = self.descriptors.get_mut(index) {
+            *d = a.handle;
+        }
+        let sum = frame::fill(&mut self.buf, seq, a.handle);
+        let d = frame::descriptor(seq, self.buf.len(), self.size.dims, sum);
+        self.alloc.writer(&a)?.write(&d)?;
+        slot.write(&self.buf)
+            .map_err(|e| CliError::Usage(e.to_string()))?;
+        slot.set_meta([ring::monotonic_ns(), sum]);
+        Ok(slot.publish())
+    }
+}
+
 /// Runs the producer role; prints its report as one JSON line.
 pub fn run(args: &ProducerArgs) -> Result<()> {
     let name = ring::segment_name(&args.name)?;
-    let ring = Ring::open_wait(&name, Duration::from_secs(10))?;
+    let ring = ring::open_wait(&name, Duration::from_secs(10))?;
     let bytes = args.frame_size.bytes;
     if bytes > ring.geometry().slot_capacity() {
         return Err(CliError::Usage(format!(
@@ -30,11 +78,14 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
             ring.geometry().slot_capacity()
         )));
     }
-    let mut producer = Producer::new(&ring, ring::owner()?)?;
-    let mut alloc = Allocator::attach(ring.alloc_words())?;
-    let slots = ring.geometry().slots();
-    let mut descriptors = vec![0u64; slots];
-    let mut buf = vec![0u8; bytes];
+    let mut producer = ShmRing::producer(&ring)?;
+    let mut w = Writer {
+        alloc: Allocator::attach(ring.alloc_words())?,
+        descriptors: vec![0; ring.geometry().slots()],
+        buf: vec![0; bytes],
+        size: args.frame_size,
+        allocations: 0,
+    };
     let mut report = ProducerReport::default();
     let period = (args.fps > 0.0).then(|| Duration::from_secs_f64(1.0 / args.fps));
     let duration = Duration::from_secs_f64(args.duration.max(0.0));
@@ -60,37 +111,24 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
             sweep(&mut producer, &mut report);
             next_sweep = Instant::now() + SWEEP_EVERY;
         }
-        let stalled_since = Instant::now();
+        let err = match producer.try_claim() {
+            Ok(slot) => {
+                seq = w.write(slot)? + 1;
+                continue;
+            }
+            Err(e) => e,
+        };
+        if err == ClaimError::Closed {
+            return Err(err.into());
+        }
+        // Held back (a gating consumer's cursor or a pin): wait, reclaiming dead holders (counted
+        // here, which is why this does not use ring-os's `claim_with`).
+        report.stalls += 1;
+        let since = Instant::now();
         loop {
-            let wait = &mut FutexWait::new(Duration::from_millis(20), Duration::from_millis(5));
-            let err = match producer.claim(wait) {
-                Ok(mut slot) => {
-                    seq = slot.seq();
-                    let index = (seq % slots as u64) as usize;
-                    // The slot's previous message is gone (we hold the slot, so no pins):
-                    // free its descriptor.
-                    if let Some(old) = descriptors.get_mut(index) {
-                        if *old != 0 {
-                            alloc.free(*old, DESCRIPTOR_OWNER)?;
-                            *old = 0;
-                        }
-                    }
-                    let a = alloc.alloc(
-                        frame::DESCRIPTOR_BYTES as u64,
-                        DESCRIPTOR_OWNER,
-                        ring::monotonic_ns() / 1_000_000,
-                    )?;
-                    let sum = frame::fill(&mut buf, seq, a.handle);
-                    let d = frame::descriptor(seq, bytes, args.frame_size.dims, sum);
-                    alloc.writer(&a)?.write(&d)?;
-                    report.allocations += 1;
-                    if let Some(slot_desc) = descriptors.get_mut(index) {
-                        *slot_desc = a.handle;
-                    }
-                    slot.write(&buf)
-                        .map_err(|e| CliError::Usage(e.to_string()))?;
-                    slot.set_meta([ring::monotonic_ns(), sum]);
-                    seq = slot.publish() + 1;
+            let err = match producer.claim(&mut FutexWait::new(LIVENESS_PERIOD)) {
+                Ok(slot) => {
+                    seq = w.write(slot)? + 1;
                     break;
                 }
                 Err(e) => e,
@@ -98,9 +136,8 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
             if err == ClaimError::Closed {
                 return Err(err.into());
             }
-            report.stalls += 1;
             sweep(&mut producer, &mut report);
-            if stalled_since.elapsed() > STALL_LIMIT {
+            if since.elapsed() > STALL_LIMIT {
                 return Err(CliError::Timeout(format!(
                     "producer held back for {} s: {err}",
                     STALL_LIMIT.as_secs()
@@ -110,9 +147,10 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
     }
     report.elapsed_s = start.elapsed().as_secs_f64();
     report.published = producer.published();
+    report.allocations = w.allocations;
     producer.close();
     sweep(&mut producer, &mut report);
-    report.live_descriptors = descriptors.into_iter().filter(|&h| h != 0).collect();
+    report.live_descriptors = w.descriptors.into_iter().filter(|&h| h != 0).collect();
     let line = serde_json::to_string(&report)
         .map_err(|e| CliError::Child(format!("producer report: {e}")))?;
     println!("{line}");
@@ -120,8 +158,9 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
 }
 
 /// Reclaims dead consumers and counts them.
-fn sweep<M: Memory>(producer: &mut Producer<M>, report: &mut ProducerReport) {
-    let s = reclaim_dead(producer);
-    report.reclaimed_consumers += s.entries;
-    report.reclaimed_pins += s.pins;
+fn sweep(producer: &mut ShmProducer, report: &mut ProducerReport) {
+    for r in producer.reclaim_dead() {
+        report.reclaimed_consumers += 1;
+        report.reclaimed_pins += u64::from(r.pins_cleared);
+    }
 }

@@ -1,0 +1,443 @@
+//! End-to-end tests of the `ringctl` binary: every subcommand, a corrupt segment, a dead owner,
+//! `--kill-consumer-every`, a pub/sub round trip and `demo --json`.
+//!
+//! Every process is waited for with a deadline (and killed past it), every segment name
+//! includes the test's pid, and every test removes what it created.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std test crate"
+)]
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
+
+/// A segment name unique to this test process and `what`.
+fn unique(what: &str) -> String {
+    format!("ringctl-test-{what}-{}", std::process::id())
+}
+
+/// The file behind a named segment.
+fn shm_path(name: &str) -> PathBuf {
+    PathBuf::from(format!("/dev/shm/shmring.{name}"))
+}
+
+/// Removes a segment file when dropped (tests clean up even when they fail).
+struct Cleanup(String);
+
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(shm_path(&self.0));
+    }
+}
+
+/// Waits for a spawned child with a deadline; kills it (and fails the test) past it.
+fn finish(child: Child, timeout: Duration) -> Output {
+    let pid = child.id();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(child.wait_with_output());
+    });
+    match rx.recv_timeout(timeout) {
+        Ok(out) => out.expect("waiting for ringctl"),
+        Err(_) => {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+            panic!("ringctl (pid {pid}) did not finish within {timeout:?}");
+        }
+    }
+}
+
+/// Runs `ringctl args` with `stdin` as input, within `timeout`.
+fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
+    let mut child = Command::new(BIN)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning ringctl");
+    let mut input = child.stdin.take().expect("stdin");
+    let data = stdin.to_vec();
+    std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    finish(child, timeout)
+}
+
+fn run(args: &[&str]) -> Output {
+    ringctl(args, b"", Duration::from_secs(60))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The last line of stdout, parsed as JSON.
+fn last_json(out: &Output) -> Value {
+    let stdout = text(&out.stdout);
+    let line = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(line)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {stdout}\nstderr: {}", text(&out.stderr)))
+}
+
+/// Asserts a failure reported as exactly one line on stderr, and returns that line.
+fn one_line_error(out: &Output) -> String {
+    assert!(!out.status.success(), "expected a failure");
+    let stderr = text(&out.stderr);
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "error must be one line: {stderr:?}");
+    assert!(lines[0].starts_with("ringctl: "), "{stderr:?}");
+    assert!(!stderr.contains("panicked"), "{stderr:?}");
+    lines[0].to_owned()
+}
+
+/// Polls `cond` every 10 ms for at most `timeout`.
+fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let deadline = Instant::now() + timeout;
+    while Instant::now() < deadline {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+#[test]
+fn help_names_every_subcommand_and_hides_the_internal_ones() {
+    let out = run(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    for cmd in ["demo", "inspect", "list", "clean", "pub", "sub"] {
+        assert!(help.contains(cmd), "{cmd} missing from: {help}");
+    }
+    assert!(!help.contains("__demo"), "{help}");
+    let demo = text(&run(&["demo", "--help"]).stdout);
+    for opt in [
+        "--frame-size",
+        "--fps",
+        "--kill-consumer-every",
+        "--json",
+        "--classes",
+    ] {
+        assert!(demo.contains(opt), "{opt} missing from demo help");
+    }
+}
+
+#[test]
+fn bad_arguments_fail_with_one_line() {
+    let line = one_line_error(&run(&["demo", "--fps", "fast"]));
+    assert!(line.contains("fps"), "{line}");
+    one_line_error(&run(&["demo", "--frame-size", "12xq"]));
+    one_line_error(&run(&["no-such-command"]));
+    let line = one_line_error(&run(&["inspect", "../etc"]));
+    assert!(line.contains("invalid segment name"), "{line}");
+}
+
+#[test]
+fn demo_json_reports_a_clean_run() {
+    let name = unique("demo");
+    let _cleanup = Cleanup(name.clone());
+    let out = run(&[
+        "demo",
+        "--frame-size",
+        "4096",
+        "--duration",
+        "1",
+        "--fps",
+        "300",
+        "--name",
+        &name,
+        "--json",
+    ]);
+    let v = last_json(&out);
+    assert!(out.status.success(), "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["torn"], 0, "{v}");
+    assert_eq!(v["lost"], 0, "{v}");
+    assert_eq!(v["leaked_allocations"], 0, "{v}");
+    assert_eq!(v["consumers"], 3, "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    let messages = v["messages"].as_u64().expect("messages");
+    assert!(messages > 50, "{v}");
+    assert!(v["p50_us"].as_f64().expect("p50") > 0.0, "{v}");
+    assert!(v["p99_us"].as_f64() >= v["p50_us"].as_f64(), "{v}");
+    assert!(v["fps"].as_f64().expect("fps") > 0.0, "{v}");
+    for key in ["skipped", "reclaimed_pins"] {
+        assert!(v[key].is_u64(), "{key} missing: {v}");
+    }
+    // The gating consumer receives every message.
+    let rows = v["per_consumer"].as_array().expect("rows");
+    let gating = rows
+        .iter()
+        .find(|r| r["class"] == "gating")
+        .expect("gating");
+    assert_eq!(gating["frames"].as_u64(), Some(messages), "{v}");
+    assert!(!shm_path(&name).exists(), "demo must remove its segment");
+}
+
+#[test]
+fn demo_publishes_exactly_the_requested_messages() {
+    let out = run(&[
+        "demo",
+        "--frame-size",
+        "64x4",
+        "--messages",
+        "150",
+        "--fps",
+        "0",
+        "--classes",
+        "gating,gating,skip",
+        "--read",
+        "copy",
+        "--json",
+    ]);
+    let v = last_json(&out);
+    assert!(out.status.success(), "{v}");
+    assert_eq!(v["messages"], 150, "{v}");
+    assert_eq!(v["lost"], 0, "{v}");
+    assert_eq!(v["torn"], 0, "{v}");
+}
+
+#[test]
+fn demo_recovers_from_killed_consumers() {
+    let name = unique("kill");
+    let _cleanup = Cleanup(name.clone());
+    let out = run(&[
+        "demo",
+        "--frame-size",
+        "16384",
+        "--messages",
+        "800",
+        "--fps",
+        "800",
+        "--kill-consumer-every",
+        "150",
+        "--name",
+        &name,
+        "--json",
+    ]);
+    let v = last_json(&out);
+    assert!(out.status.success(), "{v}\n{}", text(&out.stderr));
+    assert_eq!(v["messages"], 800, "{v}");
+    let killed = v["killed"].as_u64().expect("killed");
+    assert!(killed >= 4, "expected a kill every 150 messages: {v}");
+    assert_eq!(v["reclaimed_consumers"].as_u64(), Some(killed), "{v}");
+    assert_eq!(v["lost"], 0, "{v}");
+    assert_eq!(v["torn"], 0, "{v}");
+    assert_eq!(v["leaked_allocations"], 0, "{v}");
+    // The replacements ran to the end: three consumers finished.
+    assert_eq!(v["consumers"], 3, "{v}");
+}
+
+#[test]
+fn pub_sub_round_trips_bytes() {
+    let name = unique("pipe");
+    let _cleanup = Cleanup(name.clone());
+    // 300 000 pseudo-random bytes: not a multiple of the frame size, so the last message is short.
+    let mut x = 0x1234_5678_u64;
+    let data: Vec<u8> = (0..300_000)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect();
+    let sub = Command::new(BIN)
+        .args(["sub", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub");
+    let publ = ringctl(
+        &["pub", &name, "--frame-size", "4096"],
+        &data,
+        Duration::from_secs(60),
+    );
+    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    let got = finish(sub, Duration::from_secs(60));
+    assert!(got.status.success(), "sub: {}", text(&got.stderr));
+    assert_eq!(got.stdout.len(), data.len());
+    assert!(got.stdout == data, "bytes differ");
+    assert!(
+        !shm_path(&name).exists(),
+        "pub must remove the ring it created"
+    );
+}
+
+#[test]
+fn inspect_shows_producer_and_consumers() {
+    let name = unique("inspect");
+    let _cleanup = Cleanup(name.clone());
+    let mut publ = Command::new(BIN)
+        .args(["pub", &name, "--frame-size", "256", "--wait-consumers", "1"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pub");
+    let sub = Command::new(BIN)
+        .args(["sub", &name, "--class", "skip"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub");
+    let registered = eventually(Duration::from_secs(20), || {
+        let out = run(&["inspect", &name, "--json"]);
+        out.status.success()
+            && last_json(&out)["consumers"]
+                .as_array()
+                .is_some_and(|c| c.len() == 1)
+    });
+    assert!(registered, "the subscriber never showed up");
+    let v = last_json(&run(&["inspect", &name, "--json"]));
+    assert_eq!(v["slots"], 8, "{v}");
+    assert_eq!(v["producer"]["alive"], true, "{v}");
+    assert_eq!(v["consumers"][0]["class"], "skip", "{v}");
+    assert_eq!(v["consumers"][0]["owner"]["alive"], true, "{v}");
+    assert_eq!(v["closed"], false, "{v}");
+    let table = text(&run(&["inspect", &name]).stdout);
+    assert!(table.contains("geometry: 8 slots x 256 bytes"), "{table}");
+    let watch = run(&[
+        "inspect",
+        &name,
+        "--json",
+        "--watch",
+        "--interval",
+        "0.05",
+        "--count",
+        "3",
+    ]);
+    assert_eq!(text(&watch.stdout).lines().count(), 3);
+    // End of input: pub closes the ring, sub ends.
+    if let Some(mut stdin) = publ.stdin.take() {
+        stdin.write_all(b"hello").expect("writing to pub");
+    }
+    let publ_out = finish(publ, Duration::from_secs(30));
+    assert!(publ_out.status.success(), "{}", text(&publ_out.stderr));
+    let sub_out = finish(sub, Duration::from_secs(30));
+    assert!(sub_out.status.success(), "{}", text(&sub_out.stderr));
+    assert_eq!(sub_out.stdout, b"hello");
+}
+
+#[test]
+fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let name = unique("corrupt");
+    let _cleanup = Cleanup(name.clone());
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(shm_path(&name))
+        .expect("creating a garbage segment");
+    f.write_all(&[0xA5; 8192]).expect("writing garbage");
+    drop(f);
+    let line = one_line_error(&run(&["inspect", &name]));
+    assert!(line.contains("not a ring segment"), "{line}");
+    // A real header followed by too few bytes: truncated.
+    let real = unique("trunc");
+    let _cleanup2 = Cleanup(real.clone());
+    let publ = Command::new(BIN)
+        .args([
+            "pub",
+            &real,
+            "--frame-size",
+            "4096",
+            "--wait-consumers",
+            "0",
+            "--keep",
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pub");
+    let out = finish(publ, Duration::from_secs(30));
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(shm_path(&real))
+        .expect("opening the kept ring");
+    file.set_len(4096).expect("truncating");
+    drop(file);
+    let line = one_line_error(&run(&["inspect", &real]));
+    assert!(line.contains("truncated"), "{line}");
+    // A corrupt segment is listed as unreadable and never cleaned.
+    let listed = last_json(&run(&["list", "--json"]));
+    let entry = listed
+        .as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == name.as_str()))
+        .cloned()
+        .expect("listed");
+    assert_eq!(entry["status"], "unreadable", "{entry}");
+    assert!(run(&["clean", &name]).status.success());
+    assert!(
+        shm_path(&name).exists(),
+        "clean must keep unreadable segments"
+    );
+    let missing = one_line_error(&run(&["inspect", &unique("missing")]));
+    assert!(missing.contains("does not exist"), "{missing}");
+}
+
+#[test]
+fn list_and_clean_handle_a_dead_owner() {
+    let name = unique("dead");
+    let _cleanup = Cleanup(name.clone());
+    // A publisher that blocks on its (open, empty) stdin: owner of a live ring.
+    let mut publ = Command::new(BIN)
+        .args(["pub", &name, "--frame-size", "128", "--wait-consumers", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning pub");
+    let ready = eventually(Duration::from_secs(20), || {
+        run(&["inspect", &name, "--json"]).status.success()
+    });
+    assert!(ready, "pub never created its ring");
+    let status_of = || {
+        let v = last_json(&run(&["list", "--json"]));
+        v.as_array()
+            .and_then(|a| a.iter().find(|e| e["name"] == name.as_str()).cloned())
+            .map(|e| e["status"].as_str().unwrap_or_default().to_owned())
+    };
+    assert_eq!(status_of().as_deref(), Some("live"));
+    // A live ring is never cleaned.
+    assert!(run(&["clean", &name]).status.success());
+    assert!(shm_path(&name).exists());
+    publ.kill().expect("killing pub");
+    publ.wait().expect("reaping pub");
+    assert_eq!(status_of().as_deref(), Some("stale"));
+    let v = last_json(&run(&["inspect", &name, "--json"]));
+    assert_eq!(v["producer"]["alive"], false, "{v}");
+    let dry = run(&["clean", "--dry-run", &name]);
+    assert!(dry.status.success());
+    assert!(
+        text(&dry.stdout).contains("would remove"),
+        "{}",
+        text(&dry.stdout)
+    );
+    assert!(
+        shm_path(&name).exists(),
+        "--dry-run must not remove anything"
+    );
+    let clean = run(&["clean", &name]);
+    assert!(clean.status.success());
+    assert!(text(&clean.stdout).contains(&format!("removed {name}")));
+    assert!(
+        !shm_path(&name).exists(),
+        "clean must remove the stale ring"
+    );
+}

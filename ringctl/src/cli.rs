@@ -150,6 +150,10 @@ pub struct DemoArgs {
     /// the producer must detect the death, reclaim its pins and cursor, and continue.
     #[arg(long, value_name = "N")]
     pub kill_consumer_every: Option<u64>,
+    /// Pinning consumers hold each message this many microseconds before releasing it (as if
+    /// processing it in place); with --kill-consumer-every, kills then land on held pins.
+    #[arg(long, value_name = "US", default_value_t = 0)]
+    pub hold_us: u64,
     /// Segment name in /dev/shm (default: demo-<pid>); removed at the end.
     #[arg(long)]
     pub name: Option<String>,
@@ -266,4 +270,7 @@ pub struct ConsumerArgs {
     /// Seconds after which the consumer gives up.
     #[arg(long)]
     pub deadline: f64,
+    /// Microseconds to hold each pinned message.
+    #[arg(long, default_value_t = 0)]
+    pub hold_us: u64,
 }

@@ -56,9 +56,10 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
             )));
         }
         let wait = Duration::from_millis(100);
+        let hold = Duration::from_micros(args.hold_us);
         let seen = match mode {
             ReadMode::Copy => read_copy(&mut consumer, &mut buf, wait),
-            _ => read_pinned(&mut consumer, &alloc, wait),
+            _ => read_pinned(&mut consumer, &alloc, wait, hold),
         };
         match seen {
             Ok(s) => {
@@ -99,6 +100,7 @@ fn read_pinned<M: Memory>(
     consumer: &mut Consumer<M>,
     alloc: &Allocator<'_>,
     wait: Duration,
+    hold: Duration,
 ) -> Result<Seen, ReadError> {
     let msg = consumer.recv_pinned(wait)?;
     let now = ring::monotonic_ns();
@@ -120,6 +122,10 @@ fn read_pinned<M: Memory>(
             let want = frame::descriptor(seq, len, None, sum);
             d[..16] == want[..16] && d[24..] == want[24..]
         });
+    if !hold.is_zero() {
+        // "Processing" the frame in place: the pin keeps the producer off this slot.
+        std::thread::sleep(hold);
+    }
     Ok(Seen {
         seq,
         latency_ns: now.saturating_sub(stamp),

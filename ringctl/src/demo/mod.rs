@@ -119,6 +119,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
             .arg(name.as_str())
             .args(["--class", class.as_str(), "--read", args.read.as_str()])
             .arg(format!("--deadline={deadline_s}"))
+            .arg(format!("--hold-us={}", args.hold_us))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -328,10 +329,7 @@ fn progress(args: &DemoArgs) -> Option<ProgressBar> {
     }
     let (len, template) = match args.messages {
         Some(m) => (m, "{bar:40} {pos}/{len} frames  {msg}"),
-        None => (
-            (args.duration * 1000.0) as u64,
-            "{bar:40} {elapsed} / streaming  {msg}",
-        ),
+        None => ((args.duration * 1000.0) as u64, "{bar:40} {elapsed}  {msg}"),
     };
     let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
     if let Ok(style) = ProgressStyle::with_template(template) {

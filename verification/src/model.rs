@@ -1,0 +1,870 @@
+//! A reference model of the ring and its allocator, and the operations both understand.
+//!
+//! [`Model`] is an executable specification in plain data (no atomics, no unsafe): slots with a
+//! stamp, bytes and a pin set; a consumer table; the producer's claim; the allocator's live set
+//! and granule map. [`Real`](crate::real::Real) drives a real ring over any
+//! [`Memory`](ring_core::Memory) with the same [`Op`]s. [`run`] applies a sequence to both,
+//! compares every [`Outcome`], and after every step checks every DESIGN invariant
+//! ([`Real::check`](crate::real::Real::check) against the model). The proptest state machine,
+//! the conformance suite and the fuzz targets all go through it.
+//!
+//! Allocator placement is policy (next-fit today): the model does not predict offsets. It checks
+//! that the offset the real allocator chose is valid (aligned, inside the arena, overlapping no
+//! live allocation) and that `OutOfSpace` is reported exactly when no free run is long enough.
+
+use arbitrary::Arbitrary;
+use ring_core::alloc::{AllocError, Allocation, GRANULE_BYTES};
+use ring_core::{ClaimError, Config, DeliveryClass, Error, ReadError, Reclaimed, READ_RETRIES};
+
+/// A delivery class, as an operation parameter.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub enum Class {
+    /// [`DeliveryClass::Gating`].
+    Gating,
+    /// [`DeliveryClass::LatestOnly`].
+    LatestOnly,
+    /// [`DeliveryClass::SkipOnLag`].
+    SkipOnLag,
+}
+
+impl From<Class> for DeliveryClass {
+    fn from(c: Class) -> Self {
+        match c {
+            Class::Gating => Self::Gating,
+            Class::LatestOnly => Self::LatestOnly,
+            Class::SkipOnLag => Self::SkipOnLag,
+        }
+    }
+}
+
+/// Which handle a [`Op::Free`] frees, and as whom.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub enum FreeMode {
+    /// A live allocation, by its owner.
+    Owner,
+    /// A live allocation, by another owner (refused, nothing freed).
+    Foreign,
+    /// A handle freed earlier (double free, or stale once its entry is reused).
+    Stale,
+}
+
+/// One step of a test: an operation of the producer, a consumer or the allocator.
+///
+/// Consumer operations name a consumer-table index (`consumer % consumers`); an operation that
+/// does not apply (no claim to publish, no consumer there, a pin already held) is
+/// [`Outcome::Skipped`] on both sides.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub enum Op {
+    /// The producer claims the next slot (`try_claim`).
+    Claim,
+    /// Writes `len` bytes (`seed`, `seed + 1`, …) at `offset` of the claimed slot.
+    Write {
+        /// Byte offset.
+        offset: u16,
+        /// Byte count.
+        len: u16,
+        /// First byte of the pattern.
+        seed: u8,
+    },
+    /// Publishes the claimed slot (metadata `[seq, len]`).
+    Publish,
+    /// Aborts the claim.
+    Abort,
+    /// Consumer pins its next message and holds the pin.
+    Pin {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// Consumer drops its pin (consuming the message).
+    Unpin {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// Consumer copies its next message out with the seqlock into a `buf`-byte buffer.
+    CopyRead {
+        /// Consumer-table index.
+        consumer: u8,
+        /// Buffer length in bytes.
+        buf: u16,
+    },
+    /// A new consumer registers.
+    Register {
+        /// Its delivery class.
+        class: Class,
+    },
+    /// A consumer leaves (drops its pin, then its handle).
+    Deregister {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// A consumer dies: its handle and pin are forgotten, its entry and pin stay behind.
+    Kill {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// The producer reclaims an entry: a dead consumer's (as its owner), a free one
+    /// (idempotent), or a live one under a wrong owner (refused).
+    Reclaim {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// Closes the ring.
+    Close,
+    /// The producer dies (claim and all) and a new one takes over.
+    TakeOver,
+    /// Allocates `len` bytes for `owner % 4`.
+    Alloc {
+        /// Requested bytes.
+        len: u16,
+        /// Owner id (mod 4).
+        owner: u8,
+    },
+    /// Writes a live allocation through the bounded writer, then tries `extra` bytes more.
+    AllocWrite {
+        /// Which live allocation (index into the live set, modulo its size).
+        which: u8,
+        /// First byte of the pattern.
+        seed: u8,
+        /// Bytes to try past the reservation (refused when non-zero).
+        extra: u8,
+    },
+    /// Frees an allocation.
+    Free {
+        /// Which handle (index into the live or freed set, modulo its size).
+        which: u8,
+        /// By whom, and which set.
+        mode: FreeMode,
+    },
+    /// Frees every allocation of `owner % 4` (reclaiming a dead owner's allocations).
+    FreeAllOf {
+        /// Owner id (mod 4).
+        owner: u8,
+    },
+}
+
+/// What one operation did, compared between the model and the real ring.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// The operation did not apply.
+    Skipped,
+    /// A claim succeeded for this sequence.
+    Claimed(u64),
+    /// A claim failed.
+    ClaimFailed(ClaimError),
+    /// A write into the claimed slot.
+    Wrote(Result<(), (usize, usize)>),
+    /// Published this sequence.
+    Published(u64),
+    /// Aborted the claim.
+    Aborted,
+    /// A read (pin or copy) returned a message.
+    Read {
+        /// Its sequence.
+        seq: u64,
+        /// Messages skipped before it.
+        missed: u64,
+        /// Its bytes.
+        bytes: Vec<u8>,
+        /// Its metadata.
+        meta: [u64; 2],
+    },
+    /// A read failed.
+    ReadFailed(ReadError),
+    /// A pin was dropped.
+    Unpinned,
+    /// Registered at this table index.
+    Registered(usize),
+    /// Registration failed.
+    RegisterFailed(Error),
+    /// A consumer left or died.
+    Gone,
+    /// A reclaim.
+    Reclaim(Result<Reclaimed, Error>),
+    /// The ring was closed.
+    Closed,
+    /// A new producer took over.
+    TookOver,
+    /// An allocation.
+    Alloc(Result<Allocation, AllocError>),
+    /// A bounded write: the in-bounds part's result, then the overflowing part's.
+    AllocWrote(Result<(), AllocError>, Result<(), AllocError>),
+    /// A free.
+    Free(Result<u64, AllocError>),
+    /// `free_all_of`: count and bytes.
+    FreedAll(Result<(u64, u64), AllocError>),
+}
+
+/// The ring's shape for a model run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ModelConfig {
+    /// Slots.
+    pub slots: u32,
+    /// Bytes per slot (a multiple of 8).
+    pub capacity: u32,
+    /// Consumer-table entries.
+    pub consumers: u32,
+    /// Allocator arena bytes (0: no allocator, allocator ops are skipped).
+    pub arena: u64,
+    /// Allocator live ceiling.
+    pub max_live: u32,
+}
+
+impl ModelConfig {
+    /// A small ring that wraps often: 4 slots of 32 bytes, 3 consumers, a 1 KiB arena with 6
+    /// live allocations at most.
+    pub const fn small() -> Self {
+        Self {
+            slots: 4,
+            capacity: 32,
+            consumers: 3,
+            arena: 1024,
+            max_live: 6,
+        }
+    }
+
+    /// The ring-core configuration.
+    pub fn config(&self) -> Config {
+        let c = Config::new(self.slots, self.capacity).with_consumers(self.consumers);
+        if self.arena == 0 {
+            c
+        } else {
+            c.with_allocator(self.arena, self.max_live)
+        }
+    }
+}
+
+/// Owner ids: the producer's first, then takeovers count up.
+pub const PRODUCER_OWNER: u64 = 1;
+/// Consumer owner ids are `CONSUMER_OWNER_BASE + n` for the n-th registration.
+pub const CONSUMER_OWNER_BASE: u64 = 100;
+/// Allocator owners used by the ops.
+pub const ALLOC_OWNERS: u8 = 4;
+
+/// Bytes written by [`Op::Write`] and [`Op::AllocWrite`].
+pub fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len).map(|i| seed.wrapping_add(i as u8)).collect()
+}
+
+/// One slot in the model.
+#[derive(Clone, Debug)]
+pub struct ModelSlot {
+    /// Seqlock stamp: `2 seq + 1` while claimed for `seq` (or after an abort), `2 seq + 2`
+    /// once `seq` is published.
+    pub stamp: u64,
+    /// All payload bytes of the slot.
+    pub bytes: Vec<u8>,
+    /// The published message's length.
+    pub len: usize,
+    /// The published message's metadata.
+    pub meta: [u64; 2],
+}
+
+/// One consumer-table entry in the model.
+#[derive(Clone, Debug)]
+pub struct ModelConsumer {
+    /// Owner id.
+    pub owner: u64,
+    /// Delivery class.
+    pub class: Class,
+    /// False once killed: the entry stays until reclaimed.
+    pub alive: bool,
+    /// The consumer's local next sequence.
+    pub next: u64,
+    /// The shared cursor (what the producer's gating sees).
+    pub cursor: u64,
+    /// Head when it registered.
+    pub start: u64,
+    /// Messages received.
+    pub received: u64,
+    /// Messages missed.
+    pub missed: u64,
+    /// The held pin: (slot, seq).
+    pub pin: Option<(usize, u64)>,
+}
+
+/// The producer's claim in the model.
+#[derive(Clone, Copy, Debug)]
+pub struct ModelClaim {
+    /// Slot index.
+    pub slot: usize,
+    /// Sequence.
+    pub seq: u64,
+    /// Message length so far.
+    pub len: usize,
+}
+
+/// A live allocation in the model.
+#[derive(Clone, Debug)]
+pub struct ModelAlloc {
+    /// The allocation the real allocator returned (validated).
+    pub alloc: Allocation,
+    /// Owner.
+    pub owner: u16,
+    /// Contents, once written through the bounded writer.
+    pub bytes: Option<Vec<u8>>,
+}
+
+/// The reference model.
+#[derive(Clone, Debug)]
+pub struct Model {
+    /// Shape.
+    pub cfg: ModelConfig,
+    /// Messages published.
+    pub head: u64,
+    /// Closed flag.
+    pub closed: bool,
+    /// Current producer owner id.
+    pub producer_owner: u64,
+    /// The claim in progress.
+    pub claim: Option<ModelClaim>,
+    /// Slots.
+    pub slots: Vec<ModelSlot>,
+    /// Consumer table.
+    pub consumers: Vec<Option<ModelConsumer>>,
+    /// Registrations so far (for owner ids).
+    pub registrations: u64,
+    /// Live allocations, in allocation order.
+    pub live: Vec<ModelAlloc>,
+    /// Freed handles (most recent last), with the entry's handle history for staleness.
+    pub freed: Vec<u64>,
+    /// Granule map: true = allocated.
+    pub granules: Vec<bool>,
+}
+
+/// A model/real disagreement or a broken invariant, with a description.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure(pub String);
+
+impl core::fmt::Display for Failure {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Failure {}
+
+/// Returns `Err(Failure)` with a formatted message when `cond` is false.
+#[macro_export]
+macro_rules! ensure {
+    ($cond:expr, $($msg:tt)+) => {
+        if !$cond {
+            return Err($crate::model::Failure(format!($($msg)+)));
+        }
+    };
+}
+
+impl Model {
+    /// An empty ring of shape `cfg` (slot capacity rounded up to 8 as ring-core does).
+    pub fn new(cfg: &ModelConfig) -> Self {
+        let cap = cfg.capacity.div_ceil(8) as usize * 8;
+        let granules = if cfg.arena == 0 {
+            0
+        } else {
+            cfg.arena.div_ceil(GRANULE_BYTES) as usize
+        };
+        Self {
+            cfg: *cfg,
+            head: 0,
+            closed: false,
+            producer_owner: PRODUCER_OWNER,
+            claim: None,
+            slots: (0..cfg.slots)
+                .map(|_| ModelSlot {
+                    stamp: 0,
+                    bytes: vec![0; cap],
+                    len: 0,
+                    meta: [0; 2],
+                })
+                .collect(),
+            consumers: vec![None; cfg.consumers as usize],
+            registrations: 0,
+            live: Vec::new(),
+            freed: Vec::new(),
+            granules: vec![false; granules],
+        }
+    }
+
+    /// Slot capacity in bytes.
+    pub fn capacity(&self) -> usize {
+        self.slots.first().map_or(0, |s| s.bytes.len())
+    }
+
+    /// Reader bits of `slot`: bit `i` when consumer `i` (alive or dead) pins it.
+    pub fn readers(&self, slot: usize) -> u32 {
+        let mut bits = 0;
+        for (i, c) in self.consumers.iter().enumerate() {
+            if let Some(ModelConsumer {
+                pin: Some((s, _)), ..
+            }) = c
+            {
+                if *s == slot {
+                    bits |= 1 << i;
+                }
+            }
+        }
+        bits
+    }
+
+    fn index(&self, consumer: u8) -> usize {
+        consumer as usize % self.consumers.len()
+    }
+
+    /// The next owner id a registration gets.
+    pub fn next_consumer_owner(&self) -> u64 {
+        CONSUMER_OWNER_BASE + self.registrations
+    }
+
+    /// Applies `op`; `observed` is the real ring's outcome of the same op, used only to learn
+    /// where the allocator placed an allocation (after checking the placement is valid).
+    ///
+    /// # Errors
+    /// A [`Failure`] when the real allocator's placement is invalid.
+    pub fn apply(&mut self, op: Op, observed: &Outcome) -> Result<Outcome, Failure> {
+        Ok(match op {
+            Op::Claim => self.claim(),
+            Op::Write { offset, len, seed } => self.write(offset as usize, len as usize, seed),
+            Op::Publish => match self.claim.take() {
+                None => Outcome::Skipped,
+                Some(c) => {
+                    let s = &mut self.slots[c.slot];
+                    // Publish zeroes the last word past the message, so a pinned word view is
+                    // padded even where a short message overwrote a longer one.
+                    let pad_end = c.len.div_ceil(8) * 8;
+                    s.bytes[c.len..pad_end].fill(0);
+                    s.stamp = 2 * c.seq + 2;
+                    s.len = c.len;
+                    s.meta = [c.seq, c.len as u64];
+                    self.head = c.seq + 1;
+                    Outcome::Published(c.seq)
+                }
+            },
+            Op::Abort => match self.claim.take() {
+                None => Outcome::Skipped,
+                Some(_) => Outcome::Aborted,
+            },
+            Op::Pin { consumer } => self.read(self.index(consumer), None),
+            Op::CopyRead { consumer, buf } => self.read(self.index(consumer), Some(buf as usize)),
+            Op::Unpin { consumer } => {
+                let i = self.index(consumer);
+                match &mut self.consumers[i] {
+                    Some(c) if c.alive && c.pin.is_some() => {
+                        let (_, seq) = c.pin.take().unwrap_or_default();
+                        advance(c, seq);
+                        Outcome::Unpinned
+                    }
+                    _ => Outcome::Skipped,
+                }
+            }
+            Op::Register { class } => self.register(class),
+            Op::Deregister { consumer } => {
+                let i = self.index(consumer);
+                match &self.consumers[i] {
+                    Some(c) if c.alive => {
+                        self.consumers[i] = None;
+                        Outcome::Gone
+                    }
+                    _ => Outcome::Skipped,
+                }
+            }
+            Op::Kill { consumer } => {
+                let i = self.index(consumer);
+                match &mut self.consumers[i] {
+                    Some(c) if c.alive => {
+                        c.alive = false;
+                        Outcome::Gone
+                    }
+                    _ => Outcome::Skipped,
+                }
+            }
+            Op::Reclaim { consumer } => self.reclaim(self.index(consumer)),
+            Op::Close if self.claim.is_some() => Outcome::Skipped,
+            Op::Close => {
+                self.closed = true;
+                Outcome::Closed
+            }
+            Op::TakeOver => {
+                // The dead producer's claim is dropped (its stamp stays odd); the ring reopens.
+                self.claim = None;
+                self.closed = false;
+                self.producer_owner += 1;
+                Outcome::TookOver
+            }
+            Op::Alloc { len, owner } => self.alloc(u64::from(len), owner, observed)?,
+            Op::AllocWrite { which, seed, extra } => self.alloc_write(which, seed, extra),
+            Op::Free { which, mode } => self.free(which, mode),
+            Op::FreeAllOf { owner } => self.free_all_of(owner),
+        })
+    }
+
+    fn claim(&mut self) -> Outcome {
+        if self.claim.is_some() {
+            return Outcome::Skipped;
+        }
+        if self.closed {
+            return Outcome::ClaimFailed(ClaimError::Closed);
+        }
+        let n = self.slots.len() as u64;
+        let seq = self.head;
+        let need = (seq + 1).saturating_sub(n);
+        for (i, c) in self.consumers.iter().enumerate() {
+            if let Some(c) = c {
+                if c.class == Class::Gating && c.cursor < need {
+                    return Outcome::ClaimFailed(ClaimError::Full {
+                        consumer: i,
+                        cursor: c.cursor,
+                    });
+                }
+            }
+        }
+        let slot = (seq % n) as usize;
+        let readers = self.readers(slot);
+        if readers != 0 {
+            return Outcome::ClaimFailed(ClaimError::Pinned { slot, readers });
+        }
+        self.slots[slot].stamp = 2 * seq + 1;
+        self.claim = Some(ModelClaim { slot, seq, len: 0 });
+        Outcome::Claimed(seq)
+    }
+
+    fn write(&mut self, offset: usize, len: usize, seed: u8) -> Outcome {
+        let cap = self.capacity();
+        let Some(c) = &mut self.claim else {
+            return Outcome::Skipped;
+        };
+        let end = offset + len;
+        if end > cap {
+            return Outcome::Wrote(Err((cap, end)));
+        }
+        self.slots[c.slot].bytes[offset..end].copy_from_slice(&pattern(seed, len));
+        c.len = c.len.max(end);
+        Outcome::Wrote(Ok(()))
+    }
+
+    /// Which sequence consumer `c` reads next, and how many it skips to get there.
+    fn target(&self, c: &ModelConsumer) -> Result<(u64, u64), ReadError> {
+        let n = self.slots.len() as u64;
+        let head = self.head;
+        let empty = if self.closed {
+            ReadError::Closed
+        } else {
+            ReadError::Empty
+        };
+        match c.class {
+            Class::LatestOnly => {
+                if head == 0 || head - 1 < c.next {
+                    return Err(empty);
+                }
+                Ok((head - 1, head - 1 - c.next))
+            }
+            Class::Gating | Class::SkipOnLag => {
+                if c.next >= head {
+                    return Err(empty);
+                }
+                let oldest = head.saturating_sub(n);
+                Ok(if c.next < oldest {
+                    (oldest, oldest - c.next)
+                } else {
+                    (c.next, 0)
+                })
+            }
+        }
+    }
+
+    /// A pin (`buf == None`) or a copy into `buf` bytes.
+    fn read(&mut self, i: usize, buf: Option<usize>) -> Outcome {
+        match &self.consumers[i] {
+            Some(c) if c.alive && c.pin.is_none() => {}
+            _ => return Outcome::Skipped,
+        }
+        let n = self.slots.len() as u64;
+        let start = self.consumers[i].as_ref().map_or(0, |c| c.next);
+        let mut missed = 0;
+        for _ in 0..READ_RETRIES {
+            let Some(c) = self.consumers[i].clone() else {
+                return Outcome::Skipped;
+            };
+            let (seq, skipped) = match self.target(&c) {
+                Ok(t) => t,
+                Err(e) => {
+                    // A read that returns nothing counts the messages it stepped past (found
+                    // overwritten), not those it only targeted past: `next` did not move.
+                    if let Some(c) = &mut self.consumers[i] {
+                        c.missed += c.next - start;
+                    }
+                    return Outcome::ReadFailed(e);
+                }
+            };
+            missed += skipped;
+            let slot = (seq % n) as usize;
+            let s = &self.slots[slot];
+            let Some(c) = &mut self.consumers[i] else {
+                return Outcome::Skipped;
+            };
+            if s.stamp != 2 * seq + 2 {
+                // Overwritten (or being rewritten): count it and re-target.
+                missed += 1;
+                c.next = seq + 1;
+                continue;
+            }
+            if let Some(b) = buf {
+                if s.len > b {
+                    c.missed += c.next - start;
+                    return Outcome::ReadFailed(ReadError::BufferTooSmall { needed: s.len });
+                }
+            }
+            c.missed += missed;
+            let out = Outcome::Read {
+                seq,
+                missed,
+                bytes: s.bytes[..s.len].to_vec(),
+                meta: s.meta,
+            };
+            if buf.is_some() {
+                advance(c, seq);
+            } else {
+                c.pin = Some((slot, seq));
+            }
+            return out;
+        }
+        if let Some(c) = &mut self.consumers[i] {
+            c.missed += c.next - start;
+        }
+        Outcome::ReadFailed(ReadError::Lagging)
+    }
+
+    fn register(&mut self, class: Class) -> Outcome {
+        let Some(i) = self.consumers.iter().position(Option::is_none) else {
+            return Outcome::RegisterFailed(Error::ConsumerTableFull {
+                capacity: self.cfg.consumers,
+            });
+        };
+        self.consumers[i] = Some(ModelConsumer {
+            owner: self.next_consumer_owner(),
+            class,
+            alive: true,
+            next: self.head,
+            cursor: self.head,
+            start: self.head,
+            received: 0,
+            missed: 0,
+            pin: None,
+        });
+        self.registrations += 1;
+        Outcome::Registered(i)
+    }
+
+    fn reclaim(&mut self, i: usize) -> Outcome {
+        if self.claim.is_some() {
+            // The claim borrows the producer, which owns `reclaim`.
+            return Outcome::Skipped;
+        }
+        match &self.consumers[i] {
+            None => Outcome::Reclaim(Ok(Reclaimed {
+                index: i,
+                owner: 0,
+                pins_cleared: 0,
+                cursor: 0,
+                was_registered: false,
+            })),
+            Some(c) if c.alive => Outcome::Reclaim(Err(Error::OwnerMismatch { found: c.owner })),
+            Some(c) => {
+                let r = Reclaimed {
+                    index: i,
+                    owner: c.owner,
+                    pins_cleared: u32::from(c.pin.is_some()),
+                    cursor: c.cursor,
+                    was_registered: true,
+                };
+                self.consumers[i] = None;
+                Outcome::Reclaim(Ok(r))
+            }
+        }
+    }
+
+    fn live_bytes(&self) -> u64 {
+        self.live.iter().map(|a| a.alloc.len).sum()
+    }
+
+    /// Length of the longest run of free granules.
+    pub fn largest_free(&self) -> u64 {
+        let (mut best, mut run) = (0u64, 0u64);
+        for &used in &self.granules {
+            run = if used { 0 } else { run + 1 };
+            best = best.max(run);
+        }
+        best
+    }
+
+    fn alloc(&mut self, len: u64, owner: u8, observed: &Outcome) -> Result<Outcome, Failure> {
+        if self.granules.is_empty() {
+            return Ok(Outcome::Skipped);
+        }
+        let owner = u16::from(owner % ALLOC_OWNERS);
+        if len == 0 {
+            return Ok(Outcome::Alloc(Err(AllocError::ZeroSize)));
+        }
+        if self.live.len() >= self.cfg.max_live as usize {
+            return Ok(Outcome::Alloc(Err(AllocError::LiveCeiling {
+                max_live: self.cfg.max_live,
+            })));
+        }
+        let live_bytes = self.live_bytes();
+        // ring-core formats the segment's allocator with a byte ceiling equal to the arena.
+        let ceiling = self.cfg.arena;
+        if live_bytes + len > ceiling {
+            return Ok(Outcome::Alloc(Err(AllocError::ByteCeiling {
+                ceiling,
+                live_bytes,
+                requested: len,
+            })));
+        }
+        let need = len.div_ceil(GRANULE_BYTES);
+        if self.largest_free() < need {
+            return Ok(Outcome::Alloc(Err(AllocError::OutOfSpace {
+                requested: len,
+                largest_free: self.largest_free() * GRANULE_BYTES,
+            })));
+        }
+        let Outcome::Alloc(Ok(a)) = observed else {
+            return Err(Failure(format!(
+                "alloc({len}) should succeed (a free run of {need} granules exists), real: {observed:?}"
+            )));
+        };
+        let first = a.offset / GRANULE_BYTES;
+        ensure!(
+            a.len == len && a.offset % GRANULE_BYTES == 0,
+            "alloc({len}) returned a bad allocation {a:?}"
+        );
+        ensure!(
+            first + need <= self.granules.len() as u64,
+            "alloc({len}) at {a:?} runs past the arena"
+        );
+        ensure!(
+            self.granules[first as usize..(first + need) as usize]
+                .iter()
+                .all(|u| !u),
+            "alloc({len}) at {a:?} overlaps a live allocation"
+        );
+        let index = a.handle as u32;
+        ensure!(
+            index < self.cfg.max_live && !self.live.iter().any(|l| l.alloc.handle as u32 == index),
+            "alloc returned handle {:#x} whose entry is in use or out of range",
+            a.handle
+        );
+        ensure!(
+            a.handle >> 32 != 0 && !self.freed.contains(&a.handle),
+            "alloc returned a handle {:#x} that was used before",
+            a.handle
+        );
+        for g in first..first + need {
+            self.granules[g as usize] = true;
+        }
+        self.live.push(ModelAlloc {
+            alloc: *a,
+            owner,
+            bytes: None,
+        });
+        Ok(Outcome::Alloc(Ok(*a)))
+    }
+
+    fn alloc_write(&mut self, which: u8, seed: u8, extra: u8) -> Outcome {
+        if self.live.is_empty() {
+            return Outcome::Skipped;
+        }
+        let k = which as usize % self.live.len();
+        let a = &mut self.live[k];
+        a.bytes = Some(pattern(seed, a.alloc.len as usize));
+        let over = if extra == 0 {
+            Ok(())
+        } else {
+            Err(AllocError::Overflow {
+                reserved: a.alloc.len,
+                attempted: a.alloc.len + u64::from(extra),
+            })
+        };
+        Outcome::AllocWrote(Ok(()), over)
+    }
+
+    fn release(&mut self, k: usize) -> ModelAlloc {
+        let a = self.live.remove(k);
+        let first = a.alloc.offset / GRANULE_BYTES;
+        for g in first..first + a.alloc.len.div_ceil(GRANULE_BYTES) {
+            self.granules[g as usize] = false;
+        }
+        self.freed.push(a.alloc.handle);
+        a
+    }
+
+    /// The handle a [`Op::Free`] names, and the owner it frees as (for both sides).
+    pub fn free_target(&self, which: u8, mode: FreeMode) -> Option<(u64, u16)> {
+        match mode {
+            FreeMode::Owner | FreeMode::Foreign => {
+                if self.live.is_empty() {
+                    return None;
+                }
+                let a = &self.live[which as usize % self.live.len()];
+                let owner = if mode == FreeMode::Owner {
+                    a.owner
+                } else {
+                    (a.owner + 1) % u16::from(ALLOC_OWNERS)
+                };
+                Some((a.alloc.handle, owner))
+            }
+            FreeMode::Stale => {
+                if self.freed.is_empty() {
+                    return None;
+                }
+                Some((self.freed[which as usize % self.freed.len()], 0))
+            }
+        }
+    }
+
+    fn free(&mut self, which: u8, mode: FreeMode) -> Outcome {
+        if self.granules.is_empty() {
+            return Outcome::Skipped;
+        }
+        let Some((handle, owner)) = self.free_target(which, mode) else {
+            return Outcome::Skipped;
+        };
+        let index = handle as u32;
+        if let Some(k) = self.live.iter().position(|a| a.alloc.handle == handle) {
+            let a = &self.live[k];
+            if a.owner != owner {
+                return Outcome::Free(Err(AllocError::ForeignFree {
+                    owner,
+                    actual: a.owner,
+                }));
+            }
+            let len = self.release(k).alloc.len;
+            return Outcome::Free(Ok(len));
+        }
+        // Not live: a double free while its entry is still free, otherwise stale.
+        let reused = self.live.iter().any(|a| a.alloc.handle as u32 == index);
+        let last_at_entry = self.freed.iter().rev().find(|h| **h as u32 == index);
+        if !reused && last_at_entry == Some(&handle) {
+            Outcome::Free(Err(AllocError::DoubleFree { handle }))
+        } else {
+            Outcome::Free(Err(AllocError::InvalidHandle { handle }))
+        }
+    }
+
+    fn free_all_of(&mut self, owner: u8) -> Outcome {
+        if self.granules.is_empty() {
+            return Outcome::Skipped;
+        }
+        let owner = u16::from(owner % ALLOC_OWNERS);
+        let (mut count, mut bytes) = (0, 0);
+        while let Some(k) = self.live.iter().position(|a| a.owner == owner) {
+            bytes += self.release(k).alloc.len;
+            count += 1;
+        }
+        Outcome::FreedAll(Ok((count, bytes)))
+    }
+}
+
+/// Marks `seq` consumed by `c`.
+fn advance(c: &mut ModelConsumer, seq: u64) {
+    c.next = seq + 1;
+    c.cursor = seq + 1;
+    c.received += 1;
+}

@@ -1,0 +1,643 @@
+//! The real side of a model run: a producer, consumers that hold pins across operations, and
+//! the segment's allocator, over any [`Memory`], driven by [`Op`]s.
+
+use crate::ensure;
+use crate::model::{pattern, Model, Op, Outcome, CONSUMER_OWNER_BASE, PRODUCER_OWNER};
+use crate::model::{Failure, ALLOC_OWNERS};
+use ring_core::alloc::{AllocError, Allocator};
+use ring_core::inspect::{consumer_info, producer_info, EntryState};
+use ring_core::layout::{READER_MASK, WRITER};
+use ring_core::{Consumer, Memory, OwnerId, Pinned, Producer, WriteSlot};
+use std::ptr::NonNull;
+
+/// A value on the heap plus a guard that mutably borrows it (a [`Pinned`] borrows its
+/// [`Consumer`], a [`WriteSlot`] its [`Producer`]), so that a pin or a claim can be held across
+/// operations.
+struct Held<T, G> {
+    /// From `Box::into_raw`; `None` once forgotten.
+    raw: Option<NonNull<T>>,
+    /// Borrows `*raw` while it exists.
+    guard: Option<G>,
+}
+
+impl<T, G> Held<T, G> {
+    fn new(value: T) -> Self {
+        Self {
+            raw: Some(NonNull::from(Box::leak(Box::new(value)))),
+            guard: None,
+        }
+    }
+
+    /// The value, when no guard borrows it.
+    fn get(&mut self) -> Option<&mut T> {
+        if self.guard.is_some() {
+            return None;
+        }
+        // SAFETY: `raw` came from `Box::leak` and is freed only in `drop`/`forget`; no guard
+        // borrows it (checked above), and the returned borrow is tied to `&mut self`.
+        self.raw.map(|p| unsafe { &mut *p.as_ptr() })
+    }
+
+    /// Same as `get` but with the shared borrow.
+    fn peek(&self) -> Option<&T> {
+        if self.guard.is_some() {
+            return None;
+        }
+        // SAFETY: as in `get`; no guard holds a mutable borrow.
+        self.raw.map(|p| unsafe { &*p.as_ptr() })
+    }
+
+    /// Runs `f` on a long-lived borrow of the value and keeps the guard it returns.
+    ///
+    /// The `'b` borrow is manufactured from the raw pointer: sound because the guard is the only
+    /// user of the value while it exists (`get` refuses), and it is always dropped (or
+    /// forgotten) before the box is freed (`drop`, `forget`).
+    fn hold<'b, E>(&mut self, f: impl FnOnce(&'b mut T) -> Result<G, E>) -> Option<Result<(), E>>
+    where
+        T: 'b,
+    {
+        if self.guard.is_some() {
+            return None;
+        }
+        let p = self.raw?;
+        // SAFETY: see the doc comment: exclusive for as long as the guard lives, and the box
+        // outlives the guard.
+        let r = f(unsafe { &mut *p.as_ptr() });
+        Some(r.map(|g| self.guard = Some(g)))
+    }
+
+    /// Leaks nothing but runs no destructor: the guard and the value are forgotten (a crash).
+    fn forget(mut self) {
+        std::mem::forget(self.guard.take());
+        if let Some(p) = self.raw.take() {
+            // SAFETY: `p` came from `Box::leak`, the guard that borrowed it is gone.
+            let b = unsafe { Box::from_raw(p.as_ptr()) };
+            std::mem::forget(*b);
+        }
+    }
+}
+
+impl<T, G> Drop for Held<T, G> {
+    fn drop(&mut self) {
+        drop(self.guard.take());
+        if let Some(p) = self.raw.take() {
+            // SAFETY: `p` came from `Box::leak`; the guard borrowing it was dropped just above.
+            drop(unsafe { Box::from_raw(p.as_ptr()) });
+        }
+    }
+}
+
+type ProducerCell<'s, M> = Held<Producer<&'s M>, WriteSlot<'s, &'s M>>;
+type ConsumerCell<'s, M> = Held<Consumer<&'s M>, Pinned<'s, &'s M>>;
+
+/// A real ring driven by [`Op`]s.
+pub struct Real<'s, M: Memory> {
+    mem: &'s M,
+    producer: Option<ProducerCell<'s, M>>,
+    producer_owner: u64,
+    consumers: Vec<Option<ConsumerCell<'s, M>>>,
+    registrations: u64,
+    alloc: Option<Allocator<'s>>,
+}
+
+fn owner(id: u64) -> OwnerId {
+    OwnerId::new(id.max(1)).unwrap_or(OwnerId::new(1).expect("1 is not 0"))
+}
+
+impl<'s, M: Memory> Real<'s, M> {
+    /// Becomes the producer of `mem` (a freshly formatted segment) and attaches its allocator.
+    ///
+    /// # Errors
+    /// A [`Failure`] when the producer cannot be created or the allocator region is invalid.
+    pub fn new(mem: &'s M) -> Result<Self, Failure> {
+        let producer = Producer::new(mem, owner(PRODUCER_OWNER))
+            .map_err(|e| Failure(format!("Producer::new: {e}")))?;
+        let words = mem.alloc_words();
+        let alloc = if words.is_empty() {
+            None
+        } else {
+            Some(Allocator::attach(words).map_err(|e| Failure(format!("attach allocator: {e}")))?)
+        };
+        Ok(Self {
+            mem,
+            producer: Some(Held::new(producer)),
+            producer_owner: PRODUCER_OWNER,
+            consumers: (0..mem.geometry().consumers()).map(|_| None).collect(),
+            registrations: 0,
+            alloc,
+        })
+    }
+
+    fn index(&self, consumer: u8) -> usize {
+        consumer as usize % self.consumers.len()
+    }
+
+    fn take_consumer(&mut self, consumer: u8) -> Option<ConsumerCell<'s, M>> {
+        let i = self.index(consumer);
+        self.consumers[i].take()
+    }
+
+    /// Applies `op` to the real ring. `model` (before the op) names allocator handles and
+    /// owners so that both sides pick the same ones.
+    pub fn apply(&mut self, op: Op, model: &Model) -> Outcome {
+        match op {
+            Op::Claim => self.claim(),
+            Op::Write { offset, len, seed } => {
+                let Some(slot) = self.producer.as_mut().and_then(|p| p.guard.as_mut()) else {
+                    return Outcome::Skipped;
+                };
+                let r = slot.write_at(offset as usize, &pattern(seed, len as usize));
+                Outcome::Wrote(r.map_err(|o| (o.reserved, o.attempted)))
+            }
+            Op::Publish => match self.producer.as_mut().and_then(|p| p.guard.take()) {
+                None => Outcome::Skipped,
+                Some(mut slot) => {
+                    let seq = slot.seq();
+                    // The model's length: the highest byte written (`WriteSlot` tracks it).
+                    let len = model.claim.map_or(0, |c| c.len);
+                    slot.set_meta([seq, len as u64]);
+                    Outcome::Published(slot.publish())
+                }
+            },
+            Op::Abort => match self.producer.as_mut().and_then(|p| p.guard.take()) {
+                None => Outcome::Skipped,
+                Some(slot) => {
+                    slot.abort();
+                    Outcome::Aborted
+                }
+            },
+            Op::Pin { consumer } => self.pin(self.index(consumer)),
+            Op::Unpin { consumer } => {
+                let i = self.index(consumer);
+                match self.consumers[i].as_mut().and_then(|c| c.guard.take()) {
+                    Some(pin) => {
+                        drop(pin);
+                        Outcome::Unpinned
+                    }
+                    None => Outcome::Skipped,
+                }
+            }
+            Op::CopyRead { consumer, buf } => {
+                let i = self.index(consumer);
+                let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
+                    return Outcome::Skipped;
+                };
+                let mut out = vec![0u8; buf as usize];
+                match c.try_copy(&mut out) {
+                    Ok(got) => Outcome::Read {
+                        seq: got.seq,
+                        missed: got.missed,
+                        bytes: out[..got.len].to_vec(),
+                        meta: got.meta,
+                    },
+                    Err(e) => Outcome::ReadFailed(e),
+                }
+            }
+            Op::Register { class } => {
+                let id = owner(CONSUMER_OWNER_BASE + self.registrations);
+                match Consumer::new(self.mem, class.into(), id) {
+                    Ok(c) => {
+                        self.registrations += 1;
+                        let i = c.index();
+                        if self.consumers[i].is_some() {
+                            // The model will disagree; keep the old handle to report it.
+                            std::mem::forget(c);
+                        } else {
+                            self.consumers[i] = Some(Held::new(c));
+                        }
+                        Outcome::Registered(i)
+                    }
+                    Err(e) => Outcome::RegisterFailed(e),
+                }
+            }
+            Op::Deregister { consumer } => match self.take_consumer(consumer) {
+                Some(c) => {
+                    drop(c);
+                    Outcome::Gone
+                }
+                None => Outcome::Skipped,
+            },
+            Op::Kill { consumer } => match self.take_consumer(consumer) {
+                Some(c) => {
+                    c.forget();
+                    Outcome::Gone
+                }
+                None => Outcome::Skipped,
+            },
+            Op::Reclaim { consumer } => self.reclaim(self.index(consumer), model),
+            Op::Close => match self.producer.as_mut().and_then(Held::get) {
+                Some(p) => {
+                    p.close();
+                    Outcome::Closed
+                }
+                // A held claim borrows the producer: the model skips close then, and so do we.
+                None => Outcome::Skipped,
+            },
+            Op::TakeOver => {
+                if let Some(p) = self.producer.take() {
+                    p.forget();
+                }
+                let dead = owner(self.producer_owner);
+                let new = owner(self.producer_owner + 1);
+                match Producer::take_over(self.mem, new, dead) {
+                    Ok(p) => {
+                        self.producer = Some(Held::new(p));
+                        self.producer_owner += 1;
+                        Outcome::TookOver
+                    }
+                    Err(e) => Outcome::RegisterFailed(e),
+                }
+            }
+            Op::Alloc { len, owner } => match self.alloc.as_mut() {
+                None => Outcome::Skipped,
+                Some(a) => Outcome::Alloc(a.alloc(
+                    u64::from(len),
+                    u16::from(owner % ALLOC_OWNERS),
+                    model.head,
+                )),
+            },
+            Op::AllocWrite { which, seed, extra } => {
+                let (Some(a), false) = (self.alloc.as_mut(), model.live.is_empty()) else {
+                    return Outcome::Skipped;
+                };
+                let target = model.live[which as usize % model.live.len()].alloc;
+                let mut w = match a.writer(&target) {
+                    Ok(w) => w,
+                    Err(e) => return Outcome::AllocWrote(Err(e), Err(e)),
+                };
+                let first = w.write(&pattern(seed, target.len as usize));
+                let over = if extra == 0 {
+                    Ok(())
+                } else {
+                    w.write(&vec![0xEE; extra as usize])
+                };
+                Outcome::AllocWrote(first, over)
+            }
+            Op::Free { which, mode } => match self.alloc.as_mut() {
+                None => Outcome::Skipped,
+                Some(a) => match model.free_target(which, mode) {
+                    None => Outcome::Skipped,
+                    Some((handle, owner)) => Outcome::Free(a.free(handle, owner)),
+                },
+            },
+            Op::FreeAllOf { owner } => match self.alloc.as_mut() {
+                None => Outcome::Skipped,
+                Some(a) => Outcome::FreedAll(
+                    a.free_all_of(u16::from(owner % ALLOC_OWNERS))
+                        .map(|f| (f.count, f.bytes)),
+                ),
+            },
+        }
+    }
+
+    fn claim(&mut self) -> Outcome {
+        let Some(p) = self.producer.as_mut() else {
+            return Outcome::Skipped;
+        };
+        let mut seq = 0;
+        match p.hold(|p| {
+            p.try_claim().inspect(|s| {
+                seq = s.seq();
+            })
+        }) {
+            None => Outcome::Skipped,
+            Some(Ok(())) => Outcome::Claimed(seq),
+            Some(Err(e)) => Outcome::ClaimFailed(e),
+        }
+    }
+
+    fn pin(&mut self, i: usize) -> Outcome {
+        let Some(c) = self.consumers[i].as_mut() else {
+            return Outcome::Skipped;
+        };
+        let mut read = Outcome::Skipped;
+        match c.hold(|c| {
+            c.try_pin().inspect(|m| {
+                read = Outcome::Read {
+                    seq: m.seq(),
+                    missed: m.missed(),
+                    bytes: m.bytes().to_vec(),
+                    meta: m.meta(),
+                };
+            })
+        }) {
+            None => Outcome::Skipped,
+            Some(Ok(())) => read,
+            Some(Err(e)) => Outcome::ReadFailed(e),
+        }
+    }
+
+    fn reclaim(&mut self, i: usize, model: &Model) -> Outcome {
+        // As the model: a dead consumer's owner; a live one under a wrong owner.
+        let expected = match &model.consumers[i] {
+            Some(c) if c.alive => c.owner + 1_000_000,
+            Some(c) => c.owner,
+            None => 1,
+        };
+        // A held claim borrows the producer: the model skips reclaim then, and so do we.
+        match self.producer.as_mut().and_then(Held::get) {
+            Some(p) => Outcome::Reclaim(p.reclaim(i, owner(expected))),
+            None => Outcome::Skipped,
+        }
+    }
+
+    /// Checks every DESIGN invariant on the real ring against `model`.
+    ///
+    /// # Errors
+    /// The first [`Failure`] found.
+    pub fn check(&self, model: &Model) -> Result<(), Failure> {
+        let mem = self.mem;
+        let n = mem.geometry().slots();
+        let p = producer_info(mem);
+        ensure!(
+            p.head == model.head,
+            "head {} != model {}",
+            p.head,
+            model.head
+        );
+        ensure!(
+            p.closed == model.closed,
+            "closed flag {} != model",
+            p.closed
+        );
+        ensure!(
+            p.owner == model.producer_owner,
+            "producer owner {} != model {}",
+            p.owner,
+            model.producer_owner
+        );
+        // Invariant 1 (one writer): at most one slot is being written, the claimed one, and
+        // never one a reader pins.
+        ensure!(
+            p.writing == u32::from(model.claim.is_some()),
+            "{} slots marked WRITER, model claim {:?}",
+            p.writing,
+            model.claim
+        );
+        let order = ring_core::sync::Ordering::Relaxed;
+        for (i, ms) in model.slots.iter().enumerate().take(n) {
+            let h = mem.slot_header(i);
+            let state = h.state.load(order);
+            let writer = state & WRITER != 0;
+            ensure!(
+                writer == (model.claim.map(|c| c.slot) == Some(i)),
+                "slot {i}: WRITER={writer}, model claim {:?}",
+                model.claim
+            );
+            let readers = (state & READER_MASK) as u32;
+            ensure!(
+                !(writer && readers != 0),
+                "slot {i}: written and pinned at once ({state:#x})"
+            );
+            ensure!(
+                readers == model.readers(i),
+                "slot {i}: reader bits {readers:#b} != model {:#b}",
+                model.readers(i)
+            );
+            let stamp = h.stamp.load(order);
+            ensure!(
+                stamp == ms.stamp,
+                "slot {i}: stamp {stamp} != model {}",
+                ms.stamp
+            );
+            let mut bytes = vec![0u8; ms.bytes.len()];
+            for (k, w) in mem.payload(i).iter().enumerate() {
+                let b = w.load(order).to_ne_bytes();
+                let end = (k * 8 + 8).min(bytes.len());
+                bytes[k * 8..end].copy_from_slice(&b[..end - k * 8]);
+            }
+            ensure!(
+                bytes == ms.bytes,
+                "slot {i}: payload {bytes:?} != model {:?}",
+                ms.bytes
+            );
+            if stamp % 2 == 0 && stamp > 0 {
+                let len = h.len.load(order);
+                ensure!(
+                    len == ms.len as u64,
+                    "slot {i}: len {len} != model {}",
+                    ms.len
+                );
+            }
+        }
+        for (i, mc) in model.consumers.iter().enumerate() {
+            self.check_consumer(i, mc.as_ref(), model)?;
+        }
+        self.check_alloc(model)
+    }
+
+    fn check_consumer(
+        &self,
+        i: usize,
+        mc: Option<&crate::model::ModelConsumer>,
+        model: &Model,
+    ) -> Result<(), Failure> {
+        let info =
+            consumer_info(self.mem, i).ok_or_else(|| Failure(format!("no consumer entry {i}")))?;
+        let cell = self.consumers[i].as_ref();
+        let Some(mc) = mc else {
+            // Invariant 7: a reclaimed or departed entry holds nothing.
+            ensure!(
+                info.state == EntryState::Free && info.pins == 0 && info.owner == 0,
+                "entry {i} should be free: {info:?}"
+            );
+            ensure!(cell.is_none(), "entry {i}: a handle outlived its entry");
+            return Ok(());
+        };
+        ensure!(
+            info.state == EntryState::Active && info.owner == mc.owner,
+            "entry {i}: {info:?} != model {mc:?}"
+        );
+        ensure!(
+            info.class == Some(mc.class.into()),
+            "entry {i}: class {:?} != model {:?}",
+            info.class,
+            mc.class
+        );
+        ensure!(
+            info.cursor == mc.cursor,
+            "entry {i}: shared cursor {} != model {}",
+            info.cursor,
+            mc.cursor
+        );
+        ensure!(
+            info.pins == u32::from(mc.pin.is_some()),
+            "entry {i}: {} pins != model {:?}",
+            info.pins,
+            mc.pin
+        );
+        // Invariant 4, gating: nothing this consumer has not consumed is overwritten.
+        if mc.class == crate::model::Class::Gating {
+            for seq in mc.cursor..model.head {
+                let slot = (seq % model.slots.len() as u64) as usize;
+                let stamp = self
+                    .mem
+                    .slot_header(slot)
+                    .stamp
+                    .load(ring_core::sync::Ordering::Relaxed);
+                ensure!(
+                    stamp == 2 * seq + 2,
+                    "gating consumer {i} (cursor {}) lost message {seq}: slot {slot} stamp {stamp}",
+                    mc.cursor
+                );
+            }
+        }
+        // Invariant 4, counting: everything between registration and the cursor was either
+        // received or reported missed.
+        // (A held pin at `seq` has skipped everything before `seq` but not consumed `seq` yet.)
+        let upto = mc.pin.map_or(mc.next, |(_, seq)| seq);
+        ensure!(
+            mc.received + mc.missed == upto - mc.start,
+            "model accounting broken for {i}: {mc:?}"
+        );
+        if !mc.alive {
+            ensure!(
+                cell.is_none(),
+                "entry {i}: dead consumer still has a handle"
+            );
+            return Ok(());
+        }
+        let cell =
+            cell.ok_or_else(|| Failure(format!("entry {i}: live consumer without a handle")))?;
+        if let Some(pin) = cell.guard.as_ref() {
+            // Invariant 2: a pinned read is the whole message it asked for, for as long as it
+            // is held.
+            let (slot, seq) = mc.pin.unwrap_or_default();
+            let ms = &model.slots[slot];
+            ensure!(
+                pin.seq() == seq && pin.slot() == slot,
+                "consumer {i} pins seq {} slot {}, model {seq} {slot}",
+                pin.seq(),
+                pin.slot()
+            );
+            ensure!(
+                ms.stamp == 2 * seq + 2 && pin.bytes() == &ms.bytes[..ms.len],
+                "consumer {i}: pinned message {seq} changed under the pin: {:?} vs {:?}",
+                pin.bytes(),
+                &ms.bytes[..ms.len]
+            );
+        } else if let Some(c) = cell.peek() {
+            ensure!(
+                c.cursor() == mc.next && c.received() == mc.received && c.missed() == mc.missed,
+                "consumer {i}: next/received/missed {}/{}/{} != model {}/{}/{}",
+                c.cursor(),
+                c.received(),
+                c.missed(),
+                mc.next,
+                mc.received,
+                mc.missed
+            );
+        }
+        Ok(())
+    }
+
+    fn check_alloc(&self, model: &Model) -> Result<(), Failure> {
+        let Some(a) = self.alloc.as_ref() else {
+            return Ok(());
+        };
+        // Invariant 8: accounting is exact, globally and per owner.
+        let s = a.stats();
+        let live_bytes: u64 = model.live.iter().map(|l| l.alloc.len).sum();
+        ensure!(
+            s.live == model.live.len() as u64 && s.live_bytes == live_bytes,
+            "allocator stats {s:?} != model live {} bytes {live_bytes}",
+            model.live.len()
+        );
+        for o in 0..u16::from(ALLOC_OWNERS) {
+            let os = a
+                .owner_stats(o)
+                .map_err(|e| Failure(format!("owner_stats({o}): {e}")))?;
+            let mine = model.live.iter().filter(|l| l.owner == o);
+            let (n, b) = mine.fold((0u64, 0u64), |(n, b), l| (n + 1, b + l.alloc.len));
+            ensure!(
+                os.live == n && os.live_bytes == b,
+                "owner {o}: stats {os:?} != model live {n} bytes {b}"
+            );
+        }
+        let totals = a.leak_report(0, |_| {});
+        ensure!(
+            totals.count == model.live.len() as u64 && totals.corrupt == 0,
+            "leak report {totals:?} != model live {}",
+            model.live.len()
+        );
+        for l in &model.live {
+            ensure!(
+                a.lookup(l.alloc.handle) == Ok(l.alloc),
+                "lookup({:#x}) != {:?}",
+                l.alloc.handle,
+                l.alloc
+            );
+            if let Some(want) = &l.bytes {
+                let mut out = vec![0u8; want.len()];
+                let got = a.read(&l.alloc, &mut out);
+                ensure!(
+                    got == Ok(want.len()) && &out == want,
+                    "allocation {:?} holds {out:?}, model {want:?}",
+                    l.alloc
+                );
+            }
+        }
+        for h in &model.freed {
+            if !model.live.iter().any(|l| l.alloc.handle == *h) {
+                ensure!(
+                    matches!(a.lookup(*h), Err(AllocError::InvalidHandle { .. })),
+                    "freed handle {h:#x} still looks live"
+                );
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Applies `ops` to a fresh model and the real ring over `mem` (a freshly formatted segment
+/// of shape `cfg`), comparing outcomes and checking every invariant after every step; then
+/// tears everything down and checks that the accounting returns to its baseline.
+///
+/// # Errors
+/// The first [`Failure`], naming the step.
+pub fn run_on<M: Memory>(
+    mem: &M,
+    cfg: &crate::model::ModelConfig,
+    ops: &[Op],
+) -> Result<(), Failure> {
+    let mut model = Model::new(cfg);
+    let mut real = Real::new(mem)?;
+    real.check(&model)
+        .map_err(|f| Failure(format!("before any op: {f}")))?;
+    for (k, &op) in ops.iter().enumerate() {
+        let got = real.apply(op, &model);
+        let want = model
+            .apply(op, &got)
+            .map_err(|f| Failure(format!("step {k} {op:?}: {f}")))?;
+        ensure!(
+            got == want,
+            "step {k} {op:?}: real {got:?} != model {want:?}"
+        );
+        real.check(&model)
+            .map_err(|f| Failure(format!("after step {k} {op:?}: {f}")))?;
+    }
+    // Invariant 8: after the test, live allocations return to the baseline (zero).
+    for o in 0..ALLOC_OWNERS {
+        let op = Op::FreeAllOf { owner: o };
+        let got = real.apply(op, &model);
+        let want = model.apply(op, &got)?;
+        ensure!(
+            got == want,
+            "teardown {op:?}: real {got:?} != model {want:?}"
+        );
+    }
+    if let Some(a) = real.alloc.as_ref() {
+        ensure!(a.stats().live == 0, "allocations leaked: {:?}", a.stats());
+    }
+    Ok(())
+}
+
+/// [`run_on`] over a fresh [`HeapSegment`](ring_core::HeapSegment).
+///
+/// # Errors
+/// As [`run_on`], or when the segment cannot be built.
+pub fn run(cfg: &crate::model::ModelConfig, ops: &[Op]) -> Result<(), Failure> {
+    let seg = ring_core::HeapSegment::new(&cfg.config(), owner(PRODUCER_OWNER))
+        .map_err(|e| Failure(format!("HeapSegment::new: {e}")))?;
+    run_on(&seg, cfg, ops)
+}

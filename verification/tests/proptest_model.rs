@@ -1,0 +1,118 @@
+//! The proptest state machine: random operation sequences on a real ring and on the reference
+//! model, outcomes compared and every DESIGN invariant checked after every step (see
+//! `ring_verification::real::run_on`). Failing sequences shrink to a minimal one.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+
+use proptest::prelude::*;
+use ring_core::{HeapSegment, OwnedSegment, OwnerId};
+use ring_verification::model::{Class, FreeMode, ModelConfig, Op};
+use ring_verification::real::run_on;
+
+fn class() -> impl Strategy<Value = Class> {
+    prop_oneof![
+        Just(Class::Gating),
+        Just(Class::LatestOnly),
+        Just(Class::SkipOnLag)
+    ]
+}
+
+fn op(cap: u16) -> impl Strategy<Value = Op> {
+    let c = 0u8..4;
+    prop_oneof![
+        6 => Just(Op::Claim),
+        6 => (0..cap + 4, 0..cap / 2 + 4, any::<u8>())
+            .prop_map(move |(offset, len, seed)| Op::Write { offset: offset.min(cap), len, seed }),
+        6 => Just(Op::Publish),
+        1 => Just(Op::Abort),
+        4 => c.clone().prop_map(|consumer| Op::Pin { consumer }),
+        4 => c.clone().prop_map(|consumer| Op::Unpin { consumer }),
+        4 => (c.clone(), prop_oneof![Just(cap), 0..cap + 8])
+            .prop_map(|(consumer, buf)| Op::CopyRead { consumer, buf }),
+        3 => class().prop_map(|class| Op::Register { class }),
+        1 => c.clone().prop_map(|consumer| Op::Deregister { consumer }),
+        1 => c.clone().prop_map(|consumer| Op::Kill { consumer }),
+        2 => c.prop_map(|consumer| Op::Reclaim { consumer }),
+        1 => Just(Op::TakeOver),
+        3 => (0u16..400, any::<u8>()).prop_map(|(len, owner)| Op::Alloc { len, owner }),
+        2 => (any::<u8>(), any::<u8>(), prop_oneof![Just(0u8), 1u8..9])
+            .prop_map(|(which, seed, extra)| Op::AllocWrite { which, seed, extra }),
+        2 => (any::<u8>(), prop_oneof![
+                Just(FreeMode::Owner), Just(FreeMode::Foreign), Just(FreeMode::Stale)])
+            .prop_map(|(which, mode)| Op::Free { which, mode }),
+        1 => any::<u8>().prop_map(|owner| Op::FreeAllOf { owner }),
+    ]
+}
+
+/// Ops with a rare `Close` (it ends the producer's useful life until a takeover).
+fn ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
+    prop::collection::vec(prop_oneof![60 => op(cap), 1 => Just(Op::Close)], 1..max)
+}
+
+fn cases() -> u32 {
+    if cfg!(miri) {
+        4
+    } else {
+        std::env::var("PROPTEST_CASES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000)
+    }
+}
+
+fn len() -> usize {
+    if cfg!(miri) {
+        40
+    } else {
+        200
+    }
+}
+
+fn shapes() -> impl Strategy<Value = ModelConfig> {
+    prop_oneof![
+        Just(ModelConfig::small()),
+        Just(ModelConfig {
+            slots: 1,
+            capacity: 16,
+            consumers: 2,
+            arena: 512,
+            max_live: 3
+        }),
+        Just(ModelConfig {
+            slots: 2,
+            capacity: 24,
+            consumers: 4,
+            arena: 0,
+            max_live: 0
+        }),
+        Just(ModelConfig {
+            slots: 8,
+            capacity: 8,
+            consumers: 3,
+            arena: 2048,
+            max_live: 40
+        }),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The heap backend (the `RawMemory` path every OS mapping uses) matches the model.
+    #[test]
+    fn heap_ring_matches_the_model(cfg in shapes(), ops in ops(32, len())) {
+        let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
+        if let Err(f) = run_on(&seg, &cfg, &ops) {
+            prop_assert!(false, "{}", f);
+        }
+    }
+
+    /// The owned (typed, loom-shaped) backend matches the model too.
+    #[test]
+    fn owned_ring_matches_the_model(ops in ops(32, len())) {
+        let cfg = ModelConfig::small();
+        let seg = OwnedSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
+        if let Err(f) = run_on(&seg, &cfg, &ops) {
+            prop_assert!(false, "{}", f);
+        }
+    }
+}

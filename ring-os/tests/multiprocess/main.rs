@@ -54,6 +54,11 @@ const SCENARIOS: &[Scenario] = &[
         scenarios::memfd,
         Duration::from_secs(60),
     ),
+    (
+        "stale_segments_of_dead_owners_are_cleaned",
+        scenarios::stale,
+        Duration::from_secs(60),
+    ),
 ];
 
 fn main() {

@@ -42,6 +42,7 @@ pub fn run(role: &str) -> i32 {
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
         "memfd-consumer" => memfd_consumer(),
+        "creator" => creator(),
         other => {
             eprintln!("unknown role {other}");
             3
@@ -236,5 +237,17 @@ fn memfd_consumer() -> i32 {
             Ok(_) => say!("ACCEPTED {label}"),
         }
     }
+    0
+}
+
+/// Creates a named ring, becomes its producer and a consumer, then waits to be killed.
+fn creator() -> i32 {
+    let config = ring_core::Config::new(4, 64).with_consumers(1);
+    let ring =
+        ShmRing::create_named(&name(), &config, ring_os::CreateOptions::new()).expect("create");
+    let _p = ShmRing::producer(&ring).expect("producer");
+    let _c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("consumer");
+    say!("CREATED");
+    std::thread::sleep(Duration::from_secs(60));
     0
 }

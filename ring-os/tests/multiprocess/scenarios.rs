@@ -383,3 +383,46 @@ pub fn memfd() {
     let _ = std::fs::remove_dir_all(&dir);
     println!("  memfd: {n} messages across processes; bad descriptors refused");
 }
+
+/// Stale segments: a ring whose creator, producer and consumer were all one killed process is
+/// listed as stale and removed by `clean`; a ring with a live owner is kept.
+pub fn stale() {
+    let dead_name = unique_name("stale-dead");
+    let live_name = unique_name("stale-live");
+    let _u1 = Unlink(dead_name.clone());
+    let _u2 = Unlink(live_name.clone());
+    let live = ShmRing::create_named(&live_name, &Config::new(4, 64), CreateOptions::new())
+        .expect("create live");
+    let mut child = Child::spawn("creator", &[("RING_NAME", dead_name.as_str().to_owned())]);
+    child.expect_line("CREATED", SECS(20));
+    let listed = ring_os::stale::list().expect("list");
+    let find = |list: &[ring_os::stale::SegmentInfo], n: &ring_os::SegmentName| {
+        list.iter().find(|i| &i.name == n).cloned()
+    };
+    let info = find(&listed, &dead_name).expect("listed");
+    assert!(!info.is_stale(), "owner still alive: {info:?}");
+    let ring_os::stale::Owners::Known(owners) = &info.owners else {
+        panic!("{info:?}")
+    };
+    assert_eq!(owners.len(), 1, "creator = producer = consumer: {owners:?}");
+    assert_eq!(ring_os::owner::pid_of(owners[0].0), child.pid());
+    child.sigkill();
+    assert!(!child.wait(SECS(5)), "a SIGKILLed child cannot succeed");
+    let listed = ring_os::stale::list().expect("list");
+    assert!(find(&listed, &dead_name).expect("listed").is_stale());
+    assert!(!find(&listed, &live_name).expect("listed").is_stale());
+    let report = ring_os::stale::clean().expect("clean");
+    assert!(report.removed.contains(&dead_name), "{report:?}");
+    assert!(!report.removed.contains(&live_name), "{report:?}");
+    assert!(matches!(
+        ShmRing::open_named(&dead_name),
+        Err(Error::NotFound { .. })
+    ));
+    assert!(ShmRing::open_named(&live_name).is_ok());
+    drop(live);
+    println!(
+        "  stale: removed {} segment(s), kept {}",
+        report.removed.len(),
+        report.kept.len()
+    );
+}

@@ -229,6 +229,7 @@ pub fn main(index: usize, ctl_path: &Path) -> Result<(), BenchError> {
 /// The child's half of `iters` iterations of `case`.
 fn run(case: &Case, link: &mut Link, iters: usize, ctl: &mut Ctl) -> Result<(), BenchError> {
     let deadline = Instant::now() + RUN_TIMEOUT;
+    crate::wait::set_yield_every(crate::runner::yield_every(case));
     let (down, up) = (case.down_bytes(), case.up_bytes());
     let Link { tx, rx } = link;
     let mut nothing = || Ok(());

@@ -1,11 +1,24 @@
 //! Bounded busy-waiting shared by the polling transports.
 
 use crate::BenchError;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-/// Spins between yields. Two cores shared with other work: a polling peer must yield now and then
-/// or it can starve the process it is waiting for.
-const SPINS_PER_YIELD: u32 = 512;
+/// Spins between deadline checks.
+const SPINS_PER_CHECK: u32 = 512;
+
+/// Deadline checks between yields (see [`set_yield_every`]).
+static CHECKS_PER_YIELD: AtomicU32 = AtomicU32::new(1);
+
+/// Sets how often a poller yields its core: every `checks` deadline checks (each
+/// [`SPINS_PER_CHECK`] spins, roughly 10 µs). With two parties on two cores a poller should
+/// almost never yield (a yield hands the core to whatever else is runnable, for a whole time
+/// slice); with three parties (fan-out) on two cores it must yield often or it starves the peer
+/// it waits for.
+pub fn set_yield_every(checks: u32) {
+    // Relaxed: a tuning knob read by this process only; no data hangs on it.
+    CHECKS_PER_YIELD.store(checks.max(1), Ordering::Relaxed);
+}
 
 /// Polls `ready` until it returns `Some`, spinning with `spin_loop` hints and yielding every
 /// [`SPINS_PER_YIELD`] polls; fails once `deadline` has passed.
@@ -14,17 +27,23 @@ pub fn spin_until<T>(
     what: &str,
     mut ready: impl FnMut() -> Result<Option<T>, BenchError>,
 ) -> Result<T, BenchError> {
+    // Relaxed: see `set_yield_every`.
+    let per_yield = CHECKS_PER_YIELD.load(Ordering::Relaxed);
     let mut spins = 0u32;
+    let mut checks = 0u32;
     loop {
         if let Some(v) = ready()? {
             return Ok(v);
         }
         spins = spins.wrapping_add(1);
-        if spins % SPINS_PER_YIELD == 0 {
+        if spins % SPINS_PER_CHECK == 0 {
             if Instant::now() > deadline {
                 return Err(BenchError::timeout(what));
             }
-            std::thread::yield_now();
+            checks = checks.wrapping_add(1);
+            if checks % per_yield == 0 {
+                std::thread::yield_now();
+            }
         } else {
             std::hint::spin_loop();
         }

@@ -163,22 +163,14 @@ impl Tx for RingTx {
                 .map_err(err)?
         } else {
             // Busy claim: a gating consumer that has not caught up holds us back.
-            let mut spins = 0u32;
-            loop {
-                match self.producer.try_claim() {
-                    Ok(_) => break,
-                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {}
-                    Err(e) => return Err(err(e)),
+            let producer = &mut self.producer;
+            spin_until(deadline, "a free ring slot", || {
+                match producer.try_claim() {
+                    Ok(_) => Ok(Some(())),
+                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => Ok(None),
+                    Err(e) => Err(err(e)),
                 }
-                spins = spins.wrapping_add(1);
-                if spins % 512 == 0 {
-                    if Instant::now() > deadline {
-                        return Err(BenchError::timeout("a free ring slot"));
-                    }
-                    std::thread::yield_now();
-                }
-                std::hint::spin_loop();
-            }
+            })?;
             // The loop proved a slot is free; nobody else claims (one producer), so this
             // second claim succeeds (claiming twice keeps the borrow checker simple).
             self.producer.try_claim().map_err(err)?

@@ -1,0 +1,212 @@
+//! In-process criterion benches of the slot ring (ring-core over a `HeapSegment`), named so that
+//! each compares with a baseline in `baselines.rs`:
+//!
+//! - `claim_publish/ring/<bytes>`: claim a slot, write the payload, publish;
+//! - `publish_read/ring-pinned/<bytes>` and `publish_read/ring-copy/<bytes>`: one message in and
+//!   out (pin and touch it in place, or copy it out): compare with `publish_read/rtrb/<bytes>`;
+//! - `read/pinned/<bytes>` and `read/copy/<bytes>`: the read alone (the publish is not timed);
+//! - `readers/<k>`: a producer thread streams 64-byte messages to `k` = 1..3 gating consumer
+//!   threads; time per message: compare `readers/1` with `handoff/rtrb`;
+//! - `alloc/alloc_free` and `alloc/alloc_free_64_live`: the in-segment allocator.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std bench"
+)]
+#![allow(
+    missing_docs,
+    reason = "criterion_main! generates an undocumented main"
+)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "bench setup with constant, valid arguments"
+)]
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ring_core::alloc::{region_len, AllocConfig, Allocator};
+use ring_core::{
+    AtomicU64, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, SpinThenYield,
+};
+use std::hint::black_box;
+use std::time::{Duration, Instant};
+
+/// Payload sizes shared with the baselines: 8 B .. 1 MiB.
+const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
+
+fn owner(n: u64) -> OwnerId {
+    OwnerId::new(n).expect("non-zero")
+}
+
+fn segment(slots: u32, cap: usize, consumers: u32) -> HeapSegment {
+    let config = Config::new(slots, u32::try_from(cap).expect("small")).with_consumers(consumers);
+    HeapSegment::new(&config, owner(1)).expect("valid config")
+}
+
+fn claim_publish(c: &mut Criterion) {
+    let mut g = c.benchmark_group("claim_publish");
+    for &n in &SIZES {
+        g.throughput(Throughput::Bytes(n as u64));
+        let seg = segment(8, n, 1);
+        let mut tx = Producer::new(&seg, owner(1)).unwrap();
+        let src = vec![7u8; n];
+        g.bench_with_input(BenchmarkId::new("ring", n), &n, |b, _| {
+            b.iter(|| {
+                let mut slot = tx.try_claim().unwrap();
+                slot.write(&src).unwrap();
+                black_box(slot.publish())
+            });
+        });
+    }
+    g.finish();
+}
+
+fn publish_read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("publish_read");
+    for &n in &SIZES {
+        g.throughput(Throughput::Bytes(n as u64));
+        let seg = segment(8, n, 1);
+        let mut tx = Producer::new(&seg, owner(1)).unwrap();
+        let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+        let src = vec![7u8; n];
+        let mut dst = vec![0u8; n];
+        g.bench_with_input(BenchmarkId::new("ring-pinned", n), &n, |b, _| {
+            b.iter(|| {
+                tx.try_publish(&src).unwrap();
+                let p = rx.try_pin().unwrap();
+                let bytes = p.bytes();
+                black_box((bytes.first(), bytes.last()));
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("ring-copy", n), &n, |b, _| {
+            b.iter(|| {
+                tx.try_publish(&src).unwrap();
+                black_box(rx.try_copy(&mut dst).unwrap());
+            });
+        });
+    }
+    g.finish();
+}
+
+fn read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("read");
+    for &n in &SIZES {
+        g.throughput(Throughput::Bytes(n as u64));
+        let seg = segment(8, n, 1);
+        let mut tx = Producer::new(&seg, owner(1)).unwrap();
+        let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+        let src = vec![7u8; n];
+        let mut dst = vec![0u8; n];
+        g.bench_with_input(BenchmarkId::new("pinned", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    tx.try_publish(&src).unwrap();
+                    let t0 = Instant::now();
+                    let p = rx.try_pin().unwrap();
+                    let bytes = p.bytes();
+                    black_box((bytes.first(), bytes.last()));
+                    drop(p);
+                    total += t0.elapsed();
+                }
+                total
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("copy", n), &n, |b, _| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    tx.try_publish(&src).unwrap();
+                    let t0 = Instant::now();
+                    black_box(rx.try_copy(&mut dst).unwrap());
+                    total += t0.elapsed();
+                }
+                total
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("memcpy", n), &n, |b, _| {
+            b.iter(|| {
+                dst.copy_from_slice(&src);
+                black_box(&mut dst);
+            });
+        });
+    }
+    g.finish();
+}
+
+/// Messages per `readers` sample.
+const STREAM: u64 = 10_000;
+
+fn readers(c: &mut Criterion) {
+    let mut g = c.benchmark_group("readers");
+    g.throughput(Throughput::Elements(STREAM));
+    for k in 1..=3u32 {
+        g.bench_with_input(BenchmarkId::from_parameter(k), &k, |b, &k| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let seg = segment(256, 64, k);
+                    let mut tx = Producer::new(&seg, owner(1)).unwrap();
+                    let mut rxs: Vec<_> = (0..k)
+                        .map(|i| {
+                            Consumer::new(&seg, DeliveryClass::Gating, owner(2 + u64::from(i)))
+                                .unwrap()
+                        })
+                        .collect();
+                    let msg = [7u8; 64];
+                    let t0 = Instant::now();
+                    std::thread::scope(|s| {
+                        for rx in &mut rxs {
+                            s.spawn(move || {
+                                let mut wait = SpinThenYield::new(64, u64::MAX);
+                                for _ in 0..STREAM {
+                                    let p = rx.pin(&mut wait).unwrap();
+                                    black_box(p.bytes().first());
+                                }
+                            });
+                        }
+                        let mut wait = SpinThenYield::new(64, u64::MAX);
+                        for _ in 0..STREAM {
+                            let mut slot = tx.claim(&mut wait).unwrap();
+                            slot.write(&msg).unwrap();
+                            slot.publish();
+                        }
+                    });
+                    total += t0.elapsed();
+                }
+                total
+            });
+        });
+    }
+    g.finish();
+}
+
+fn alloc(c: &mut Criterion) {
+    let mut g = c.benchmark_group("alloc");
+    let arena = 1 << 20;
+    let words: Vec<AtomicU64> = (0..region_len(arena, 4094).unwrap() / 8)
+        .map(|_| AtomicU64::new(0))
+        .collect();
+    let mut a = Allocator::init(&words, AllocConfig::new(arena)).unwrap();
+    g.bench_function("alloc_free", |b| {
+        b.iter(|| {
+            let x = a.alloc(black_box(256), 1, 0).unwrap();
+            a.free(x.handle, 1).unwrap();
+        });
+    });
+    // With 64 allocations live the bitmap search has to skip over them.
+    let live: Vec<_> = (0..64).map(|_| a.alloc(1024, 2, 0).unwrap()).collect();
+    g.bench_function("alloc_free_64_live", |b| {
+        b.iter(|| {
+            let x = a.alloc(black_box(256), 1, 0).unwrap();
+            a.free(x.handle, 1).unwrap();
+        });
+    });
+    for x in live {
+        a.free(x.handle, 2).unwrap();
+    }
+    g.finish();
+}
+
+criterion_group!(benches, claim_publish, publish_read, read, readers, alloc);
+criterion_main!(benches);

@@ -36,6 +36,10 @@ struct Args {
     /// Comma-separated metrics to run: round_trip, acquire, throughput, fanout (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     metrics: Vec<String>,
+    /// Check that FILE (written by --json) parses and lists every transport and metric, then
+    /// exit; runs nothing (used by ci/bench-smoke.sh; judges presence, never speed).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "quick"])]
+    verify_json: Option<PathBuf>,
     /// Internal: run as child N (the harness starts its own peers).
     #[arg(long, hide = true, requires = "ctl")]
     child: Option<usize>,
@@ -85,6 +89,21 @@ fn main() -> ExitCode {
             }
         };
     }
+    if let Some(path) = &args.verify_json {
+        return match verify(path) {
+            Ok(n) => {
+                println!(
+                    "transport-bench: {} lists every transport and metric ({n} records)",
+                    path.display()
+                );
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("transport-bench: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     match parent(&args) {
         Ok(true) => ExitCode::SUCCESS,
         Ok(false) => ExitCode::from(2),
@@ -92,6 +111,43 @@ fn main() -> ExitCode {
             eprintln!("transport-bench: {e}");
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Parses a `--json` file and checks that every transport and every metric has a record.
+fn verify(path: &std::path::Path) -> Result<usize, BenchError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| BenchError::io(format!("read {}", path.display()), e))?;
+    let records: Vec<ring_benches::stats::Record> =
+        serde_json::from_str(&text).map_err(|e| BenchError::Usage {
+            what: format!("{} is not a JSON array of records: {e}", path.display()),
+        })?;
+    let missing: Vec<&str> = Transport::ALL
+        .iter()
+        .map(|t| t.name())
+        .filter(|name| !records.iter().any(|r| r.transport == *name))
+        .chain(
+            [
+                Metric::RoundTrip,
+                Metric::Acquire,
+                Metric::Throughput,
+                Metric::Fanout,
+            ]
+            .iter()
+            .map(|m| m.name())
+            .filter(|name| !records.iter().any(|r| r.metric == *name)),
+        )
+        .collect();
+    if missing.is_empty() {
+        Ok(records.len())
+    } else {
+        Err(BenchError::Usage {
+            what: format!(
+                "{} has no records for: {}",
+                path.display(),
+                missing.join(", ")
+            ),
+        })
     }
 }
 

@@ -36,6 +36,8 @@ pub enum CliError {
         /// The operating system's error.
         source: std::io::Error,
     },
+    /// SIGINT or SIGTERM arrived; what the command made has been removed.
+    Interrupted,
     /// A child process of the demo failed or reported nonsense.
     Child(String),
 }
@@ -62,6 +64,7 @@ impl fmt::Display for CliError {
             Self::Alloc(e) => write!(f, "allocator region: {e}"),
             Self::Usage(msg) | Self::Timeout(msg) | Self::Child(msg) => f.write_str(msg),
             Self::Io { what, source } => write!(f, "{what}: {source}"),
+            Self::Interrupted => f.write_str("interrupted; the demo's processes and ring are gone"),
         }
     }
 }

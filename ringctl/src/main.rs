@@ -29,6 +29,8 @@ use error::Result;
 const EXIT_INTEGRITY: u8 = 1;
 /// Exit status for errors (bad input, a failed operation).
 const EXIT_ERROR: u8 = 2;
+/// Exit status after SIGINT/SIGTERM (128 + SIGINT, as shells report it).
+const EXIT_INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
     // A panic is a bug; still, report it as one line rather than a backtrace.
@@ -77,7 +79,10 @@ fn main() -> ExitCode {
         Ok(false) => ExitCode::from(EXIT_INTEGRITY),
         Err(e) => {
             eprintln!("ringctl: {e}");
-            ExitCode::from(EXIT_ERROR)
+            ExitCode::from(match e {
+                error::CliError::Interrupted => EXIT_INTERRUPTED,
+                _ => EXIT_ERROR,
+            })
         }
     }
 }

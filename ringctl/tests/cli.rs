@@ -445,3 +445,39 @@ fn list_and_clean_handle_a_dead_owner() {
         "clean must remove the stale ring"
     );
 }
+
+#[test]
+fn sigterm_ends_the_demo_and_removes_its_ring() {
+    let name = unique("sigterm");
+    let _cleanup = Cleanup(name.clone());
+    let demo = Command::new(BIN)
+        .args([
+            "demo",
+            "--frame-size",
+            "4096",
+            "--duration",
+            "60",
+            "--name",
+            &name,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning demo");
+    let streaming = eventually(Duration::from_secs(20), || {
+        let out = run(&["inspect", &name, "--json"]);
+        out.status.success() && last_json(&out)["head"].as_u64() > Some(0)
+    });
+    assert!(streaming, "the demo never started streaming");
+    let sent = Command::new("kill")
+        .args(["-TERM", &demo.id().to_string()])
+        .status()
+        .expect("running kill");
+    assert!(sent.success());
+    let out = finish(demo, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
+    let line = one_line_error(&out);
+    assert!(line.contains("interrupted"), "{line}");
+    assert!(!shm_path(&name).exists(), "the ring must be removed");
+}

@@ -6,8 +6,10 @@ mod finish;
 pub mod producer;
 pub mod report;
 
+use core::sync::atomic::{AtomicBool, Ordering};
 use std::io::{IsTerminal as _, Read as _};
 use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -104,12 +106,22 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     let config = Config::new(args.slots, bytes as u32)
         .with_consumers(entries)
         .with_allocator(ARENA_BYTES, MAX_LIVE);
+    // Ctrl-C (or SIGTERM) sets the flag; the loops below notice it, and the guards kill the
+    // children and remove the ring on the way out.
+    let stop = Arc::new(AtomicBool::new(false));
+    for sig in [signal_hook::consts::SIGINT, signal_hook::consts::SIGTERM] {
+        signal_hook::flag::register(sig, Arc::clone(&stop))
+            .map_err(|e| CliError::io("installing a signal handler", e))?;
+    }
+    let interrupted = || stop.load(Ordering::Relaxed);
     let ring = ring::create(&name, &config)?;
     let _unlink = Unlink(&ring);
     let exe = std::env::current_exe().map_err(|e| CliError::io("finding this executable", e))?;
+    // A safety net only (the children end when the ring closes): the streaming time, or for
+    // an unpaced --messages run, time for at least 10 frames a second.
     let stream_time = match args.messages {
         Some(m) if args.fps > 0.0 => m as f64 / args.fps,
-        Some(_) => 10.0,
+        Some(m) => m as f64 / 10.0,
         None => args.duration,
     };
     let deadline_s = stream_time + GRACE.as_secs_f64();
@@ -139,7 +151,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     for (id, &class) in classes.iter().enumerate() {
         kids.consumers.push(spawn_consumer(id, class)?);
     }
-    wait_registered(&ring, &mut kids, classes.len())?;
+    wait_registered(&ring, &mut kids, classes.len(), &interrupted)?;
     let mut cmd = Command::new(&exe);
     cmd.arg("__demo-producer")
         .arg(name.as_str())
@@ -205,6 +217,9 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
                 "the demo producer did not finish in time".into(),
             ));
         }
+        if interrupted() {
+            return Err(CliError::Interrupted);
+        }
         std::thread::sleep(Duration::from_millis(10));
     };
     if let Some(bar) = &bar {
@@ -217,7 +232,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
         let Some(child) = c.child.take() else {
             continue;
         };
-        let status = wait_until(child, hard_deadline)?;
+        let status = wait_until(child, hard_deadline, &interrupted)?;
         let out = take_stdout(Some(status.0), status.1, "consumer")?;
         c.report = Some(
             serde_json::from_str(out.trim())
@@ -260,7 +275,12 @@ fn classes(args: &DemoArgs) -> Result<Vec<Class>> {
 }
 
 /// Waits until `n` consumers are registered (or one of them failed), for at most 10 s.
-fn wait_registered(ring: &Ring, kids: &mut Children, n: usize) -> Result<()> {
+fn wait_registered(
+    ring: &Ring,
+    kids: &mut Children,
+    n: usize,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<()> {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let active = (0..ring.geometry().consumers())
@@ -285,13 +305,25 @@ fn wait_registered(ring: &Ring, kids: &mut Children, n: usize) -> Result<()> {
                 "only {active} of {n} consumers registered within 10 s"
             )));
         }
+        if interrupted() {
+            return Err(CliError::Interrupted);
+        }
         std::thread::sleep(Duration::from_millis(5));
     }
 }
 
 /// Waits for `child` until `deadline`; kills it then.
-fn wait_until(mut child: Child, deadline: Instant) -> Result<(Child, ExitStatus)> {
+fn wait_until(
+    mut child: Child,
+    deadline: Instant,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<(Child, ExitStatus)> {
     loop {
+        if interrupted() {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(CliError::Interrupted);
+        }
         if let Some(status) = child.try_wait().map_err(|e| CliError::io("waiting", e))? {
             return Ok((child, status));
         }

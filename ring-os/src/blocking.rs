@@ -14,6 +14,7 @@ use ring_core::{ClaimError, Consumer, Copied, Memory, OwnerId, Pinned, Producer,
 use ring_core::{Reclaimed, WriteSlot};
 
 use crate::owner::{liveness_raw, Liveness};
+use crate::wait::deadline_after;
 use crate::FutexWait;
 
 /// How long a blocked operation waits before it re-checks whether its peers are alive.
@@ -54,7 +55,7 @@ pub trait ConsumerExt<M: Memory> {
 
 impl<M: Memory> ConsumerExt<M> for Consumer<M> {
     fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             match self.wait_ready(&mut FutexWait::until(slice_end(deadline))) {
                 Err(ReadError::Timeout) => {}
@@ -72,7 +73,7 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
     }
 
     fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ReadError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             match self.try_copy(buf) {
                 Err(ReadError::Empty) => {}
@@ -142,7 +143,7 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
         timeout: Duration,
         write: impl FnOnce(WriteSlot<'_, M>) -> R,
     ) -> Result<R, ClaimError> {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         let mut write = Some(write);
         loop {
             let err = match self.claim(&mut FutexWait::until(slice_end(deadline))) {
@@ -189,7 +190,7 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
     }
 
     fn wait_drained_for(&mut self, timeout: Duration) -> bool {
-        let deadline = Instant::now() + timeout;
+        let deadline = deadline_after(timeout);
         loop {
             if self.wait_drained(&mut FutexWait::until(slice_end(deadline))) {
                 return true;
@@ -206,5 +207,95 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
     fn reclaim_dead(&mut self) -> Vec<Reclaimed> {
         let n = self.memory().geometry().consumers();
         (0..n).filter_map(|i| reclaim_if_dead(self, i)).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{owner, CreateOptions, ShmRing};
+    use ring_core::{Config, DeliveryClass};
+
+    /// An owner id whose process is certainly dead: a reaped child's pid with a wrong start time.
+    fn dead_owner() -> OwnerId {
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        child.wait().unwrap();
+        owner::pack(pid, 1).unwrap()
+    }
+
+    #[test]
+    fn an_empty_ring_times_out_and_a_dead_producer_is_gone() {
+        let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut buf = [0u8; 64];
+        // No producer at all: a plain timeout.
+        let t = Instant::now();
+        assert_eq!(
+            c.recv(&mut buf, Duration::from_millis(50)),
+            Err(ReadError::Timeout)
+        );
+        assert!(t.elapsed() >= Duration::from_millis(45));
+        // A producer that died: reported within about one liveness period.
+        let mut p = Producer::new(std::sync::Arc::clone(&ring), dead_owner()).unwrap();
+        p.try_publish(b"last words").unwrap();
+        let got = c.recv(&mut buf, Duration::MAX).unwrap();
+        assert_eq!(
+            &buf[..got.len],
+            b"last words",
+            "published messages stay readable"
+        );
+        let t = Instant::now();
+        assert_eq!(
+            c.recv(&mut buf, Duration::from_secs(10)),
+            Err(ReadError::ProducerGone)
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(2),
+            "took {:?}",
+            t.elapsed()
+        );
+        assert_eq!(c.producer_liveness(), Liveness::Dead);
+        core::mem::forget(p);
+    }
+
+    #[test]
+    fn a_dead_gating_consumer_is_reclaimed_by_a_blocked_publish() {
+        let config = Config::new(4, 64).with_consumers(2);
+        let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut p = ShmRing::producer(&ring).unwrap();
+        let dead = Consumer::new(
+            std::sync::Arc::clone(&ring),
+            DeliveryClass::Gating,
+            dead_owner(),
+        )
+        .unwrap();
+        // A dead process runs no destructors.
+        core::mem::forget(dead);
+        for i in 0..4u8 {
+            p.publish(&[i], Duration::from_secs(1)).unwrap();
+        }
+        // The fifth needs the dead consumer's slot: held back until it is reclaimed.
+        let t = Instant::now();
+        p.publish(&[4], Duration::from_secs(5)).unwrap();
+        assert!(t.elapsed() >= LIVENESS_PERIOD / 2 && t.elapsed() < Duration::from_secs(2));
+        assert!(p.reclaim_dead().is_empty(), "already reclaimed");
+        assert_eq!(p.consumer_info(0).unwrap().state, EntryState::Free);
+    }
+
+    #[test]
+    fn wait_drained_waits_for_a_live_reader_only_until_the_timeout() {
+        let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
+        let mut p = ShmRing::producer(&ring).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        assert!(
+            p.wait_drained_for(Duration::ZERO),
+            "nothing published: drained"
+        );
+        p.publish(b"x", Duration::from_secs(1)).unwrap();
+        assert!(!p.wait_drained_for(Duration::from_millis(30)));
+        let mut buf = [0u8; 8];
+        c.recv(&mut buf, Duration::from_secs(1)).unwrap();
+        assert!(p.wait_drained_for(Duration::from_secs(1)));
     }
 }

@@ -79,7 +79,10 @@ mod imp {
     use super::WaitOutcome;
 
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
-        let deadline = Instant::now() + timeout;
+        let now = Instant::now();
+        let deadline = now
+            .checked_add(timeout)
+            .unwrap_or(now + Duration::from_secs(1 << 32));
         let mut nap = Duration::from_micros(20);
         loop {
             // Acquire: pairs with the waker's Release store, as a futex wake would.

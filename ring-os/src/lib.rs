@@ -30,7 +30,7 @@ pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};
 pub use ring::{ShmConsumer, ShmProducer, ShmRing};
 pub use segment::{CreateOptions, Segment, SegmentKind, SizeCheck};
-pub use wait::FutexWait;
+pub use wait::{deadline_after, FutexWait};
 
 /// The seals every memfd segment carries (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`).
 pub use segment::memfd::REQUIRED_SEALS;

@@ -41,7 +41,7 @@ impl FutexWait {
     /// A strategy that gives up `timeout` from now, with the default spin budget.
     #[must_use]
     pub fn new(timeout: Duration) -> Self {
-        Self::until(Instant::now() + timeout)
+        Self::until(deadline_after(timeout))
     }
 
     /// A strategy that gives up at `deadline`, with the default spin budget.
@@ -65,6 +65,16 @@ impl FutexWait {
     pub fn deadline(&self) -> Instant {
         self.deadline
     }
+}
+
+/// `now + timeout`, saturating at about a century for huge timeouts (`Duration::MAX` means
+/// "practically forever", not a panic).
+#[must_use]
+pub fn deadline_after(timeout: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(timeout)
+        .or_else(|| now.checked_add(Duration::from_secs(100 * 365 * 24 * 3600)))
+        .unwrap_or(now)
 }
 
 impl WaitStrategy for FutexWait {
@@ -112,5 +122,9 @@ mod tests {
         t.join().unwrap();
         let mut short = FutexWait::new(Duration::from_millis(10));
         assert!(!short.wait(&word, 1));
+        // A huge timeout is "forever", not an overflow panic.
+        assert!(
+            FutexWait::new(Duration::MAX).deadline() > Instant::now() + Duration::from_secs(3600)
+        );
     }
 }

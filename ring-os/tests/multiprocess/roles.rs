@@ -195,6 +195,19 @@ fn corrupt_peer() -> i32 {
                 unsafe { base.add(i).write_volatile(next() as u8) };
             }
         }
+        "slot-headers" => {
+            // Only the slot headers (state, stamp, len, meta): whole random words.
+            // SAFETY: the mapping is `seg.len()` bytes and stays mapped while `seg` lives.
+            let raw =
+                unsafe { ring_core::RawMemory::attach(seg.as_ptr(), seg.len()) }.expect("attach");
+            let [_, _, slots_off, payloads_off, _] = ring_core::Memory::geometry(&raw).offsets();
+            let words = (payloads_off - slots_off) / 8;
+            for _ in 0..64 {
+                let i = slots_off + 8 * (next() as usize % words);
+                // SAFETY: `i + 8 <= payloads_off <= seg.len()`, 8-aligned; peers use atomics.
+                unsafe { base.add(i).cast::<u64>().write_volatile(next()) };
+            }
+        }
         "truncate" => {
             rustix::fs::ftruncate(seg.fd(), 100).expect("ftruncate");
         }

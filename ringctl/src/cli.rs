@@ -160,6 +160,18 @@ pub struct DemoArgs {
     /// Print one JSON object (the last line) instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Test hook: make the producer misbehave, to show that the checks catch it.
+    #[arg(long, value_enum, hide = true)]
+    pub inject_fault: Option<Fault>,
+}
+
+/// A deliberate producer fault (tests of the integrity checks).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Fault {
+    /// Store a wrong checksum in every 7th frame.
+    Checksum,
+    /// Never free every 5th frame's descriptor.
+    Leak,
 }
 
 /// Options of `ringctl inspect`.
@@ -254,6 +266,9 @@ pub struct ProducerArgs {
     /// Frames to stream (overrides duration).
     #[arg(long)]
     pub messages: Option<u64>,
+    /// Deliberate fault.
+    #[arg(long, value_enum)]
+    pub inject_fault: Option<Fault>,
 }
 
 /// Arguments of a demo consumer process.

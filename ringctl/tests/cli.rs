@@ -481,3 +481,34 @@ fn sigterm_ends_the_demo_and_removes_its_ring() {
     assert!(line.contains("interrupted"), "{line}");
     assert!(!shm_path(&name).exists(), "the ring must be removed");
 }
+
+#[test]
+fn integrity_checks_catch_bad_checksums_and_leaks() {
+    let base = [
+        "demo",
+        "--frame-size",
+        "1024",
+        "--messages",
+        "100",
+        "--fps",
+        "0",
+        "--json",
+        "--inject-fault",
+    ];
+    let out = run(&[&base[..], &["checksum"]].concat());
+    let v = last_json(&out);
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(v["ok"], false, "{v}");
+    // Every 7th frame (seq % 7 == 3) has a wrong checksum; the gating consumer sees all 100.
+    let gating = v["per_consumer"]
+        .as_array()
+        .and_then(|rows| rows.iter().find(|r| r["class"] == "gating"))
+        .cloned()
+        .expect("gating row");
+    assert_eq!(gating["torn"], 14, "{v}");
+    let out = run(&[&base[..], &["leak"]].concat());
+    let v = last_json(&out);
+    assert_eq!(out.status.code(), Some(1), "{v}");
+    assert_eq!(v["leaked_allocations"], 20, "{v}");
+    assert_eq!(v["torn"], 0, "{v}");
+}

@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::{Config, Memory, MAX_CONSUMERS, MAX_SLOT_CAPACITY};
 
-use crate::cli::{Class, DemoArgs};
+use crate::cli::{Class, DemoArgs, Fault};
 use crate::error::{CliError, Result};
 use crate::frame;
 use crate::ring::{self, Ring};
@@ -164,6 +164,11 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     if let Some(m) = args.messages {
         cmd.arg(format!("--messages={m}"));
     }
+    match args.inject_fault {
+        Some(Fault::Checksum) => cmd.arg("--inject-fault=checksum"),
+        Some(Fault::Leak) => cmd.arg("--inject-fault=leak"),
+        None => &mut cmd,
+    };
     kids.producer = Some(
         cmd.stdin(Stdio::null())
             .stdout(Stdio::piped())

@@ -8,7 +8,7 @@ use ring_core::{ClaimError, Memory, WriteSlot};
 use ring_os::{FutexWait, Mapping, ProducerExt as _, ShmProducer, ShmRing, LIVENESS_PERIOD};
 
 use super::report::ProducerReport;
-use crate::cli::ProducerArgs;
+use crate::cli::{Fault, ProducerArgs};
 use crate::error::{CliError, Result};
 use crate::frame::{self, FrameSize};
 use crate::ring;
@@ -32,6 +32,8 @@ struct Writer<'a> {
     size: FrameSize,
     /// Descriptors allocated.
     allocations: u64,
+    /// A deliberate fault (tests).
+    fault: Option<Fault>,
 }
 
 impl Writer<'_> {
@@ -42,6 +44,7 @@ impl Writer<'_> {
         let index = (seq % self.descriptors.len() as u64) as usize;
         // The slot's previous message is gone (we hold the slot, so no one pins it, and no
         // gating consumer needs it): free its descriptor.
+        let leak = self.fault == Some(Fault::Leak) && seq % 5 == 0;
         if let Some(old) = self.descriptors.get_mut(index) {
             if *old != 0 {
                 self.alloc.free(*old, DESCRIPTOR_OWNER)?;
@@ -54,14 +57,17 @@ impl Writer<'_> {
             ring::epoch_ms(),
         )?;
         self.allocations += 1;
-        if let Some(d) = self.descriptors.get_mut(index) {
+        if let Some(d) = self.descriptors.get_mut(index).filter(|_| !leak) {
             *d = a.handle;
         }
-        let sum = frame::fill(&mut self.buf, seq, a.handle);
+        let mut sum = frame::fill(&mut self.buf, seq, a.handle);
         let d = frame::descriptor(seq, self.buf.len(), self.size.dims, sum);
         self.alloc.writer(&a)?.write(&d)?;
         slot.write(&self.buf)
             .map_err(|e| CliError::Usage(e.to_string()))?;
+        if self.fault == Some(Fault::Checksum) && seq % 7 == 3 {
+            sum ^= 1;
+        }
         slot.set_meta([ring::monotonic_ns(), sum]);
         Ok(slot.publish())
     }
@@ -85,6 +91,7 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
         buf: vec![0; bytes],
         size: args.frame_size,
         allocations: 0,
+        fault: args.inject_fault,
     };
     let mut report = ProducerReport::default();
     let period = (args.fps > 0.0).then(|| Duration::from_secs_f64(1.0 / args.fps));

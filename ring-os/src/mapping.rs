@@ -16,6 +16,8 @@ pub struct Mapping {
     raw: RawMemory,
     /// The mapping and its descriptor.
     segment: Segment,
+    /// Futex wake system calls made through this mapping (process-local statistics).
+    wakes: std::sync::atomic::AtomicU64,
 }
 
 /// The smallest file that can hold a segment header, for the size check before mapping.
@@ -37,7 +39,11 @@ impl Mapping {
         //   touches it until this returns; afterwards every access goes through ring-core.
         let raw =
             unsafe { RawMemory::initialize(segment.as_ptr(), segment.len(), config, creator)? };
-        Ok(Self { raw, segment })
+        Ok(Self {
+            raw,
+            segment,
+            wakes: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// Validates an opened `segment` as a ring, treating its bytes as untrusted.
@@ -50,7 +56,11 @@ impl Mapping {
         // write it only through atomics), and stays mapped for as long as `segment`, which the
         // returned value owns (and drops after `raw`).
         let raw = unsafe { RawMemory::attach(segment.as_ptr(), segment.len())? };
-        Ok(Self { raw, segment })
+        Ok(Self {
+            raw,
+            segment,
+            wakes: std::sync::atomic::AtomicU64::new(0),
+        })
     }
 
     /// The size check an opener applies before mapping a ring segment.
@@ -74,6 +84,14 @@ impl Mapping {
     #[must_use]
     pub fn owners(&self) -> Vec<OwnerId> {
         owners_of(&self.raw)
+    }
+
+    /// How many futex wake system calls this process made through this mapping: the producer
+    /// wakes only when a consumer is parked, so a ring whose consumers keep up makes none.
+    #[must_use]
+    pub fn wake_calls(&self) -> u64 {
+        // Relaxed: a statistic.
+        self.wakes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Re-checks that nobody truncated the file under the mapping (see [`Segment::check_len`]).
@@ -151,6 +169,9 @@ unsafe impl Memory for Mapping {
         self.raw.alloc_words()
     }
     fn notify(&self, word: &AtomicU32) {
+        // Relaxed: a statistic.
+        self.wakes
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let _ = futex::wake_all(as_futex(word));
     }
 }
@@ -159,4 +180,37 @@ unsafe impl Memory for Mapping {
 #[cfg(test)]
 pub(crate) fn tests_as_futex(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
     as_futex(word)
+}
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use ring_core::{Config, DeliveryClass};
+
+    use crate::{CreateOptions, ShmRing};
+
+    #[test]
+    fn no_wake_syscall_unless_someone_is_parked() {
+        let ring = ShmRing::create_memfd(&Config::new(64, 64), CreateOptions::new()).unwrap();
+        let mut p = ShmRing::producer(&ring).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut buf = [0u8; 64];
+        for i in 0..1000u32 {
+            p.try_publish(&i.to_le_bytes()).unwrap();
+            c.try_copy(&mut buf).unwrap();
+        }
+        assert_eq!(ring.wake_calls(), 0, "fast path made wake syscalls");
+        // A parked consumer is woken by the next publish.
+        let reader = std::thread::spawn(move || {
+            // One park of up to 10 s (no liveness slices), so the publish below finds it parked.
+            c.wait_ready(&mut crate::FutexWait::new(Duration::from_secs(10)))?;
+            let mut buf = [0u8; 64];
+            c.try_copy(&mut buf).map(|m| m.len)
+        });
+        std::thread::sleep(Duration::from_millis(100));
+        p.try_publish(b"wake up").unwrap();
+        assert_eq!(reader.join().unwrap(), Ok(7));
+        assert!(ring.wake_calls() >= 1);
+    }
 }

@@ -6,7 +6,7 @@
 //! slot is claimed for a later message — a claim succeeds only when no reader pins the slot and
 //! no gating consumer still needs it — so consumers cannot leak anything, and the live count
 //! never exceeds the slot count. Readers pin the message and copy the allocation with
-//! [`read_pinned`] while the pin keeps it alive.
+//! [`AllocReader::read_pinned`] while the pin keeps it alive.
 //!
 //! After a producer crash, [`AllocProducer::new`] on the new producer frees the dead producer's
 //! allocations that no slot references (the one it may have been filling), so take-over leaks

@@ -48,7 +48,7 @@ pub fn send_fd(socket: impl AsFd, fd: BorrowedFd<'_>, payload: &[u8]) -> Result<
 
 /// Receives one descriptor and up to `buf.len()` payload bytes, waiting at most `timeout`.
 /// Returns the descriptor (close-on-exec) and the payload length. Extra descriptors in the same
-/// message are closed.
+/// message are closed. Sets `SO_RCVTIMEO` on `socket` (it stays set).
 ///
 /// # Errors
 ///

@@ -72,12 +72,26 @@ mod imp {
 
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 mod imp {
+    pub(super) use super::poll::{wait, wake_all};
+}
+
+/// The polling fallback, compiled everywhere so that it is tested on Linux too.
+#[cfg_attr(
+    any(target_os = "linux", target_os = "android"),
+    allow(
+        dead_code,
+        reason = "used on targets without futexes; tested everywhere"
+    )
+)]
+mod poll {
     use core::sync::atomic::{AtomicU32, Ordering};
     use core::time::Duration;
     use std::time::Instant;
 
     use super::WaitOutcome;
 
+    /// Polls `word` with a sleep back-off (20 µs doubling to 1 ms) until it changes or
+    /// `timeout` passes.
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
         let now = Instant::now();
         let deadline = now
@@ -98,6 +112,7 @@ mod imp {
         }
     }
 
+    /// Nothing to do: pollers see the new value on their next look.
     pub(super) fn wake_all(_word: &AtomicU32) -> usize {
         0
     }
@@ -125,6 +140,31 @@ mod tests {
             WaitOutcome::TimedOut
         );
         assert!(t.elapsed() >= Duration::from_millis(25));
+    }
+
+    #[test]
+    fn polling_fallback_sees_changes_and_times_out() {
+        let w = Arc::new(AtomicU32::new(0));
+        assert_eq!(
+            poll::wait(&w, 0, Duration::from_millis(5)),
+            WaitOutcome::TimedOut
+        );
+        assert_eq!(
+            poll::wait(&w, 1, Duration::from_secs(5)),
+            WaitOutcome::Changed
+        );
+        let w2 = Arc::clone(&w);
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(10));
+            // Release: pairs with the poller's Acquire.
+            w2.store(1, Ordering::Release);
+            let _ = poll::wake_all(&w2);
+        });
+        assert_eq!(
+            poll::wait(&w, 0, Duration::from_secs(10)),
+            WaitOutcome::Changed
+        );
+        t.join().unwrap();
     }
 
     #[test]

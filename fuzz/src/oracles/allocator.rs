@@ -562,6 +562,15 @@ fn write_session<'w>(
                     l.bytes[pos as usize + j] = Some(*b);
                 }
                 pos += c;
+                // A non-empty write zero-pads the rest of the word it ended in (documented).
+                let pad_end = if c == 0 {
+                    pos
+                } else {
+                    (pos.div_ceil(8) * 8).min(reserved)
+                };
+                for b in &mut l.bytes[pos as usize..pad_end as usize] {
+                    *b = Some(0);
+                }
             } else {
                 let want = Err(AllocError::Overflow {
                     reserved,

@@ -90,6 +90,12 @@ pub enum Target {
         /// Word.
         word: u8,
     },
+    /// Allocator-region word `word % words` (header, stats, entries, bitmap, arena), when the
+    /// ring has an allocator.
+    Alloc {
+        /// Word.
+        word: u16,
+    },
 }
 
 /// One step: an operation, or a peer's write.
@@ -194,6 +200,13 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
             let words = mem.payload(usize::from(index) % g.slots());
             if !words.is_empty() {
                 poke64(&words[usize::from(word) % words.len()], value);
+            }
+        }
+        Target::Alloc { word } => {
+            let words = mem.alloc_words();
+            if !words.is_empty() {
+                // Mostly the metadata at the front (header, stats, entry table).
+                poke64(&words[usize::from(word) % words.len().min(512)], value);
             }
         }
     }

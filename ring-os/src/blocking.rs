@@ -143,8 +143,20 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
         timeout: Duration,
         write: impl FnOnce(WriteSlot<'_, M>) -> R,
     ) -> Result<R, ClaimError> {
-        let deadline = deadline_after(timeout);
         let mut write = Some(write);
+        // Fast path: no clock read, no wait strategy.
+        match self.try_claim() {
+            Ok(slot) => {
+                return match write.take() {
+                    Some(f) => Ok(f(slot)),
+                    // Unreachable: `write` was just filled.
+                    None => Err(ClaimError::Closed),
+                };
+            }
+            Err(e @ (ClaimError::Closed | ClaimError::TooLarge { .. })) => return Err(e),
+            Err(_) => {}
+        }
+        let deadline = deadline_after(timeout);
         loop {
             let err = match self.claim(&mut FutexWait::until(slice_end(deadline))) {
                 Ok(slot) => {

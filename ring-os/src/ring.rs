@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ring_core::{Config, Consumer, DeliveryClass, Geometry, Producer};
+use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Producer};
 
 use crate::owner::{self, Liveness};
 use crate::{CreateOptions, Error, Mapping, Segment, SegmentName};
@@ -67,6 +67,35 @@ impl ShmRing {
     pub fn open_named(name: &SegmentName) -> Result<Arc<Mapping>, Error> {
         let segment = Segment::open_named(name, Mapping::open_check())?;
         Ok(Arc::new(Mapping::attach(segment)?))
+    }
+
+    /// [`open_named`](Self::open_named), retrying for at most `timeout` while the segment does
+    /// not exist yet or its creator is still sizing or formatting it.
+    ///
+    /// # Errors
+    ///
+    /// As `open_named`; the last error when `timeout` ran out.
+    pub fn open_named_within(
+        name: &SegmentName,
+        timeout: core::time::Duration,
+    ) -> Result<Arc<Mapping>, Error> {
+        let deadline = crate::deadline_after(timeout);
+        loop {
+            match Self::open_named(name) {
+                // What a segment looks like while its creator makes it: no file yet, a file not
+                // yet sized, zero bytes not yet formatted, a closed init barrier.
+                Err(
+                    Error::NotFound { .. }
+                    | Error::SizeMismatch { .. }
+                    | Error::Attach(
+                        AttachError::NotInitialized { .. } | AttachError::BadMagic { found: 0 },
+                    ),
+                ) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(core::time::Duration::from_millis(1));
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Creates an anonymous ring in a sealed memfd; pass `ring.segment().fd()` to peers with
@@ -155,5 +184,42 @@ impl ShmRing {
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
         let me = owner::current()?;
         Ok(Consumer::new(Arc::clone(ring), class, me)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::time::Duration;
+
+    use super::*;
+
+    #[test]
+    fn open_within_waits_for_the_creator_and_gives_up_on_time() {
+        let name = SegmentName::new(&format!("open-within-{}", std::process::id())).unwrap();
+        let t = std::time::Instant::now();
+        assert!(matches!(
+            ShmRing::open_named_within(&name, Duration::from_millis(30)),
+            Err(Error::NotFound { .. })
+        ));
+        assert!(t.elapsed() >= Duration::from_millis(25));
+        let n2 = name.clone();
+        let creator = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            ShmRing::create_named(&n2, &Config::new(4, 64), CreateOptions::new()).unwrap()
+        });
+        let opened = ShmRing::open_named_within(&name, Duration::from_secs(10));
+        let created = creator.join().unwrap();
+        created.segment().unlink().unwrap();
+        assert_eq!(opened.unwrap().segment().len(), created.segment().len());
+    }
+
+    #[test]
+    fn a_second_live_producer_is_refused() {
+        let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
+        let _p = ShmRing::producer(&ring).unwrap();
+        assert!(matches!(
+            ShmRing::producer(&ring),
+            Err(Error::ProducerAlive { .. })
+        ));
     }
 }

@@ -2,6 +2,23 @@
 //!
 //! One message carries one descriptor plus a few bytes chosen by the caller (for example the
 //! segment's length, which the receiver must still check against the file, or a ring name).
+//!
+//! # Examples
+//!
+//! ```
+//! use core::time::Duration;
+//! use std::os::unix::net::UnixStream;
+//! use ring_os::{fdpass, CreateOptions, Segment, SizeCheck};
+//! let (a, b) = UnixStream::pair().unwrap();
+//! let seg = Segment::create_memfd(4096, CreateOptions::new())?;
+//! fdpass::send_fd(&a, seg.fd(), b"ring")?;
+//! let mut note = [0u8; 8];
+//! let (fd, n) = fdpass::recv_fd(&b, &mut note, Duration::from_secs(1))?;
+//! assert_eq!(&note[..n], b"ring");
+//! let received = Segment::from_fd(fd, SizeCheck::Exactly(4096))?;
+//! assert_eq!(received.len(), 4096);
+//! # Ok::<(), ring_os::Error>(())
+//! ```
 
 use core::mem::MaybeUninit;
 use core::time::Duration;

@@ -79,6 +79,20 @@ pub enum SegmentKind {
 /// The mapping is shared and read-write, page-aligned, and covers the whole file. Dropping the
 /// segment unmaps it and closes the descriptor; the name or path stays unless
 /// [`unlink`](Self::unlink) is called or [`set_unlink_on_drop`](Self::set_unlink_on_drop) is set.
+///
+/// # Examples
+///
+/// ```
+/// use ring_os::{CreateOptions, Error, Segment, SizeCheck};
+/// let seg = Segment::create_memfd(4096, CreateOptions::new())?;
+/// // What a receiver does with a descriptor it got from a peer: checks seals and size, then maps.
+/// let fd = seg.fd().try_clone_to_owned().unwrap();
+/// let same = Segment::from_fd(fd, SizeCheck::Exactly(4096))?;
+/// assert_eq!(same.len(), 4096);
+/// let fd = seg.fd().try_clone_to_owned().unwrap();
+/// assert!(matches!(Segment::from_fd(fd, SizeCheck::AtLeast(8192)), Err(Error::SizeMismatch { .. })));
+/// # Ok::<(), Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Segment {
     /// The mapping of the whole file.

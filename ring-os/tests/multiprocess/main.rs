@@ -16,6 +16,7 @@
 
 mod roles;
 mod scenarios;
+mod segments;
 mod support;
 
 use std::time::{Duration, Instant};
@@ -41,22 +42,22 @@ const SCENARIOS: &[Scenario] = &[
     ),
     (
         "corrupt_or_truncated_segment_is_a_clear_error",
-        scenarios::corrupt,
+        segments::corrupt,
         Duration::from_secs(60),
     ),
     (
         "creation_without_space_is_no_space",
-        scenarios::no_space,
+        segments::no_space,
         Duration::from_secs(30),
     ),
     (
         "memfd_passed_over_a_socket_and_bad_ones_refused",
-        scenarios::memfd,
+        segments::memfd,
         Duration::from_secs(60),
     ),
     (
         "stale_segments_of_dead_owners_are_cleaned",
-        scenarios::stale,
+        segments::stale,
         Duration::from_secs(60),
     ),
 ];

@@ -1,6 +1,7 @@
 //! The conformance checks against a real GPU. On a machine without one, each test first asserts
 //! that [`probe`] reported [`Error::NoDriver`] or [`Error::NoDevice`] (so a broken probe cannot
-//! hide behind the skip), prints that it skipped, and returns: the names say so.
+//! hide behind the skip), prints that it skipped, and returns: the names say so. With
+//! `RING_CUDA_REQUIRE_GPU=1` (set by `gpu-check.sh`) a missing GPU fails instead.
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use ring_cuda::{conformance, probe, CudaDevice, Device, Error, ExportKind, Limits};
@@ -13,6 +14,11 @@ fn gpu(test: &str) -> Option<CudaDevice> {
             Some(d)
         }
         Err(e @ (Error::NoDriver | Error::NoDevice)) => {
+            // gpu-check.sh sets this on the GPU machine, where skipping would hide a failure.
+            assert!(
+                std::env::var_os("RING_CUDA_REQUIRE_GPU").is_none(),
+                "{test}: RING_CUDA_REQUIRE_GPU is set but there is no GPU: {e}"
+            );
             let p = probe();
             assert!(
                 matches!(p, Err(Error::NoDriver | Error::NoDevice)),

@@ -228,13 +228,33 @@ impl Device for EmulatedDevice {
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        // Queued work holds its own reference to the region, so the bytes outlive it (the
-        // emulated counterpart of cuMemFree waiting for the device).
-        self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
+        let (region, _) = self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
             kind: ResourceKind::Buffer,
             id: buf.0,
         })?;
-        self.release(ResourceKind::Buffer, buf.0)
+        self.release(ResourceKind::Buffer, buf.0)?;
+        // Queued work holds its own references to the region. Like cuMemFree, wait (bounded)
+        // for it to finish, so the memfd is closed — and the exported handle stale — on return.
+        let start = std::time::Instant::now();
+        let mut region = region;
+        loop {
+            match Arc::try_unwrap(region) {
+                Ok(r) => {
+                    drop(r);
+                    return Ok(());
+                }
+                Err(r) if start.elapsed() < self.options.wait_bound => {
+                    region = r;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        what: "work queued on a freed buffer",
+                        after: self.options.wait_bound,
+                    })
+                }
+            }
+        }
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {

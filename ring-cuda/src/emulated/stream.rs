@@ -157,6 +157,9 @@ fn run(rx: &Receiver<Op>, timing: Timing) {
                 unsafe {
                     core::ptr::copy_nonoverlapping(src.ptr().add(offset), out.as_mut_ptr(), len)
                 };
+                // Released before the reply, so a host that frees the buffer right after the
+                // read finds no reference left (see `EmulatedDevice::free`).
+                drop(src);
                 let _ = reply.send(Ok(out));
             }
             Op::Record { event, target } => {

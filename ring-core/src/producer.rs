@@ -304,7 +304,7 @@ impl<M: Memory> Producer<M> {
                 Ok(slot) => return Ok(self.write_slot(slot)),
                 Err(ClaimError::Closed) => return Err(ClaimError::Closed),
                 Err(e) => {
-                    if !self.park(wait) {
+                    if !self.park(wait, Self::claimable) {
                         return Err(e);
                     }
                 }
@@ -312,18 +312,32 @@ impl<M: Memory> Producer<M> {
         }
     }
 
-    /// Parks on the drain word once; false when the strategy's bound ran out.
-    fn park<W: WaitStrategy>(&self, wait: &mut W) -> bool {
+    /// Parks on the drain word once, unless `ready` holds once we are announced as waiting;
+    /// false when the strategy's bound ran out.
+    fn park<W: WaitStrategy>(&self, wait: &mut W, ready: impl Fn(&Self) -> bool) -> bool {
         let line = self.mem.producer_line();
         // Acquire: pairs with the consumers' Release bump of `drain_futex`.
         let seen = line.drain_futex.load(Ordering::Acquire);
         // Relaxed + SeqCst fence: the Dekker handshake with consumers, which advance, fence, then
-        // load `producer_waiting`: either they see 1 and wake us, or we see their progress.
+        // load `producer_waiting`: either they see 1 and wake us, or the re-check of `ready`
+        // after our fence sees their progress. (Without the re-check, a consumer that advanced
+        // before our store would leave us asleep: a lost wake-up, found by the loom model.)
         line.producer_waiting.store(1, Ordering::Relaxed);
         fence(Ordering::SeqCst);
-        let ok = wait.wait(&line.drain_futex, seen);
+        let ok = ready(self) || wait.wait(&line.drain_futex, seen);
         line.producer_waiting.store(0, Ordering::Relaxed);
         ok
+    }
+
+    /// Whether a claim of the next sequence would pass the gating check and find its slot
+    /// free of readers (the condition `claim` parks on).
+    fn claimable(&self) -> bool {
+        let n = self.mem.geometry().slots() as u64;
+        let need = (self.head + 1).saturating_sub(n);
+        let slot = (self.head % n) as usize;
+        // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
+        let state = self.mem.slot_header(slot).state.load(Ordering::Acquire);
+        self.lowest_gating_cursor() >= need && state & (READER_MASK | WRITER) == 0
     }
 
     /// Waits until every active gating consumer has consumed everything published (an "ack
@@ -333,7 +347,7 @@ impl<M: Memory> Producer<M> {
             if self.lowest_gating_cursor() >= self.head {
                 return true;
             }
-            if !self.park(wait) {
+            if !self.park(wait, |p| p.lowest_gating_cursor() >= p.head) {
                 return self.lowest_gating_cursor() >= self.head;
             }
         }

@@ -1,0 +1,218 @@
+//! loom models of the allocator (one mutator, a concurrent reader in another "process") and of
+//! the futex-style wait/wake handshakes (no lost wake-up).
+//!
+//! Run as `loom_ring.rs` says.
+#![cfg(ring_loom)]
+
+use loom::sync::{Condvar, Mutex};
+use loom::thread;
+use ring_core::alloc::{region_len, AllocConfig, AllocError, Allocator};
+use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
+use ring_core::{
+    AtomicU32, AtomicU64, Config, Consumer, DeliveryClass, Geometry, Memory, OwnedSegment, OwnerId,
+    Producer, WaitStrategy,
+};
+use std::sync::Arc;
+
+/// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
+/// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 1_000_000;
+    b.check(f);
+}
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).expect("non-zero")
+}
+
+fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
+    let words = region_len(arena, max_live).expect("valid region") / 8;
+    Arc::new((0..words).map(|_| AtomicU64::new(0)).collect())
+}
+
+/// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
+/// so the second allocation reuses both. A reader holding the first handle gets its bytes whole
+/// or `InvalidHandle`, never the second allocation's bytes.
+#[test]
+fn reader_never_sees_a_reused_allocation() {
+    model(|| {
+        let words = region(64, 1);
+        let mut alloc = Allocator::init(
+            &words,
+            AllocConfig {
+                arena_bytes: 64,
+                max_live: 1,
+                byte_ceiling: 64,
+            },
+        )
+        .unwrap();
+        let a = alloc.alloc(16, 1, 0).unwrap();
+        alloc.writer(&a).unwrap().write(&[0xAA; 16]).unwrap();
+        let w2 = words.clone();
+        let t = thread::spawn(move || {
+            let mut alloc = Allocator::attach(&w2).unwrap();
+            alloc.free(a.handle, 1).unwrap();
+            let b = alloc.alloc(16, 2, 1).unwrap();
+            assert_eq!(b.offset, a.offset, "one granule: reused");
+            alloc.writer(&b).unwrap().write(&[0xBB; 16]).unwrap();
+        });
+        let reader = Allocator::attach(&words).unwrap();
+        let mut out = [0u8; 16];
+        match reader.read(&a, &mut out) {
+            Ok(n) => assert_eq!(&out[..n], &[0xAA; 16], "read a reused allocation"),
+            Err(AllocError::InvalidHandle { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        t.join().unwrap();
+    });
+}
+
+/// Reclaiming a dead owner's allocations (`free_all_of`) racing a reader's lookup and leak
+/// report: the reader sees each allocation live or gone, never a half-freed one, and the
+/// accounting ends exact.
+#[test]
+fn reclaim_of_a_dead_owner_races_a_reader() {
+    model(|| {
+        let words = region(128, 2);
+        let mut alloc = Allocator::init(
+            &words,
+            AllocConfig {
+                arena_bytes: 128,
+                max_live: 2,
+                byte_ceiling: 128,
+            },
+        )
+        .unwrap();
+        let a = alloc.alloc(10, 3, 0).unwrap();
+        let b = alloc.alloc(40, 4, 0).unwrap();
+        let w2 = words.clone();
+        let t = thread::spawn(move || {
+            let mut alloc = Allocator::attach(&w2).unwrap();
+            let freed = alloc.free_all_of(3).unwrap();
+            assert_eq!((freed.count, freed.bytes, freed.corrupt), (1, 10, 0));
+        });
+        let reader = Allocator::attach(&words).unwrap();
+        match reader.lookup(a.handle) {
+            Ok(got) => assert_eq!(got, a),
+            Err(e) => assert_eq!(e, AllocError::InvalidHandle { handle: a.handle }),
+        }
+        assert_eq!(reader.lookup(b.handle), Ok(b));
+        let totals = reader.leak_report(0, |_| {});
+        assert_eq!(totals.corrupt, 0);
+        assert!((1..=2).contains(&totals.count));
+        t.join().unwrap();
+        let after = Allocator::attach(&words).unwrap();
+        assert_eq!(after.stats().live, 1);
+        assert_eq!(after.owner_stats(3).unwrap().live, 0);
+    });
+}
+
+/// A futex modelled with a loom mutex and condvar: `wait` sleeps only if the word still holds
+/// the expected value *under the lock*, `wake` takes the lock: the kernel's atomicity.
+#[derive(Default)]
+struct Kernel {
+    lock: Mutex<()>,
+    cv: Condvar,
+}
+
+/// A segment whose `notify` wakes the modelled futex.
+struct FutexSegment {
+    seg: OwnedSegment,
+    kernel: Kernel,
+}
+
+// SAFETY: forwards every accessor to the `OwnedSegment`, which keeps its promises.
+unsafe impl Memory for FutexSegment {
+    fn geometry(&self) -> &Geometry {
+        self.seg.geometry()
+    }
+    fn header(&self) -> &SegmentHeader {
+        self.seg.header()
+    }
+    fn producer_line(&self) -> &ProducerLine {
+        self.seg.producer_line()
+    }
+    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
+        self.seg.consumer_entry(index)
+    }
+    fn slot_header(&self, index: usize) -> &SlotHeader {
+        self.seg.slot_header(index)
+    }
+    fn payload(&self, index: usize) -> &[AtomicU64] {
+        self.seg.payload(index)
+    }
+    fn alloc_words(&self) -> &[AtomicU64] {
+        self.seg.alloc_words()
+    }
+    fn notify(&self, _word: &AtomicU32) {
+        let _g = self.kernel.lock.lock().unwrap();
+        self.kernel.cv.notify_all();
+    }
+}
+
+/// Sleeps on the modelled futex with no timeout: a lost wake-up is a deadlock, which loom
+/// reports.
+struct FutexWait(Arc<FutexSegment>);
+
+impl WaitStrategy for FutexWait {
+    fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
+        let k = &self.0.kernel;
+        let g = k.lock.lock().unwrap();
+        // Relaxed: the futex compares under its lock; ordering comes from the callers'
+        // handshake (their fences), exactly as with the kernel's futex.
+        if word.load(ring_core::sync::Ordering::Relaxed) != expected {
+            return true;
+        }
+        drop(k.cv.wait(g).unwrap());
+        true
+    }
+}
+
+fn futex_seg(slots: u32) -> Arc<FutexSegment> {
+    Arc::new(FutexSegment {
+        seg: OwnedSegment::new(&Config::new(slots, 8).with_consumers(1), id(1)).unwrap(),
+        kernel: Kernel::default(),
+    })
+}
+
+/// A consumer parks until a message arrives; the producer publishes once. No lost wake-up
+/// (the publish / `wait_ready` Dekker handshake), and the message is there when it wakes.
+#[test]
+fn consumer_wait_has_no_lost_wakeup() {
+    model(|| {
+        let s = futex_seg(2);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let t = thread::spawn(move || {
+            p.try_publish(&[7; 8]).unwrap();
+        });
+        let mut w = FutexWait(s.clone());
+        c.wait_ready(&mut w).unwrap();
+        let mut buf = [0u8; 8];
+        assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
+        t.join().unwrap();
+    });
+}
+
+/// The producer parks while a gating consumer holds the ring full; the consumer consumes once.
+/// No lost wake-up (the consumer-advance / `park` handshake), and the claim then succeeds.
+#[test]
+fn producer_wait_has_no_lost_wakeup() {
+    model(|| {
+        let s = futex_seg(1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        p.try_publish(&[1; 8]).unwrap();
+        let t = thread::spawn(move || {
+            let mut buf = [0u8; 8];
+            assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
+            c
+        });
+        let mut w = FutexWait(s.clone());
+        let slot = p.claim(&mut w).unwrap();
+        assert_eq!(slot.seq(), 1);
+        drop(slot);
+        drop(t.join().unwrap());
+    });
+}

@@ -1,0 +1,286 @@
+//! loom models of the ring protocol: ring-core itself, built with `--cfg ring_loom` so that its
+//! sync façade hands out loom's atomics, over the loom-shaped `OwnedSegment`.
+//!
+//! Run: `RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+//!       cargo test -p ring-verification --release --test 'loom_*'`
+//!
+//! Payloads are two words (16 bytes) of one repeated byte per message, so a torn read (words of
+//! two messages) is visible as mixed bytes.
+#![cfg(ring_loom)]
+
+use loom::thread;
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, OwnerId, Producer, ReadError,
+};
+use std::sync::Arc;
+
+/// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
+/// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
+fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    let mut b = loom::model::Builder::new();
+    b.max_branches = 1_000_000;
+    b.check(f);
+}
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).expect("non-zero")
+}
+
+fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
+    Arc::new(
+        OwnedSegment::new(&Config::new(slots, 16).with_consumers(consumers), id(1))
+            .expect("valid config"),
+    )
+}
+
+/// The byte every payload byte of message `seq` holds.
+fn fill(seq: u64) -> u8 {
+    0xA0 + seq as u8
+}
+
+fn msg(seq: u64) -> [u8; 16] {
+    [fill(seq); 16]
+}
+
+/// Asserts `bytes` is exactly message `seq` (invariants 2 and 3: whole, and the one asked for).
+fn assert_whole(bytes: &[u8], seq: u64) {
+    assert_eq!(
+        bytes,
+        msg(seq),
+        "message {seq} read torn or wrong: {bytes:?}"
+    );
+}
+
+fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimError> {
+    p.try_publish(&msg(seq))
+}
+
+/// Publish vs optimistic copy: the producer rewrites the only slot while a reader copies the
+/// old message out. The copy is the old message whole, the new one whole, or refused.
+#[test]
+fn copy_is_whole_or_refused() {
+    model(|| {
+        let s = seg(1, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        publish(&mut p, 0).unwrap();
+        let t = thread::spawn(move || {
+            publish(&mut p, 1).unwrap();
+        });
+        let mut buf = [0u8; 16];
+        match c.try_copy(&mut buf) {
+            Ok(got) => {
+                assert_whole(&buf[..got.len], got.seq);
+                assert_eq!(
+                    got.missed, got.seq,
+                    "skip-on-lag must count what it skipped"
+                );
+            }
+            // Overwritten while copying, and the new message not yet published.
+            Err(ReadError::Empty) => assert_eq!(c.missed(), 1),
+            Err(e) => panic!("unexpected {e}"),
+        }
+        t.join().unwrap();
+    });
+}
+
+/// Publish vs pin: a claim never succeeds on a pinned slot, and a pin never sees a partial or
+/// foreign message, even when the slot was rewritten between the reader's target and its pin.
+#[test]
+fn pin_excludes_claim_and_sees_one_message() {
+    model(|| {
+        let s = seg(1, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        publish(&mut p, 0).unwrap();
+        let t = thread::spawn(move || {
+            // Either it claims (no pin held), or it is refused because of the pin.
+            match publish(&mut p, 1) {
+                Ok(seq) => assert_eq!(seq, 1),
+                Err(ClaimError::Pinned { readers, .. }) => assert_eq!(readers, 1),
+                Err(e) => panic!("unexpected {e}"),
+            }
+        });
+        if let Ok(m) = c.try_pin() {
+            let seq = m.seq();
+            let mut a = [0u8; 16];
+            assert_eq!(m.copy_to(&mut a), 16);
+            assert_whole(&a, seq);
+            // Still the same message: the pin keeps the producer out.
+            let mut b = [0u8; 16];
+            m.copy_to(&mut b);
+            assert_whole(&b, seq);
+        }
+        t.join().unwrap();
+    });
+}
+
+/// The producer wraps a 2-slot ring (three messages) under two consumers of different classes,
+/// one pinning and one copying; every read is whole and the counts are exact.
+#[test]
+fn producer_wraps_two_slots_under_two_consumers() {
+    model(|| {
+        let s = seg(2, 2);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut latest = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(2)).unwrap();
+        let mut lag = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(3)).unwrap();
+        publish(&mut p, 0).unwrap();
+        let tp = thread::spawn(move || {
+            for seq in 1..3 {
+                // No gating consumer and no pin can hold it back except a pin on the slot.
+                let _ = publish(&mut p, seq);
+            }
+        });
+        let tl = thread::spawn(move || {
+            if let Ok(m) = latest.try_pin() {
+                let mut a = [0u8; 16];
+                m.copy_to(&mut a);
+                assert_whole(&a, m.seq());
+                assert_eq!(
+                    m.missed(),
+                    m.seq(),
+                    "latest-only counts every message it skipped"
+                );
+            }
+            assert_eq!(latest.received() + latest.missed(), latest.cursor());
+        });
+        let mut buf = [0u8; 16];
+        let mut last = None;
+        for _ in 0..2 {
+            if let Ok(got) = lag.try_copy(&mut buf) {
+                assert_whole(&buf[..got.len], got.seq);
+                assert!(last.is_none_or(|l| got.seq > l), "sequence went backwards");
+                last = Some(got.seq);
+            }
+        }
+        assert_eq!(lag.received() + lag.missed(), lag.cursor());
+        tp.join().unwrap();
+        tl.join().unwrap();
+    });
+}
+
+/// A gating consumer on a 2-slot ring: the producer is refused (never overwrites) until the
+/// consumer has consumed; the consumer receives every message, in order, none missed.
+#[test]
+fn gating_consumer_loses_nothing() {
+    model(|| {
+        let s = seg(2, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        publish(&mut p, 0).unwrap();
+        publish(&mut p, 1).unwrap();
+        let t = thread::spawn(move || {
+            // Message 2 needs slot 0, which holds the unconsumed message 0 until the consumer
+            // moves on.
+            let mut published = false;
+            for _ in 0..3 {
+                match publish(&mut p, 2) {
+                    Ok(_) => {
+                        published = true;
+                        break;
+                    }
+                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => thread::yield_now(),
+                    Err(e) => panic!("unexpected {e}"),
+                }
+            }
+            published
+        });
+        let mut buf = [0u8; 16];
+        let got = g.try_copy(&mut buf).unwrap();
+        assert_eq!((got.seq, got.missed), (0, 0));
+        assert_whole(&buf[..got.len], 0);
+        let m = g.try_pin().unwrap();
+        assert_eq!((m.seq(), m.missed()), (1, 0));
+        let mut a = [0u8; 16];
+        m.copy_to(&mut a);
+        assert_whole(&a, 1);
+        drop(m);
+        if t.join().unwrap() {
+            let got = g.try_copy(&mut buf).unwrap();
+            assert_eq!((got.seq, got.missed), (2, 0));
+            assert_whole(&buf[..got.len], 2);
+        }
+        assert_eq!(g.missed(), 0);
+    });
+}
+
+/// A gating consumer registering while the producer publishes (the SeqCst registration
+/// handshake): whatever head it starts at, it never finds its first message overwritten.
+#[test]
+fn registration_races_publish() {
+    model(|| {
+        let s = seg(1, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        publish(&mut p, 0).unwrap();
+        let s2 = s.clone();
+        let t = thread::spawn(move || {
+            let mut g = Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap();
+            let start = g.cursor();
+            let mut buf = [0u8; 16];
+            match g.try_copy(&mut buf) {
+                Ok(got) => {
+                    assert_eq!((got.seq, got.missed), (start, 0), "gating consumer missed");
+                    assert_whole(&buf[..got.len], got.seq);
+                }
+                Err(ReadError::Empty) => {}
+                Err(e) => panic!("gating consumer: {e}"),
+            }
+            assert_eq!(g.missed(), 0);
+        });
+        // Message 1 overwrites message 0; message 2 would overwrite message 1.
+        for seq in 1..3 {
+            if publish(&mut p, seq).is_err() {
+                break;
+            }
+        }
+        t.join().unwrap();
+    });
+}
+
+/// A consumer that dies after `k` steps (0: just registered; 1: holding a pin; 2: after the
+/// unpin; 3: after a copy)
+/// while the producer publishes; once its death is known the producer reclaims it, exactly,
+/// and then owns every slot again.
+#[test]
+fn reclaim_after_crash_at_any_step() {
+    for k in 0..4 {
+        model(move || {
+            let s = seg(2, 1);
+            let mut p = Producer::new(s.clone(), id(1)).unwrap();
+            let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+            let index = c.index();
+            publish(&mut p, 0).unwrap();
+            let t = thread::spawn(move || {
+                // Death: whatever it holds right now (entry, pin) stays behind.
+                if k == 0 {
+                    std::mem::forget(c);
+                    return;
+                }
+                match c.try_pin() {
+                    Ok(m) if k == 1 => std::mem::forget(m),
+                    Ok(m) => drop(m),
+                    Err(_) => {}
+                }
+                if k >= 3 {
+                    let mut buf = [0u8; 16];
+                    let _ = c.try_copy(&mut buf);
+                }
+                std::mem::forget(c);
+            });
+            let _ = publish(&mut p, 1);
+            t.join().unwrap();
+            let r = p.reclaim(index, id(2)).unwrap();
+            assert!(r.was_registered && r.pins_cleared <= 1);
+            assert_eq!(ring_core::inspect::total_pins(&*s), 0, "reclaim left a pin");
+            // Nothing holds the producer back any more: two more messages wrap the ring.
+            let head = p.published();
+            for seq in head..head + 2 {
+                assert_eq!(publish(&mut p, seq), Ok(seq));
+            }
+            assert!(
+                !p.reclaim(index, id(2)).unwrap().was_registered,
+                "reclaim is idempotent"
+            );
+        });
+    }
+}

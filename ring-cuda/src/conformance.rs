@@ -315,6 +315,19 @@ pub fn device_ring<D: Device + 'static>(
     len: u64,
     slots: u32,
 ) -> Check {
+    device_ring_with(make, consumers, frames, len, slots, ExportKind::Ipc)
+}
+
+/// [`device_ring`] with the slot buffers exported as `kind`; with [`ExportKind::Fd`] each
+/// consumer receives the buffers' descriptors over a socket pair (ring-os fd passing).
+pub fn device_ring_with<D: Device + 'static>(
+    make: impl Fn(usize) -> D,
+    consumers: usize,
+    frames: u64,
+    len: u64,
+    slots: u32,
+    kind: ExportKind,
+) -> Check {
     use std::sync::Arc;
 
     use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
@@ -327,12 +340,13 @@ pub fn device_ring<D: Device + 'static>(
     let seg = Arc::new(HeapSegment::new(&cfg, id(1)?).map_err(|e| format!("segment: {e}"))?);
     let table = Arc::new(HeapTable::new(slots as usize, 4));
     let pdev = Arc::new(make(0));
-    let mut producer = DeviceProducer::new(
+    let mut producer = DeviceProducer::with_export(
         Arc::clone(&pdev),
         Arc::clone(&seg),
         Arc::clone(&table),
         id(1)?,
         len,
+        kind,
     )
     .map_err(|e| format!("producer: {e}"))?;
     let mut handles = Vec::new();
@@ -349,6 +363,15 @@ pub fn device_ring<D: Device + 'static>(
             T,
         )
         .map_err(|e| format!("consumer {c}: {e}"))?;
+        if kind == ExportKind::Fd {
+            let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+            producer
+                .send_buffers(&a)
+                .map_err(|e| format!("send_buffers: {e}"))?;
+            consumer
+                .receive_buffers(&b, T)
+                .map_err(|e| format!("receive_buffers: {e}"))?;
+        }
         handles.push(std::thread::spawn(move || {
             let r = consume(&mut consumer, frames, T).map_err(|e| format!("consumer {c}: {e}"));
             let opens = consumer.mapping_stats().opens;

@@ -70,3 +70,81 @@ fn two_slots_many_frames() {
 fn ten_thousand_cycles_return_to_baseline() {
     conformance::device_ring(|_| EmulatedDevice::new(), 1, 10_000, 256, 4).unwrap();
 }
+
+/// The VMM path through the ring: buffers exported as fds and handed to each consumer over a
+/// Unix socket with ring-os fd passing; the events still travel through the table.
+#[test]
+fn fd_exported_buffers_through_fd_passing() {
+    use ring_cuda::ExportKind;
+    conformance::device_ring_with(|_| EmulatedDevice::new(), 2, 200, 8192, 3, ExportKind::Fd)
+        .unwrap();
+    conformance::device_ring_with(
+        |i| {
+            if i == 0 {
+                EmulatedDevice::new()
+            } else {
+                delayed(1)
+            }
+        },
+        1,
+        30,
+        4096,
+        2,
+        ExportKind::Fd,
+    )
+    .unwrap();
+}
+
+/// A consumer of an fd-exported ring that never received the descriptors gets a clear error,
+/// and a producer of an IPC ring refuses to send descriptors.
+#[test]
+fn fd_ring_misuse_is_an_error() {
+    use std::sync::Arc;
+
+    use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
+    use ring_cuda::pipeline::produce;
+    use ring_cuda::ring::{DeviceConsumer, DeviceProducer, HeapTable, RingError};
+    use ring_cuda::{Error, ExportKind};
+
+    let t = Duration::from_secs(10);
+    let id = |n| OwnerId::new(n).unwrap();
+    let seg = Arc::new(HeapSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap());
+    let table = Arc::new(HeapTable::new(2, 2));
+    let dev = Arc::new(EmulatedDevice::new());
+    let mut p = DeviceProducer::with_export(
+        Arc::clone(&dev),
+        Arc::clone(&seg),
+        Arc::clone(&table),
+        id(1),
+        64,
+        ExportKind::Fd,
+    )
+    .unwrap();
+    let mut c = DeviceConsumer::new(
+        Arc::new(EmulatedDevice::new()),
+        seg,
+        table,
+        DeliveryClass::Gating,
+        id(2),
+        t,
+    )
+    .unwrap();
+    assert_eq!(c.export_kind(), ExportKind::Fd);
+    produce(&mut p, 1, 64, None, t).unwrap();
+    let r = c.try_read_with(|_, _, _, _| Ok(()));
+    assert!(
+        matches!(r, Err(RingError::Device(Error::InvalidOperation(_)))),
+        "{r:?}"
+    );
+    drop(c);
+    drop(p);
+
+    let seg = Arc::new(HeapSegment::new(&Config::new(2, 16), id(1)).unwrap());
+    let table = Arc::new(HeapTable::new(2, 8));
+    let p = DeviceProducer::new(dev, seg, table, id(1), 64).unwrap();
+    let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+    assert!(matches!(
+        p.send_buffers(&a),
+        Err(RingError::Device(Error::InvalidOperation(_)))
+    ));
+}

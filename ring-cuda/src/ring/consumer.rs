@@ -1,6 +1,7 @@
 //! The consumer side of the device ring.
 
 use core::time::Duration;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +12,7 @@ use super::{backoff, new_token, RingError};
 use crate::cache::{EventCache, MappingCache};
 use crate::device::Device;
 use crate::error::Error;
-use crate::handle::{EventId, Mem, MemHandle, Owner, StreamId};
+use crate::handle::{EventId, ExportKind, Mem, MemHandle, Owner, StreamId};
 
 /// One message read by a [`DeviceConsumer`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -43,6 +44,7 @@ pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
     read_events: Vec<EventId>,
     producer_token: u64,
     buffer_len: u64,
+    kind: ExportKind,
     /// Opened slot buffers, keyed by (producer token, slot).
     mappings: MappingCache<(u64, usize)>,
     /// Opened write events, keyed by (producer token, slot).
@@ -102,6 +104,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             read_events: Vec::with_capacity(slots),
             producer_token: header.token,
             buffer_len: header.buffer_len,
+            kind: header.kind,
             mappings: MappingCache::new(),
             write_events: EventCache::new(),
         };
@@ -152,6 +155,53 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         self.mappings.stats()
     }
 
+    /// How the producer exports its buffers (with [`ExportKind::Fd`], call
+    /// [`receive_buffers`](Self::receive_buffers) before reading).
+    #[must_use]
+    pub const fn export_kind(&self) -> ExportKind {
+        self.kind
+    }
+
+    /// Receives the producer's slot buffers as file descriptors (VMM export) over a Unix socket
+    /// — one message per slot, see
+    /// [`DeviceProducer::send_buffers`](super::DeviceProducer::send_buffers) — and opens each
+    /// once. Each message is checked: the producer token, a slot in range, the table's length.
+    ///
+    /// # Errors
+    /// [`RingError::Segment`] (socket, timeout), [`RingError::Corrupt`] (a message that does not
+    /// match the table), device errors from opening.
+    pub fn receive_buffers(
+        &mut self,
+        socket: impl AsFd,
+        timeout: Duration,
+    ) -> Result<(), RingError> {
+        for _ in 0..self.slots {
+            let mut note = [0u8; 24];
+            let (fd, n) = ring_os::fdpass::recv_fd(&socket, &mut note, timeout)
+                .map_err(RingError::Segment)?;
+            let word = |i: usize| {
+                let mut b = [0u8; 8];
+                b.copy_from_slice(&note[i * 8..i * 8 + 8]);
+                u64::from_le_bytes(b)
+            };
+            let (token, slot, len) = (word(0), word(1), word(2));
+            if n != 24
+                || token != self.producer_token
+                || slot >= self.slots as u64
+                || len != self.buffer_len
+            {
+                return Err(RingError::Corrupt(
+                    "a buffer descriptor message does not match the table",
+                ));
+            }
+            let (dev, owner) = (&*self.dev, self.owner);
+            let handle = MemHandle::Fd { fd, len };
+            self.mappings
+                .get_or_open((token, slot as usize), || dev.open(owner, &handle))?;
+        }
+        Ok(())
+    }
+
     /// Forgets mappings and events of a previous producer (its table token changed).
     fn resync(&mut self, token: u64) {
         let dev = &*self.dev;
@@ -179,7 +229,9 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             .header();
         match header {
             Some(h) if h.token == self.producer_token => {}
-            Some(h) if h.buffer_len == self.buffer_len => self.resync(h.token),
+            Some(h) if h.buffer_len == self.buffer_len && h.kind == self.kind => {
+                self.resync(h.token)
+            }
             Some(_) => {
                 return Err(RingError::Corrupt(
                     "a new producer changed the buffer length",
@@ -206,7 +258,13 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         let (owner, ptoken, buffer_len) = (self.owner, self.producer_token, self.buffer_len);
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
+        let kind = self.kind;
         let mapping = self.mappings.get_or_open((ptoken, buffer), || {
+            if kind == ExportKind::Fd {
+                return Err(Error::InvalidOperation(
+                    "the producer exports fds: call receive_buffers before reading",
+                ));
+            }
             let (mh, _) = t.slot(buffer);
             if mh.len != buffer_len {
                 return Err(Error::InvalidHandle(

@@ -49,7 +49,7 @@ pub enum RingError {
     NotReady,
     /// A message or table entry is impossible: a peer corrupted shared memory.
     Corrupt(&'static str),
-    /// The shared-memory segment could not be created or opened (ring-os).
+    /// The shared-memory segment could not be created or opened, or fd passing failed (ring-os).
     Segment(ring_os::Error),
 }
 
@@ -64,7 +64,7 @@ impl fmt::Display for RingError {
                 "the device table is not ready: start the producer first, or wait for it",
             ),
             Self::Corrupt(what) => write!(f, "corrupt shared state: {what}"),
-            Self::Segment(e) => write!(f, "shared-memory segment: {e}"),
+            Self::Segment(e) => write!(f, "ring-os: {e}"),
         }
     }
 }

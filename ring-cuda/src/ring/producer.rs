@@ -1,6 +1,7 @@
 //! The producer side of the device ring.
 
 use core::time::Duration;
+use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -11,7 +12,9 @@ use super::{backoff, monotonic_ns, new_token, RingError};
 use crate::cache::EventCache;
 use crate::device::Device;
 use crate::error::Error;
-use crate::handle::{BufferId, EventId, ExportKind, Mem, MemHandle, Owner, StreamId};
+use crate::handle::{
+    BufferId, EventId, ExportKind, IpcMemHandle, Mem, MemHandle, Owner, StreamId, IPC_HANDLE_SIZE,
+};
 
 /// Publishes device-memory messages: see the [module docs](super).
 pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
@@ -31,6 +34,10 @@ pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     rows: Vec<u64>,
     /// Read-event handles that could not be opened (a consumer that died or is hostile).
     unusable_events: u64,
+    /// How the buffers are exported.
+    kind: ExportKind,
+    /// The table token published (identifies this producer's buffers to consumers).
+    token: u64,
 }
 
 impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceProducer<D, M, T> {
@@ -44,7 +51,8 @@ impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceProducer<D
 
 impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
     /// Becomes the producer of the ring in `mem`, allocates and exports one device buffer of
-    /// `buffer_len` bytes and one write event per slot, and publishes their handles in `table`.
+    /// `buffer_len` bytes (legacy IPC) and one write event per slot, and publishes their handles
+    /// in `table`.
     ///
     /// # Errors
     /// [`RingError::Ring`] (another producer is live), [`RingError::Corrupt`] (table too small),
@@ -55,6 +63,23 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         table: T,
         owner: OwnerId,
         buffer_len: u64,
+    ) -> Result<Self, RingError> {
+        Self::with_export(dev, mem, table, owner, buffer_len, ExportKind::Ipc)
+    }
+
+    /// As [`new`](Self::new), with the buffers exported as `kind`. With [`ExportKind::Fd`] (VMM)
+    /// the table carries only the events and lengths; each consumer gets the buffers' file
+    /// descriptors through [`send_buffers`](Self::send_buffers).
+    ///
+    /// # Errors
+    /// As `new`; [`Error::Unsupported`] when the device cannot export fds.
+    pub fn with_export(
+        dev: Arc<D>,
+        mem: M,
+        table: T,
+        owner: OwnerId,
+        buffer_len: u64,
+        kind: ExportKind,
     ) -> Result<Self, RingError> {
         let ring = Producer::new(mem, owner).map_err(RingError::Ring)?;
         let g = ring.memory().geometry();
@@ -81,26 +106,59 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             read_events: EventCache::new(),
             rows: vec![0; consumers],
             unusable_events: 0,
+            kind,
+            token: new_token(),
         };
         // Partial failures are cleaned up by Drop.
         this.stream = Some(this.dev.create_stream(this.owner)?);
         let t = Table::new(this.table.table(), slots, consumers).ok_or(RingError::Corrupt(
             "the device table is smaller than the geometry needs",
         ))?;
-        t.init_header(ExportKind::Ipc, buffer_len);
+        t.init_header(kind, buffer_len);
         for s in 0..slots {
-            let b = this.dev.alloc(this.owner, buffer_len, ExportKind::Ipc)?;
+            let b = this.dev.alloc(this.owner, buffer_len, kind)?;
             this.buffers.push(b);
             let e = this.dev.create_event(this.owner)?;
             this.write_events.push(e);
-            let MemHandle::Ipc(mh) = this.dev.export(b, ExportKind::Ipc)? else {
-                return Err(RingError::Corrupt("an IPC export returned a descriptor"));
+            let mh = match this.dev.export(b, kind)? {
+                MemHandle::Ipc(mh) => mh,
+                // Only the length goes into the table; the fd travels by `send_buffers`.
+                MemHandle::Fd { len, .. } => IpcMemHandle {
+                    raw: [0; IPC_HANDLE_SIZE],
+                    len,
+                },
             };
             let eh = this.dev.export_event(e)?;
             t.set_slot(s, &mh, &eh);
         }
-        t.publish_ready(new_token());
+        t.publish_ready(this.token);
         Ok(this)
+    }
+
+    /// Sends every slot buffer's file descriptor (VMM export) to one consumer over a Unix
+    /// socket (`SCM_RIGHTS`, ring-os fd passing); the consumer takes them with
+    /// [`DeviceConsumer::receive_buffers`](super::DeviceConsumer::receive_buffers). Each message
+    /// carries `(producer token, slot, length)`.
+    ///
+    /// # Errors
+    /// [`Error::InvalidOperation`] for an IPC-exported ring; export and socket errors.
+    pub fn send_buffers(&self, socket: impl AsFd) -> Result<(), RingError> {
+        if self.kind != ExportKind::Fd {
+            return Err(RingError::Device(Error::InvalidOperation(
+                "send_buffers: this ring's buffers are exported as IPC handles, not fds",
+            )));
+        }
+        for (s, &b) in self.buffers.iter().enumerate() {
+            let MemHandle::Fd { fd, len } = self.dev.export(b, ExportKind::Fd)? else {
+                return Err(RingError::Corrupt("an fd export returned an IPC handle"));
+            };
+            let mut note = [0u8; 24];
+            note[..8].copy_from_slice(&self.token.to_le_bytes());
+            note[8..16].copy_from_slice(&(s as u64).to_le_bytes());
+            note[16..].copy_from_slice(&len.to_le_bytes());
+            ring_os::fdpass::send_fd(&socket, fd.as_fd(), &note).map_err(RingError::Segment)?;
+        }
+        Ok(())
     }
 
     /// The device.

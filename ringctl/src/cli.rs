@@ -10,7 +10,19 @@ use crate::frame::FrameSize;
 /// Start with `ringctl demo`: a producer and three consumer processes stream checksummed frames
 /// through a ring in /dev/shm and report throughput, latency and integrity.
 #[derive(Debug, Parser)]
-#[command(name = "ringctl", version, propagate_version = true)]
+#[command(
+    name = "ringctl",
+    version,
+    propagate_version = true,
+    after_help = "Examples:
+  ringctl demo                                   3 s of 1080p BGRA frames, 1 producer, 3 consumers
+  ringctl demo --kill-consumer-every 50 --json   crash recovery; one JSON object on the last line
+  ringctl pub cam --frame-size 4096 < in & ringctl sub cam > out
+  ringctl inspect cam --watch                    live view of a ring
+  ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
+
+Exit status: 0 success, 1 an integrity check failed (demo), 2 error, 130 interrupted."
+)]
 pub struct Cli {
     /// What to do.
     #[command(subcommand)]

@@ -113,6 +113,7 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
         signal_hook::flag::register(sig, Arc::clone(&stop))
             .map_err(|e| CliError::io("installing a signal handler", e))?;
     }
+    // Relaxed: the flag carries no data; a late look only delays the exit by one poll.
     let interrupted = || stop.load(Ordering::Relaxed);
     let ring = ring::create(&name, &config)?;
     let _unlink = Unlink(&ring);

@@ -1,0 +1,228 @@
+//! shuttle whole-ring runs: one producer, four consumers (one of each class, plus a second
+//! skip-on-lag reader that pins), eight slots, random crash injection, under shuttle's random
+//! and PCT schedulers.
+//!
+//! ring-core is built with `--cfg ring_shuttle`, so its sync façade hands out shuttle's atomics
+//! and every atomic access is a scheduling point (shuttle treats every ordering as SeqCst: this
+//! layer finds protocol-logic bugs with 3+ consumers and deaths; loom finds ordering bugs).
+//!
+//! Run: `RUSTFLAGS="--cfg ring_shuttle" CARGO_TARGET_DIR=target/shuttle \
+//!       cargo test -p ring-verification --release --test shuttle_ring`
+//! (`SHUTTLE_ITERATIONS` overrides the 1000 iterations per scheduler.)
+#![cfg(ring_shuttle)]
+
+use ring_core::inspect::total_pins;
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, OwnerId, Producer, ReadError,
+};
+use shuttle::rand::{thread_rng, Rng};
+use shuttle::sync::atomic::{AtomicBool, Ordering};
+use shuttle::thread;
+use std::sync::Arc;
+
+const SLOTS: u32 = 8;
+const MESSAGES: u64 = 20;
+/// One consumer in `CRASH_ONE_IN` crashes, at a random step below `CRASH_STEPS`.
+const CRASH_ONE_IN: u32 = 3;
+const CRASH_STEPS: u32 = 40;
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).expect("non-zero")
+}
+
+fn iterations() -> usize {
+    std::env::var("SHUTTLE_ITERATIONS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1000)
+}
+
+/// Message `seq`: 16 bytes, each `seq` mixed with its position, so torn or misplaced reads show.
+fn msg(seq: u64) -> [u8; 16] {
+    core::array::from_fn(|i| (seq as u8).wrapping_mul(31).wrapping_add(i as u8))
+}
+
+type Seg = Arc<OwnedSegment>;
+
+/// What a consumer thread reports.
+struct Report {
+    class: DeliveryClass,
+    crashed: bool,
+    seqs: Vec<u64>,
+    missed: u64,
+    cursor: u64,
+    start: u64,
+    received: u64,
+}
+
+fn consumer(
+    seg: Seg,
+    class: DeliveryClass,
+    pin: bool,
+    owner: u64,
+    dead: Arc<AtomicBool>,
+) -> Report {
+    let mut c = Consumer::new(seg, class, id(owner)).expect("table has room");
+    let start = c.cursor();
+    let mut seqs = Vec::new();
+    let mut rng = thread_rng();
+    let mut buf = [0u8; 16];
+    let crash_at = (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS));
+    for step in 0..400 {
+        if crash_at == Some(step) {
+            // Crash, possibly holding a pin: nothing is released.
+            if pin {
+                if let Ok(m) = c.try_pin() {
+                    std::mem::forget(m);
+                }
+            }
+            std::mem::forget(c);
+            // Release: the liveness oracle (ring-os checks the process) sees the death after
+            // everything the consumer did.
+            dead.store(true, Ordering::Release);
+            return Report {
+                class,
+                crashed: true,
+                seqs,
+                missed: 0,
+                cursor: 0,
+                start,
+                received: 0,
+            };
+        }
+        let r = if pin {
+            c.try_pin().map(|m| {
+                let mut a = [0u8; 16];
+                assert_eq!(m.copy_to(&mut a), 16);
+                assert_eq!(a, msg(m.seq()), "pinned read of {} torn", m.seq());
+                m.seq()
+            })
+        } else {
+            c.try_copy(&mut buf).map(|got| {
+                assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
+                got.seq
+            })
+        };
+        match r {
+            Ok(seq) => {
+                assert!(
+                    seqs.last().is_none_or(|&l| seq > l),
+                    "{class:?} went backwards"
+                );
+                seqs.push(seq);
+            }
+            Err(ReadError::Closed) => break,
+            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
+            Err(e) => panic!("{class:?}: {e}"),
+        }
+    }
+    let report = Report {
+        class,
+        crashed: false,
+        missed: c.missed(),
+        cursor: c.cursor(),
+        start,
+        received: c.received(),
+        seqs,
+    };
+    drop(c);
+    report
+}
+
+fn whole_ring() {
+    let seg: Seg = Arc::new(
+        OwnedSegment::new(&Config::new(SLOTS, 16).with_consumers(4), id(1)).expect("config"),
+    );
+    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let classes = [
+        (DeliveryClass::Gating, false),
+        (DeliveryClass::LatestOnly, true),
+        (DeliveryClass::SkipOnLag, false),
+        (DeliveryClass::SkipOnLag, true),
+    ];
+    let dead: Vec<Arc<AtomicBool>> = classes
+        .iter()
+        .map(|_| Arc::new(AtomicBool::new(false)))
+        .collect();
+    let handles: Vec<_> = classes
+        .iter()
+        .zip(&dead)
+        .enumerate()
+        .map(|(k, (&(class, pin), d))| {
+            let (s, d) = (seg.clone(), d.clone());
+            thread::spawn(move || consumer(s, class, pin, 10 + k as u64, d))
+        })
+        .collect();
+    let mut reclaimed = vec![false; classes.len()];
+    let mut reclaim_dead = |p: &mut Producer<Seg>| {
+        for (k, d) in dead.iter().enumerate() {
+            // Acquire: pairs with the consumer's Release store of its death.
+            if !reclaimed[k] && d.load(Ordering::Acquire) {
+                // Its table index: the entry whose owner it was (registration order varies).
+                for i in 0..4 {
+                    if p.consumer_info(i).is_some_and(|e| e.owner == 10 + k as u64) {
+                        let r = p.reclaim(i, id(10 + k as u64)).expect("reclaim");
+                        assert!(r.was_registered && r.pins_cleared <= 1);
+                    }
+                }
+                reclaimed[k] = true;
+            }
+        }
+    };
+    let mut seq = 0;
+    for _ in 0..2000 {
+        if seq == MESSAGES {
+            break;
+        }
+        match p.try_publish(&msg(seq)) {
+            Ok(s) => {
+                assert_eq!(s, seq);
+                seq += 1;
+            }
+            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
+                reclaim_dead(&mut p);
+                thread::yield_now();
+            }
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+    p.close();
+    let reports: Vec<Report> = handles
+        .into_iter()
+        .map(|h| h.join().expect("consumer"))
+        .collect();
+    reclaim_dead(&mut p);
+    // Invariant 7: once every dead consumer is reclaimed, no pin is left anywhere.
+    assert_eq!(total_pins(&*seg), 0, "a pin outlived its consumer");
+    for r in reports.iter().filter(|r| !r.crashed) {
+        // Invariant 4: counts are exact for every class.
+        assert_eq!(r.received, r.seqs.len() as u64);
+        assert_eq!(
+            r.received + r.missed,
+            r.cursor - r.start,
+            "{:?} lost count",
+            r.class
+        );
+        if r.class == DeliveryClass::Gating {
+            // Lossless: everything from its start, in order.
+            assert_eq!(r.missed, 0);
+            if let (Some(&first), Some(&last)) = (r.seqs.first(), r.seqs.last()) {
+                assert_eq!(
+                    r.seqs.len() as u64,
+                    last - first + 1,
+                    "gating consumer skipped"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn whole_ring_random_schedules() {
+    shuttle::check_random(whole_ring, iterations());
+}
+
+#[test]
+fn whole_ring_pct_schedules() {
+    shuttle::check_pct(whole_ring, iterations(), 3);
+}

@@ -36,9 +36,12 @@ pub enum Command {
     ///
     /// Creates a ring in /dev/shm (no root, no GPU, no setup), spawns one producer and one
     /// consumer process per delivery class, streams frames for a few seconds and prints, per
-    /// consumer: frames, fps, latency p50/p99 (publish to read, CLOCK_MONOTONIC across
-    /// processes), torn, skipped and lost messages; then recovery (reclaimed pins) and allocator
-    /// leaks. The exit status is non-zero when any integrity check fails.
+    /// consumer: frames, fps, latency p50/p99 (from the producer's publish until the consumer
+    /// holds the frame, pinned or copied out; CLOCK_MONOTONIC, which is system-wide), torn,
+    /// skipped and lost messages; then recovery (reclaimed pins) and allocator leaks. The exit
+    /// status is 1 when any integrity check fails: a torn frame, a lost message, skips that do
+    /// not add up (delivered + skipped must equal what was published in a consumer's span), a
+    /// dead consumer not reclaimed, a leaked allocation.
     ///
     /// Integrity: every frame carries a 64-bit checksum in its slot metadata, which consumers
     /// recompute. Frames up to 1 MiB are checksummed whole; larger ones on a sample of 65536

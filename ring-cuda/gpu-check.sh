@@ -13,6 +13,7 @@
 #   (b) the cross-process pipeline: NV12 1920x1080 (3,110,400 bytes), 1 producer x 3 consumer
 #       processes, 500 frames at 30 fps, then the same at full speed: torn 0, skipped 0, p50/p99
 #       latency per consumer;
+#       and once more at full speed with VMM buffers (fds passed over a Unix socket);
 #   (c) the leak run: 10,000 publish/consume cycles, device memory and live counts back to
 #       baseline.
 # Output goes to stdout and to target/gpu-check/report.txt; exit status is non-zero on any failure.
@@ -66,6 +67,8 @@ run() {
         "$BIN/gpu-pipeline" --frames 500 --consumers 3 --fps 30
     step "(b) pipeline NV12 1080p full speed, 1x3, 500 frames" 120 \
         "$BIN/gpu-pipeline" --frames 500 --consumers 3 --full-speed
+    step "(b) pipeline NV12 1080p full speed, 1x3, 500 frames, VMM fd export" 120 \
+        "$BIN/gpu-pipeline" --frames 500 --consumers 3 --full-speed --export fd
     step "(c) leak run, 10000 cycles" 240 "$BIN/gpu-pipeline" --leak-cycles 10000
     echo "report: $report"
     return $status

@@ -75,3 +75,25 @@ fn without_a_gpu_the_binary_says_so() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("no GPU"));
 }
+
+#[test]
+fn emulated_pipeline_with_vmm_fd_export() {
+    let text = run(&[
+        "--export",
+        "fd",
+        "--frames",
+        "40",
+        "--full-speed",
+        "--width",
+        "256",
+        "--height",
+        "128",
+    ]);
+    assert!(text.contains("VMM fd export"), "{text}");
+    let lines = consumer_lines(&text);
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in lines {
+        assert!(l.contains("received=40 torn=0 skipped=0"), "{l}");
+    }
+    assert!(text.contains("\nOK"), "{text}");
+}

@@ -25,7 +25,9 @@ use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
 use ring_cuda::pipeline::{consume, produce};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
-use ring_cuda::{CudaDevice, Device, EmulatedDevice, Limits};
+use ring_cuda::{CudaDevice, Device, EmulatedDevice, ExportKind, Limits};
+use std::os::linux::net::SocketAddrExt;
+use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 /// Command-line options.
 #[derive(Parser, Debug, Clone)]
@@ -59,6 +61,10 @@ struct Args {
     /// memory and live counts are back to baseline.
     #[arg(long)]
     leak_cycles: Option<u64>,
+    /// How the slot buffers are exported: `ipc` (legacy handles in the shared table) or `fd`
+    /// (VMM file descriptors, passed to each consumer over an abstract Unix socket).
+    #[arg(long, default_value = "ipc", value_parser = ["ipc", "fd"])]
+    export: String,
     /// Per-operation timeout in seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
@@ -127,6 +133,12 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         t,
     )
     .map_err(|e| format!("register: {e}"))?;
+    if c.export_kind() == ExportKind::Fd {
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
+        let sock = UnixStream::connect_addr(&addr).map_err(|e| format!("connect: {e}"))?;
+        c.receive_buffers(&sock, t)
+            .map_err(|e| format!("receive_buffers: {e}"))?;
+    }
     let st = consume(&mut c, frames, t).map_err(|e| format!("consume: {e}"))?;
     let opens = c.mapping_stats().opens;
     drop(c);
@@ -170,6 +182,7 @@ fn spawn_consumers(args: &Args, name: &str, n: usize) -> Result<Vec<Child>, Stri
         if args.emulated {
             cmd.arg("--emulated");
         }
+        cmd.args(["--export", &args.export]);
         children.push(cmd.spawn().map_err(|e| format!("spawn consumer: {e}"))?);
     }
     Ok(children)
@@ -200,6 +213,40 @@ fn finish(mut child: Child, t: Duration) -> Result<String, String> {
     }
 }
 
+/// Ends the consumer processes this producer started (by their own pids).
+fn kill_all(children: &mut [Child]) {
+    for c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+/// Accepts `n` consumer connections (at most `t` in all) and sends each the slot buffers' fds.
+fn send_buffers<D: Device, M: ring_core::Memory, T: ring_cuda::ring::TableMemory>(
+    p: &DeviceProducer<D, M, T>,
+    listener: &UnixListener,
+    n: usize,
+    t: Duration,
+) -> Result<(), String> {
+    let start = Instant::now();
+    let mut sent = 0;
+    while sent < n {
+        match listener.accept() {
+            Ok((sock, _)) => {
+                sock.set_nonblocking(false).map_err(|e| e.to_string())?;
+                p.send_buffers(&sock)
+                    .map_err(|e| format!("send_buffers: {e}"))?;
+                sent += 1;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && start.elapsed() < t => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) => return Err(format!("accept: {e}")),
+        }
+    }
+    Ok(())
+}
+
 fn field(line: &str, key: &str) -> Option<f64> {
     line.split_whitespace()
         .find_map(|kv| kv.strip_prefix(key).and_then(|v| v.strip_prefix('=')))
@@ -219,15 +266,36 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let name = format!("ring-cuda-pipe-{}", std::process::id());
     let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
     let ring = Arc::new(SharedRing::create(&name, &cfg, owner).map_err(|e| e.to_string())?);
-    let mut p = DeviceProducer::new(
+    let kind = if args.export == "fd" {
+        ExportKind::Fd
+    } else {
+        ExportKind::Ipc
+    };
+    // Bound before the consumers start, so their connects find it.
+    let listener = if kind == ExportKind::Fd {
+        let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
+        let l = UnixListener::bind_addr(&addr).map_err(|e| format!("bind: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        Some(l)
+    } else {
+        None
+    };
+    let mut p = DeviceProducer::with_export(
         Arc::clone(&dev),
         Arc::clone(&ring),
         Arc::clone(&ring),
         owner,
         len,
+        kind,
     )
     .map_err(|e| format!("producer: {e}"))?;
     let mut children = spawn_consumers(args, &name, n)?;
+    if let Some(l) = &listener {
+        if let Err(e) = send_buffers(&p, l, n, t) {
+            kill_all(&mut children);
+            return Err(e);
+        }
+    }
     // Gating consumers must be registered before the first frame.
     let start = Instant::now();
     while (0..n)
@@ -258,6 +326,11 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     drop(p);
     drop(ring);
     let stats = stats?;
+    let export = if kind == ExportKind::Fd {
+        "VMM fd export"
+    } else {
+        "IPC handles"
+    };
     let mode = if args.leak_cycles.is_some() {
         "leak run".to_string()
     } else if let Some(iv) = interval {
@@ -266,7 +339,7 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         "full speed".to_string()
     };
     println!(
-        "{} | {} bytes/frame | {} frames | {} consumers | {mode} | {:.2} s ({:.0} frames/s) | {}",
+        "{} | {export} | {} bytes/frame | {} frames | {} consumers | {mode} | {:.2} s ({:.0} frames/s) | {}",
         dev.describe(),
         len,
         stats.published,

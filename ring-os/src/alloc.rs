@@ -53,6 +53,18 @@ pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
     Ok(allocator(mem.alloc_words())?.stats())
 }
 
+/// Statistics of one allocator owner (`0..MAX_OWNERS`; the producer is
+/// [`PRODUCER_ALLOC_OWNER`]).
+///
+/// # Errors
+///
+/// As [`stats`]; [`Error::Alloc`] for an owner out of range.
+pub fn owner_stats<M: Memory + ?Sized>(mem: &M, owner: u16) -> Result<Stats, Error> {
+    allocator(mem.alloc_words())?
+        .owner_stats(owner)
+        .map_err(Error::Alloc)
+}
+
 /// Every live allocation (owner, handle, size, age in ms) and the totals.
 ///
 /// # Errors
@@ -302,6 +314,35 @@ mod tests {
         let (leaks, totals) = leak_report(&*ring).unwrap();
         assert!(leaks.is_empty());
         assert_eq!(totals.count, 0);
+    }
+
+    #[test]
+    fn the_live_ceiling_refuses_cleanly_and_publishes_nothing() {
+        // 4 slots but room for only 2 live allocations.
+        let config = Config::new(4, 64).with_allocator(1 << 12, 2);
+        let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut p = AllocProducer::new(ShmRing::producer(&ring).unwrap()).unwrap();
+        let t = Duration::from_secs(1);
+        assert_eq!(p.publish(b"one", t).unwrap(), 0);
+        assert_eq!(p.publish(b"two", t).unwrap(), 1);
+        match p.publish(b"three", t) {
+            Err(Error::Alloc(AllocError::LiveCeiling { max_live: 2 })) => {}
+            other => panic!("expected the live ceiling, got {other:?}"),
+        }
+        assert_eq!(
+            p.producer().published(),
+            2,
+            "the refused message was not published"
+        );
+        let s = owner_stats(&*ring, PRODUCER_ALLOC_OWNER).unwrap();
+        assert_eq!((s.live, s.ceiling_hits), (2, 1));
+        let (leaks, _) = leak_report(&*ring).unwrap();
+        assert_eq!(leaks.len(), 2);
+        assert!(leaks
+            .iter()
+            .all(|l| l.owner == PRODUCER_ALLOC_OWNER && l.len == 3));
+        p.close();
+        assert_eq!(p.free_all().unwrap().live, 0);
     }
 
     #[test]

@@ -76,28 +76,8 @@ impl Drop for Unlink<'_> {
 /// Runs `ringctl demo`; returns whether every integrity check passed.
 pub fn run(args: &DemoArgs) -> Result<bool> {
     let classes = classes(args)?;
+    validate(args)?;
     let bytes = args.frame_size.bytes;
-    if bytes % 8 != 0 || bytes < frame::MIN_FRAME || bytes > MAX_SLOT_CAPACITY as usize {
-        return Err(CliError::Usage(format!(
-            "--frame-size {bytes}: demo frames must be a multiple of 8 bytes, from {} to {MAX_SLOT_CAPACITY}",
-            frame::MIN_FRAME
-        )));
-    }
-    if !(args.fps.is_finite() && args.fps >= 0.0) {
-        return Err(CliError::Usage(
-            "--fps must be 0 or a positive number".into(),
-        ));
-    }
-    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration < 86_400.0) {
-        return Err(CliError::Usage(
-            "--duration must be between 0 and 86400 seconds".into(),
-        ));
-    }
-    if args.kill_consumer_every == Some(0) {
-        return Err(CliError::Usage(
-            "--kill-consumer-every must be at least 1".into(),
-        ));
-    }
     let name = match &args.name {
         Some(n) => ring::segment_name(n)?,
         None => ring::segment_name(&format!("demo-{}", std::process::id()))?,
@@ -177,13 +157,67 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
             .map_err(|e| CliError::io("spawning the producer process", e))?,
     );
 
+    let hard_deadline = Instant::now() + Duration::from_secs_f64(deadline_s);
+    let (producer_status, kills) = stream(
+        &ring,
+        args,
+        &mut kids,
+        &spawn_consumer,
+        hard_deadline,
+        &interrupted,
+    )?;
+    let producer_out = take_stdout(kids.producer.take(), producer_status, "producer")?;
+    let preport: ProducerReport = serde_json::from_str(producer_out.trim())
+        .map_err(|e| CliError::Child(format!("producer report unreadable: {e}")))?;
+    for c in &mut kids.consumers {
+        let Some(child) = c.child.take() else {
+            continue;
+        };
+        let status = wait_until(child, hard_deadline, &interrupted)?;
+        let out = take_stdout(Some(status.0), status.1, "consumer")?;
+        c.report = Some(
+            serde_json::from_str(out.trim())
+                .map_err(|e| CliError::Child(format!("consumer report unreadable: {e}")))?,
+        );
+    }
+    let summary = finish::summarise(&ring, args, &preport, &kids.consumers, kills)?;
+    let ok = summary.ok;
+    if args.json {
+        let line = serde_json::to_string(&summary)
+            .map_err(|e| CliError::Child(format!("summary: {e}")))?;
+        println!("{line}");
+    } else {
+        let title = format!(
+            "ringctl demo: {} frames of {}, {} slots, {} consumers, ring {:?} ({:.1} MB)",
+            summary.messages,
+            args.frame_size.describe(),
+            args.slots,
+            classes.len(),
+            name.as_str(),
+            ring.segment().len() as f64 / 1e6
+        );
+        print!("{}", report::table(&summary, &title));
+    }
+    Ok(ok)
+}
+
+/// Watches the run until the producer exits: progress, and the kills of
+/// `--kill-consumer-every` (each victim replaced by a new consumer of its class). Returns the
+/// producer's exit status and the number of kills.
+fn stream(
+    ring: &Ring,
+    args: &DemoArgs,
+    kids: &mut Children,
+    spawn_consumer: &dyn Fn(usize, Class) -> Result<ConsumerProc>,
+    hard_deadline: Instant,
+    interrupted: &dyn Fn() -> bool,
+) -> Result<(ExitStatus, u64)> {
     let bar = progress(args);
     let started = Instant::now();
-    let hard_deadline = started + Duration::from_secs_f64(deadline_s);
     let mut next_kill = args.kill_consumer_every;
-    let mut kills = 0usize;
-    let producer_status = loop {
-        let head = producer_info(&ring).head;
+    let mut kills = 0u64;
+    let status = loop {
+        let head = producer_info(ring).head;
         if let Some(bar) = &bar {
             bar.set_position(match args.messages {
                 Some(_) => head,
@@ -231,39 +265,34 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    let producer_out = take_stdout(kids.producer.take(), producer_status, "producer")?;
-    let preport: ProducerReport = serde_json::from_str(producer_out.trim())
-        .map_err(|e| CliError::Child(format!("producer report unreadable: {e}")))?;
-    for c in &mut kids.consumers {
-        let Some(child) = c.child.take() else {
-            continue;
-        };
-        let status = wait_until(child, hard_deadline, &interrupted)?;
-        let out = take_stdout(Some(status.0), status.1, "consumer")?;
-        c.report = Some(
-            serde_json::from_str(out.trim())
-                .map_err(|e| CliError::Child(format!("consumer report unreadable: {e}")))?,
-        );
+    Ok((status, kills))
+}
+
+/// Refuses option values the demo cannot run with.
+fn validate(args: &DemoArgs) -> Result<()> {
+    let bytes = args.frame_size.bytes;
+    if bytes % 8 != 0 || bytes < frame::MIN_FRAME || bytes > MAX_SLOT_CAPACITY as usize {
+        return Err(CliError::Usage(format!(
+            "--frame-size {bytes}: demo frames must be a multiple of 8 bytes, from {} to {MAX_SLOT_CAPACITY}",
+            frame::MIN_FRAME
+        )));
     }
-    let summary = finish::summarise(&ring, args, &preport, &kids.consumers, kills as u64)?;
-    let ok = summary.ok;
-    if args.json {
-        let line = serde_json::to_string(&summary)
-            .map_err(|e| CliError::Child(format!("summary: {e}")))?;
-        println!("{line}");
-    } else {
-        let title = format!(
-            "ringctl demo: {} frames of {}, {} slots, {} consumers, ring {:?} ({:.1} MB)",
-            summary.messages,
-            args.frame_size.describe(),
-            args.slots,
-            classes.len(),
-            name.as_str(),
-            ring.segment().len() as f64 / 1e6
-        );
-        print!("{}", report::table(&summary, &title));
+    if !(args.fps.is_finite() && args.fps >= 0.0) {
+        return Err(CliError::Usage(
+            "--fps must be 0 or a positive number".into(),
+        ));
     }
-    Ok(ok)
+    if !(args.duration.is_finite() && args.duration > 0.0 && args.duration < 86_400.0) {
+        return Err(CliError::Usage(
+            "--duration must be between 0 and 86400 seconds".into(),
+        ));
+    }
+    if args.kill_consumer_every == Some(0) {
+        return Err(CliError::Usage(
+            "--kill-consumer-every must be at least 1".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The consumers' classes: `--classes` repeated to `--consumers`.

@@ -265,7 +265,7 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let name = format!("ring-cuda-pipe-{}", std::process::id());
     let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
-    let ring = Arc::new(SharedRing::create(&name, &cfg, owner).map_err(|e| e.to_string())?);
+    let ring = Arc::new(SharedRing::create(&name, &cfg).map_err(|e| e.to_string())?);
     let kind = if args.export == "fd" {
         ExportKind::Fd
     } else {

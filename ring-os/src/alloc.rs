@@ -346,6 +346,47 @@ mod tests {
     }
 
     #[test]
+    fn take_over_frees_the_dead_producers_orphan_and_keeps_published_payloads() {
+        let config = Config::new(4, 64).with_allocator(1 << 12, 16);
+        let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let dead_pid = child.id();
+        child.wait().unwrap();
+        let dead = crate::owner::pack(dead_pid, 1).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut old = AllocProducer::new(Producer::new(Arc::clone(&ring), dead).unwrap()).unwrap();
+        old.publish(b"first", Duration::from_secs(1)).unwrap();
+        old.publish(b"second", Duration::from_secs(1)).unwrap();
+        // The dead producer had allocated and filled a third payload, then died before publishing.
+        {
+            let (mut a, _keep) = attach_static(&ring).unwrap();
+            a.alloc(100, PRODUCER_ALLOC_OWNER, 0).unwrap();
+        }
+        core::mem::forget(old);
+        assert_eq!(stats(&*ring).unwrap().live, 3);
+
+        let mut new = AllocProducer::new(ShmRing::producer(&ring).unwrap()).unwrap();
+        assert_eq!(
+            stats(&*ring).unwrap().live,
+            2,
+            "the orphan is freed, published payloads kept"
+        );
+        let reader = AllocReader::new(&ring).unwrap();
+        let mut out = Vec::new();
+        for want in [&b"first"[..], b"second"] {
+            let pin = c.recv_pinned(Duration::from_secs(1)).unwrap();
+            reader.read_pinned(&pin, &mut out).unwrap();
+            assert_eq!(out, want);
+        }
+        new.publish(b"third", Duration::from_secs(1)).unwrap();
+        let pin = c.recv_pinned(Duration::from_secs(1)).unwrap();
+        assert_eq!(pin.seq(), 2, "the sequence continues after the take-over");
+        drop(pin);
+        new.close();
+        assert_eq!(new.free_all().unwrap().live, 0);
+    }
+
+    #[test]
     fn a_ring_without_allocator_says_so() {
         let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
         assert!(matches!(stats(&*ring), Err(Error::Alloc(_))));

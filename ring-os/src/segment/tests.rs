@@ -149,6 +149,7 @@ fn a_planted_symlink_is_not_followed() {
         Segment::open_file(&path, SizeCheck::AtLeast(1)),
         Err(Error::NotRegularFile { .. })
     ));
+    let _ = std::fs::remove_dir_all(target.parent().unwrap());
 }
 
 #[test]

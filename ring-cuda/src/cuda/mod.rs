@@ -1,4 +1,4 @@
-//! [`CudaDevice`]: the [`Device`] trait over the CUDA driver API (`cudarc`, loaded at run time).
+//! [`CudaDevice`]: the [`Device`](crate::Device) trait over the CUDA driver API (`cudarc`, loaded at run time).
 //!
 //! [`probe`] runs first, always: it checks that `libcuda` can be loaded *before* any driver
 //! call (cudarc panics when a call is made without the library), then initialises the driver
@@ -92,7 +92,7 @@ struct Tables {
     streams: HashMap<u64, usize>,
 }
 
-/// A CUDA GPU behind the [`Device`] trait.
+/// A CUDA GPU behind the [`Device`](crate::Device) trait.
 pub struct CudaDevice {
     ordinal: u32,
     dev: sys::CUdevice,

@@ -148,3 +148,84 @@ fn fd_ring_misuse_is_an_error() {
         Err(RingError::Device(Error::InvalidOperation(_)))
     ));
 }
+
+/// A consumer that leaves and another that takes its table row: the producer drops the old
+/// consumer's opened read events (row token changed) and opens the new one's; nothing leaks.
+#[test]
+fn a_consumer_row_changing_hands_is_followed() {
+    use std::sync::Arc;
+
+    use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
+    use ring_cuda::pipeline::{consume, produce};
+    use ring_cuda::ring::{DeviceConsumer, DeviceProducer, HeapTable};
+    use ring_cuda::Device;
+
+    let t = Duration::from_secs(10);
+    let id = |n| OwnerId::new(n).unwrap();
+    let seg = Arc::new(HeapSegment::new(&Config::new(3, 16).with_consumers(2), id(1)).unwrap());
+    let table = Arc::new(HeapTable::new(3, 2));
+    let pdev = Arc::new(EmulatedDevice::new());
+    let mut p = DeviceProducer::new(
+        Arc::clone(&pdev),
+        Arc::clone(&seg),
+        Arc::clone(&table),
+        id(1),
+        256,
+    )
+    .unwrap();
+    for round in 0..3u64 {
+        let cdev = Arc::new(EmulatedDevice::new());
+        let mut c = DeviceConsumer::new(
+            Arc::clone(&cdev),
+            Arc::clone(&seg),
+            Arc::clone(&table),
+            DeliveryClass::Gating,
+            id(10 + round),
+            t,
+        )
+        .unwrap();
+        assert_eq!(c.ring().index(), 0, "the freed row is reused");
+        let reader = std::thread::spawn(move || {
+            let s = consume(&mut c, 20, t).unwrap();
+            drop(c);
+            s
+        });
+        produce(&mut p, 20, 256, None, t).unwrap();
+        let s = reader.join().unwrap();
+        assert_eq!((s.received, s.torn, s.skipped), (20, 0, 0));
+        assert_eq!(
+            cdev.ledger().totals().live_total(),
+            0,
+            "consumer device leaked"
+        );
+        // Producer: 3 write events, plus at most 3 read events of the current row.
+        let events = pdev.ledger().totals().events.live;
+        assert!(events <= 6, "round {round}: producer holds {events} events");
+    }
+    drop(p);
+    assert_eq!(pdev.ledger().totals().live_total(), 0);
+}
+
+/// A consumer whose producer never publishes the table gives up after its timeout.
+#[test]
+fn no_producer_is_not_ready_within_the_timeout() {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
+    use ring_cuda::ring::{DeviceConsumer, HeapTable, RingError};
+
+    let seg = Arc::new(HeapSegment::new(&Config::new(2, 16), OwnerId::new(1).unwrap()).unwrap());
+    let table = Arc::new(HeapTable::new(2, 8));
+    let start = Instant::now();
+    let r = DeviceConsumer::new(
+        Arc::new(EmulatedDevice::new()),
+        seg,
+        table,
+        DeliveryClass::LatestOnly,
+        OwnerId::new(2).unwrap(),
+        Duration::from_millis(50),
+    );
+    assert!(matches!(r, Err(RingError::NotReady)), "{r:?}");
+    assert!(start.elapsed() < Duration::from_secs(5));
+}

@@ -1,1 +1,459 @@
-//! TODO
+//! The conformance suite: generic test bodies over the [`Memory`] trait, run against every
+//! backend (heap, owned, the ring-os mapping; `tests/conformance.rs` instantiates them).
+//!
+//! A backend is anything that can make a fresh, formatted segment for a [`Config`]. Every
+//! check returns `Err(Failure)` on the first violation, naming it.
+
+use crate::ensure;
+use crate::model::{Class, Failure, FreeMode, ModelConfig, Op};
+use crate::real::run_on;
+use ring_core::inspect::total_pins;
+use ring_core::layout::WRITER;
+use ring_core::sync::Ordering;
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, Memory, OwnerId, Producer, ReadError, Spin,
+    SpinThenYield,
+};
+use std::sync::Arc;
+
+/// A memory backend under test.
+pub trait Backend {
+    /// The memory handle it makes (shared between threads by the stress check).
+    type Mem: Memory + Send + Sync + 'static;
+    /// A fresh segment of shape `config`, formatted, created by owner 1.
+    ///
+    /// # Errors
+    /// A [`Failure`] when the backend cannot make one.
+    fn create(&self, config: &Config) -> Result<Self::Mem, Failure>;
+}
+
+/// One named check's result.
+pub type Check = Result<(), Failure>;
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap_or(OwnerId::new(1).expect("1 is not 0"))
+}
+
+fn fail<E: core::fmt::Display>(what: &'static str) -> impl Fn(E) -> Failure {
+    move |e| Failure(format!("{what}: {e}"))
+}
+
+/// Every check, by name, for `backend`.
+pub fn all<B: Backend>(backend: &B) -> Vec<(&'static str, Check)> {
+    vec![
+        ("roundtrip", roundtrip(backend)),
+        (
+            "pinned_slot_is_not_claimable",
+            pinned_slot_is_not_claimable(backend),
+        ),
+        ("gating_is_lossless", gating_is_lossless(backend)),
+        (
+            "skip_on_lag_counts_exactly",
+            skip_on_lag_counts_exactly(backend),
+        ),
+        ("reclaim_is_exact", reclaim_is_exact(backend)),
+        (
+            "hostile_length_is_refused",
+            hostile_length_is_refused(backend),
+        ),
+        (
+            "hostile_stamp_is_refused",
+            hostile_stamp_is_refused(backend),
+        ),
+        ("bounded_waits", bounded_waits(backend)),
+        ("model_sequences", model_sequences(backend)),
+        ("threaded_stress", threaded_stress(backend)),
+    ]
+}
+
+/// Runs [`all`] and fails with every failing check named.
+///
+/// # Errors
+/// A [`Failure`] listing each failing check.
+pub fn run_all<B: Backend>(backend: &B) -> Check {
+    let failed: Vec<String> = all(backend)
+        .into_iter()
+        .filter_map(|(name, r)| r.err().map(|f| format!("{name}: {f}")))
+        .collect();
+    ensure!(failed.is_empty(), "{}", failed.join("\n"));
+    Ok(())
+}
+
+/// Publish, then pin and copy the message back; metadata and emptiness after.
+pub fn roundtrip<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(4, 64).with_consumers(2))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut pin = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut copy = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    let mut slot = p.try_claim().map_err(fail("claim"))?;
+    slot.write(b"conformance").map_err(fail("write"))?;
+    slot.set_meta([5, 6]);
+    ensure!(slot.publish() == 0, "first sequence is not 0");
+    {
+        let got = pin.try_pin().map_err(fail("pin"))?;
+        ensure!(
+            got.bytes() == b"conformance",
+            "pinned bytes {:?}",
+            got.bytes()
+        );
+        ensure!(got.meta() == [5, 6], "pinned meta {:?}", got.meta());
+        ensure!(total_pins(&m) == 1, "pin not visible in the slot word");
+    }
+    ensure!(total_pins(&m) == 0, "unpin left a bit behind");
+    let mut buf = [0u8; 64];
+    let got = copy.try_copy(&mut buf).map_err(fail("copy"))?;
+    ensure!(
+        &buf[..got.len] == b"conformance" && got.meta == [5, 6],
+        "copied {got:?}"
+    );
+    ensure!(
+        pin.try_pin().err() == Some(ReadError::Empty),
+        "pin after the end"
+    );
+    ensure!(
+        copy.try_copy(&mut buf).err() == Some(ReadError::Empty),
+        "copy after the end"
+    );
+    Ok(())
+}
+
+/// Invariant 1: a slot a reader pins cannot be claimed; after the unpin it can.
+pub fn pinned_slot_is_not_claimable<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(1, 16).with_consumers(2))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut c = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    p.try_publish(b"one").map_err(fail("publish"))?;
+    let bit = 1u32 << c.index();
+    let pinned = c.try_pin().map_err(fail("pin"))?;
+    match p.try_claim() {
+        Err(ClaimError::Pinned { slot: 0, readers }) if readers == bit => {}
+        other => {
+            return Err(Failure(format!(
+                "claim of a pinned slot: {:?}",
+                other.map(|s| s.seq())
+            )))
+        }
+    }
+    ensure!(pinned.bytes() == b"one", "pinned message changed");
+    drop(pinned);
+    let s = p.try_claim().map_err(fail("claim after unpin"))?;
+    ensure!(
+        m.slot_header(0).state.load(Ordering::Relaxed) == WRITER,
+        "claimed slot state is not WRITER alone"
+    );
+    drop(s);
+    Ok(())
+}
+
+/// Invariant 4 (gating): the producer is refused, never overwrites, and names the consumer.
+pub fn gating_is_lossless<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(2, 16).with_consumers(2))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut g = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut buf = [0u8; 16];
+    for round in 0..5u8 {
+        p.try_publish(&[round; 3]).map_err(fail("publish a"))?;
+        p.try_publish(&[round + 100; 3])
+            .map_err(fail("publish b"))?;
+        match p.try_publish(b"x") {
+            Err(ClaimError::Full { consumer, .. }) if consumer == g.index() => {}
+            other => return Err(Failure(format!("overwrote an unconsumed slot: {other:?}"))),
+        }
+        for want in [[round; 3], [round + 100; 3]] {
+            let got = g.try_copy(&mut buf).map_err(fail("copy"))?;
+            ensure!(
+                got.missed == 0 && buf[..got.len] == want,
+                "gating read {got:?}"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Invariant 4 (skip-on-lag, latest-only): exactly what was missed is reported, also when a
+/// 1-slot ring is rewritten under the reader.
+pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(4, 16).with_consumers(2))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut s = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let mut l = Consumer::new(&m, DeliveryClass::LatestOnly, id(3)).map_err(fail("consumer"))?;
+    for i in 0..10u8 {
+        p.try_publish(&[i]).map_err(fail("publish"))?;
+    }
+    let got = s.try_pin().map_err(fail("pin"))?;
+    ensure!(
+        (got.seq(), got.missed()) == (6, 6),
+        "skip-on-lag read {} missed {}",
+        got.seq(),
+        got.missed()
+    );
+    drop(got);
+    let mut buf = [0u8; 16];
+    let got = l.try_copy(&mut buf).map_err(fail("copy"))?;
+    ensure!((got.seq, got.missed) == (9, 9), "latest-only read {got:?}");
+    // The regression the model found: a 1-slot ring whose only message is being rewritten.
+    let m1 = b.create(&Config::new(1, 16).with_consumers(1))?;
+    let mut p1 = Producer::new(&m1, id(1)).map_err(fail("producer"))?;
+    let mut c1 = Consumer::new(&m1, DeliveryClass::LatestOnly, id(2)).map_err(fail("consumer"))?;
+    p1.try_publish(b"a").map_err(fail("publish"))?;
+    let claim = p1.try_claim().map_err(fail("claim"))?;
+    ensure!(
+        c1.try_copy(&mut buf).err() == Some(ReadError::Empty),
+        "read a slot being rewritten"
+    );
+    ensure!(
+        c1.missed() == 1 && c1.cursor() == 1,
+        "missed {} cursor {}",
+        c1.missed(),
+        c1.cursor()
+    );
+    drop(claim);
+    Ok(())
+}
+
+/// Invariant 7: reclaiming a dead consumer clears exactly its pins and its gating hold.
+pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(2, 16).with_consumers(3))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut dead = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut live = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    p.try_publish(b"0").map_err(fail("publish"))?;
+    p.try_publish(b"1").map_err(fail("publish"))?;
+    let (di, li) = (dead.index(), live.index());
+    let live_pin = live.try_pin().map_err(fail("pin"))?;
+    std::mem::forget(dead.try_pin().map_err(fail("pin"))?);
+    std::mem::forget(dead);
+    ensure!(total_pins(&m) == 2, "two pins expected");
+    ensure!(
+        p.reclaim(di, id(99)).err() == Some(ring_core::Error::OwnerMismatch { found: 2 }),
+        "reclaim under a wrong owner was not refused"
+    );
+    let r = p.reclaim(di, id(2)).map_err(fail("reclaim"))?;
+    ensure!(
+        r.was_registered && r.pins_cleared == 1 && r.cursor == 0,
+        "reclaim {r:?}"
+    );
+    ensure!(
+        total_pins(&m) == 1,
+        "reclaim touched another consumer's pin"
+    );
+    let still = m.slot_header(0).state.load(Ordering::Relaxed);
+    ensure!(still == 1 << li, "slot word after reclaim {still:#x}");
+    drop(live_pin);
+    p.try_publish(b"2").map_err(fail("publish after reclaim"))?;
+    ensure!(
+        !p.reclaim(di, id(2))
+            .map_err(fail("reclaim again"))?
+            .was_registered,
+        "not idempotent"
+    );
+    Ok(())
+}
+
+/// Invariant 6: a length beyond the slot capacity written by a hostile peer is refused, by pin
+/// and by copy, never read out of bounds.
+pub fn hostile_length_is_refused<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(2, 16).with_consumers(2))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut pin = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let mut copy = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    p.try_publish(b"ok").map_err(fail("publish"))?;
+    m.slot_header(0).len.store(17, Ordering::Relaxed);
+    ensure!(
+        matches!(pin.try_pin().err(), Some(ReadError::Corrupt(_))),
+        "pin accepted len 17 > 16"
+    );
+    ensure!(total_pins(&m) == 0, "a refused pin left its bit");
+    let mut big = [0u8; 64];
+    ensure!(
+        matches!(copy.try_copy(&mut big).err(), Some(ReadError::Corrupt(_))),
+        "copy accepted len 17 > 16"
+    );
+    Ok(())
+}
+
+/// Invariant 6: a stamp behind the published head (a peer rolled it back) is refused.
+pub fn hostile_stamp_is_refused<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(2, 16).with_consumers(1))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut c = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    p.try_publish(b"ok").map_err(fail("publish"))?;
+    m.slot_header(0).stamp.store(0, Ordering::Relaxed);
+    ensure!(
+        matches!(c.try_pin().err(), Some(ReadError::Corrupt(_))),
+        "pin accepted stamp 0"
+    );
+    let mut buf = [0u8; 16];
+    ensure!(
+        matches!(c.try_copy(&mut buf).err(), Some(ReadError::Corrupt(_))),
+        "copy accepted stamp 0"
+    );
+    Ok(())
+}
+
+/// Invariant 6: blocked waits end at their bound.
+pub fn bounded_waits<B: Backend>(b: &B) -> Check {
+    let m = b.create(&Config::new(1, 16).with_consumers(1))?;
+    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
+    let mut c = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    ensure!(
+        c.wait_ready(&mut Spin::new(100)) == Err(ReadError::Timeout),
+        "consumer wait unbounded"
+    );
+    p.try_publish(b"a").map_err(fail("publish"))?;
+    ensure!(
+        matches!(
+            p.claim(&mut SpinThenYield::new(10, 10)).err(),
+            Some(ClaimError::Full { .. })
+        ),
+        "producer wait unbounded"
+    );
+    ensure!(!p.wait_drained(&mut Spin::new(100)), "drain wait unbounded");
+    let mut buf = [0u8; 16];
+    c.try_copy(&mut buf).map_err(fail("copy"))?;
+    ensure!(
+        p.wait_drained(&mut Spin::new(100)),
+        "drained ring not seen drained"
+    );
+    Ok(())
+}
+
+/// A small xorshift generator: the model sequences are the same on every backend and run.
+struct XorShift(u64);
+
+impl XorShift {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+}
+
+/// Deterministic op sequence `n` for the model runs.
+pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
+    let mut r = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..len)
+        .map(|_| {
+            let x = r.next();
+            let b = (x >> 8) as u8;
+            match x % 20 {
+                0..=2 => Op::Claim,
+                3 | 4 => Op::Write {
+                    offset: (b % 40).into(),
+                    len: (x >> 16) as u16 % 20,
+                    seed: b,
+                },
+                5..=7 => Op::Publish,
+                8 => Op::Abort,
+                9 | 10 => Op::Pin { consumer: b },
+                11 => Op::Unpin { consumer: b },
+                12 => Op::CopyRead {
+                    consumer: b,
+                    buf: 32,
+                },
+                13 => Op::Register {
+                    class: [Class::Gating, Class::LatestOnly, Class::SkipOnLag][b as usize % 3],
+                },
+                14 => Op::Kill { consumer: b },
+                15 => Op::Reclaim { consumer: b },
+                16 => Op::Alloc {
+                    len: (x >> 16) as u16 % 300,
+                    owner: b,
+                },
+                17 => Op::AllocWrite {
+                    which: b,
+                    seed: b,
+                    extra: (x >> 24) as u8 % 3,
+                },
+                18 => Op::Free {
+                    which: b,
+                    mode: [FreeMode::Owner, FreeMode::Foreign, FreeMode::Stale][b as usize % 3],
+                },
+                _ => Op::Deregister { consumer: b },
+            }
+        })
+        .collect()
+}
+
+/// Every invariant against the reference model, for fixed op sequences.
+pub fn model_sequences<B: Backend>(b: &B) -> Check {
+    let cfg = ModelConfig::small();
+    let (runs, len) = if cfg!(miri) { (2, 60) } else { (40, 300) };
+    for seed in 0..runs {
+        let m = b.create(&cfg.config())?;
+        run_on(&m, &cfg, &sequence(seed, len)).map_err(|f| Failure(format!("seed {seed}: {f}")))?;
+    }
+    Ok(())
+}
+
+/// A producer and three consumer threads (pin, copy, gating) on a small ring, with bounded
+/// waits: every read is a whole message, the gating consumer gets all of them in order.
+/// Under Miri this is the data-race check of the in-process kernels.
+pub fn threaded_stress<B: Backend>(b: &B) -> Check {
+    let n: u64 = if cfg!(miri) { 40 } else { 20_000 };
+    let m = Arc::new(b.create(&Config::new(4, 24).with_consumers(3))?);
+    let msg = |seq: u64| -> [u8; 24] {
+        core::array::from_fn(|i| (seq as u8).wrapping_mul(7).wrapping_add(i as u8))
+    };
+    let mut consumers = Vec::new();
+    for (k, class) in [
+        DeliveryClass::Gating,
+        DeliveryClass::SkipOnLag,
+        DeliveryClass::LatestOnly,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut c = Consumer::new(m.clone(), class, id(10 + k as u64)).map_err(fail("consumer"))?;
+        consumers.push(std::thread::spawn(move || -> Check {
+            let mut last = None;
+            let mut buf = [0u8; 24];
+            loop {
+                c.wait_ready(&mut SpinThenYield::new(64, 1_000_000))
+                    .map_err(fail("wait"))?;
+                let got = if k == 1 {
+                    c.try_copy(&mut buf)
+                        .map(|g| (g.seq, buf == msg(g.seq), g.missed))
+                } else {
+                    c.try_pin()
+                        .map(|p| (p.seq(), p.bytes() == msg(p.seq()), p.missed()))
+                };
+                match got {
+                    Ok((seq, whole, missed)) => {
+                        ensure!(whole, "{class:?}: message {seq} torn");
+                        ensure!(last.is_none_or(|l| seq > l), "{class:?}: went backwards");
+                        ensure!(
+                            class != DeliveryClass::Gating || missed == 0,
+                            "gating missed"
+                        );
+                        last = Some(seq);
+                    }
+                    Err(ReadError::Closed) => break,
+                    Err(ReadError::Empty | ReadError::Lagging) => {}
+                    Err(e) => return Err(Failure(format!("{class:?}: {e}"))),
+                }
+            }
+            ensure!(c.received() + c.missed() == c.cursor(), "{class:?}: counts");
+            ensure!(
+                class != DeliveryClass::Gating || c.received() == n,
+                "gating lost messages"
+            );
+            Ok(())
+        }));
+    }
+    let mut p = Producer::new(m.clone(), id(1)).map_err(fail("producer"))?;
+    for seq in 0..n {
+        let mut slot = p
+            .claim(&mut SpinThenYield::new(64, 1_000_000))
+            .map_err(fail("claim"))?;
+        slot.write(&msg(seq)).map_err(fail("write"))?;
+        slot.publish();
+    }
+    p.close();
+    for t in consumers {
+        t.join()
+            .map_err(|_| Failure("consumer thread panicked".into()))??;
+    }
+    Ok(())
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Mutation check: proves the verification suite can fail.
+#
+# Copies the workspace to a scratch directory (target/mutants/src), then for each mutant in
+# verification/mutants.txt applies ONE textual change to the scratch copy of ring-core, runs
+# the test layers the mutant names, and counts it caught when any of them fails. The real tree
+# is never modified. Prints caught/total and names every survivor; exits non-zero if any
+# mutant survived or could not be applied.
+#
+# Usage: verification/mutants.sh [ID_FILTER_REGEX]
+#   MUTANTS_JOBS   cargo -j (default 2)
+#
+# mutants.txt: one mutant per line, fields separated by " ;; ":
+#   id ;; file (relative to the workspace) ;; exact original text ;; replacement ;; layers ;; description
+# The original text must occur exactly once in the file. `\n` in either text is a newline.
+# Layers (comma-separated, run in order until one fails):
+#   loom[=FILTER]   loom models (RUSTFLAGS=--cfg ring_loom, LOOM_MAX_PREEMPTIONS=2)
+#   shuttle         shuttle whole-ring runs (300 iterations per scheduler)
+#   proptest        proptest state machine (300 cases)
+#   conformance     conformance suite (heap, owned, ring-os memfd)
+#   miri[=FILTER]   conformance under Miri (threaded_stress, data races)
+#   core            ring-core's own unit and integration tests
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/.." && pwd)
+filter=${1:-.}
+work="$root/target/mutants"
+src="$work/src"
+list="$root/verification/mutants.txt"
+jobs=${MUTANTS_JOBS:-2}
+log="$work/log"
+mkdir -p "$work" "$log"
+
+echo "mutants: copying the workspace to $src"
+rm -rf "$src"
+mkdir -p "$src"
+# Everything cargo needs to load the workspace; no target, no git, no fuzz (excluded).
+tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -C "$src" -xf -
+cp -a "$src/ring-core" "$work/ring-core.orig"
+
+run_layer() {
+    local layer=$1 name=${1%%=*} arg=
+    [[ $layer == *=* ]] && arg=${layer#*=}
+    case $name in
+        loom)
+            RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$work/t-loom" \
+                cargo test -q -j "$jobs" -p ring-verification --release \
+                --test loom_ring --test loom_alloc_wait -- ${arg:+"$arg"} ;;
+        shuttle)
+            RUSTFLAGS="--cfg ring_shuttle" SHUTTLE_SILENCE_WARNINGS=1 SHUTTLE_ITERATIONS=300 \
+                CARGO_TARGET_DIR="$work/t-shuttle" \
+                cargo test -q -j "$jobs" -p ring-verification --release --test shuttle_ring ;;
+        proptest)
+            PROPTEST_CASES=300 CARGO_TARGET_DIR="$work/t-normal" \
+                cargo test -q -j "$jobs" -p ring-verification --release --test proptest_model ;;
+        conformance)
+            CARGO_TARGET_DIR="$work/t-normal" \
+                cargo test -q -j "$jobs" -p ring-verification --release --test conformance ;;
+        miri)
+            MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
+                cargo +nightly miri test -q -j "$jobs" -p ring-verification --test conformance \
+                -- ${arg:-owned_segment_conforms} ;;
+        core)
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-core --release ;;
+        *) echo "unknown layer $name" >&2; return 2 ;;
+    esac
+}
+
+total=0 caught=0
+survivors=() broken=()
+start=$(date +%s)
+while IFS= read -r line; do
+    [[ -z $line || $line == \#* ]] && continue
+    id=$(awk -F' ;; ' '{print $1}' <<<"$line")
+    [[ $id =~ $filter ]] || continue
+    total=$((total + 1))
+    rm -rf "$src/ring-core" && cp -a "$work/ring-core.orig" "$src/ring-core"
+    if ! python3 - "$src" "$line" <<'EOF'
+import sys
+src, line = sys.argv[1], sys.argv[2]
+f = line.split(" ;; ")
+if len(f) != 6:
+    sys.exit(f"bad line ({len(f)} fields): {line}")
+_, path, old, new, _, _ = f
+old, new = old.replace("\\n", "\n"), new.replace("\\n", "\n")
+p = f"{src}/{path}"
+s = open(p).read()
+n = s.count(old)
+if n != 1:
+    sys.exit(f"original text found {n} times in {path}: {old!r}")
+open(p, "w").write(s.replace(old, new))
+EOF
+    then
+        echo "[$id] NOT APPLIED (the code changed: update mutants.txt)"
+        broken+=("$id")
+        continue
+    fi
+    layers=$(awk -F' ;; ' '{print $5}' <<<"$line")
+    verdict=SURVIVED
+    t0=$(date +%s)
+    for layer in ${layers//,/ }; do
+        if ! (cd "$src" && run_layer "$layer") >"$log/$id.$layer.log" 2>&1; then
+            # A mutant that does not compile proves nothing: report it as broken.
+            if grep -q "^error\(\[E[0-9]*\]\)\?: " "$log/$id.$layer.log" &&
+                ! grep -q "test result: FAILED\|panicked\|deadlock\|error: test failed" "$log/$id.$layer.log"; then
+                verdict="BROKEN (does not compile, see $log/$id.$layer.log)"
+            else
+                verdict="caught by $layer"
+            fi
+            break
+        fi
+    done
+    echo "[$id] $verdict ($(( $(date +%s) - t0 ))s) — $(awk -F' ;; ' '{print $6}' <<<"$line")"
+    case $verdict in
+        caught*) caught=$((caught + 1)) ;;
+        BROKEN*) broken+=("$id") ;;
+        *) survivors+=("$id") ;;
+    esac
+done <"$list"
+
+echo
+echo "mutants: $caught/$total caught in $(( $(date +%s) - start ))s ($(date -u +%Y-%m-%d))"
+((${#survivors[@]})) && echo "survivors: ${survivors[*]}"
+((${#broken[@]})) && echo "not applied or broken: ${broken[*]}"
+[[ $caught -eq $total ]]

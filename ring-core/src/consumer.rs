@@ -85,21 +85,24 @@ impl<M: Memory> Consumer<M> {
         let line = mem.producer_line();
         for index in 0..g.consumers() {
             let e = mem.consumer_entry(index);
-            // Success Acquire: pairs with the previous holder's Release store of FREE (leave or
-            // reclaim), so its last writes to the entry are behind us. Failure Relaxed: try next.
-            if e.state
-                .compare_exchange(
-                    CONSUMER_FREE,
-                    CONSUMER_JOINING,
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                )
+            // The entry is claimed by its owner word, so a consumer that dies at any point after
+            // this CAS has left its owner id behind, and `Producer::reclaim` can free the entry.
+            // Success Acquire: pairs with the previous holder's Release store of 0 (leave or
+            // reclaim), which comes after its Release store of FREE. Failure Relaxed: try next.
+            if e.owner
+                .compare_exchange(0, owner.get(), Ordering::Acquire, Ordering::Relaxed)
                 .is_err()
             {
                 continue;
             }
+            // Relaxed: the owner CAS above ordered us after the previous holder's FREE.
+            if e.state.load(Ordering::Relaxed) != CONSUMER_FREE {
+                // A state no one leaves behind with owner 0: a corrupt entry. Give it back.
+                e.owner.store(0, Ordering::Relaxed);
+                continue;
+            }
             // Relaxed: published by the Release store of ACTIVE below.
-            e.owner.store(owner.get(), Ordering::Relaxed);
+            e.state.store(CONSUMER_JOINING, Ordering::Relaxed);
             e.class.store(class as u32, Ordering::Relaxed);
             e.missed.store(0, Ordering::Relaxed);
             e.received.store(0, Ordering::Relaxed);
@@ -501,10 +504,11 @@ impl<M: Memory> Drop for Consumer<M> {
             return; // Reclaimed: the entry is not ours any more.
         }
         let e = self.mem.consumer_entry(self.index);
-        e.owner.store(0, Ordering::Relaxed);
-        // Release: pairs with the next registrant's Acquire CAS and with the producer's Acquire
-        // state load: our reads are done before the entry stops gating the producer.
+        // Release: pairs with the producer's Acquire state load: our reads are done before the
+        // entry stops gating the producer.
         e.state.store(CONSUMER_FREE, Ordering::Release);
+        // Release: pairs with the next registrant's Acquire owner CAS (which then sees FREE).
+        e.owner.store(0, Ordering::Release);
         self.wake_producer();
     }
 }

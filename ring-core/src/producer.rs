@@ -2,8 +2,8 @@
 
 use crate::error::{ClaimError, Error};
 use crate::layout::{
-    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, CONSUMER_RECLAIMING, FLAG_CLOSED,
-    READER_MASK, SEQ_LIMIT, WRITER,
+    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_CLOSED, READER_MASK, SEQ_LIMIT,
+    WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -228,9 +228,17 @@ impl<M: Memory> Producer<M> {
             hdr.state
                 .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
         {
+            let valid = self.valid_readers();
+            if cur & !valid != 0 {
+                // Bits no consumer owns (a stale WRITER, bits of entries beyond the table, or
+                // bits 32..62) were written by a corrupt or hostile peer; no one would ever clear
+                // them, so clear them here and report the slot busy this once. Relaxed: those
+                // bits guard no data.
+                hdr.state.fetch_and(valid, Ordering::Relaxed);
+            }
             return Err(ClaimError::Pinned {
                 slot,
-                readers: (cur & READER_MASK) as u32,
+                readers: (cur & valid) as u32,
             });
         }
         // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
@@ -239,6 +247,12 @@ impl<M: Memory> Producer<M> {
         hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         Ok(slot)
+    }
+
+    /// The reader bits that belong to consumer-table entries.
+    fn valid_readers(&self) -> u64 {
+        let n = self.mem.geometry().consumers();
+        ((1u64 << n) - 1) & READER_MASK
     }
 
     /// Checks every active gating consumer for the claim of `seq`; returns the new bound below
@@ -420,10 +434,11 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
         return Err(Error::NoSuchConsumer { index });
     }
     let e = mem.consumer_entry(index);
-    // Relaxed: compared only; the state CAS below orders what follows.
-    let owner = e.owner.load(Ordering::Relaxed);
-    let state = e.state.load(Ordering::Relaxed);
-    if state == CONSUMER_FREE {
+    // Acquire: pairs with the consumer's Release stores (cursor, unpins, FREE) in case it got
+    // that far before dying.
+    let owner = e.owner.load(Ordering::Acquire);
+    if owner == 0 {
+        // Nobody holds the entry (it was never taken, or already reclaimed): idempotent.
         return Ok(Reclaimed {
             index,
             owner,
@@ -435,24 +450,10 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
     if owner != expected.get() {
         return Err(Error::OwnerMismatch { found: owner });
     }
-    if state != CONSUMER_ACTIVE && state != CONSUMER_JOINING && state != CONSUMER_RECLAIMING {
-        // A state no one writes: a corrupt entry. Reclaiming it is still the right repair.
-    }
-    // Acquire: pairs with the consumer's last Release stores (cursor, unpins) in case it got
-    // that far. Failure: another reclaimer moved it; report the owner we found.
-    if e.state
-        .compare_exchange(
-            state,
-            CONSUMER_RECLAIMING,
-            Ordering::Acquire,
-            Ordering::Relaxed,
-        )
-        .is_err()
-    {
-        return Err(Error::OwnerMismatch {
-            found: e.owner.load(Ordering::Relaxed),
-        });
-    }
+    // Whatever state the consumer died in (FREE right after it claimed the owner word, JOINING,
+    // ACTIVE, or a corrupt value), the entry becomes RECLAIMING. Relaxed: ordered by the owner
+    // load above; the producer is the only reclaimer.
+    e.state.store(CONSUMER_RECLAIMING, Ordering::Relaxed);
     let bit = 1u64 << index;
     let mut pins_cleared = 0;
     for i in 0..mem.geometry().slots() {
@@ -465,9 +466,11 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
     }
     // Relaxed: read for the report.
     let cursor = e.cursor.load(Ordering::Relaxed);
-    e.owner.store(0, Ordering::Relaxed);
-    // Release: pairs with the next registrant's Acquire CAS on `state`.
+    // Release: the entry stops gating; pairs with the producer's Acquire state loads.
     e.state.store(CONSUMER_FREE, Ordering::Release);
+    // Release: pairs with the next registrant's Acquire owner CAS, which then sees FREE and
+    // no pins of this index anywhere.
+    e.owner.store(0, Ordering::Release);
     // A producer held back by this consumer re-checks: bump the drain word.
     let line = mem.producer_line();
     line.drain_futex.fetch_add(1, Ordering::Release);

@@ -316,3 +316,44 @@ fn dropping_the_producer_closes_the_ring() {
     let mut p = Producer::new(&s, id(3)).unwrap();
     assert_eq!(p.try_publish(b"again"), Ok(1));
 }
+
+#[test]
+fn a_consumer_that_died_while_joining_is_reclaimed() {
+    use ring_core::Memory;
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    // A consumer that died right after claiming entry 0's owner word: owner set, state FREE.
+    s.consumer_entry(0)
+        .owner
+        .store(42, ring_core::sync::Ordering::Relaxed);
+    let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(c.index(), 1, "a claimed owner word keeps the entry taken");
+    let r = p.reclaim(0, id(42)).unwrap();
+    assert!(r.was_registered);
+    assert_eq!(consumer_info(&s, 0).unwrap().owner, 0);
+    assert_eq!(
+        Consumer::new(&s, DeliveryClass::Gating, id(3))
+            .unwrap()
+            .index(),
+        0
+    );
+}
+
+#[test]
+fn stray_reader_bits_beyond_the_table_are_cleared_by_the_producer() {
+    use ring_core::Memory;
+    let s = seg(1, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    // The table has 4 entries; bit 20 and bit 40 belong to no one.
+    s.slot_header(0)
+        .state
+        .store((1 << 20) | (1 << 40), ring_core::sync::Ordering::Relaxed);
+    assert_eq!(
+        p.try_publish(b"x"),
+        Err(ClaimError::Pinned {
+            slot: 0,
+            readers: 0
+        })
+    );
+    assert_eq!(p.try_publish(b"x"), Ok(0));
+}

@@ -9,7 +9,6 @@
 use core::time::Duration;
 use std::time::Instant;
 
-use ring_core::inspect::EntryState;
 use ring_core::{ClaimError, Consumer, Copied, Memory, OwnerId, Pinned, Producer, ReadError};
 use ring_core::{Reclaimed, WriteSlot};
 
@@ -129,11 +128,13 @@ pub trait ProducerExt<M: Memory> {
 /// Reclaims consumer `index` if its owner is dead.
 fn reclaim_if_dead<M: Memory>(p: &mut Producer<M>, index: usize) -> Option<Reclaimed> {
     let info = p.consumer_info(index)?;
-    if info.state == EntryState::Free || liveness_raw(info.owner) != Liveness::Dead {
+    // An entry is held by its owner word (ring-core claims entries with an owner CAS), so a
+    // consumer that died at any point of its registration, even before its state left FREE,
+    // is found here by its owner id.
+    let owner = OwnerId::new(info.owner)?;
+    if liveness_raw(info.owner) != Liveness::Dead {
         return None;
     }
-    // Owner 0 in a joining entry (died between the two stores) cannot be named: left alone.
-    let owner = OwnerId::new(info.owner)?;
     p.reclaim(index, owner).ok().filter(|r| r.was_registered)
 }
 
@@ -226,6 +227,7 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
 mod tests {
     use super::*;
     use crate::{owner, CreateOptions, ShmRing};
+    use ring_core::inspect::EntryState;
     use ring_core::{Config, DeliveryClass};
 
     /// An owner id whose process is certainly dead: a reaped child's pid with a wrong start time.

@@ -1,0 +1,316 @@
+//! The [`Device`] implementation of [`EmulatedDevice`]: bounds and ids checked here, the work
+//! itself queued on the stream's worker thread.
+
+use core::sync::atomic::Ordering;
+use core::time::Duration;
+use std::sync::Arc;
+
+use super::shm::{Region, EVENT_BYTES, EVENT_MAGIC, MEM_MAGIC};
+use super::stream::{wait_counter, Op, Stream, COMPLETED, RECORDED};
+use super::{range, EmulatedDevice};
+use crate::accounting::Ledger;
+use crate::device::Device;
+use crate::error::{Error, Result};
+use crate::handle::{
+    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    MemInfo, Owner, ResourceKind, StreamId,
+};
+
+impl Device for EmulatedDevice {
+    fn describe(&self) -> String {
+        format!("emulated device ({} bytes)", self.options.total_bytes)
+    }
+
+    fn ledger(&self) -> &Ledger {
+        &self.ledger
+    }
+
+    fn alloc(&self, owner: Owner, len: u64, export: ExportKind) -> Result<BufferId> {
+        if len == 0 {
+            return Err(Error::InvalidLength { len });
+        }
+        let total = self.options.total_bytes;
+        let make = || {
+            // The charge already counts `len`.
+            if self.ledger.totals().buffers.live_bytes > total {
+                return Err(Error::OutOfMemory { requested: len });
+            }
+            Region::create("mem", len)
+        };
+        let id = self.acquire(ResourceKind::Buffer, owner, len, make, |t, id, r| {
+            t.buffers.insert(id, (Arc::new(r), export));
+        })?;
+        Ok(BufferId(id))
+    }
+
+    fn free(&self, buf: BufferId) -> Result<()> {
+        let (region, _) = self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
+            kind: ResourceKind::Buffer,
+            id: buf.0,
+        })?;
+        self.release(ResourceKind::Buffer, buf.0)?;
+        // Queued work holds its own references to the region. Like cuMemFree, wait (bounded)
+        // for it to finish, so the memfd is closed — and the exported handle stale — on return.
+        let start = std::time::Instant::now();
+        let mut region = region;
+        loop {
+            match Arc::try_unwrap(region) {
+                Ok(r) => {
+                    drop(r);
+                    return Ok(());
+                }
+                Err(r) if start.elapsed() < self.options.wait_bound => {
+                    region = r;
+                    std::thread::sleep(Duration::from_micros(50));
+                }
+                Err(_) => {
+                    return Err(Error::Timeout {
+                        what: "work queued on a freed buffer",
+                        after: self.options.wait_bound,
+                    })
+                }
+            }
+        }
+    }
+
+    fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
+        let (r, allocated_as) =
+            self.lock()
+                .buffers
+                .get(&buf.0)
+                .cloned()
+                .ok_or(Error::UnknownId {
+                    kind: ResourceKind::Buffer,
+                    id: buf.0,
+                })?;
+        if allocated_as != kind {
+            return Err(Error::InvalidOperation(
+                "export kind differs from the kind the buffer was allocated for",
+            ));
+        }
+        Ok(match kind {
+            ExportKind::Ipc => MemHandle::Ipc(IpcMemHandle {
+                raw: r.handle(MEM_MAGIC),
+                len: r.len(),
+            }),
+            ExportKind::Fd => MemHandle::Fd {
+                fd: r.export_fd()?,
+                len: r.len(),
+            },
+        })
+    }
+
+    fn open(&self, owner: Owner, handle: &MemHandle) -> Result<MappingId> {
+        let make = || {
+            let r = match handle {
+                MemHandle::Ipc(h) => Region::open_handle(&h.raw, MEM_MAGIC, "mem")?,
+                MemHandle::Fd { fd, len } => Region::open_fd(fd, *len)?,
+            };
+            if r.len() != handle.len() {
+                return Err(Error::InvalidHandle(
+                    "length does not match the exported buffer",
+                ));
+            }
+            Ok(r)
+        };
+        let id = self.acquire(
+            ResourceKind::Mapping,
+            owner,
+            handle.len(),
+            make,
+            |t, id, r| {
+                t.mappings.insert(id, Arc::new(r));
+            },
+        )?;
+        Ok(MappingId(id))
+    }
+
+    fn close(&self, mapping: MappingId) -> Result<()> {
+        self.lock()
+            .mappings
+            .remove(&mapping.0)
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Mapping,
+                id: mapping.0,
+            })?;
+        self.release(ResourceKind::Mapping, mapping.0)
+    }
+
+    fn size(&self, mem: Mem) -> Result<u64> {
+        Ok(self.region(mem)?.len())
+    }
+
+    fn create_stream(&self, owner: Owner) -> Result<StreamId> {
+        let timing = self.timing();
+        let id = self.acquire(
+            ResourceKind::Stream,
+            owner,
+            0,
+            || Stream::spawn(timing),
+            |t, id, s| {
+                t.streams.insert(id, Arc::new(s));
+            },
+        )?;
+        Ok(StreamId(id))
+    }
+
+    fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        let s = self.stream(stream)?;
+        let synced = s.sync(timeout);
+        self.lock().streams.remove(&stream.0);
+        self.release(ResourceKind::Stream, stream.0)?;
+        synced
+    }
+
+    fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()> {
+        let r = self.region(dst)?;
+        let (offset, _) = range(offset, src.len() as u64, r.len())?;
+        self.stream(stream)?.push(Op::Write {
+            dst: r,
+            offset,
+            data: src.to_vec(),
+        })
+    }
+
+    fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()> {
+        let r = self.region(dst)?;
+        let (offset, len) = range(offset, len, r.len())?;
+        self.stream(stream)?.push(Op::Fill {
+            dst: r,
+            offset,
+            len,
+            byte,
+        })
+    }
+
+    fn copy(
+        &self,
+        stream: StreamId,
+        dst: Mem,
+        dst_offset: u64,
+        src: Mem,
+        src_offset: u64,
+        len: u64,
+    ) -> Result<()> {
+        let (d, s) = (self.region(dst)?, self.region(src)?);
+        let (dst_offset, len) = range(dst_offset, len, d.len())?;
+        let (src_offset, _) = range(src_offset, len as u64, s.len())?;
+        self.stream(stream)?.push(Op::Copy {
+            dst: d,
+            dst_offset,
+            src: s,
+            src_offset,
+            len,
+        })
+    }
+
+    fn read(
+        &self,
+        stream: StreamId,
+        src: Mem,
+        offset: u64,
+        dst: &mut [u8],
+        timeout: Duration,
+    ) -> Result<()> {
+        let r = self.region(src)?;
+        let (offset, len) = range(offset, dst.len() as u64, r.len())?;
+        let bytes = self.stream(stream)?.read(r, offset, len, timeout)?;
+        dst.copy_from_slice(&bytes);
+        Ok(())
+    }
+
+    fn create_event(&self, owner: Owner) -> Result<EventId> {
+        let id = self.acquire(
+            ResourceKind::Event,
+            owner,
+            0,
+            || Region::create("evt", EVENT_BYTES),
+            |t, id, r| {
+                t.events.insert(id, Arc::new(r));
+            },
+        )?;
+        Ok(EventId(id))
+    }
+
+    fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
+        Ok(IpcEventHandle {
+            raw: self.event(event)?.handle(EVENT_MAGIC),
+        })
+    }
+
+    fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
+        let make = || {
+            let r = Region::open_handle(&handle.raw, EVENT_MAGIC, "evt")?;
+            if r.len() != EVENT_BYTES {
+                return Err(Error::InvalidHandle("event region of the wrong size"));
+            }
+            Ok(r)
+        };
+        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, r| {
+            t.events.insert(id, Arc::new(r));
+        })?;
+        Ok(EventId(id))
+    }
+
+    fn destroy_event(&self, event: EventId) -> Result<()> {
+        self.lock()
+            .events
+            .remove(&event.0)
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Event,
+                id: event.0,
+            })?;
+        self.release(ResourceKind::Event, event.0)
+    }
+
+    fn record(&self, event: EventId, stream: StreamId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        // AcqRel: Release publishes this record to a waiter that loads `recorded` with Acquire
+        // (`wait_event`, `query`) — in practice the ring's publish already orders it; Acquire
+        // keeps concurrent recorders' targets in one order.
+        let target = e.counter(RECORDED).fetch_add(1, Ordering::AcqRel) + 1;
+        s.push(Op::Record { event: e, target })
+    }
+
+    fn wait_event(&self, stream: StreamId, event: EventId) -> Result<()> {
+        let (e, s) = (self.event(event)?, self.stream(stream)?);
+        // Acquire: pairs with the AcqRel increment in `record`, so the wait covers every
+        // record that happened before this call.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        s.push(Op::Wait { event: e, target })
+    }
+
+    fn query(&self, event: EventId) -> Result<bool> {
+        let e = self.event(event)?;
+        // Acquire on both: pairs with `record` (recorded) and with the stream's Release
+        // fetch_max (completed), so `true` makes the recorded work's writes visible.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        Ok(e.counter(COMPLETED).load(Ordering::Acquire) >= target)
+    }
+
+    fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()> {
+        let e = self.event(event)?;
+        // Acquire: as in `wait_event`.
+        let target = e.counter(RECORDED).load(Ordering::Acquire);
+        if wait_counter(&e, target, timeout) {
+            Ok(())
+        } else {
+            Err(Error::Timeout {
+                what: "an event",
+                after: timeout,
+            })
+        }
+    }
+
+    fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
+        self.stream(stream)?.sync(timeout)
+    }
+
+    fn mem_info(&self) -> Result<MemInfo> {
+        let live = self.ledger.totals().buffers.live_bytes;
+        Ok(MemInfo {
+            free: self.options.total_bytes.saturating_sub(live),
+            total: self.options.total_bytes,
+        })
+    }
+}

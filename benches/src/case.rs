@@ -86,7 +86,7 @@ pub enum Metric {
     /// Parent sends `bytes`, the child echoes `bytes`: one round trip.
     RoundTrip,
     /// Parent requests (8 bytes), the child publishes a prepared `bytes` message: request → every
-    /// byte usable by the parent.
+    /// byte usable by the parent (1 KiB .. 16 MiB and the BGRA frames).
     Acquire,
     /// The child streams a batch of `bytes` messages; a sample is the time per message.
     Throughput,
@@ -204,6 +204,7 @@ pub fn plan(quick: bool) -> Vec<Case> {
     // Acquire: a byte budget per transport per round keeps big sizes cheap.
     let (acq_rounds, budget) = if quick { (3, 16 * MIB) } else { (8, 96 * MIB) };
     let mut sizes: Vec<(String, usize)> = vec![
+        (String::new(), KIB),
         (String::new(), 64 * KIB),
         (String::new(), MIB),
         (String::new(), 16 * MIB),

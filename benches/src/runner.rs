@@ -208,19 +208,13 @@ fn run_link(
     Ok(())
 }
 
-/// How often pollers yield in `case` (see [`crate::wait::set_yield_every`]): often when three
-/// processes share two cores, about every millisecond otherwise.
+/// How often pollers yield in `case` (see [`crate::wait::set_yield_every`]).
 pub fn yield_every(case: &Case) -> u32 {
-    if case.metric.children() + 1 > CORES_FOR_PEERS {
-        1
-    } else {
-        100
+    match case.metric {
+        Metric::RoundTrip | Metric::Acquire => 100,
+        Metric::Throughput | Metric::Fanout => 1,
     }
 }
-
-/// Processes that can poll at once without starving each other (the reference machine has two
-/// cores).
-const CORES_FOR_PEERS: usize = 2;
 
 fn elapsed_ns(t0: Instant) -> u64 {
     u64::try_from(t0.elapsed().as_nanos()).unwrap_or(u64::MAX)

@@ -4,19 +4,23 @@ use crate::BenchError;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Instant;
 
-/// Spins between deadline checks.
+/// Spins between deadline checks (roughly 10 µs).
 const SPINS_PER_CHECK: u32 = 512;
 
 /// Deadline checks between yields (see [`set_yield_every`]).
 static CHECKS_PER_YIELD: AtomicU32 = AtomicU32::new(1);
 
-/// Sets how often a poller yields its core: every `checks` deadline checks (each
-/// [`SPINS_PER_CHECK`] spins, roughly 10 µs). With two parties on two cores a poller should
-/// almost never yield (a yield hands the core to whatever else is runnable, for a whole time
-/// slice); with three parties (fan-out) on two cores it must yield often or it starves the peer
-/// it waits for.
+/// Sets how often a poller yields its core: every `checks` deadline checks.
+///
+/// On two cores shared with other work there is no single right answer, so the harness picks per
+/// metric (see `runner::yield_every`): a ping-pong (round trip, acquire) keeps its core and
+/// yields about once a millisecond, because a yield hands the core to whatever else is runnable
+/// for a whole time slice (measured: the floor's median went from ~0.5 µs to ~29 µs with a
+/// yield every 10 µs on a loaded machine); a stream or a fan-out yields every ~10 µs, because a
+/// producer spinning on a full ring on the consumer's core burns its whole slice (measured:
+/// 64-byte throughput went from ~0.25 µs to ~20 µs per message with rare yields).
 pub fn set_yield_every(checks: u32) {
-    // Relaxed: a tuning knob read by this process only; no data hangs on it.
+    // Relaxed: a tuning knob of this process; nothing is published through it.
     CHECKS_PER_YIELD.store(checks.max(1), Ordering::Relaxed);
 }
 

@@ -2,8 +2,8 @@
 //! `ring-copy` (busy-polling consumer, seqlock copy-out) and `ring-futex` (consumer and producer
 //! block on the segment's futex words; zero-copy pin).
 //!
-//! Each direction is its own segment (a `ring-os` file segment in the case directory, pages
-//! reserved and pre-faulted): parent → children (one producer, one gating consumer per child) and
+//! Each direction is its own ring (`ring_os::ShmRing` in a file of the case directory, pages
+//! reserved and pre-faulted; its `Mapping` wakes futex waiters across processes): parent → children (one producer, one gating consumer per child) and
 //! child → parent (one per child). The producer writes the message into a claimed slot before the
 //! timed publish, as a renderer that draws into the slot would.
 
@@ -12,115 +12,15 @@ use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
 use crate::BenchError;
-use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
-use ring_core::{
-    AtomicU32, AtomicU64, ClaimError, Config, Consumer, DeliveryClass, Geometry, Memory, OwnerId,
-    Producer, RawMemory, ReadError, WaitStrategy,
-};
-use ring_os::{CreateOptions, Segment, SizeCheck};
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
+use ring_os::{ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmRing};
+use std::path::PathBuf;
+use std::time::Instant;
 
 const NAME: &str = "ring";
 
 fn err(e: impl core::fmt::Display) -> BenchError {
     BenchError::transport(NAME, e)
-}
-
-/// A ring segment in an OS mapping, whose wakes are shared futex wakes.
-struct ShmMem {
-    // `raw` points into `seg`'s mapping; it has no destructor, and `seg` (dropped after it,
-    // in field order) unmaps.
-    raw: RawMemory,
-    _seg: Segment,
-}
-
-/// Views ring-core's atomic (portable-atomic) as the core atomic the futex calls take.
-fn core_word(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
-    // SAFETY: portable-atomic's `AtomicU32` has the size and alignment of `u32` and, on the
-    // targets ring-os builds for (CROSS_PROCESS_SAFE), is the native atomic; `as_ptr` points at
-    // that word, which lives as long as the borrow of `word`; every access to it is atomic.
-    unsafe { core::sync::atomic::AtomicU32::from_ptr(word.as_ptr()) }
-}
-
-// SAFETY: every accessor forwards to `raw`, whose bytes are `seg`'s mapping, which lives (mapped)
-// as long as `self`; `notify` only adds a futex wake.
-unsafe impl Memory for ShmMem {
-    fn geometry(&self) -> &Geometry {
-        self.raw.geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        self.raw.header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        self.raw.producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        self.raw.consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        self.raw.slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        self.raw.payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        self.raw.alloc_words()
-    }
-    fn notify(&self, word: &AtomicU32) {
-        ring_os::futex::wake_all(core_word(word));
-    }
-}
-
-type Mem = Arc<ShmMem>;
-
-fn owner() -> Result<OwnerId, BenchError> {
-    ring_os::owner::current().map_err(err)
-}
-
-fn create(path: &Path, config: &Config) -> Result<Mem, BenchError> {
-    let geometry = Geometry::new(config).map_err(err)?;
-    let seg = Segment::create_file(
-        path,
-        geometry.total_len() as u64,
-        CreateOptions::new().populate(true),
-    )
-    .map_err(err)?;
-    // SAFETY: the mapping is fresh (created exclusively just now), page-aligned, `seg.len()`
-    // bytes long and stays mapped while `seg` lives, which is as long as the `RawMemory` (both
-    // live in the same `ShmMem`); every later access goes through ring-core's atomics.
-    let raw =
-        unsafe { RawMemory::initialize(seg.as_ptr(), seg.len(), config, owner()?) }.map_err(err)?;
-    Ok(Arc::new(ShmMem { raw, _seg: seg }))
-}
-
-fn attach(path: &Path) -> Result<Mem, BenchError> {
-    let seg = Segment::open_file(path, SizeCheck::AtLeast(1)).map_err(err)?;
-    // SAFETY: the mapping is `seg.len()` bytes, page-aligned, and stays mapped while `seg` lives
-    // (as long as the `RawMemory`); `attach` validates the bytes as untrusted.
-    let raw = unsafe { RawMemory::attach(seg.as_ptr(), seg.len()) }.map_err(err)?;
-    Ok(Arc::new(ShmMem { raw, _seg: seg }))
-}
-
-/// Futex waits with a deadline (ring-os's futex, bounded by `deadline`).
-struct FutexWait {
-    deadline: Instant,
-}
-
-impl WaitStrategy for FutexWait {
-    fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
-        let left = self.deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return false;
-        }
-        let _ = ring_os::futex::wait(
-            core_word(word),
-            expected,
-            left.min(Duration::from_millis(100)),
-        );
-        true
-    }
 }
 
 /// How a consumer reads.
@@ -140,7 +40,7 @@ fn mode(t: Transport) -> Mode {
 }
 
 struct RingTx {
-    producer: Producer<Mem>,
+    producer: ShmProducer,
     mode: Mode,
     buf: Vec<u8>,
     seq: u64,
@@ -158,8 +58,9 @@ impl Tx for RingTx {
         stamp(src, self.seq);
         let deadline = Instant::now() + crate::child::RUN_TIMEOUT;
         let mut slot = if self.mode == Mode::Futex {
+            // Blocks on the segment's drain futex while a gating consumer holds the ring full.
             self.producer
-                .claim(&mut FutexWait { deadline })
+                .claim(&mut FutexWait::until(deadline))
                 .map_err(err)?
         } else {
             // Busy claim: a gating consumer that has not caught up holds us back.
@@ -186,7 +87,7 @@ impl Tx for RingTx {
 struct RingRx {
     transport: Transport,
     mode: Mode,
-    consumers: Vec<Consumer<Mem>>,
+    consumers: Vec<ShmConsumer>,
     buf: Vec<u8>,
     seq: Vec<u64>,
 }
@@ -218,7 +119,8 @@ impl Rx for RingRx {
                 })?
             }
             Mode::Futex => {
-                let p = c.pin(&mut FutexWait { deadline }).map_err(|e| match e {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let p = c.recv_pinned(left).map_err(|e| match e {
                     ReadError::Timeout => BenchError::timeout("a ring message (futex)"),
                     e => err(e),
                 })?;
@@ -235,6 +137,15 @@ fn config(case_bytes: usize, depth: usize, consumers: usize) -> Result<Config, B
     let slots = u32::try_from(depth).map_err(|_| err("too many slots"))?;
     let consumers = u32::try_from(consumers).map_err(|_| err("too many consumers"))?;
     Ok(Config::new(slots, cap).with_consumers(consumers))
+}
+
+/// Creates a ring in a file of the case directory, every page reserved and pre-faulted so that
+/// no timed iteration pays for a first touch.
+fn create(
+    path: &std::path::Path,
+    config: &Config,
+) -> Result<std::sync::Arc<ring_os::Mapping>, BenchError> {
+    ShmRing::create_file(path, config, CreateOptions::new().populate(true)).map_err(err)
 }
 
 fn down_path(s: &Setup) -> PathBuf {
@@ -254,19 +165,18 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     };
     let transport = first.transport;
     let case = first.case.clone();
-    let me = owner()?;
     let down = create(
         &down_path(first),
         &config(case.down_bytes(), case.depth(), setups.len())?,
     )?;
-    let producer = Producer::new(down, me).map_err(err)?;
+    let producer = ShmRing::producer(&down).map_err(err)?;
     let mut consumers = Vec::new();
     for s in setups.iter() {
         let up = create(
             &up_path(s, s.child),
             &config(case.up_bytes(), case.depth(), 1)?,
         )?;
-        consumers.push(Consumer::new(up, DeliveryClass::Gating, me).map_err(err)?);
+        consumers.push(ShmRing::consumer(&up, DeliveryClass::Gating).map_err(err)?);
     }
     let n = consumers.len();
     Ok(Box::new(move |_| {
@@ -290,9 +200,10 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
 
 /// Child side (see [`super::child_setup`]).
 pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
-    let me = owner()?;
-    let consumer = Consumer::new(attach(&down_path(s))?, DeliveryClass::Gating, me).map_err(err)?;
-    let producer = Producer::new(attach(&up_path(s, s.child))?, me).map_err(err)?;
+    let down = ShmRing::open_file(&down_path(s)).map_err(err)?;
+    let consumer = ShmRing::consumer(&down, DeliveryClass::Gating).map_err(err)?;
+    let up = ShmRing::open_file(&up_path(s, s.child)).map_err(err)?;
+    let producer = ShmRing::producer(&up).map_err(err)?;
     Ok(Link {
         tx: Box::new(RingTx {
             producer,

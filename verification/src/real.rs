@@ -67,7 +67,11 @@ impl<T, G> Held<T, G> {
     }
 
     /// Leaks nothing but runs no destructor: the guard and the value are forgotten (a crash).
-    fn forget(mut self) {
+    ///
+    /// Takes `&mut self`, never `self`: a by-value `Held` holding a guard would protect the
+    /// guard's borrow for the whole call (Stacked Borrows), and freeing the box under it is UB
+    /// (Miri found exactly that).
+    fn forget(&mut self) {
         std::mem::forget(self.guard.take());
         if let Some(p) = self.raw.take() {
             // SAFETY: `p` came from `Box::leak`, the guard that borrowed it is gone.
@@ -211,14 +215,16 @@ impl<'s, M: Memory> Real<'s, M> {
                 }
             }
             Op::Deregister { consumer } => match self.take_consumer(consumer) {
-                Some(c) => {
+                Some(mut c) => {
+                    // The pin first, in place (see `Held::forget` for why not by value).
+                    drop(c.guard.take());
                     drop(c);
                     Outcome::Gone
                 }
                 None => Outcome::Skipped,
             },
             Op::Kill { consumer } => match self.take_consumer(consumer) {
-                Some(c) => {
+                Some(mut c) => {
                     c.forget();
                     Outcome::Gone
                 }
@@ -234,7 +240,7 @@ impl<'s, M: Memory> Real<'s, M> {
                 None => Outcome::Skipped,
             },
             Op::TakeOver => {
-                if let Some(p) = self.producer.take() {
+                if let Some(mut p) = self.producer.take() {
                     p.forget();
                 }
                 let dead = owner(self.producer_owner);

@@ -231,6 +231,18 @@ fn subscriber(
     Ok((sub, l))
 }
 
+/// Subscriber buffer depth for `case`. For throughput it is as deep as a whole batch: with a
+/// 256-deep buffer and `RetryUntilDelivered`, `iceoryx2-event` stalled for good at message 257
+/// (the publisher never delivered it; every listener wait timed out with an empty subscriber),
+/// while busy-polling `iceoryx2` did not. A batch-deep buffer means the publisher never meets
+/// backpressure, which flatters iceoryx2 slightly against the ring's 256 slots.
+fn depth(case: &crate::case::Case) -> usize {
+    match case.metric {
+        crate::case::Metric::Throughput => crate::case::THROUGHPUT_BATCH + 8,
+        _ => case.depth(),
+    }
+}
+
 fn down_name(s: &Setup) -> String {
     format!("{}/down", s.tag)
 }
@@ -250,14 +262,14 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let event = transport == Transport::Iceoryx2Event;
     let case = first.case.clone();
     let node = node()?;
-    let down = services(&node, &down_name(first), setups.len(), case.depth(), event)?;
+    let down = services(&node, &down_name(first), setups.len(), depth(&case), event)?;
     let (publisher, notifier) = publisher(&down, case.down_bytes())?;
     let mut subscribers = Vec::new();
     let mut listeners = Vec::new();
     let mut all = vec![];
     for s in setups.iter() {
-        let up = services(&node, &up_name(s, s.child), 1, case.depth(), event)?;
-        let (sub, l) = subscriber(&up, case.depth())?;
+        let up = services(&node, &up_name(s, s.child), 1, depth(&case), event)?;
+        let (sub, l) = subscriber(&up, depth(&case))?;
         subscribers.push(sub);
         listeners.push(l);
         all.push(up);
@@ -301,9 +313,9 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
     let event = s.transport == Transport::Iceoryx2Event;
     let case = &s.case;
     let node = node()?;
-    let down = services(&node, &down_name(s), s.children, case.depth(), event)?;
-    let (sub, l) = subscriber(&down, case.depth())?;
-    let up = services(&node, &up_name(s, s.child), 1, case.depth(), event)?;
+    let down = services(&node, &down_name(s), s.children, depth(case), event)?;
+    let (sub, l) = subscriber(&down, depth(case))?;
+    let up = services(&node, &up_name(s, s.child), 1, depth(case), event)?;
     let (publisher, notifier) = publisher(&up, case.up_bytes())?;
     publisher
         .update_connections()

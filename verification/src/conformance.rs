@@ -63,6 +63,10 @@ pub fn all<B: Backend>(backend: &B) -> Vec<(&'static str, Check)> {
         ("bounded_waits", bounded_waits(backend)),
         ("model_sequences", model_sequences(backend)),
         ("threaded_stress", threaded_stress(backend)),
+        (
+            "pin_unpin_claim_race_free",
+            pin_unpin_claim_race_free(backend),
+        ),
     ]
 }
 
@@ -456,4 +460,49 @@ pub fn threaded_stress<B: Backend>(b: &B) -> Check {
             .map_err(|_| Failure("consumer thread panicked".into()))??;
     }
     Ok(())
+}
+
+/// A 1-slot ring, a pinning reader and a producer that never parks and no gating consumer, so
+/// the only order between the reader's (non-atomic, zero-copy) reads of a message and the
+/// producer's next writes to the slot is unpin (Release) → claim (Acquire). Under Miri, a
+/// weakened unpin or claim is a data race; elsewhere every pinned message must be whole.
+pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
+    let n: u64 = if cfg!(miri) { 12 } else { 5_000 };
+    let m = Arc::new(b.create(&Config::new(1, 16).with_consumers(1))?);
+    let msg = |seq: u64| -> [u8; 16] { [seq as u8; 16] };
+    let mut c =
+        Consumer::new(m.clone(), DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let reader = std::thread::spawn(move || -> Check {
+        let mut seen = 0;
+        for _ in 0..10_000_000u64 {
+            match c.try_pin() {
+                Ok(p) => {
+                    ensure!(p.bytes() == msg(p.seq()), "pinned message {} torn", p.seq());
+                    seen += 1;
+                }
+                Err(ReadError::Closed) => break,
+                Err(ReadError::Empty | ReadError::Lagging) => std::thread::yield_now(),
+                Err(e) => return Err(Failure(format!("reader: {e}"))),
+            }
+        }
+        ensure!(seen > 0, "the reader saw nothing");
+        Ok(())
+    });
+    let mut p = Producer::new(m.clone(), id(1)).map_err(fail("producer"))?;
+    let mut seq = 0;
+    for _ in 0..10_000_000u64 {
+        if seq == n {
+            break;
+        }
+        match p.try_publish(&msg(seq)) {
+            Ok(_) => seq += 1,
+            Err(ClaimError::Pinned { .. }) => std::thread::yield_now(),
+            Err(e) => return Err(Failure(format!("producer: {e}"))),
+        }
+    }
+    ensure!(seq == n, "the producer was held back for good");
+    p.close();
+    reader
+        .join()
+        .map_err(|_| Failure("reader panicked".into()))?
 }

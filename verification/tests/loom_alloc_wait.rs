@@ -32,8 +32,8 @@ fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
 }
 
 /// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
-/// so the second allocation reuses both. A reader holding the first handle gets its bytes whole
-/// or `InvalidHandle`, never the second allocation's bytes.
+/// so the second allocation reuses both. A reader holding the first handle gets its entry and
+/// its bytes whole, or `InvalidHandle`, never the second allocation's fields or bytes.
 #[test]
 fn reader_never_sees_a_reused_allocation() {
     model(|| {
@@ -53,11 +53,16 @@ fn reader_never_sees_a_reused_allocation() {
         let t = thread::spawn(move || {
             let mut alloc = Allocator::attach(&w2).unwrap();
             alloc.free(a.handle, 1).unwrap();
-            let b = alloc.alloc(16, 2, 1).unwrap();
+            // A different length, so a lookup that mixed the two entries' fields shows.
+            let b = alloc.alloc(8, 2, 1).unwrap();
             assert_eq!(b.offset, a.offset, "one granule: reused");
-            alloc.writer(&b).unwrap().write(&[0xBB; 16]).unwrap();
+            alloc.writer(&b).unwrap().write(&[0xBB; 8]).unwrap();
         });
         let reader = Allocator::attach(&words).unwrap();
+        match reader.lookup(a.handle) {
+            Ok(got) => assert_eq!(got, a, "lookup mixed two allocations"),
+            Err(e) => assert_eq!(e, AllocError::InvalidHandle { handle: a.handle }),
+        }
         let mut out = [0u8; 16];
         match reader.read(&a, &mut out) {
             Ok(n) => assert_eq!(&out[..n], &[0xAA; 16], "read a reused allocation"),

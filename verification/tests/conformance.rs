@@ -1,11 +1,13 @@
 //! The conformance suite (`ring_verification::conformance`) instantiated for every backend
 //! that exists: the heap segment (the `RawMemory` path), the owned segment (the loom shape),
-//! and a ring-os memfd mapping.
+//! a ring-os memfd mapping, and ring-cuda's shared ring (a named ring-os segment plus the device
+//! table); and ring-cuda's own device conformance checks on its emulated device.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
 use ring_core::{Config, HeapSegment, OwnedSegment, OwnerId};
 use ring_verification::conformance::{run_all, Backend};
 use ring_verification::model::Failure;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 fn creator() -> OwnerId {
@@ -38,6 +40,21 @@ impl Backend for OsMemfd {
     }
 }
 
+/// ring-cuda's device ring memory: a named segment (unlinked on drop) with the device table.
+struct CudaShared;
+impl Backend for CudaShared {
+    type Mem = ring_cuda::ring::SharedRing;
+    fn create(&self, config: &Config) -> Result<Self::Mem, Failure> {
+        static N: AtomicU32 = AtomicU32::new(0);
+        let name = format!(
+            "verif-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        );
+        ring_cuda::ring::SharedRing::create(&name, config).map_err(|e| Failure(e.to_string()))
+    }
+}
+
 #[test]
 fn heap_segment_conforms() {
     run_all(&Heap).unwrap();
@@ -52,4 +69,31 @@ fn owned_segment_conforms() {
 #[cfg_attr(miri, ignore = "Miri cannot make memfd mappings")]
 fn ring_os_memfd_mapping_conforms() {
     run_all(&OsMemfd).unwrap();
+}
+
+#[test]
+#[cfg_attr(miri, ignore = "Miri cannot make shared-memory mappings")]
+fn ring_cuda_shared_ring_conforms() {
+    run_all(&CudaShared).unwrap();
+}
+
+/// ring-cuda's device conformance checks (`ring_cuda::conformance`) on the emulated device,
+/// for both export kinds, and the whole device ring (a producer and two consumers, each on
+/// its own device).
+#[test]
+#[cfg_attr(
+    miri,
+    ignore = "the emulated device uses threads and clocks Miri is too slow for"
+)]
+fn ring_cuda_emulated_device_conforms() {
+    use ring_cuda::conformance as c;
+    use ring_cuda::{EmulatedDevice, ExportKind};
+    for kind in [ExportKind::Ipc, ExportKind::Fd] {
+        let d = EmulatedDevice::new();
+        c::roundtrip(&d, kind).unwrap();
+        c::ceilings(&d, kind).unwrap();
+        c::event_ordering(&d, kind).unwrap();
+        c::ipc_pair(&EmulatedDevice::new(), &EmulatedDevice::new(), kind, true).unwrap();
+    }
+    c::device_ring(|_| EmulatedDevice::new(), 2, 64, 4096, 4).unwrap();
 }

@@ -4,10 +4,10 @@
 //! table); and ring-cuda's own device conformance checks on its emulated device.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
+use core::sync::atomic::{AtomicU32, Ordering};
 use ring_core::{Config, HeapSegment, OwnedSegment, OwnerId};
 use ring_verification::conformance::{run_all, Backend};
 use ring_verification::model::Failure;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 fn creator() -> OwnerId {

@@ -10,5 +10,14 @@ mkdir -p target
 out=target/bench-smoke.json
 rm -f "$out"
 # transport-bench bounds every wait itself; the outer timeout only guards against the unforeseen.
-timeout 900 cargo run --release -p ring-benches --bin transport-bench -- --quick --json "$out"
+# Exit status 2 means the run finished but some (transport, case) failed, e.g. for lack of shared
+# memory in a small container: it is reported, and the check below still demands that every
+# transport and metric produced records.
+rc=0
+timeout 900 cargo run --release -p ring-benches --bin transport-bench -- --quick --json "$out" || rc=$?
+if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
+    echo "bench-smoke: transport-bench failed with status $rc" >&2
+    exit "$rc"
+fi
+[ "$rc" -eq 2 ] && echo "bench-smoke: WARNING: some cases failed (see above)" >&2
 cargo run --release -p ring-benches --bin transport-bench -- --verify-json "$out"

@@ -38,9 +38,17 @@ impl Drop for RunDir {
     }
 }
 
+/// Free space the run directory needs: the 7680x4320 case maps two 133 MB slots per ring
+/// transport at once.
+const RUN_DIR_SPACE: u64 = 2 << 30;
+
+/// `/dev/shm` where it exists and has room (Docker's default is 64 MB), else the temp directory.
 fn run_base() -> PathBuf {
     let shm = Path::new("/dev/shm");
-    if shm.is_dir() {
+    let roomy = rustix::fs::statvfs(shm)
+        .map(|st| st.f_bavail.saturating_mul(st.f_frsize) >= RUN_DIR_SPACE)
+        .unwrap_or(false);
+    if roomy {
         shm.to_path_buf()
     } else {
         std::env::temp_dir()

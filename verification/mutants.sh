@@ -13,6 +13,8 @@
 # mutants.txt: one mutant per line, fields separated by " ;; ":
 #   id ;; file (relative to the workspace) ;; exact original text ;; replacement ;; layers ;; description
 # The original text must occur exactly once in the file. `\n` in either text is a newline.
+# A mutant of several edits separates them with " &&& " (in both texts) and names one file, or
+# one file per edit separated by commas.
 # Layers (comma-separated, run in order until one fails):
 #   loom[=FILTER]   loom models (RUSTFLAGS=--cfg ring_loom, LOOM_MAX_PREEMPTIONS=2)
 #   shuttle         shuttle whole-ring runs (300 iterations per scheduler)
@@ -84,14 +86,20 @@ src, line = sys.argv[1], sys.argv[2]
 f = line.split(" ;; ")
 if len(f) != 6:
     sys.exit(f"bad line ({len(f)} fields): {line}")
-_, path, old, new, _, _ = f
-old, new = old.replace("\\n", "\n"), new.replace("\\n", "\n")
-p = f"{src}/{path}"
-s = open(p).read()
-n = s.count(old)
-if n != 1:
-    sys.exit(f"original text found {n} times in {path}: {old!r}")
-open(p, "w").write(s.replace(old, new))
+_, paths, olds, news, _, _ = f
+# Several edits: texts separated by " &&& ", one file for all or one file per edit.
+olds, news, paths = olds.split(" &&& "), news.split(" &&& "), paths.split(",")
+if len(olds) != len(news) or len(paths) not in (1, len(olds)):
+    sys.exit(f"edit and file counts differ: {line}")
+for i, (old, new) in enumerate(zip(olds, news)):
+    old, new = old.replace("\\n", "\n"), new.replace("\\n", "\n")
+    path = paths[i if len(paths) > 1 else 0]
+    p = f"{src}/{path}"
+    s = open(p).read()
+    n = s.count(old)
+    if n != 1:
+        sys.exit(f"original text found {n} times in {path}: {old!r}")
+    open(p, "w").write(s.replace(old, new))
 EOF
     then
         echo "[$id] NOT APPLIED (the code changed: update mutants.txt)"

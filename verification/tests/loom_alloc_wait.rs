@@ -17,9 +17,17 @@ use std::sync::Arc;
 /// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
 /// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let mut b = loom::model::Builder::new();
     b.max_branches = 1_000_000;
-    b.check(f);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, Relaxed);
+        f();
+    });
+    // Shown with `--nocapture`: how many executions loom explored.
+    eprintln!("loom explored {} executions", runs.load(Relaxed));
 }
 
 fn id(n: u64) -> OwnerId {
@@ -34,9 +42,19 @@ fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
 /// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
 /// so the second allocation reuses both. A reader holding the first handle gets its entry and
 /// its bytes whole, or `InvalidHandle`, never the second allocation's fields or bytes.
+///
+/// loom only explores a load reading a store that already ran, and runs the main thread first:
+/// `yield_first` also runs the model with the reader yielding first, so that the mutator's
+/// stores exist when the reader loads (and loom can pick stale or new values for each load).
 #[test]
 fn reader_never_sees_a_reused_allocation() {
-    model(|| {
+    for yield_first in [false, true] {
+        reader_vs_reuse(yield_first);
+    }
+}
+
+fn reader_vs_reuse(yield_first: bool) {
+    model(move || {
         let words = region(64, 1);
         let mut alloc = Allocator::init(
             &words,
@@ -58,6 +76,9 @@ fn reader_never_sees_a_reused_allocation() {
             assert_eq!(b.offset, a.offset, "one granule: reused");
             alloc.writer(&b).unwrap().write(&[0xBB; 8]).unwrap();
         });
+        if yield_first {
+            thread::yield_now();
+        }
         let reader = Allocator::attach(&words).unwrap();
         match reader.lookup(a.handle) {
             Ok(got) => assert_eq!(got, a, "lookup mixed two allocations"),
@@ -78,7 +99,13 @@ fn reader_never_sees_a_reused_allocation() {
 /// accounting ends exact.
 #[test]
 fn reclaim_of_a_dead_owner_races_a_reader() {
-    model(|| {
+    for yield_first in [false, true] {
+        reclaim_vs_reader(yield_first);
+    }
+}
+
+fn reclaim_vs_reader(yield_first: bool) {
+    model(move || {
         let words = region(128, 2);
         let mut alloc = Allocator::init(
             &words,
@@ -97,6 +124,9 @@ fn reclaim_of_a_dead_owner_races_a_reader() {
             let freed = alloc.free_all_of(3).unwrap();
             assert_eq!((freed.count, freed.bytes, freed.corrupt), (1, 10, 0));
         });
+        if yield_first {
+            thread::yield_now();
+        }
         let reader = Allocator::attach(&words).unwrap();
         match reader.lookup(a.handle) {
             Ok(got) => assert_eq!(got, a),

@@ -17,9 +17,17 @@ use std::sync::Arc;
 /// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
 /// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let mut b = loom::model::Builder::new();
     b.max_branches = 1_000_000;
-    b.check(f);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, Relaxed);
+        f();
+    });
+    // Shown with `--nocapture`: how many executions loom explored.
+    eprintln!("loom explored {} executions", runs.load(Relaxed));
 }
 
 fn id(n: u64) -> OwnerId {

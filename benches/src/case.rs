@@ -64,6 +64,18 @@ impl Transport {
         Transport::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// Whether this transport's receivers busy-poll (rather than sleep in the kernel).
+    pub fn polls(self) -> bool {
+        matches!(
+            self,
+            Transport::Floor
+                | Transport::Memcpy
+                | Transport::RingPinned
+                | Transport::RingCopy
+                | Transport::Iceoryx2
+        )
+    }
+
     /// Whether this transport takes part in `metric` at `bytes`.
     pub fn supports(self, metric: Metric, bytes: usize) -> bool {
         match self {

@@ -111,8 +111,9 @@ impl Watchdog {
     }
 }
 
-/// Starts `n` children of this executable that connect to `ctl_path`.
-pub fn spawn(n: usize, ctl_path: &Path) -> Result<Vec<ChildProc>, BenchError> {
+/// Starts `n` children of this executable that connect to `ctl_path`, telling them the CPUs the
+/// harness uses (see [`crate::wait::place`]).
+pub fn spawn(n: usize, ctl_path: &Path, cpus: &[usize]) -> Result<Vec<ChildProc>, BenchError> {
     let _ = std::fs::remove_file(ctl_path);
     let listener =
         UnixListener::bind(ctl_path).map_err(|e| BenchError::io("bind control socket", e))?;
@@ -122,11 +123,16 @@ pub fn spawn(n: usize, ctl_path: &Path) -> Result<Vec<ChildProc>, BenchError> {
     let exe = std::env::current_exe().map_err(|e| BenchError::io("current_exe", e))?;
     let mut procs: Vec<Option<Child>> = Vec::new();
     for i in 0..n {
-        let child = Command::new(&exe)
-            .arg("--child")
+        let mut cmd = Command::new(&exe);
+        cmd.arg("--child")
             .arg(i.to_string())
             .arg("--ctl")
-            .arg(ctl_path)
+            .arg(ctl_path);
+        if !cpus.is_empty() {
+            let list: Vec<String> = cpus.iter().map(usize::to_string).collect();
+            cmd.arg("--cpus").arg(list.join(","));
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -177,8 +183,9 @@ pub fn spawn(n: usize, ctl_path: &Path) -> Result<Vec<ChildProc>, BenchError> {
     Ok(out)
 }
 
-/// A child's whole life: connect, obey, exit.
-pub fn main(index: usize, ctl_path: &Path) -> Result<(), BenchError> {
+/// A child's whole life: connect, obey, exit. `cpus` are the CPUs the harness uses (see
+/// [`crate::wait::place`]).
+pub fn main(index: usize, ctl_path: &Path, cpus: &[usize]) -> Result<(), BenchError> {
     // Die with the parent, whatever it was doing.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let s = UnixStream::connect(ctl_path).map_err(|e| BenchError::io("connect control", e))?;
@@ -198,6 +205,7 @@ pub fn main(index: usize, ctl_path: &Path) -> Result<(), BenchError> {
                 )))?,
             },
             Msg::Run { transport, iters } => {
+                crate::wait::place(transport, cpus, index + 1);
                 let result = match links.get_mut(&transport) {
                     Some((case, l)) => run(case, l, iters, &mut ctl),
                     None => Err(BenchError::Usage {

@@ -60,6 +60,8 @@ const CHILDREN: usize = 2;
 
 struct Parent {
     dir: PathBuf,
+    /// The CPUs the harness may use, read before the parent pins itself.
+    cpus: Vec<usize>,
     children: Vec<ChildProc>,
     watchdog: Watchdog,
     failures: Vec<String>,
@@ -68,7 +70,7 @@ struct Parent {
 impl Parent {
     fn respawn(&mut self) -> Result<(), BenchError> {
         self.children.clear();
-        self.children = child::spawn(CHILDREN, &self.dir.join("ctl.sock"))?;
+        self.children = child::spawn(CHILDREN, &self.dir.join("ctl.sock"), &self.cpus)?;
         self.watchdog
             .guard(self.children.iter().map(|c| c.proc.id()).collect());
         Ok(())
@@ -148,6 +150,7 @@ fn run_link(
     case: &Case,
     t: Transport,
     link: &mut Link,
+    cpus: &[usize],
     children: &mut [ChildProc],
     iters: usize,
     record: &mut dyn FnMut(u64),
@@ -163,6 +166,7 @@ fn run_link(
             iters,
         })?;
     }
+    crate::wait::place(t, cpus, 0);
     let deadline = Instant::now() + RUN_TIMEOUT;
     let (down, up) = (case.down_bytes(), case.up_bytes());
     let Link { tx, rx } = link;
@@ -260,10 +264,14 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     let _guard = RunDir(dir.clone());
     let mut p = Parent {
         dir,
+        cpus: crate::wait::allowed_cpus(),
         children: Vec::new(),
         watchdog: Watchdog::start(),
         failures: Vec::new(),
     };
+    if p.cpus.len() < 2 {
+        eprintln!("transport-bench: fewer than two CPUs; pollers will share a core");
+    }
     p.respawn()?;
     let mut results = Results::new();
     let cases: Vec<Case> = plan(opts.quick)
@@ -324,6 +332,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                     }
                 };
                 if t == Transport::Memcpy {
+                    crate::wait::place(t, &p.cpus, 0);
                     if let Some((src, dst)) = &mut bufs {
                         run_memcpy(src, dst, iters, &mut record);
                     }
@@ -333,7 +342,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
                     continue;
                 };
                 p.watchdog.arm(RUN_TIMEOUT + Duration::from_secs(10));
-                let r = run_link(case, t, l, &mut p.children, iters, &mut record);
+                let r = run_link(case, t, l, &p.cpus, &mut p.children, iters, &mut record);
                 let fired = p.watchdog.disarm();
                 if let Err(e) = r {
                     let e = if fired {

@@ -46,6 +46,9 @@ struct Args {
     /// Internal: the parent's control socket.
     #[arg(long, hide = true)]
     ctl: Option<PathBuf>,
+    /// Internal: the CPUs the harness uses.
+    #[arg(long, hide = true, value_delimiter = ',')]
+    cpus: Vec<usize>,
 }
 
 fn parse_list<T: Copy>(
@@ -81,7 +84,7 @@ fn metric_from(name: &str) -> Option<Metric> {
 fn main() -> ExitCode {
     let args = Args::parse();
     if let (Some(index), Some(ctl)) = (args.child, &args.ctl) {
-        return match ring_benches::child::main(index, ctl) {
+        return match ring_benches::child::main(index, ctl, &args.cpus) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("transport-bench child {index}: {e}");

@@ -1,0 +1,50 @@
+//! The verification crate's shared reference model (`ring_verification::model`) and its
+//! real-ring driver (`ring_verification::real::run`), under coverage guidance: a second,
+//! independently written model next to the `ops` target's own.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use ring_verification::model::{ModelConfig, Op};
+
+/// The shapes `verification/tests/proptest_model.rs` runs, plus `ModelConfig::small()`.
+const CONFIGS: [ModelConfig; 4] = [
+    ModelConfig::small(),
+    ModelConfig {
+        slots: 1,
+        capacity: 16,
+        consumers: 2,
+        arena: 512,
+        max_live: 3,
+    },
+    ModelConfig {
+        slots: 2,
+        capacity: 24,
+        consumers: 4,
+        arena: 0,
+        max_live: 0,
+    },
+    ModelConfig {
+        slots: 8,
+        capacity: 8,
+        consumers: 3,
+        arena: 2048,
+        max_live: 40,
+    },
+];
+
+/// Most operations one input runs.
+const MAX_OPS: usize = 256;
+
+#[derive(arbitrary::Arbitrary, Debug)]
+struct Input {
+    config: u8,
+    ops: Vec<Op>,
+}
+
+fuzz_target!(|input: Input| {
+    let cfg = CONFIGS[usize::from(input.config) % CONFIGS.len()];
+    let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
+    if let Err(f) = ring_verification::real::run(&cfg, ops) {
+        panic!("model_ops ({cfg:?}): {f}");
+    }
+});

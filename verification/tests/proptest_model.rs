@@ -50,7 +50,7 @@ fn ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
 
 fn cases() -> u32 {
     if cfg!(miri) {
-        4
+        3
     } else {
         std::env::var("PROPTEST_CASES")
             .ok()
@@ -61,7 +61,7 @@ fn cases() -> u32 {
 
 fn len() -> usize {
     if cfg!(miri) {
-        40
+        30
     } else {
         200
     }

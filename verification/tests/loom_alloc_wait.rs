@@ -3,6 +3,7 @@
 //!
 //! Run as `loom_ring.rs` says.
 #![cfg(ring_loom)]
+#![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::sync::{Condvar, Mutex};
 use loom::thread;

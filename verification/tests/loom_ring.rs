@@ -7,6 +7,7 @@
 //! Payloads are two words (16 bytes) of one repeated byte per message, so a torn read (words of
 //! two messages) is visible as mixed bytes.
 #![cfg(ring_loom)]
+#![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
 use ring_core::{

@@ -10,6 +10,7 @@
 //!       cargo test -p ring-verification --release --test shuttle_ring`
 //! (`SHUTTLE_ITERATIONS` overrides the 1000 iterations per scheduler.)
 #![cfg(ring_shuttle)]
+#![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use ring_core::inspect::total_pins;
 use ring_core::{

@@ -150,13 +150,19 @@ atomic_newtype!(
 
 /// Builds an atomic (a `const fn` outside loom).
 #[cfg(not(any(ring_loom, ring_shuttle)))]
-#[cfg_attr(not(feature = "alloc"), allow(dead_code, reason = "used by the alloc-only OwnedSegment"))]
+#[cfg_attr(
+    not(feature = "alloc"),
+    allow(dead_code, reason = "used by the alloc-only OwnedSegment")
+)]
 pub(crate) const fn new_u64(v: u64) -> AtomicU64 {
     AtomicU64::new(v)
 }
 /// Builds an atomic (a `const fn` outside loom).
 #[cfg(not(any(ring_loom, ring_shuttle)))]
-#[cfg_attr(not(feature = "alloc"), allow(dead_code, reason = "used by the alloc-only OwnedSegment"))]
+#[cfg_attr(
+    not(feature = "alloc"),
+    allow(dead_code, reason = "used by the alloc-only OwnedSegment")
+)]
 pub(crate) const fn new_u32(v: u32) -> AtomicU32 {
     AtomicU32::new(v)
 }

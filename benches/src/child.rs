@@ -248,6 +248,16 @@ fn run(case: &Case, link: &mut Link, iters: usize, ctl: &mut Ctl) -> Result<(), 
                 tx.send(up, &mut nothing)?;
             }
             Metric::Acquire => {
+                // Wait until the parent has finished timing the previous message: a woken parent
+                // is often placed on this core, and would otherwise wait for this preparation.
+                match ctl.recv()? {
+                    Msg::Next => {}
+                    other => {
+                        return Err(BenchError::Peer {
+                            what: format!("expected Next, got {other:?}"),
+                        })
+                    }
+                }
                 // Prepare the message (untimed: it stands for rendering the frame in place), say
                 // so, and publish it the moment the request arrives.
                 tx.send(up, &mut || {

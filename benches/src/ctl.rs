@@ -50,6 +50,9 @@ pub enum Msg {
     Quit,
     /// Child → parent: done (setup, run or teardown).
     Ok,
+    /// Parent → child (acquire): prepare the next message (the parent has finished timing the
+    /// previous one, so the preparation never overlaps a measurement).
+    Next,
     /// Child → parent (acquire): the next message is prepared; send the request.
     Ready,
     /// Child → parent: something failed.

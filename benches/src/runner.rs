@@ -180,6 +180,7 @@ fn run_link(
             }
             Metric::Acquire => {
                 if let Some(c) = active.first_mut() {
+                    c.ctl.send(&Msg::Next)?;
                     c.ctl.expect_ready()?;
                 }
                 // The producer is idle when the request comes (a frame grabber asks a renderer

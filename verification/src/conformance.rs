@@ -506,3 +506,64 @@ pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
         .join()
         .map_err(|_| Failure("reader panicked".into()))?
 }
+
+/// The segment's allocator: the producer frees and re-allocates the only entry over and over
+/// (lengths alternate with the generation) while a reader looks up handles it saw. A lookup
+/// returns the allocation its handle named, exactly, or `InvalidHandle`: never the old entry's
+/// meta with a newer allocation's fields. Under Miri (weak-memory emulation) this is the check
+/// of the entry snapshot's fence.
+pub fn alloc_lookup_races_reuse<B: Backend>(b: &B) -> Check {
+    use ring_core::alloc::{AllocError, Allocator};
+    use std::sync::atomic::AtomicU64;
+    let rounds: u64 = if cfg!(miri) { 30 } else { 2_000 };
+    let m = Arc::new(b.create(&Config::new(1, 8).with_consumers(1).with_allocator(64, 1))?);
+    let len_of = |handle: u64| if (handle >> 32) % 2 == 1 { 8 } else { 16 };
+    let latest = Arc::new(AtomicU64::new(0));
+    let (m2, latest2) = (m.clone(), latest.clone());
+    let reader = std::thread::spawn(move || -> Check {
+        let r = Allocator::attach(m2.alloc_words()).map_err(fail("attach"))?;
+        for _ in 0..rounds * 4 {
+            // Acquire: pairs with the producer's Release store of a handle it just allocated.
+            let h = latest2.load(std::sync::atomic::Ordering::Acquire);
+            if h == 0 {
+                std::thread::yield_now();
+                continue;
+            }
+            match r.lookup(h) {
+                Ok(a) => ensure!(
+                    a.handle == h && a.offset == 0 && a.len == len_of(h),
+                    "lookup({h:#x}) returned {a:?}: fields of another allocation"
+                ),
+                Err(AllocError::InvalidHandle { .. }) => {}
+                Err(e) => return Err(Failure(format!("lookup: {e}"))),
+            }
+        }
+        Ok(())
+    });
+    let mut w = Allocator::attach(m.alloc_words()).map_err(fail("attach"))?;
+    let mut prev: Option<u64> = None;
+    for round in 0..rounds {
+        if let Some(h) = prev {
+            w.free(h, 1).map_err(fail("free"))?;
+        }
+        // The generation is bumped by each allocation of the entry: pick the length it implies.
+        let next_gen = round + 1;
+        let a = w
+            .alloc(if next_gen % 2 == 1 { 8 } else { 16 }, 1, round)
+            .map_err(fail("alloc"))?;
+        ensure!(
+            a.len == len_of(a.handle),
+            "generation/length bookkeeping: {a:?}"
+        );
+        latest.store(a.handle, std::sync::atomic::Ordering::Release);
+        prev = Some(a.handle);
+    }
+    reader
+        .join()
+        .map_err(|_| Failure("reader panicked".into()))??;
+    if let Some(h) = prev {
+        w.free(h, 1).map_err(fail("free"))?;
+    }
+    ensure!(w.stats().live == 0, "allocation leaked");
+    Ok(())
+}

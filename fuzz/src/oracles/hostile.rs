@@ -11,7 +11,8 @@
 //! a message, reads never return more than the slot or the buffer holds, and the corrupted
 //! segment still attaches or is refused cleanly afterwards.
 
-use super::ops::{Harness, Op, Shape, MAX_OPS};
+use super::harness::Harness;
+use super::ops::{Op, Shape, MAX_OPS};
 use super::Outcome;
 use arbitrary::Arbitrary;
 use ring_core::{AtomicU32, AtomicU64, HeapSegment, Memory, OwnerId};

@@ -22,6 +22,8 @@ macro_rules! ensure {
 
 pub mod allocator;
 pub mod attach;
+pub mod harness;
+mod harness_read;
 pub mod hostile;
 pub mod model;
 pub mod ops;

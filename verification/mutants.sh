@@ -21,6 +21,7 @@
 #   proptest        proptest state machine (300 cases)
 #   conformance     conformance suite (heap, owned, ring-os memfd)
 #   miri[=FILTER]   conformance under Miri (threaded_stress, data races)
+#   miri-alloc      tests/alloc_race.rs under Miri (weak-memory emulation of the allocator snapshot)
 #   core            ring-core's own unit and integration tests
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
@@ -63,6 +64,9 @@ run_layer() {
             MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
                 cargo +nightly miri test -q -j "$jobs" -p ring-verification --test conformance \
                 -- ${arg:-owned_segment_conforms} ;;
+        miri-alloc)
+            MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
+                cargo +nightly miri test -q -j "$jobs" -p ring-verification --test alloc_race ;;
         core)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-core --release ;;
         clippy)

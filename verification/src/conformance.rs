@@ -513,9 +513,14 @@ pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
 /// meta with a newer allocation's fields. Under Miri (weak-memory emulation) this is the check
 /// of the entry snapshot's fence.
 pub fn alloc_lookup_races_reuse<B: Backend>(b: &B) -> Check {
+    alloc_lookup_races_reuse_for(b, if cfg!(miri) { 30 } else { 2_000 })
+}
+
+/// [`alloc_lookup_races_reuse`] with a chosen number of reuse rounds (`tests/alloc_race.rs`
+/// runs enough under Miri for its weak-memory emulation to find a missing fence).
+pub fn alloc_lookup_races_reuse_for<B: Backend>(b: &B, rounds: u64) -> Check {
     use ring_core::alloc::{AllocError, Allocator};
     use std::sync::atomic::AtomicU64;
-    let rounds: u64 = if cfg!(miri) { 30 } else { 2_000 };
     let m = Arc::new(b.create(&Config::new(1, 8).with_consumers(1).with_allocator(64, 1))?);
     let len_of = |handle: u64| if (handle >> 32) % 2 == 1 { 8 } else { 16 };
     let latest = Arc::new(AtomicU64::new(0));

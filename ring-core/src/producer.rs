@@ -316,7 +316,8 @@ impl<M: Memory> Producer<M> {
         loop {
             match self.claim_slot() {
                 Ok(slot) => return Ok(self.write_slot(slot)),
-                Err(ClaimError::Closed) => return Err(ClaimError::Closed),
+                // Not transient: waiting cannot help.
+                Err(e @ (ClaimError::Closed | ClaimError::Corrupt(_))) => return Err(e),
                 Err(e) => {
                     if !self.park(wait, Self::claimable) {
                         return Err(e);
@@ -345,13 +346,17 @@ impl<M: Memory> Producer<M> {
 
     /// Whether a claim of the next sequence would pass the gating check and find its slot
     /// free of readers (the condition `claim` parks on).
+    ///
+    /// It must never be true while `claim_slot` would fail, or `claim` would spin without
+    /// spending its wait budget: so the slot test is the claim CAS's own (`state == 0`, not
+    /// just "no reader or writer bit": a corrupt peer can set the other bits).
     fn claimable(&self) -> bool {
         let n = self.mem.geometry().slots() as u64;
-        let need = (self.head + 1).saturating_sub(n);
+        let need = self.head.saturating_add(1).saturating_sub(n);
         let slot = (self.head % n) as usize;
         // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
         let state = self.mem.slot_header(slot).state.load(Ordering::Acquire);
-        self.lowest_gating_cursor() >= need && state & (READER_MASK | WRITER) == 0
+        self.lowest_gating_cursor() >= need && state == 0
     }
 
     /// Waits until every active gating consumer has consumed everything published (an "ack

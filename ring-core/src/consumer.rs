@@ -235,6 +235,24 @@ impl<M: Memory> Consumer<M> {
     /// [`ReadError::Empty`], [`ReadError::Closed`], [`ReadError::Lagging`] (overwritten
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+        let (seq, missed, (slot, len)) = self.read_next(|c, seq| c.pin_seq(seq))?;
+        Ok(Pinned {
+            consumer: self,
+            slot,
+            seq,
+            len,
+            missed,
+        })
+    }
+
+    /// The read loop both kinds of read share: target the next sequence by delivery class,
+    /// `attempt` it, and on an overrun count the lost message and re-target, at most
+    /// [`READ_RETRIES`] times. Returns the sequence read, the messages skipped before it, and
+    /// what `attempt` returned.
+    fn read_next<T>(
+        &mut self,
+        mut attempt: impl FnMut(&Self, u64) -> Result<T, Miss>,
+    ) -> Result<(u64, u64, T), ReadError> {
         self.check_registered()?;
         let start = self.next;
         let mut missed = 0;
@@ -244,16 +262,10 @@ impl<M: Memory> Consumer<M> {
                 Err(e) => return Err(self.count_skipped(start, e)),
             };
             missed += skipped;
-            match self.pin_seq(seq) {
-                Ok((slot, len)) => {
+            match attempt(self, seq) {
+                Ok(got) => {
                     self.missed_total += missed;
-                    return Ok(Pinned {
-                        consumer: self,
-                        slot,
-                        seq,
-                        len,
-                        missed,
-                    });
+                    return Ok((seq, missed, got));
                 }
                 Err(Miss::Overrun) => {
                     // The message is gone: count it and re-target.
@@ -324,34 +336,14 @@ impl<M: Memory> Consumer<M> {
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
-        self.check_registered()?;
-        let start = self.next;
-        let mut missed = 0;
-        for _ in 0..READ_RETRIES {
-            let (seq, skipped) = match self.target() {
-                Ok(t) => t,
-                Err(e) => return Err(self.count_skipped(start, e)),
-            };
-            missed += skipped;
-            match self.copy_seq(seq, buf) {
-                Ok((len, meta)) => {
-                    self.missed_total += missed;
-                    self.advance(seq);
-                    return Ok(Copied {
-                        seq,
-                        len,
-                        missed,
-                        meta,
-                    });
-                }
-                Err(Miss::Overrun) => {
-                    missed += 1;
-                    self.next = seq + 1;
-                }
-                Err(Miss::Fatal(e)) => return Err(self.count_skipped(start, e)),
-            }
-        }
-        Err(self.count_skipped(start, ReadError::Lagging))
+        let (seq, missed, (len, meta)) = self.read_next(|c, seq| c.copy_seq(seq, buf))?;
+        self.advance(seq);
+        Ok(Copied {
+            seq,
+            len,
+            missed,
+            meta,
+        })
     }
 
     /// One seqlock read of message `seq` into `buf`.

@@ -2,7 +2,6 @@
 
 use crate::error::{AttachError, LayoutError};
 use crate::geometry::{Config, Geometry};
-use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use crate::memory::{Memory, RawMemory};
 use crate::sync::{AtomicU32, AtomicU64};
 use crate::OwnerId;
@@ -92,27 +91,7 @@ impl HeapSegment {
 
 // SAFETY: forwards to the `RawMemory`, whose bytes `_buf` keeps alive.
 unsafe impl Memory for HeapSegment {
-    fn geometry(&self) -> &Geometry {
-        self.raw.geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        self.raw.header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        self.raw.producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        self.raw.consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        self.raw.slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        self.raw.payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        self.raw.alloc_words()
-    }
+    crate::forward_memory_accessors!(|s| &s.raw);
     fn notify(&self, word: &AtomicU32) {
         self.raw.notify(word);
     }

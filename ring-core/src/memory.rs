@@ -52,29 +52,47 @@ pub unsafe trait Memory {
     }
 }
 
+/// Writes the six accessor methods of [`Memory`] (everything but `notify`) inside an
+/// `unsafe impl Memory for …` block, forwarding each to another `Memory` reached from `self`:
+/// `forward_memory_accessors!(|s| &s.inner)`. The `unsafe impl` (and its `// SAFETY:` comment)
+/// stays with the caller, who answers for the forwarding target's promises.
+#[macro_export]
+macro_rules! forward_memory_accessors {
+    (|$s:ident| $inner:expr) => {
+        fn geometry(&self) -> &$crate::Geometry {
+            let $s = self;
+            $crate::Memory::geometry($inner)
+        }
+        fn header(&self) -> &$crate::layout::SegmentHeader {
+            let $s = self;
+            $crate::Memory::header($inner)
+        }
+        fn producer_line(&self) -> &$crate::layout::ProducerLine {
+            let $s = self;
+            $crate::Memory::producer_line($inner)
+        }
+        fn consumer_entry(&self, index: usize) -> &$crate::layout::ConsumerEntry {
+            let $s = self;
+            $crate::Memory::consumer_entry($inner, index)
+        }
+        fn slot_header(&self, index: usize) -> &$crate::layout::SlotHeader {
+            let $s = self;
+            $crate::Memory::slot_header($inner, index)
+        }
+        fn payload(&self, index: usize) -> &[$crate::AtomicU64] {
+            let $s = self;
+            $crate::Memory::payload($inner, index)
+        }
+        fn alloc_words(&self) -> &[$crate::AtomicU64] {
+            let $s = self;
+            $crate::Memory::alloc_words($inner)
+        }
+    };
+}
+
 // SAFETY: forwards to `T`, whose promises hold for as long as the borrow.
 unsafe impl<T: Memory + ?Sized> Memory for &T {
-    fn geometry(&self) -> &Geometry {
-        (**self).geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        (**self).header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        (**self).producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        (**self).consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        (**self).slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        (**self).payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        (**self).alloc_words()
-    }
+    forward_memory_accessors!(|s| &**s);
     fn notify(&self, word: &AtomicU32) {
         (**self).notify(word);
     }
@@ -83,27 +101,7 @@ unsafe impl<T: Memory + ?Sized> Memory for &T {
 #[cfg(feature = "alloc")]
 // SAFETY: forwards to `T`, which the `Arc` keeps alive.
 unsafe impl<T: Memory + ?Sized> Memory for alloc_crate::sync::Arc<T> {
-    fn geometry(&self) -> &Geometry {
-        (**self).geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        (**self).header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        (**self).producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        (**self).consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        (**self).slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        (**self).payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        (**self).alloc_words()
-    }
+    forward_memory_accessors!(|s| &**s);
     fn notify(&self, word: &AtomicU32) {
         (**self).notify(word);
     }

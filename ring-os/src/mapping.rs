@@ -1,7 +1,7 @@
 //! [`Mapping`]: a ring segment mapped from the OS, implementing [`ring_core::Memory`].
 
-use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
-use ring_core::{AtomicU32, AtomicU64, Config, Geometry, Memory, OwnerId, RawMemory};
+use ring_core::layout::SegmentHeader;
+use ring_core::{AtomicU32, Config, Memory, OwnerId, RawMemory};
 
 use crate::{futex, owner, Error, Segment, SizeCheck};
 
@@ -147,27 +147,7 @@ pub(crate) fn futex_wait(
 // SAFETY: forwards to `RawMemory`, whose promises hold because `segment` keeps the bytes mapped
 // for as long as `self`, and `geometry` is the validated local copy.
 unsafe impl Memory for Mapping {
-    fn geometry(&self) -> &Geometry {
-        self.raw.geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        self.raw.header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        self.raw.producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        self.raw.consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        self.raw.slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        self.raw.payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        self.raw.alloc_words()
-    }
+    ring_core::forward_memory_accessors!(|s| &s.raw);
     fn notify(&self, word: &AtomicU32) {
         // Relaxed: a statistic.
         self.wakes

@@ -7,7 +7,6 @@
 use core::sync::atomic::AtomicU64;
 use std::ptr::NonNull;
 
-use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use ring_core::{Config, Geometry, Memory};
 use ring_os::{CreateOptions, Mapping, Segment, SegmentName, SizeCheck};
 
@@ -79,27 +78,7 @@ impl SharedRing {
 
 // SAFETY: forwards to `Mapping`, whose promises hold for as long as `self` lives.
 unsafe impl Memory for SharedRing {
-    fn geometry(&self) -> &Geometry {
-        self.map.geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        self.map.header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        self.map.producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        self.map.consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        self.map.slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[ring_core::AtomicU64] {
-        self.map.payload(index)
-    }
-    fn alloc_words(&self) -> &[ring_core::AtomicU64] {
-        self.map.alloc_words()
-    }
+    ring_core::forward_memory_accessors!(|s| &s.map);
     fn notify(&self, word: &ring_core::AtomicU32) {
         self.map.notify(word);
     }

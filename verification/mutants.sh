@@ -40,6 +40,7 @@ rm -rf "$src"
 mkdir -p "$src"
 # Everything cargo needs to load the workspace; no target, no git, no fuzz (excluded).
 tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -C "$src" -xf -
+rm -rf "$work/ring-core.orig"
 cp -a "$src/ring-core" "$work/ring-core.orig"
 
 run_layer() {

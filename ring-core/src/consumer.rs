@@ -183,7 +183,7 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Chooses the sequence to read next by delivery class, or says why there is none.
-    fn target(&mut self) -> Result<(u64, u64), ReadError> {
+    fn target(&self) -> Result<(u64, u64), ReadError> {
         let line = self.mem.producer_line();
         // Acquire: pairs with the producer's Release `head` store.
         let head = line.head.load(Ordering::Acquire);
@@ -424,16 +424,8 @@ impl<M: Memory> Consumer<M> {
 
     /// True when a read would find a message (or the ring closed), by delivery class.
     fn ready(&self) -> bool {
-        let line = self.mem.producer_line();
-        // Acquire: pairs with the producer's Release `head` store.
-        let head = line.head.load(Ordering::Acquire);
-        // Acquire: pairs with the producer's Release `fetch_or` in `close`.
-        let closed = line.flags.load(Ordering::Acquire) & FLAG_CLOSED != 0;
-        closed
-            || match self.class {
-                DeliveryClass::LatestOnly => head > self.next,
-                _ => self.next < head,
-            }
+        // Anything but `Empty` is ready: a message, `Closed`, or an error the read will report.
+        !matches!(self.target(), Err(ReadError::Empty))
     }
 
     /// Waits with `wait` until a read would find a message or the ring is closed.

@@ -171,8 +171,9 @@ pub const CONSUMER_RECLAIMING: u32 = 3;
 cache_aligned! {
     /// One consumer-table entry. Entry `i` owns reader bit `1 << i` in every slot's state word.
     pub struct ConsumerEntry {
-        /// `CONSUMER_*`. Moved FREE → JOINING by a registering consumer (CAS), JOINING → ACTIVE
-        /// by it, ACTIVE → FREE when it leaves, ACTIVE → RECLAIMING → FREE by the producer.
+        /// `CONSUMER_*`. A registering consumer first claims the entry with a CAS of `owner`
+        /// from 0, then stores JOINING and ACTIVE; it stores FREE when it leaves. The producer
+        /// moves it to RECLAIMING and then FREE when it reclaims a dead owner.
         pub state: AtomicU32,
         /// The delivery class (`DeliveryClass as u32`).
         pub class: AtomicU32,

@@ -259,32 +259,14 @@ impl<M: Memory> Producer<M> {
     /// which no scan is needed.
     fn gate(&self, seq: u64, n: u64) -> Result<u64, ClaimError> {
         let need = (seq + 1).saturating_sub(n);
-        let mut min = u64::MAX;
-        for i in 0..self.mem.geometry().consumers() {
-            let e = self.mem.consumer_entry(i);
-            // Acquire: pairs with the consumer's Release store of ACTIVE, so its cursor store
-            // before that is visible below.
-            if e.state.load(Ordering::Acquire) != CONSUMER_ACTIVE {
-                continue;
-            }
-            // Relaxed: the class is written before ACTIVE (ordered by the Acquire above).
-            if e.class.load(Ordering::Relaxed) != DeliveryClass::Gating as u32 {
-                continue;
-            }
-            // Acquire: pairs with the consumer's Release cursor store after it finished reading,
-            // so its reads of message `cursor - 1` happen before we overwrite it.
-            let cursor = e.cursor.load(Ordering::Acquire);
-            if cursor < need {
-                return Err(ClaimError::Full {
-                    consumer: i,
-                    cursor,
-                });
-            }
-            min = min.min(cursor);
+        let (cursor, consumer) = self.lowest_gating_cursor();
+        if cursor < need {
+            return Err(ClaimError::Full { consumer, cursor });
         }
         // A gating consumer this scan did not see joins at a head ≥ `seq` (registration
-        // handshake), so claims below `min(min, seq) + n` cannot overwrite anything it will read.
-        Ok(min.min(seq).saturating_add(n))
+        // handshake), so claims below `min(cursor, seq) + n` cannot overwrite anything it will
+        // read.
+        Ok(cursor.min(seq).saturating_add(n))
     }
 
     /// Claims, writes `data` and publishes it in one call. Returns the message's sequence.
@@ -356,35 +338,43 @@ impl<M: Memory> Producer<M> {
         let slot = (self.head % n) as usize;
         // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
         let state = self.mem.slot_header(slot).state.load(Ordering::Acquire);
-        self.lowest_gating_cursor() >= need && state == 0
+        self.lowest_gating_cursor().0 >= need && state == 0
     }
 
     /// Waits until every active gating consumer has consumed everything published (an "ack
     /// all"). Returns false when `wait`'s bound ran out first.
     pub fn wait_drained<W: WaitStrategy>(&mut self, wait: &mut W) -> bool {
+        let drained = |p: &Self| p.lowest_gating_cursor().0 >= p.head;
         loop {
-            if self.lowest_gating_cursor() >= self.head {
+            if drained(self) {
                 return true;
             }
-            if !self.park(wait, |p| p.lowest_gating_cursor() >= p.head) {
-                return self.lowest_gating_cursor() >= self.head;
+            if !self.park(wait, drained) {
+                return drained(self);
             }
         }
     }
 
-    fn lowest_gating_cursor(&self) -> u64 {
-        let mut min = u64::MAX;
+    /// The lowest cursor of the active gating consumers and whose it is (`u64::MAX` and 0 when
+    /// there are none).
+    fn lowest_gating_cursor(&self) -> (u64, usize) {
+        let mut lowest = (u64::MAX, 0);
         for i in 0..self.mem.geometry().consumers() {
             let e = self.mem.consumer_entry(i);
-            // Acquire: as in `gate`.
+            // Acquire: pairs with the consumer's Release store of ACTIVE, so its cursor store
+            // before that is visible below. Relaxed class: written before ACTIVE.
             if e.state.load(Ordering::Acquire) == CONSUMER_ACTIVE
                 && e.class.load(Ordering::Relaxed) == DeliveryClass::Gating as u32
             {
-                // Acquire: pairs with the consumer's Release cursor store.
-                min = min.min(e.cursor.load(Ordering::Acquire));
+                // Acquire: pairs with the consumer's Release cursor store after it finished
+                // reading, so its reads of message `cursor - 1` happen before we overwrite it.
+                let cursor = e.cursor.load(Ordering::Acquire);
+                if cursor < lowest.0 {
+                    lowest = (cursor, i);
+                }
             }
         }
-        min
+        lowest
     }
 
     /// Closes the ring: no more messages. Consumers read what is still readable, then get

@@ -12,6 +12,13 @@ use core::ptr::NonNull;
 #[repr(C, align(128))]
 struct Line([u64; 16]);
 
+/// A zeroed, 128-byte-aligned buffer of at least `len` bytes (at least one line).
+fn lines(len: usize) -> Vec<Line> {
+    let mut buf = Vec::new();
+    buf.resize_with(len.div_ceil(128).max(1), || Line([0; 16]));
+    buf
+}
+
 /// An owned, cache-line-aligned heap buffer holding one segment, opened through [`RawMemory`]
 /// exactly as a shared mapping is. For tests and in-process rings.
 ///
@@ -49,8 +56,7 @@ impl HeapSegment {
     /// [`LayoutError`] when the config is invalid.
     pub fn new(config: &Config, creator: OwnerId) -> Result<Self, LayoutError> {
         let len = Geometry::new(config)?.total_len();
-        let mut buf: Vec<Line> = Vec::new();
-        buf.resize_with(len.div_ceil(128), || Line([0; 16]));
+        let mut buf = lines(len);
         let base = NonNull::new(buf.as_mut_ptr().cast::<u8>()).ok_or(LayoutError::Overflow)?;
         // SAFETY: `buf` is `len` or more bytes, 128-aligned, owned by the returned value and never
         // reallocated; from now on it is accessed only through `raw`.
@@ -63,8 +69,7 @@ impl HeapSegment {
     /// # Errors
     /// [`AttachError`] when the bytes are not a valid segment.
     pub fn from_bytes(bytes: &[u8]) -> Result<Self, AttachError> {
-        let mut buf: Vec<Line> = Vec::new();
-        buf.resize_with(bytes.len().div_ceil(128).max(1), || Line([0; 16]));
+        let mut buf = lines(bytes.len());
         let base = NonNull::new(buf.as_mut_ptr().cast::<u8>()).ok_or(AttachError::Misaligned)?;
         // SAFETY: `buf` has room for `bytes.len()` bytes and does not overlap `bytes`.
         unsafe { core::ptr::copy_nonoverlapping(bytes.as_ptr(), base.as_ptr(), bytes.len()) };

@@ -125,10 +125,6 @@ unsafe impl Send for RawMemory {}
 // SAFETY: as for `Send`.
 unsafe impl Sync for RawMemory {}
 
-fn check_span(base: NonNull<u8>, len: usize) -> bool {
-    (base.as_ptr() as usize) % CACHE_LINE == 0 && len >= core::mem::size_of::<SegmentHeader>()
-}
-
 impl RawMemory {
     /// Formats a new segment in `len` bytes at `base`, then opens the init barrier.
     ///
@@ -185,7 +181,7 @@ impl RawMemory {
         if (base.as_ptr() as usize) % CACHE_LINE != 0 {
             return Err(AttachError::Misaligned);
         }
-        if !check_span(base, len) {
+        if len < core::mem::size_of::<SegmentHeader>() {
             return Err(AttachError::Truncated {
                 needed: core::mem::size_of::<SegmentHeader>() as u64,
                 len: len as u64,

@@ -314,6 +314,29 @@ impl Ledger {
             .uncharge(bytes);
     }
 
+    /// Charges one resource of `kind`, runs `make`, and tracks the resource under the id it
+    /// returns; if `make` fails the charge is cancelled. The one acquisition path of every
+    /// device, so a ceiling and its rollback cannot drift apart between them.
+    pub(crate) fn admit(
+        &self,
+        kind: ResourceKind,
+        owner: Owner,
+        bytes: u64,
+        make: impl FnOnce() -> Result<u64>,
+    ) -> Result<u64> {
+        self.charge(kind, owner, bytes)?;
+        match make() {
+            Ok(id) => {
+                self.track(kind, id, owner, bytes);
+                Ok(id)
+            }
+            Err(e) => {
+                self.cancel(kind, owner, bytes);
+                Err(e)
+            }
+        }
+    }
+
     /// Records the resource charged by the last [`Ledger::charge`] under its id.
     pub(crate) fn track(&self, kind: ResourceKind, id: u64, owner: Owner, bytes: u64) {
         let mut g = self.lock();

@@ -168,19 +168,12 @@ impl EmulatedDevice {
         make: impl FnOnce() -> Result<T>,
         insert: impl FnOnce(&mut Tables, u64, T),
     ) -> Result<u64> {
-        self.ledger.charge(kind, owner, bytes)?;
-        match make() {
-            Ok(v) => {
-                let id = self.id();
-                insert(&mut self.lock(), id, v);
-                self.ledger.track(kind, id, owner, bytes);
-                Ok(id)
-            }
-            Err(e) => {
-                self.ledger.cancel(kind, owner, bytes);
-                Err(e)
-            }
-        }
+        self.ledger.admit(kind, owner, bytes, || {
+            let v = make()?;
+            let id = self.id();
+            insert(&mut self.lock(), id, v);
+            Ok(id)
+        })
     }
 
     fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {

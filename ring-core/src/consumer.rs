@@ -286,6 +286,14 @@ impl<M: Memory> Consumer<M> {
         e
     }
 
+    /// Takes back a pin bit set by a refused pin. Release: an unpin, pairing with the
+    /// producer's claim CAS. A producer whose claim failed on this transient bit may have
+    /// parked, so it is woken like after any unpin.
+    fn refuse_pin(&self, hdr: &crate::layout::SlotHeader, bit: u64) {
+        hdr.state.fetch_and(!bit, Ordering::Release);
+        self.wake_producer();
+    }
+
     /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
         let slot = (seq % self.mem.geometry().slots() as u64) as usize;
@@ -298,7 +306,7 @@ impl<M: Memory> Consumer<M> {
         if prev & WRITER != 0 {
             // The producer is rewriting the slot (for a later message: `head` already covers
             // `seq`). Release: pairs with its claim CAS, as any unpin does.
-            hdr.state.fetch_and(!bit, Ordering::Release);
+            self.refuse_pin(hdr, bit);
             return Err(Miss::Overrun);
         }
         // Relaxed: the Acquire above already made the producer's stamp store visible.
@@ -306,7 +314,7 @@ impl<M: Memory> Consumer<M> {
         let want = 2 * seq + 2;
         if stamp != want {
             // Release: an unpin (see above).
-            hdr.state.fetch_and(!bit, Ordering::Release);
+            self.refuse_pin(hdr, bit);
             return Err(if stamp > want {
                 Miss::Overrun
             } else {
@@ -320,7 +328,7 @@ impl<M: Memory> Consumer<M> {
         let cap = self.mem.geometry().slot_capacity() as u64;
         if len > cap {
             // Release: an unpin.
-            hdr.state.fetch_and(!bit, Ordering::Release);
+            self.refuse_pin(hdr, bit);
             return Err(Miss::Fatal(ReadError::Corrupt(
                 "message length exceeds the slot capacity",
             )));
@@ -337,7 +345,7 @@ impl<M: Memory> Consumer<M> {
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         let (seq, missed, (len, meta)) = self.read_next(|c, seq| c.copy_seq(seq, buf))?;
-        self.advance(seq);
+        self.advance(seq, false);
         Ok(Copied {
             seq,
             len,
@@ -396,7 +404,8 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Marks `seq` consumed: the local cursor, then the shared cursor, then a producer wake.
-    fn advance(&mut self, seq: u64) {
+    /// `unpinned`: the read released a pin (which may be what the producer waits for).
+    fn advance(&mut self, seq: u64, unpinned: bool) {
         self.next = seq + 1;
         self.received += 1;
         let e = self.mem.consumer_entry(self.index);
@@ -406,7 +415,11 @@ impl<M: Memory> Consumer<M> {
         // Relaxed: statistics for inspection.
         e.received.store(self.received, Ordering::Relaxed);
         e.missed.store(self.missed_total, Ordering::Relaxed);
-        self.wake_producer();
+        // The producer waits only for gating cursors and pins: a copy read by a non-gating
+        // consumer can release nothing it waits for, so it skips the fence and the check.
+        if unpinned || self.class == DeliveryClass::Gating {
+            self.wake_producer();
+        }
     }
 
     fn wake_producer(&self) {
@@ -568,6 +581,6 @@ impl<M: Memory> Drop for Pinned<'_, M> {
         // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of the
         // message happen before its next writes to the slot.
         hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
-        c.advance(self.seq);
+        c.advance(self.seq, true);
     }
 }

@@ -172,7 +172,7 @@ fn readers(c: &mut Criterion) {
                         for _ in 0..STREAM {
                             let mut slot = tx.claim(&mut wait).unwrap();
                             slot.write(&msg).unwrap();
-                            slot.publish();
+                            slot.publish().unwrap();
                         }
                     });
                     total += t0.elapsed();

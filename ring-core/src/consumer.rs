@@ -2,7 +2,7 @@
 
 use crate::error::{Error, ReadError};
 use crate::layout::{
-    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, SEQ_LIMIT, WRITER,
+    ConsumerEntry, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -41,6 +41,12 @@ pub struct Consumer<M: Memory> {
     next: u64,
     received: u64,
     missed_total: u64,
+    /// The entry generation this consumer registered with (see [`ConsumerEntry::generation`]).
+    generation: u64,
+    /// The slot of the last pin handed out, until that `Pinned` is dropped. Still set at the
+    /// next read only if the `Pinned` was leaked (`mem::forget`): the read then takes the pin
+    /// back, so a leaked pin cannot wedge its slot.
+    held: Option<usize>,
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -81,46 +87,41 @@ impl<M: Memory> Consumer<M> {
     /// # Errors
     /// [`Error::ConsumerTableFull`].
     pub fn new(mem: M, class: DeliveryClass, owner: OwnerId) -> Result<Self, Error> {
-        let g = *mem.geometry();
-        let line = mem.producer_line();
-        for index in 0..g.consumers() {
-            let e = mem.consumer_entry(index);
-            // The entry is claimed by its owner word, so a consumer that dies at any point after
-            // this CAS has left its owner id behind, and `Producer::reclaim` can free the entry.
-            // Success Acquire: pairs with the previous holder's Release store of 0 (leave or
-            // reclaim), which comes after its Release store of FREE. Failure Relaxed: try next.
-            if e.owner
-                .compare_exchange(0, owner.get(), Ordering::Acquire, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
+        let mut mem = mem;
+        for index in 0..mem.geometry().consumers() {
+            match Self::new_at(mem, index, class, owner) {
+                Ok(c) => return Ok(c),
+                Err((m, _)) => mem = m,
             }
-            // Relaxed: the owner CAS above ordered us after the previous holder's FREE.
-            if e.state.load(Ordering::Relaxed) != CONSUMER_FREE {
-                // A state no one leaves behind with owner 0: a corrupt entry. Give it back.
-                e.owner.store(0, Ordering::Relaxed);
-                continue;
-            }
-            // Relaxed: published by the Release store of ACTIVE below.
-            e.state.store(CONSUMER_JOINING, Ordering::Relaxed);
-            e.class.store(class as u32, Ordering::Relaxed);
-            e.missed.store(0, Ordering::Relaxed);
-            e.received.store(0, Ordering::Relaxed);
-            // A provisional cursor (≤ the final one): a producer that sees us ACTIVE before the
-            // final store below is held back at most until then.
-            // Acquire: pairs with the producer's Release `head` store.
-            e.cursor
-                .store(line.head.load(Ordering::Acquire), Ordering::Relaxed);
-            // Release: pairs with the producer's Acquire state load in its gating scan.
-            e.state.store(CONSUMER_ACTIVE, Ordering::Release);
-            // SeqCst: the registration handshake (see `Producer::claim_slot`): after this fence
-            // either the producer sees us ACTIVE, or the `head` we load now covers every slot it
-            // overwrote without seeing us.
-            fence(Ordering::SeqCst);
-            let head = line.head.load(Ordering::Acquire);
-            // Release: pairs with the producer's Acquire cursor load.
-            e.cursor.store(head, Ordering::Release);
-            return Ok(Self {
+        }
+        Err(Error::ConsumerTableFull {
+            capacity: mem.geometry().config.consumers,
+        })
+    }
+
+    /// Registers a consumer of `class` in consumer-table entry `index`, if it is free.
+    ///
+    /// For callers that must own the entry's index before they register (ring-os takes the
+    /// entry's liveness lock first). On failure the memory comes back with the error.
+    ///
+    /// # Errors
+    /// [`Error::NoSuchConsumer`] beyond the table, [`Error::EntryBusy`] when the entry is
+    /// taken.
+    #[allow(
+        clippy::result_large_err,
+        reason = "the memory handle is given back to the caller"
+    )]
+    pub fn new_at(
+        mem: M,
+        index: usize,
+        class: DeliveryClass,
+        owner: OwnerId,
+    ) -> Result<Self, (M, Error)> {
+        if index >= mem.geometry().consumers() {
+            return Err((mem, Error::NoSuchConsumer { index }));
+        }
+        match Self::register(&mem, index, class, owner) {
+            Some((generation, head)) => Ok(Self {
                 mem,
                 index,
                 owner,
@@ -128,11 +129,56 @@ impl<M: Memory> Consumer<M> {
                 next: head,
                 received: 0,
                 missed_total: 0,
-            });
+                generation,
+                held: None,
+            }),
+            None => Err((mem, Error::EntryBusy { index })),
         }
-        Err(Error::ConsumerTableFull {
-            capacity: g.config.consumers,
-        })
+    }
+
+    /// The registration protocol for entry `index`; returns the generation and start point.
+    fn register(mem: &M, index: usize, class: DeliveryClass, owner: OwnerId) -> Option<(u64, u64)> {
+        let line = mem.producer_line();
+        let e = mem.consumer_entry(index);
+        // The entry is claimed by its owner word, so a consumer that dies at any point after
+        // this CAS has left its owner id behind, and `Producer::reclaim` can free the entry.
+        // Success Acquire: pairs with the previous holder's Release store of 0 (leave, reclaim or
+        // a producer's sweep), which comes after its Release store of FREE and its last slot
+        // access. Failure Relaxed: the entry is taken.
+        e.owner
+            .compare_exchange(0, owner.get(), Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        // Relaxed: the owner CAS above ordered us after the previous holder's FREE.
+        if e.state.load(Ordering::Relaxed) != CONSUMER_FREE {
+            // A state no one leaves behind with owner 0: a corrupt entry. Give it back.
+            e.owner.store(0, Ordering::Relaxed);
+            return None;
+        }
+        // A new generation: a handle of an earlier registration (reclaimed while alive) can
+        // no longer pass `check_registered`, even with the same owner id. Relaxed: we hold the
+        // entry; a reclaimer's CAS on this word orders itself.
+        let generation = e.generation.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
+        // Relaxed: published by the Release store of ACTIVE below.
+        e.state.store(CONSUMER_JOINING, Ordering::Relaxed);
+        e.class.store(class as u32, Ordering::Relaxed);
+        e.missed.store(0, Ordering::Relaxed);
+        e.received.store(0, Ordering::Relaxed);
+        e.parked.store(0, Ordering::Relaxed);
+        // A provisional cursor (≤ the final one): a producer that sees us ACTIVE before the
+        // final store below is held back at most until then.
+        // Acquire: pairs with the producer's Release `head` store.
+        e.cursor
+            .store(line.head.load(Ordering::Acquire), Ordering::Relaxed);
+        // Release: pairs with the producer's Acquire state load in its gating scan.
+        e.state.store(CONSUMER_ACTIVE, Ordering::Release);
+        // SeqCst: the registration handshake (see `Producer::claim_slot`): after this fence
+        // either the producer sees us ACTIVE, or the `head` we load now covers every slot it
+        // overwrote without seeing us.
+        fence(Ordering::SeqCst);
+        let head = line.head.load(Ordering::Acquire);
+        // Release: pairs with the producer's Acquire cursor load.
+        e.cursor.store(head, Ordering::Release);
+        Some((generation, head))
     }
 
     /// This consumer's consumer-table index (its reader bit is `1 << index`).
@@ -171,15 +217,34 @@ impl<M: Memory> Consumer<M> {
         self.mem.producer_line().owner.load(Ordering::Relaxed)
     }
 
-    fn check_registered(&self) -> Result<(), ReadError> {
+    /// This consumer's entry, if it still holds it: same owner, same generation, ACTIVE. Every
+    /// write to shared state goes through this check, so a consumer whose entry was reclaimed
+    /// (see [`Producer::reclaim`](crate::Producer::reclaim)) writes nothing.
+    fn own_entry(&self) -> Result<&ConsumerEntry, ReadError> {
         let e = self.mem.consumer_entry(self.index);
-        // Relaxed: our own entry; a reclaim changes these, and we only detect it.
-        if e.state.load(Ordering::Relaxed) != CONSUMER_ACTIVE
+        // Relaxed: our own entry; a reclaim changes these (the generation first), and we only
+        // detect it. Whoever reclaims promised we are not inside a call meanwhile.
+        if e.generation.load(Ordering::Relaxed) != self.generation
             || e.owner.load(Ordering::Relaxed) != self.owner.get()
+            || e.state.load(Ordering::Relaxed) != CONSUMER_ACTIVE
         {
             return Err(ReadError::Evicted);
         }
-        Ok(())
+        Ok(e)
+    }
+
+    fn check_registered(&self) -> Result<(), ReadError> {
+        self.own_entry().map(|_| ())
+    }
+
+    /// True while this consumer still holds its entry (it was not reclaimed).
+    pub fn is_registered(&self) -> bool {
+        self.own_entry().is_ok()
+    }
+
+    /// The entry generation this consumer registered with.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Chooses the sequence to read next by delivery class, or says why there is none.
@@ -236,6 +301,7 @@ impl<M: Memory> Consumer<M> {
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
         let (seq, missed, (slot, len)) = self.read_next(|c, seq| c.pin_seq(seq))?;
+        self.held = Some(slot);
         Ok(Pinned {
             consumer: self,
             slot,
@@ -254,6 +320,12 @@ impl<M: Memory> Consumer<M> {
         mut attempt: impl FnMut(&Self, u64) -> Result<T, Miss>,
     ) -> Result<(u64, u64, T), ReadError> {
         self.check_registered()?;
+        if let Some(slot) = self.held.take() {
+            // The last `Pinned` was leaked (its drop would have cleared `held`): no borrow of
+            // its bytes can be alive now, so take the pin back. The message is not consumed.
+            let hdr = self.mem.slot_header(slot);
+            self.refuse_pin(hdr, 1u64 << self.index);
+        }
         let start = self.next;
         let mut missed = 0;
         for _ in 0..READ_RETRIES {
@@ -302,7 +374,9 @@ impl<M: Memory> Consumer<M> {
         // Acquire: pairs with the producer's Release `fetch_and` that cleared WRITER after the
         // message was written, so the payload is visible. One word for pins and claims gives
         // them a single total order: if our bit went in first, the claim CAS fails.
-        let prev = hdr.state.fetch_or(bit, Ordering::Acquire);
+        // Release: pairs with the failure Acquire of a claim CAS that sees our bit, so the
+        // producer's sweep of free entries sees our registration and leaves the bit alone.
+        let prev = hdr.state.fetch_or(bit, Ordering::AcqRel);
         if prev & WRITER != 0 {
             // The producer is rewriting the slot (for a later message: `head` already covers
             // `seq`). Release: pairs with its claim CAS, as any unpin does.
@@ -408,7 +482,9 @@ impl<M: Memory> Consumer<M> {
     fn advance(&mut self, seq: u64, unpinned: bool) {
         self.next = seq + 1;
         self.received += 1;
-        let e = self.mem.consumer_entry(self.index);
+        let Ok(e) = self.own_entry() else {
+            return; // Reclaimed: the entry is not ours to write.
+        };
         // Release: pairs with the producer's Acquire cursor load in its gating scan: our reads of
         // `seq` happen before it overwrites the slot.
         e.cursor.store(seq + 1, Ordering::Release);
@@ -457,8 +533,19 @@ impl<M: Memory> Consumer<M> {
             // Relaxed + SeqCst fence: the Dekker handshake with `WriteSlot::publish` (head store,
             // fence, waiters load): either we see the new head now, or it sees us and wakes us.
             line.consumer_waiters.fetch_add(1, Ordering::Relaxed);
+            // After the increment, before the decrement: a reclaim that sees 1 gives back a
+            // count that was really taken (an over-count is harmless, an under-count would
+            // lose a wake-up). Relaxed: read only by a reclaimer of this (dead) entry.
+            let e = self.mem.consumer_entry(self.index);
+            e.parked.store(1, Ordering::Relaxed);
             fence(Ordering::SeqCst);
             let ok = self.ready() || wait.wait(&line.publish_futex, seen);
+            if self.check_registered().is_err() {
+                // Reclaimed while parked: the reclaimer gave our count back already (or will
+                // find `parked` clear because a new registration reset it): touch nothing.
+                return Err(ReadError::Evicted);
+            }
+            e.parked.store(0, Ordering::Relaxed);
             line.consumer_waiters.fetch_sub(1, Ordering::Relaxed);
             if !ok {
                 return Err(ReadError::Timeout);
@@ -497,10 +584,28 @@ impl<M: Memory> Consumer<M> {
 
 impl<M: Memory> Drop for Consumer<M> {
     fn drop(&mut self) {
-        if self.check_registered().is_err() {
+        let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours any more.
+        };
+        // Take our bit back from every slot: a `Pinned` leaked with `mem::forget` left it set,
+        // and the entry is about to be free. No `Pinned` borrows us now, so no pinned bytes are
+        // in use. Before FREE: once the entry is free, the bit may be a new holder's.
+        let bit = 1u64 << self.index;
+        for i in 0..self.mem.geometry().slots() {
+            // Release: an unpin, pairing with the producer's claim CAS.
+            self.mem
+                .slot_header(i)
+                .state
+                .fetch_and(!bit, Ordering::Release);
         }
-        let e = self.mem.consumer_entry(self.index);
+        // Dropped while counted as parked (a panic unwound out of a wait strategy): give the
+        // count back. Relaxed: as in `wait_ready`.
+        if e.parked.swap(0, Ordering::Relaxed) != 0 {
+            self.mem
+                .producer_line()
+                .consumer_waiters
+                .fetch_sub(1, Ordering::Relaxed);
+        }
         // Release: pairs with the producer's Acquire state load: our reads are done before the
         // entry stops gating the producer.
         e.state.store(CONSUMER_FREE, Ordering::Release);
@@ -577,6 +682,12 @@ impl<M: Memory> Pinned<'_, M> {
 impl<M: Memory> Drop for Pinned<'_, M> {
     fn drop(&mut self) {
         let c = &mut *self.consumer;
+        c.held = None;
+        if c.check_registered().is_err() {
+            // Reclaimed: the bit and the cursor are no longer ours (a new consumer may hold
+            // this entry now, with the same owner id); write nothing.
+            return;
+        }
         let hdr = c.mem.slot_header(self.slot);
         // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of the
         // message happen before its next writes to the slot.

@@ -184,6 +184,13 @@ pub enum Error {
         /// The index given.
         index: usize,
     },
+    /// The consumer-table entry asked for is taken (or not in a state a registration can use).
+    EntryBusy {
+        /// The index given.
+        index: usize,
+    },
+    /// The consumer's entry was reclaimed: the consumer is no longer registered.
+    Evicted,
 }
 
 impl fmt::Display for Error {
@@ -201,12 +208,18 @@ impl fmt::Display for Error {
                 "all {capacity} consumer entries are taken: reclaim dead consumers or create the ring with more"
             ),
             Self::NoSuchConsumer { index } => write!(f, "no consumer entry {index}"),
+            Self::EntryBusy { index } => {
+                write!(f, "consumer entry {index} is taken: register into another entry")
+            }
+            Self::Evicted => f.write_str(
+                "this consumer's entry was reclaimed (it was judged dead): register again",
+            ),
         }
     }
 }
 
-/// Why the producer could not claim the next slot. All are transient except `Closed` and
-/// `Corrupt`.
+/// Why the producer could not claim the next slot. All are transient except `Closed`,
+/// `Corrupt`, `Displaced` and `TooLarge`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ClaimError {
     /// A gating consumer has not consumed the message the next slot holds.
@@ -227,6 +240,14 @@ pub enum ClaimError {
     Closed,
     /// A sequence number or word in shared memory is impossible: a peer corrupted the segment.
     Corrupt(&'static str),
+    /// Another producer took the ring over (the producer line's owner or epoch changed since
+    /// this producer started): this producer publishes nothing any more. Not transient.
+    Displaced {
+        /// The producer line's owner id now.
+        owner: u64,
+        /// The producer line's epoch now.
+        epoch: u32,
+    },
     /// The message does not fit in a slot (nothing was claimed or written).
     TooLarge {
         /// The message length.
@@ -248,6 +269,10 @@ impl fmt::Display for ClaimError {
             }
             Self::Closed => f.write_str("the ring is closed"),
             Self::Corrupt(what) => write!(f, "corrupt segment: {what}"),
+            Self::Displaced { owner, epoch } => write!(
+                f,
+                "this producer was displaced: owner {owner:#x} (epoch {epoch}) took the ring over; nothing was published"
+            ),
             Self::TooLarge { len, capacity } => write!(
                 f,
                 "message of {len} bytes does not fit in a {capacity}-byte slot: use the allocator or larger slots"
@@ -266,8 +291,6 @@ pub enum ReadError {
     /// The message was overwritten while being read, more often than the retry bound allows
     /// (the consumer is far too slow for the producer): retry.
     Lagging,
-    /// The slot is being written right now: retry.
-    Busy,
     /// The caller's buffer is shorter than the message.
     BufferTooSmall {
         /// The message length.
@@ -291,7 +314,6 @@ impl fmt::Display for ReadError {
             Self::Lagging => {
                 f.write_str("messages were overwritten faster than they could be read; retry")
             }
-            Self::Busy => f.write_str("the slot is being written; retry"),
             Self::BufferTooSmall { needed } => {
                 write!(f, "buffer too small: the message has {needed} bytes")
             }

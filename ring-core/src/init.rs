@@ -8,11 +8,11 @@ use crate::OwnerId;
 /// Writes every shared word of a new segment. The caller opens the init barrier afterwards with
 /// a Release store of `INIT_READY`; until then no attacher reads these words, so Relaxed stores
 /// suffice here.
-pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId, busy: u32) {
+pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     let g = *mem.geometry();
     let h = mem.header();
     let r = Ordering::Relaxed;
-    h.init_state.store(busy, r);
+    h.init_state.store(crate::layout::INIT_BUSY, r);
     h.magic.store(MAGIC, r);
     h.abi_version.store(ABI_VERSION, r);
     h.fingerprint.store(LAYOUT_FINGERPRINT, r);
@@ -49,6 +49,9 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId, busy: u32) {
         c.cursor.store(0, r);
         c.missed.store(0, r);
         c.received.store(0, r);
+        c.generation.store(0, r);
+        c.parked.store(0, r);
+        c.reserved.store(0, r);
     }
     for i in 0..g.slots() {
         let s = mem.slot_header(i);

@@ -72,7 +72,7 @@ macro_rules! cache_aligned {
 /// `"SHMRING\0"` as a little-endian `u64`: the first word of every segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
 /// Bumped whenever the meaning of any shared byte changes.
-pub const ABI_VERSION: u32 = 1;
+pub const ABI_VERSION: u32 = 2;
 
 /// [`SegmentHeader::init_state`]: the bytes are not (yet) a segment.
 pub const INIT_NONE: u32 = 0;
@@ -146,11 +146,21 @@ cache_aligned! {
         pub owner: AtomicU64,
         /// [`FLAG_CLOSED`]. Written by the producer.
         pub flags: AtomicU32,
-        /// Number of producer takeovers since creation.
+        /// The producer's fencing token: bumped by every producer start ([`Producer::new`] and
+        /// [`Producer::take_over`]). A producer checks that it still holds the epoch it started
+        /// with before every claim and publish, so a displaced producer publishes nothing.
+        /// Wraps modulo 2^32.
+        ///
+        /// [`Producer::new`]: crate::Producer::new
+        /// [`Producer::take_over`]: crate::Producer::take_over
         pub epoch: AtomicU32,
-        /// Futex word consumers sleep on: the low 32 bits of `head`, stored after `head`.
+        /// Futex word consumers sleep on: bumped by one (wrapping) after every publish and by
+        /// the close, by the producer only. It only moves forward, so a value a parked consumer
+        /// saw cannot come back within 2^32 changes (a reopened ring never repeats one).
         pub publish_futex: AtomicU32,
-        /// Number of consumers parked (or about to park) on `publish_futex`.
+        /// Number of consumers parked (or about to park) on `publish_futex`. May over-count
+        /// (a consumer killed while parked), never under-count: a reclaim gives back the count of
+        /// a consumer whose entry says it was parked ([`ConsumerEntry::parked`]).
         pub consumer_waiters: AtomicU32,
         /// Futex word the producer sleeps on while held back: bumped by consumers that advance.
         pub drain_futex: AtomicU32,
@@ -167,6 +177,10 @@ pub const CONSUMER_JOINING: u32 = 1;
 pub const CONSUMER_ACTIVE: u32 = 2;
 /// [`ConsumerEntry::state`]: being reclaimed by the producer after its owner died.
 pub const CONSUMER_RECLAIMING: u32 = 3;
+
+/// [`ConsumerEntry::owner`] while the producer sweeps a free entry's leftover reader bits: no
+/// registration can take the entry meanwhile (its owner word is not 0).
+pub const OWNER_SWEEPING: u64 = u64::MAX;
 
 cache_aligned! {
     /// One consumer-table entry. Entry `i` owns reader bit `1 << i` in every slot's state word.
@@ -186,6 +200,18 @@ cache_aligned! {
         pub missed: AtomicU64,
         /// Messages this consumer received, for inspection.
         pub received: AtomicU64,
+        /// The registration's generation: bumped by every registration into this entry and by
+        /// every reclaim of it (wrapping). A consumer remembers the generation it registered
+        /// with and checks it before every write to shared state, so a consumer whose entry was
+        /// reclaimed (and perhaps re-registered by another consumer of the same owner id)
+        /// writes nothing, ever again.
+        pub generation: AtomicU64,
+        /// 1 while the registered consumer counts itself in
+        /// [`ProducerLine::consumer_waiters`] (set after the increment, cleared before the
+        /// decrement), so a reclaim knows whether to give that count back.
+        pub parked: AtomicU32,
+        /// Reserved, zero.
+        pub reserved: AtomicU32,
     }
 }
 
@@ -213,7 +239,7 @@ cache_aligned! {
 
 /// A compile-time FNV-1a fingerprint of the layout facts peers must agree on.
 pub const LAYOUT_FINGERPRINT: u64 = {
-    let facts: [u64; 10] = [
+    let facts: [u64; 11] = [
         ABI_VERSION as u64,
         CACHE_LINE as u64,
         core::mem::size_of::<SegmentHeader>() as u64,
@@ -222,6 +248,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
         core::mem::size_of::<SlotHeader>() as u64,
         core::mem::offset_of!(SlotHeader, stamp) as u64,
         core::mem::offset_of!(ConsumerEntry, cursor) as u64,
+        core::mem::offset_of!(ConsumerEntry, generation) as u64,
         WRITER,
         cfg!(target_endian = "little") as u64,
     ];
@@ -306,6 +333,9 @@ mod checks {
     const_assert_eq!(offset_of!(ConsumerEntry, cursor), 16);
     const_assert_eq!(offset_of!(ConsumerEntry, missed), 24);
     const_assert_eq!(offset_of!(ConsumerEntry, received), 32);
+    const_assert_eq!(offset_of!(ConsumerEntry, generation), 40);
+    const_assert_eq!(offset_of!(ConsumerEntry, parked), 48);
+    const_assert_eq!(offset_of!(ConsumerEntry, reserved), 52);
 
     const_assert_eq!(offset_of!(SlotHeader, state), 0);
     const_assert_eq!(offset_of!(SlotHeader, stamp), 8);

@@ -13,8 +13,8 @@
 use crate::error::{AttachError, LayoutError};
 use crate::geometry::{Config, Geometry};
 use crate::layout::{
-    ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, ABI_VERSION, CACHE_LINE, INIT_BUSY,
-    INIT_READY, LAYOUT_FINGERPRINT, MAGIC,
+    ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, ABI_VERSION, CACHE_LINE, INIT_READY,
+    LAYOUT_FINGERPRINT, MAGIC,
 };
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
 use crate::OwnerId;
@@ -157,7 +157,7 @@ impl RawMemory {
             });
         }
         let this = Self { base, geometry };
-        crate::init::format(&this, creator, INIT_BUSY);
+        crate::init::format(&this, creator);
         // Release: the init barrier. Synchronises with the Acquire load in `attach`, which then
         // sees every word `format` wrote.
         this.header()

@@ -55,6 +55,9 @@ fn consumer_entry() -> ConsumerEntry {
         cursor: new_u64(0),
         missed: new_u64(0),
         received: new_u64(0),
+        generation: new_u64(0),
+        parked: new_u32(0),
+        reserved: new_u32(0),
     }
 }
 
@@ -108,7 +111,7 @@ impl OwnedSegment {
             alloc: words(geometry.alloc_region().1 / 8),
             geometry,
         };
-        crate::init::format(&this, creator, crate::layout::INIT_BUSY);
+        crate::init::format(&this, creator);
         // Release: the init barrier (see `RawMemory::initialize`).
         this.header.init_state.store(INIT_READY, Ordering::Release);
         Ok(this)

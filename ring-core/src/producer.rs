@@ -2,8 +2,8 @@
 
 use crate::error::{ClaimError, Error};
 use crate::layout::{
-    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_CLOSED, READER_MASK, SEQ_LIMIT,
-    WRITER,
+    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_CLOSED, OWNER_SWEEPING, READER_MASK,
+    SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -25,7 +25,7 @@ use crate::{DeliveryClass, OwnerId};
 /// let mut slot = producer.try_claim()?;
 /// slot.write(b"frame 0").unwrap();
 /// slot.set_meta([7, 0]);
-/// assert_eq!(slot.publish(), 0);
+/// assert_eq!(slot.publish()?, 0);
 /// assert_eq!(producer.published(), 1);
 /// # Ok::<(), ClaimError>(())
 /// ```
@@ -42,6 +42,8 @@ pub struct Producer<M: Memory> {
     gate_ok_below: u64,
     /// Whether a SeqCst fence has run since the last `head` store (see `try_claim`).
     fenced: bool,
+    /// The producer line's epoch this producer started with (its fencing token).
+    epoch: u32,
 }
 
 /// A claimed slot. Write the message, then [`publish`](WriteSlot::publish) it; dropping it
@@ -111,28 +113,43 @@ impl<M: Memory> Producer<M> {
         Ok(Self::start(mem, owner))
     }
 
-    /// Takes the ring over from a producer that died (`dead` is its owner id, which the caller
-    /// has established is dead: ring-os checks the process).
+    /// Takes the ring over from a producer that died (`dead` is its owner id).
     ///
     /// The slot the dead producer was writing, if any, is released and its half-written
     /// message dropped (its stamp stays odd, so copy readers of the old message see an
     /// overrun, and the sequence number is reused). Messages it published stay readable.
+    /// The producer line's epoch moves on, so the displaced producer, should it still run,
+    /// gets [`ClaimError::Displaced`] from every later claim and publish and writes nothing
+    /// to the ring's shared state again.
+    ///
+    /// `ring-os` offers the safe form: it takes over only after the kernel released the dead
+    /// producer's liveness lock.
+    ///
+    /// # Safety
+    /// The producer `dead` is not inside a call on this ring and holds no [`WriteSlot`] (a dead
+    /// process holds none). A live producer's `WriteSlot` would keep writing payload words that
+    /// readers of the new producer's messages may have pinned as `&[u8]`.
     ///
     /// # Errors
     /// [`Error::OwnerMismatch`] when `dead` is not the current producer.
-    pub fn take_over(mem: M, owner: OwnerId, dead: OwnerId) -> Result<Self, Error> {
+    pub unsafe fn take_over(mem: M, owner: OwnerId, dead: OwnerId) -> Result<Self, Error> {
         let line = mem.producer_line();
         // As in `new`: Acquire pairs with the dead producer's last Release stores.
         line.owner
             .compare_exchange(dead.get(), owner.get(), Ordering::AcqRel, Ordering::Relaxed)
             .map_err(|found| Error::OwnerMismatch { found })?;
-        // Relaxed: a statistic.
-        line.epoch.fetch_add(1, Ordering::Relaxed);
+        // A producer that died parked left its flag up; no one else parks on the drain word.
+        // Relaxed: only the producer parks; read by consumers after their SeqCst fence.
+        line.producer_waiting.store(0, Ordering::Relaxed);
         Ok(Self::start(mem, owner))
     }
 
     fn start(mem: M, owner: OwnerId) -> Self {
         let line = mem.producer_line();
+        // Relaxed: the fencing token is compared, not synchronised on. A displaced producer
+        // that runs again sees a different epoch at its next claim or publish (the caller of
+        // `take_over` guaranteed it is not inside one now).
+        let epoch = line.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
         // Relaxed: only the producer writes `flags`, and we own the line now.
         line.flags.fetch_and(!FLAG_CLOSED, Ordering::Relaxed);
         for i in 0..mem.geometry().slots() {
@@ -150,7 +167,26 @@ impl<M: Memory> Producer<M> {
             head,
             gate_ok_below: 0,
             fenced: false,
+            epoch,
         }
+    }
+
+    /// Fails with [`ClaimError::Displaced`] when another producer started on this ring since
+    /// this one did (the owner word or the epoch moved).
+    fn check_epoch(&self) -> Result<(), ClaimError> {
+        let line = self.mem.producer_line();
+        // Relaxed: a fencing check, not a synchronisation point (see `start`).
+        let epoch = line.epoch.load(Ordering::Relaxed);
+        let owner = line.owner.load(Ordering::Relaxed);
+        if epoch != self.epoch || owner != self.owner.get() {
+            return Err(ClaimError::Displaced { owner, epoch });
+        }
+        Ok(())
+    }
+
+    /// True when another producer took the ring over: this one can no longer publish.
+    pub fn is_displaced(&self) -> bool {
+        self.check_epoch().is_err()
     }
 
     /// The memory this producer writes.
@@ -194,6 +230,7 @@ impl<M: Memory> Producer<M> {
 
     /// The claim protocol; returns the claimed slot index.
     fn claim_slot(&mut self) -> Result<usize, ClaimError> {
+        self.check_epoch()?;
         let line = self.mem.producer_line();
         // Relaxed: only this producer writes `flags`.
         if line.flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
@@ -223,10 +260,12 @@ impl<M: Memory> Producer<M> {
         let slot = (seq % n) as usize;
         let hdr = self.mem.slot_header(slot);
         // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
-        // reads of the old message happen before our writes. Failure Relaxed: we only report.
+        // reads of the old message happen before our writes. Failure Acquire: synchronises with
+        // the Release half of the pin `fetch_or` that set a bit we see, so that pinner's
+        // registration (its owner CAS) is visible to `sweep_free_bits` below.
         if let Err(cur) =
             hdr.state
-                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Acquire)
         {
             let valid = self.valid_readers();
             if cur & !valid != 0 {
@@ -236,10 +275,8 @@ impl<M: Memory> Producer<M> {
                 // bits guard no data.
                 hdr.state.fetch_and(valid, Ordering::Relaxed);
             }
-            return Err(ClaimError::Pinned {
-                slot,
-                readers: (cur & valid) as u32,
-            });
+            let readers = self.sweep_free_bits(slot, cur & valid);
+            return Err(ClaimError::Pinned { slot, readers });
         }
         // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
         // payload word we write after the fence, and then runs its Acquire fence, loads this odd
@@ -247,6 +284,40 @@ impl<M: Memory> Producer<M> {
         hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         Ok(slot)
+    }
+
+    /// Clears, in slot `slot`, the reader bits among `bits` whose consumer-table entry is free
+    /// (a pin its consumer leaked and never took back, or a peer's garbage): nobody would ever
+    /// clear them, and the slot would stay wedged. Returns the bits that remain (registered
+    /// readers).
+    ///
+    /// A free entry is first locked against registration (owner word 0 → [`OWNER_SWEEPING`]), so
+    /// no consumer can register into it and pin this slot between our check and our clear.
+    fn sweep_free_bits(&self, slot: usize, bits: u64) -> u32 {
+        let mut remaining = bits;
+        let mut rest = bits;
+        while rest != 0 {
+            let i = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            let e = self.mem.consumer_entry(i);
+            // Success Acquire: pairs with the last holder's Release store of 0 (leave or
+            // reclaim), after which it touches no slot. Failure Relaxed: the entry is held by
+            // a registered consumer (or a registration in progress): its bit stays.
+            if e.owner
+                .compare_exchange(0, OWNER_SWEEPING, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                // Release: like an unpin, pairs with the claim CAS (Acquire).
+                self.mem
+                    .slot_header(slot)
+                    .state
+                    .fetch_and(!(1u64 << i), Ordering::Release);
+                // Release: pairs with the next registrant's Acquire owner CAS.
+                e.owner.store(0, Ordering::Release);
+                remaining &= !(1u64 << i);
+            }
+        }
+        remaining as u32
     }
 
     /// The reader bits that belong to consumer-table entries.
@@ -287,7 +358,7 @@ impl<M: Memory> Producer<M> {
             len: data.len(),
             capacity,
         })?;
-        Ok(slot.publish())
+        slot.publish()
     }
 
     /// Claims the next slot, waiting with `wait` while consumers hold the ring back.
@@ -299,7 +370,12 @@ impl<M: Memory> Producer<M> {
             match self.claim_slot() {
                 Ok(slot) => return Ok(self.write_slot(slot)),
                 // Not transient: waiting cannot help.
-                Err(e @ (ClaimError::Closed | ClaimError::Corrupt(_))) => return Err(e),
+                Err(
+                    e @ (ClaimError::Closed
+                    | ClaimError::Corrupt(_)
+                    | ClaimError::Displaced { .. }
+                    | ClaimError::TooLarge { .. }),
+                ) => return Err(e),
                 Err(e) => {
                     if !self.park(wait, Self::claimable) {
                         return Err(e);
@@ -381,7 +457,13 @@ impl<M: Memory> Producer<M> {
     /// [`ReadError::Closed`](crate::ReadError::Closed). Unread messages of latest-only and
     /// skip-on-lag consumers may still be overwritten by nothing (no more writes), so they stay
     /// readable until the segment is destroyed.
+    ///
+    /// A displaced producer (see [`take_over`](Self::take_over)) closes nothing: the ring is
+    /// its successor's.
     pub fn close(&mut self) {
+        if self.is_displaced() {
+            return;
+        }
         let line = self.mem.producer_line();
         // Release: pairs with consumers' Acquire load of `flags`, after which they re-load `head`
         // and see every message published before the close.
@@ -401,16 +483,28 @@ impl<M: Memory> Producer<M> {
     }
 
     /// Clears everything a dead consumer held: its pin in every slot and its table entry
-    /// (so its gating cursor no longer holds the ring back). Idempotent.
+    /// (so its gating cursor no longer holds the ring back), and gives back its count in the
+    /// consumer-waiters word if it died parked. Idempotent.
     ///
-    /// The caller establishes that the owner is dead (ring-os checks the process); reclaiming a
-    /// live consumer breaks its pins. `expected` must be the entry's owner, so a new consumer
-    /// that took the entry meanwhile is left alone.
+    /// The entry's generation moves on first, so the reclaimed consumer, should it still run,
+    /// gets [`ReadError::Evicted`](crate::ReadError::Evicted) from every later call and writes
+    /// nothing to shared state again — not even into a consumer that registers into the same
+    /// entry later with the same owner id. `expected` must be the entry's owner, so a new
+    /// consumer that took the entry meanwhile is left alone.
+    ///
+    /// `ring-os` offers the safe form: it reclaims only entries whose liveness lock the kernel
+    /// released.
+    ///
+    /// # Safety
+    /// The consumer registered in entry `index` is not inside a call on this ring and holds no
+    /// [`Pinned`](crate::Pinned) (a dead process holds none). Clearing a live pin would let
+    /// the next claim rewrite bytes behind its `&[u8]`.
     ///
     /// # Errors
     /// [`Error::NoSuchConsumer`], [`Error::OwnerMismatch`].
-    pub fn reclaim(&mut self, index: usize, expected: OwnerId) -> Result<Reclaimed, Error> {
-        reclaim(&self.mem, index, expected)
+    pub unsafe fn reclaim(&mut self, index: usize, expected: OwnerId) -> Result<Reclaimed, Error> {
+        // SAFETY: the caller's promise is `reclaim`'s.
+        unsafe { reclaim(&self.mem, index, expected) }
     }
 
     /// Information about consumer-table entry `index` (None beyond the table).
@@ -420,7 +514,10 @@ impl<M: Memory> Producer<M> {
 }
 
 /// Reclaims consumer entry `index` (see [`Producer::reclaim`]).
-pub(crate) fn reclaim<M: Memory + ?Sized>(
+///
+/// # Safety
+/// As [`Producer::reclaim`].
+pub(crate) unsafe fn reclaim<M: Memory + ?Sized>(
     mem: &M,
     index: usize,
     expected: OwnerId,
@@ -445,6 +542,25 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
     if owner != expected.get() {
         return Err(Error::OwnerMismatch { found: owner });
     }
+    // Fence the victim out first: its every later call compares this word. Success AcqRel:
+    // Acquire orders us after the registration's bump; Release orders the bump before our
+    // clearing below for anyone who reads it. Failure: a concurrent registration or reclaim
+    // changed the entry: it is not the one the caller judged dead.
+    // Relaxed load: the CAS validates it.
+    let generation = e.generation.load(Ordering::Relaxed);
+    if e.generation
+        .compare_exchange(
+            generation,
+            generation.wrapping_add(1),
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
+        .is_err()
+        // Acquire: as the first owner load.
+        || e.owner.load(Ordering::Acquire) != owner
+    {
+        return Err(Error::OwnerMismatch { found: owner });
+    }
     // Whatever state the consumer died in (FREE right after it claimed the owner word, JOINING,
     // ACTIVE, or a corrupt value), the entry becomes RECLAIMING. Relaxed: ordered by the owner
     // load above; the producer is the only reclaimer.
@@ -461,13 +577,32 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
     }
     // Relaxed: read for the report.
     let cursor = e.cursor.load(Ordering::Relaxed);
+    let line = mem.producer_line();
+    // A consumer that died parked still counts in `consumer_waiters` (every publish would make
+    // a wake syscall for it forever): give its count back. Relaxed: the count only decides
+    // whether a publisher calls wake, and an over-count is harmless.
+    if e.parked.swap(0, Ordering::Relaxed) != 0 {
+        // A decrement that never goes below zero (a peer may have scribbled the count); the
+        // loop ends because every retry saw the count change, at most a few times in practice,
+        // and is bounded anyway: giving up leaves an over-count.
+        for _ in 0..crate::READ_RETRIES {
+            let n = line.consumer_waiters.load(Ordering::Relaxed);
+            if n == 0
+                || line
+                    .consumer_waiters
+                    .compare_exchange(n, n - 1, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                break;
+            }
+        }
+    }
     // Release: the entry stops gating; pairs with the producer's Acquire state loads.
     e.state.store(CONSUMER_FREE, Ordering::Release);
     // Release: pairs with the next registrant's Acquire owner CAS, which then sees FREE and
     // no pins of this index anywhere.
     e.owner.store(0, Ordering::Release);
     // A producer held back by this consumer re-checks: bump the drain word.
-    let line = mem.producer_line();
     line.drain_futex.fetch_add(1, Ordering::Release);
     mem.notify(&line.drain_futex);
     Ok(Reclaimed {
@@ -483,6 +618,9 @@ pub(crate) fn reclaim<M: Memory + ?Sized>(
 /// producer line, so a new producer may start (which reopens it).
 impl<M: Memory> Drop for Producer<M> {
     fn drop(&mut self) {
+        if self.is_displaced() {
+            return; // The ring is the successor's: leave its owner word alone.
+        }
         self.close();
         let line = self.mem.producer_line();
         // Release: pairs with the next producer's Acquire owner CAS, which then sees our head.
@@ -550,9 +688,14 @@ impl<M: Memory> WriteSlot<'_, M> {
     }
 
     /// Publishes the message and returns its sequence number.
-    pub fn publish(mut self) -> u64 {
+    ///
+    /// # Errors
+    /// [`ClaimError::Displaced`] when another producer took the ring over since the claim:
+    /// nothing is published, and the slot (now the successor's) is left alone.
+    pub fn publish(mut self) -> Result<u64, ClaimError> {
         self.done = true;
         let p = &mut *self.producer;
+        p.check_epoch()?;
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
         if self.len % 8 != 0 {
@@ -577,9 +720,9 @@ impl<M: Memory> WriteSlot<'_, M> {
         // Release: pairs with consumers' Acquire `head` loads: the message is available.
         line.head.store(seq + 1, Ordering::Release);
         p.head = seq + 1;
-        // Release: pairs with a waiter's Acquire load of the futex word.
-        line.publish_futex
-            .store((seq + 1) as u32, Ordering::Release);
+        // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a
+        // store of a value derived from `head`: the word only moves forward (see the layout).
+        line.publish_futex.fetch_add(1, Ordering::Release);
         // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
         // fence, then re-check `head`), and the registration handshake of the next claim.
         fence(Ordering::SeqCst);
@@ -588,7 +731,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
             p.mem.notify(&line.publish_futex);
         }
-        seq
+        Ok(seq)
     }
 
     /// Gives the slot back without publishing; the sequence number is reused.
@@ -601,6 +744,9 @@ impl<M: Memory> WriteSlot<'_, M> {
             return;
         }
         self.done = true;
+        if self.producer.is_displaced() {
+            return; // The slot's WRITER bit, if set, is the successor's now.
+        }
         let hdr = self.producer.mem.slot_header(self.slot);
         // Release: hands the slot back to pinning readers (their Acquire `fetch_or`). The stamp
         // stays odd: the old message may be partly overwritten, and readers of it see an overrun.

@@ -107,6 +107,10 @@ macro_rules! atomic_newtype {
                 self.0.compare_exchange(current, new, success, failure)
             }
             #[inline(always)]
+            pub fn swap(&self, v: $int, order: Ordering) -> $int {
+                self.0.swap(v, order)
+            }
+            #[inline(always)]
             pub fn fetch_add(&self, v: $int, order: Ordering) -> $int {
                 self.0.fetch_add(v, order)
             }

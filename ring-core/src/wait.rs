@@ -38,7 +38,8 @@ impl WaitStrategy for Spin {
 }
 
 /// Spins `spins` times per wait, then yields the thread, for at most `yields` yields over the
-/// strategy's life.
+/// strategy's life. Every call to `wait` counts as one yield at least, so the number of calls
+/// that return `true` is bounded too.
 #[derive(Clone, Copy, Debug)]
 pub struct SpinThenYield {
     spins: u32,
@@ -54,6 +55,12 @@ impl SpinThenYield {
 
 impl WaitStrategy for SpinThenYield {
     fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
+        // Every call spends at least one unit of the budget, whichever way it returns: a peer
+        // that keeps changing the word cannot stretch a bounded wait without end.
+        if self.yields == 0 {
+            return false;
+        }
+        self.yields -= 1;
         for _ in 0..self.spins {
             // Acquire: pairs with the waker's Release store or bump of the word.
             if word.load(Ordering::Acquire) != expected {
@@ -61,14 +68,16 @@ impl WaitStrategy for SpinThenYield {
             }
             spin_loop();
         }
-        while self.yields > 0 {
-            self.yields -= 1;
+        loop {
             // Acquire: as above.
             if word.load(Ordering::Acquire) != expected {
                 return true;
             }
             yield_now();
+            if self.yields == 0 {
+                return false;
+            }
+            self.yields -= 1;
         }
-        false
     }
 }

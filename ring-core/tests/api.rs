@@ -24,7 +24,7 @@ fn publish_then_pin_and_copy_see_the_message() {
     let mut slot = p.try_claim().unwrap();
     slot.write(b"hello world").unwrap();
     slot.set_meta([11, 22]);
-    assert_eq!(slot.publish(), 0);
+    assert_eq!(slot.publish(), Ok(0));
     {
         let m = pin.try_pin().unwrap();
         assert_eq!(m.bytes(), b"hello world");
@@ -147,12 +147,19 @@ fn one_producer_only_and_takeover_after_death() {
     core::mem::forget(p);
     assert_eq!(producer_info(&s).writing, 1);
     assert_eq!(
-        Producer::take_over(&s, id(7), id(8)).unwrap_err(),
+        // SAFETY: the producer was leaked, and its `WriteSlot` before it: nothing will write
+        // through them again.
+        unsafe { Producer::take_over(&s, id(7), id(8)) }.unwrap_err(),
         Error::OwnerMismatch { found: 1 }
     );
-    let mut p2 = Producer::take_over(&s, id(7), id(1)).unwrap();
+    // SAFETY: as above.
+    let mut p2 = unsafe { Producer::take_over(&s, id(7), id(1)) }.unwrap();
     assert_eq!(producer_info(&s).writing, 0);
-    assert_eq!(producer_info(&s).epoch, 1);
+    assert_eq!(
+        producer_info(&s).epoch,
+        2,
+        "one start by new, one by take_over"
+    );
     assert_eq!(p2.try_publish(b"again"), Ok(0));
 }
 
@@ -173,13 +180,19 @@ fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
     core::mem::forget(dead);
     assert!(matches!(p.try_publish(b"c"), Err(ClaimError::Full { .. })));
     assert_eq!(
-        p.reclaim(dead_index, id(99)).unwrap_err(),
+        // SAFETY: the dead consumer and its pin were leaked: they make no calls.
+        unsafe { p.reclaim(dead_index, id(99)) }.unwrap_err(),
         Error::OwnerMismatch { found: 2 }
     );
-    let r = p.reclaim(dead_index, id(2)).unwrap();
+    // SAFETY: as above.
+    let r = unsafe { p.reclaim(dead_index, id(2)) }.unwrap();
     assert_eq!((r.pins_cleared, r.was_registered, r.cursor), (1, true, 0));
-    // Idempotent.
-    assert!(!p.reclaim(dead_index, id(2)).unwrap().was_registered);
+    // Idempotent. SAFETY: as above.
+    assert!(
+        !unsafe { p.reclaim(dead_index, id(2)) }
+            .unwrap()
+            .was_registered
+    );
     assert_eq!(
         consumer_info(&s, dead_index).unwrap().state,
         EntryState::Free
@@ -195,7 +208,9 @@ fn a_reclaimed_consumer_learns_it_was_evicted() {
     let s = seg(2, 16);
     let mut p = Producer::new(&s, id(1)).unwrap();
     let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    p.reclaim(c.index(), id(2)).unwrap();
+    // SAFETY: `c` is alive but between calls and holds no pin: the lying-oracle case the
+    // contract allows.
+    unsafe { p.reclaim(c.index(), id(2)) }.unwrap();
     assert_eq!(c.try_pin().unwrap_err(), ReadError::Evicted);
 }
 
@@ -228,7 +243,7 @@ fn oversized_messages_and_small_buffers_are_refused() {
     let mut slot = p.try_claim().unwrap();
     assert!(slot.write_at(10, &[1; 7]).is_err());
     slot.write(&[5; 16]).unwrap();
-    slot.publish();
+    slot.publish().unwrap();
     let mut small = [0u8; 8];
     assert_eq!(
         c.try_copy(&mut small),
@@ -328,7 +343,8 @@ fn a_consumer_that_died_while_joining_is_reclaimed() {
         .store(42, ring_core::sync::Ordering::Relaxed);
     let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
     assert_eq!(c.index(), 1, "a claimed owner word keeps the entry taken");
-    let r = p.reclaim(0, id(42)).unwrap();
+    // SAFETY: owner 42 is no consumer handle at all: nothing can call through it.
+    let r = unsafe { p.reclaim(0, id(42)) }.unwrap();
     assert!(r.was_registered);
     assert_eq!(consumer_info(&s, 0).unwrap().owner, 0);
     assert_eq!(

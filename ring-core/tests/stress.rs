@@ -121,7 +121,7 @@ fn one_producer_three_classes_million_messages() {
             };
             slot.write(&msg[..len]).unwrap();
             slot.set_meta([seq, checksum(&msg[..len])]);
-            assert_eq!(slot.publish(), seq);
+            assert_eq!(slot.publish().unwrap(), seq);
         }
         p.close();
         (g.join().unwrap(), l.join().unwrap(), k.join().unwrap())

@@ -241,7 +241,7 @@ impl<T: Memory> AllocProducer<T> {
                 *h = handle;
             }
             slot.set_meta([handle, len]);
-            Ok(slot.publish())
+            slot.publish().map_err(Error::Claim)
         });
         match result {
             Ok(r) => r,

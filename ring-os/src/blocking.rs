@@ -135,7 +135,11 @@ fn reclaim_if_dead<M: Memory>(p: &mut Producer<M>, index: usize) -> Option<Recla
     if liveness_raw(info.owner) != Liveness::Dead {
         return None;
     }
-    p.reclaim(index, owner).ok().filter(|r| r.was_registered)
+    // SAFETY: the owner's process is dead (checked above), so it is inside no call and holds
+    // no `Pinned`.
+    unsafe { p.reclaim(index, owner) }
+        .ok()
+        .filter(|r| r.was_registered)
 }
 
 impl<M: Memory> ProducerExt<M> for Producer<M> {
@@ -154,7 +158,12 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
                     None => Err(ClaimError::Closed),
                 };
             }
-            Err(e @ (ClaimError::Closed | ClaimError::TooLarge { .. })) => return Err(e),
+            Err(
+                e @ (ClaimError::Closed
+                | ClaimError::TooLarge { .. }
+                | ClaimError::Displaced { .. }
+                | ClaimError::Corrupt(_)),
+            ) => return Err(e),
             Err(_) => {}
         }
         let deadline = deadline_after(timeout);
@@ -199,7 +208,7 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
             // Cannot overflow: the length was checked against the capacity above.
             let _ = slot.write(data);
             slot.publish()
-        })
+        })?
     }
 
     fn wait_drained_for(&mut self, timeout: Duration) -> bool {

@@ -170,7 +170,9 @@ impl ShmRing {
                 if owner::liveness(dead) == Liveness::Alive {
                     return Err(Error::ProducerAlive { owner });
                 }
-                Ok(Producer::take_over(Arc::clone(ring), me, dead)?)
+                // SAFETY: the previous producer's process is dead (checked above): it is inside
+                // no call and holds no `WriteSlot`.
+                Ok(unsafe { Producer::take_over(Arc::clone(ring), me, dead) }?)
             }
             Err(e) => Err(e.into()),
         }

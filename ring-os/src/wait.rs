@@ -79,6 +79,11 @@ pub fn deadline_after(timeout: Duration) -> Instant {
 
 impl WaitStrategy for FutexWait {
     fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
+        // Every exit checks the deadline: a peer that keeps changing the word must not stretch
+        // a bounded wait (each `true` sends the caller round its loop once more).
+        if Instant::now() >= self.deadline {
+            return false;
+        }
         for _ in 0..self.spins {
             // Acquire: pairs with the waker's Release store or bump of the word.
             if word.load(Ordering::Acquire) != expected {

@@ -186,7 +186,7 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
         };
         match err {
             ReadError::Closed => break,
-            ReadError::Timeout | ReadError::Empty | ReadError::Lagging | ReadError::Busy => {
+            ReadError::Timeout | ReadError::Empty | ReadError::Lagging => {
                 if let Err(stop) = out.flush().map_err(write_err) {
                     return stop.into_result();
                 }

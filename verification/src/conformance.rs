@@ -92,7 +92,7 @@ pub fn roundtrip<B: Backend>(b: &B) -> Check {
     let mut slot = p.try_claim().map_err(fail("claim"))?;
     slot.write(b"conformance").map_err(fail("write"))?;
     slot.set_meta([5, 6]);
-    ensure!(slot.publish() == 0, "first sequence is not 0");
+    ensure!(slot.publish() == Ok(0), "first sequence is not 0");
     {
         let got = pin.try_pin().map_err(fail("pin"))?;
         ensure!(
@@ -229,10 +229,13 @@ pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
     std::mem::forget(dead);
     ensure!(total_pins(&m) == 2, "two pins expected");
     ensure!(
-        p.reclaim(di, id(99)).err() == Some(ring_core::Error::OwnerMismatch { found: 2 }),
+        // SAFETY: the dead consumer and its pin were leaked: they make no more calls.
+        unsafe { p.reclaim(di, id(99)) }.err()
+            == Some(ring_core::Error::OwnerMismatch { found: 2 }),
         "reclaim under a wrong owner was not refused"
     );
-    let r = p.reclaim(di, id(2)).map_err(fail("reclaim"))?;
+    // SAFETY: as above.
+    let r = unsafe { p.reclaim(di, id(2)) }.map_err(fail("reclaim"))?;
     ensure!(
         r.was_registered && r.pins_cleared == 1 && r.cursor == 0,
         "reclaim {r:?}"
@@ -246,7 +249,8 @@ pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
     drop(live_pin);
     p.try_publish(b"2").map_err(fail("publish after reclaim"))?;
     ensure!(
-        !p.reclaim(di, id(2))
+        // SAFETY: as above.
+        !unsafe { p.reclaim(di, id(2)) }
             .map_err(fail("reclaim again"))?
             .was_registered,
         "not idempotent"
@@ -452,7 +456,7 @@ pub fn threaded_stress<B: Backend>(b: &B) -> Check {
             .claim(&mut SpinThenYield::new(64, 1_000_000))
             .map_err(fail("claim"))?;
         slot.write(&msg(seq)).map_err(fail("write"))?;
-        slot.publish();
+        slot.publish().map_err(fail("publish"))?;
     }
     p.close();
     for t in consumers {

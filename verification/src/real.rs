@@ -160,7 +160,10 @@ impl<'s, M: Memory> Real<'s, M> {
                     // The model's length: the highest byte written (`WriteSlot` tracks it).
                     let len = model.claim.map_or(0, |c| c.len);
                     slot.set_meta([seq, len as u64]);
-                    Outcome::Published(slot.publish())
+                    match slot.publish() {
+                        Ok(seq) => Outcome::Published(seq),
+                        Err(e) => Outcome::ClaimFailed(e),
+                    }
                 }
             },
             Op::Abort => match self.producer.as_mut().and_then(|p| p.guard.take()) {
@@ -245,7 +248,9 @@ impl<'s, M: Memory> Real<'s, M> {
                 }
                 let dead = owner(self.producer_owner);
                 let new = owner(self.producer_owner + 1);
-                match Producer::take_over(self.mem, new, dead) {
+                // SAFETY: the previous producer (and any claim it held) was leaked above: it
+                // makes no more calls.
+                match unsafe { Producer::take_over(self.mem, new, dead) } {
                     Ok(p) => {
                         self.producer = Some(Held::new(p));
                         self.producer_owner += 1;
@@ -342,7 +347,9 @@ impl<'s, M: Memory> Real<'s, M> {
         };
         // A held claim borrows the producer: the model skips reclaim then, and so do we.
         match self.producer.as_mut().and_then(Held::get) {
-            Some(p) => Outcome::Reclaim(p.reclaim(i, owner(expected))),
+            // SAFETY: a dead consumer was leaked (`Kill`) and makes no calls; a live one is
+            // named under a wrong owner, which reclaim refuses without touching anything.
+            Some(p) => Outcome::Reclaim(unsafe { p.reclaim(i, owner(expected)) }),
             None => Outcome::Skipped,
         }
     }

@@ -78,7 +78,7 @@ impl Tx for RingTx {
         };
         slot.write(src).map_err(err)?;
         at_publish()?;
-        slot.publish();
+        slot.publish().map_err(err)?;
         self.seq += 1;
         Ok(())
     }
@@ -114,7 +114,7 @@ impl Rx for RingRx {
                         let got = buf.get(..copied.len).ok_or_else(|| err("copy overran"))?;
                         check(got, len, *seq, transport).map(Some)
                     }
-                    Err(ReadError::Empty | ReadError::Busy) => Ok(None),
+                    Err(ReadError::Empty) => Ok(None),
                     Err(e) => Err(err(e)),
                 })?
             }

@@ -97,7 +97,7 @@ pub fn claim_error_documented(e: &ClaimError, slots: usize, cap: usize) -> Outco
             "Full names consumer {consumer}"
         ),
         ClaimError::Pinned { slot, .. } => ensure!(slot < slots, "Pinned names slot {slot}"),
-        ClaimError::Closed | ClaimError::Corrupt(_) => {}
+        ClaimError::Closed | ClaimError::Corrupt(_) | ClaimError::Displaced { .. } => {}
         ClaimError::TooLarge { len, capacity } => {
             ensure!(capacity == cap && len > cap, "bad TooLarge {e:?}")
         }
@@ -158,7 +158,9 @@ pub fn exercise(seg: &HeapSegment, rounds: usize) -> Outcome {
     let mut producer = match Producer::new(seg, id(PRODUCER)) {
         Ok(p) => Some(p),
         Err(Error::ProducerExists { owner }) => match OwnerId::new(owner) {
-            Some(dead) => match Producer::take_over(seg, id(PRODUCER), dead) {
+            // SAFETY: no producer handle of this process exists (`new` just failed), so the
+            // producer the segment names holds no `WriteSlot` and is inside no call.
+            Some(dead) => match unsafe { Producer::take_over(seg, id(PRODUCER), dead) } {
                 Ok(p) => Some(p),
                 Err(e @ Error::OwnerMismatch { .. }) => {
                     displays(&e)?;
@@ -180,7 +182,9 @@ pub fn exercise(seg: &HeapSegment, rounds: usize) -> Outcome {
             let Some(owner) = OwnerId::new(info.owner) else {
                 continue;
             };
-            match p.reclaim(i, owner) {
+            // SAFETY: this function holds no consumer of the segment, so the entry's owner (if
+            // any) is inside no call here and holds no `Pinned` of ours.
+            match unsafe { p.reclaim(i, owner) } {
                 Ok(r) => {
                     ensure!(r.index == i, "reclaim({i}) reports index {}", r.index);
                     ensure!(
@@ -193,7 +197,8 @@ pub fn exercise(seg: &HeapSegment, rounds: usize) -> Outcome {
                 Err(e) => return Err(format!("reclaim({i}): undocumented {e:?}")),
             }
         }
-        match p.reclaim(g.consumers(), id(1)) {
+        // SAFETY: an index past the table: nothing is reclaimed.
+        match unsafe { p.reclaim(g.consumers(), id(1)) } {
             Err(Error::NoSuchConsumer { index }) if index == g.consumers() => {}
             other => return Err(format!("reclaim past the table: {other:?}")),
         }

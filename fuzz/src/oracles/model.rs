@@ -186,9 +186,11 @@ impl RingModel {
         }
     }
 
-    /// `Producer::new` / `take_over` common start: reopen, drop a dead producer's claim.
+    /// `Producer::new` / `take_over` common start: a new epoch, reopen, drop a dead producer's
+    /// claim.
     fn start(&mut self) {
         self.closed = false;
+        self.epoch = self.epoch.wrapping_add(1);
         for s in &mut self.slots {
             s.writer = false;
         }
@@ -214,7 +216,6 @@ impl RingModel {
             });
         }
         self.owner_word = owner;
-        self.epoch = self.epoch.wrapping_add(1);
         self.start();
         Ok(())
     }

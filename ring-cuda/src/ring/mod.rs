@@ -103,7 +103,7 @@ impl RingError {
         matches!(
             self,
             Self::Claim(ring_core::ClaimError::Full { .. } | ring_core::ClaimError::Pinned { .. })
-                | Self::Read(ring_core::ReadError::Empty | ring_core::ReadError::Busy)
+                | Self::Read(ring_core::ReadError::Empty)
                 | Self::NotReady
         )
     }

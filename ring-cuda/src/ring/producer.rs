@@ -250,7 +250,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
                 "the ring's slots cannot hold an 8-byte timestamp",
             ));
         }
-        Ok(slot.publish())
+        slot.publish().map_err(RingError::Claim)
     }
 
     /// [`try_publish_with`](Self::try_publish_with), retrying transient refusals (ring full,

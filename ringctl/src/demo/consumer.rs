@@ -77,7 +77,7 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
             Err(ReadError::Closed) => break,
             // Nothing yet, or overrun while reading: try again (a dead producer is reported as
             // `ProducerGone` by the wait).
-            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging | ReadError::Busy) => {}
+            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {}
             Err(e) => return Err(e.into()),
         }
     }

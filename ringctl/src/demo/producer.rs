@@ -69,7 +69,7 @@ impl Writer<'_> {
             sum ^= 1;
         }
         slot.set_meta([ring::monotonic_ns(), sum]);
-        Ok(slot.publish())
+        Ok(slot.publish()?)
     }
 }
 

@@ -1,0 +1,313 @@
+//! Ownership when the liveness verdict lies or the API is misused: generation-tagged consumer
+//! entries, epoch-fenced producers, leaked pins, futex words that never repeat, waits that stay
+//! bounded, waiter counts that reclaim repairs. Each test reproduces a defect of the previous
+//! protocol (it fails there) and runs under Miri (`ci/miri.sh`).
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+
+extern crate alloc;
+
+use alloc::sync::Arc;
+
+use ring_core::inspect::{consumer_info, total_pins};
+use ring_core::sync::{spin_loop, AtomicU32, Ordering};
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
+    SpinThenYield, WaitStrategy,
+};
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap()
+}
+
+fn seg(slots: u32, cap: u32) -> HeapSegment {
+    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
+}
+
+/// Defect 2: after A is reclaimed (while in fact alive) and B registers into the same entry
+/// with the same owner id (two consumers of one process), nothing A does touches B.
+#[test]
+fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut a = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    p.try_publish(b"m0").unwrap();
+    // SAFETY: `a` is between calls and holds no pin (the lying-oracle case the contract allows).
+    let r = unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
+    assert!(r.was_registered);
+    assert!(!a.is_registered());
+    let mut b = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(b.index(), a.index(), "B takes the freed entry");
+    assert_ne!(b.generation(), a.generation());
+    p.try_publish(b"m1").unwrap();
+    let b_index = b.index();
+    let pin = b.try_pin().unwrap();
+    assert_eq!(pin.bytes(), b"m1");
+    // Every call of A fails and writes nothing.
+    let mut buf = [0u8; 16];
+    assert_eq!(a.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
+    assert_eq!(a.try_pin().unwrap_err(), ReadError::Evicted);
+    let before = consumer_info(&s, b_index).unwrap();
+    drop(a);
+    let after = consumer_info(&s, b_index).unwrap();
+    assert_eq!(before, after, "A's drop changed B's entry");
+    assert_eq!(total_pins(&s), 1, "A's drop cleared B's pin");
+    // B's pin still holds the producer off its slot (1) and B's cursor still gates.
+    assert_eq!(p.try_publish(b"m2"), Ok(2));
+    assert!(matches!(
+        p.try_publish(b"m3"),
+        Err(ClaimError::Full { .. } | ClaimError::Pinned { .. })
+    ));
+    drop(pin);
+    assert_eq!(p.try_publish(b"m3"), Ok(3));
+}
+
+/// Defect 2, cursor form: A's copy reads after its reclaim must not advance B's cursor.
+#[test]
+fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut a = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    // SAFETY: as above: `a` is between calls and holds no pin.
+    unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
+    let b = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    for i in 0..3u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    for _ in 0..3 {
+        assert_eq!(a.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
+    }
+    assert_eq!(consumer_info(&s, b.index()).unwrap().cursor, 0);
+    assert_eq!(p.try_publish(b"x"), Ok(3));
+    assert!(matches!(p.try_publish(b"y"), Err(ClaimError::Full { .. })));
+}
+
+/// Defect 4: `mem::forget(pin)` then `drop(consumer)`: the slot must not stay wedged.
+#[test]
+fn a_leaked_pin_is_taken_back_when_its_consumer_drops() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    p.try_publish(b"a").unwrap();
+    core::mem::forget(c.try_pin().unwrap());
+    drop(c);
+    assert_eq!(total_pins(&s), 0);
+    for i in 0..6u8 {
+        assert!(p.try_publish(&[i]).is_ok(), "slot wedged at {i}");
+    }
+}
+
+/// Defect 4, consumer still alive: its next read takes the leaked pin back.
+#[test]
+fn a_leaked_pin_is_taken_back_by_the_next_read() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    p.try_publish(b"a").unwrap();
+    core::mem::forget(c.try_pin().unwrap());
+    assert_eq!(total_pins(&s), 1);
+    p.try_publish(b"b").unwrap();
+    let m = c.try_pin().unwrap();
+    assert_eq!(m.bytes(), b"b");
+    assert_eq!(
+        total_pins(&s),
+        1,
+        "the leaked pin of slot 0 is gone, slot 1 is pinned"
+    );
+    drop(m);
+    for i in 0..4u8 {
+        assert!(p.try_publish(&[i]).is_ok(), "slot wedged at {i}");
+    }
+}
+
+/// Bits of free entries (a peer's garbage, or a leak no drop cleaned) are cleared by the
+/// producer; bits of registered entries are not.
+#[test]
+fn the_producer_sweeps_bits_of_free_entries_only() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let free_bit = 1u64 << 3;
+    let live_bit = 1u64 << c.index();
+    s.slot_header(0)
+        .state
+        .fetch_or(free_bit | live_bit, Ordering::Relaxed);
+    match p.try_publish(b"x") {
+        Err(ClaimError::Pinned { readers, .. }) => assert_eq!(u64::from(readers), live_bit),
+        other => panic!("expected Pinned by the live bit only, got {other:?}"),
+    }
+    assert_eq!(s.slot_header(0).state.load(Ordering::Relaxed), live_bit);
+    s.slot_header(0)
+        .state
+        .fetch_and(!live_bit, Ordering::Relaxed);
+    assert_eq!(p.try_publish(b"x"), Ok(0));
+}
+
+/// Take-over of a producer that is in fact alive: the displaced one publishes nothing, closes
+/// nothing and leaves the owner word alone; readers see each sequence once.
+#[test]
+fn a_displaced_producer_publishes_nothing() {
+    let s = seg(4, 16);
+    let mut old = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    old.try_publish(b"old0").unwrap();
+    // Same owner id (one process, two handles): only the epoch tells them apart.
+    // SAFETY: `old` is between calls and holds no `WriteSlot`.
+    let mut new = unsafe { Producer::take_over(&s, id(1), id(1)) }.unwrap();
+    assert!(old.is_displaced());
+    assert!(!new.is_displaced());
+    assert!(matches!(
+        old.try_publish(b"evil"),
+        Err(ClaimError::Displaced { .. })
+    ));
+    assert!(matches!(old.try_claim(), Err(ClaimError::Displaced { .. })));
+    assert_eq!(new.try_publish(b"new1"), Ok(1));
+    old.close();
+    drop(old);
+    assert_eq!(new.try_publish(b"new2"), Ok(2));
+    let mut buf = [0u8; 16];
+    for (seq, want) in [(0u64, &b"old0"[..]), (1, b"new1"), (2, b"new2")] {
+        let got = c.try_copy(&mut buf).unwrap();
+        assert_eq!((got.seq, &buf[..got.len]), (seq, want));
+    }
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+}
+
+/// A claim taken before the take-over cannot be published after it.
+#[test]
+fn a_claim_taken_before_a_take_over_is_not_published() {
+    let s = seg(4, 16);
+    let mut old = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    let mut slot = old.try_claim().unwrap();
+    slot.write(b"torn").unwrap();
+    // SAFETY: the old producer makes no call while `take_over` runs and writes no payload
+    // after it: `publish` below fails before touching the slot.
+    let mut new = unsafe { Producer::take_over(&s, id(2), id(1)) }.unwrap();
+    assert!(matches!(slot.publish(), Err(ClaimError::Displaced { .. })));
+    assert_eq!(new.try_publish(b"good"), Ok(0));
+    let mut buf = [0u8; 16];
+    let got = c.try_copy(&mut buf).unwrap();
+    assert_eq!(&buf[..got.len], b"good");
+}
+
+/// Defect 5: `publish_futex` must not repeat a value across close and reopen (a parked
+/// consumer compares against the value it saw).
+#[test]
+fn the_publish_futex_never_repeats_across_close_and_reopen() {
+    let s = seg(4, 16);
+    let mut seen = std::vec::Vec::new();
+    let word = || s.producer_line().publish_futex.load(Ordering::Relaxed);
+    seen.push(word());
+    for round in 0..3 {
+        let mut p = Producer::new(&s, id(1)).unwrap();
+        for _ in 0..=round {
+            p.try_publish(b"x").unwrap();
+            seen.push(word());
+        }
+        p.close();
+        seen.push(word());
+        drop(p);
+        seen.push(word());
+    }
+    let mut dedup = seen.clone();
+    dedup.dedup();
+    let mut sorted = dedup.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(
+        sorted.len(),
+        dedup.len(),
+        "a futex value repeated: {seen:?}"
+    );
+}
+
+/// A wait strategy that counts its calls and lets a test decide when it returns.
+struct Gate {
+    entered: Arc<AtomicU32>,
+    release: Arc<AtomicU32>,
+}
+
+impl WaitStrategy for Gate {
+    fn wait(&mut self, _word: &AtomicU32, _expected: u32) -> bool {
+        self.entered.store(1, Ordering::SeqCst);
+        while self.release.load(Ordering::SeqCst) == 0 {
+            spin_loop();
+        }
+        false
+    }
+}
+
+/// Defect 7: a consumer reclaimed while parked gives its waiter count back; when it wakes it
+/// is told it was evicted and does not decrement again.
+#[test]
+fn reclaim_repairs_the_consumer_waiter_count() {
+    let s = Arc::new(seg(2, 16));
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let entered = Arc::new(AtomicU32::new(0));
+    let release = Arc::new(AtomicU32::new(0));
+    let mut gate = Gate {
+        entered: Arc::clone(&entered),
+        release: Arc::clone(&release),
+    };
+    let s2 = Arc::clone(&s);
+    let mut c = Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap();
+    let index = c.index();
+    let t = std::thread::spawn(move || c.wait_ready(&mut gate));
+    while entered.load(Ordering::SeqCst) == 0 {
+        spin_loop();
+    }
+    let waiters = || s.producer_line().consumer_waiters.load(Ordering::Relaxed);
+    assert_eq!(waiters(), 1);
+    // SAFETY: the parked consumer holds no pin and writes only its own entry's words and the
+    // waiter count after waking, all atomics; this is the "killed while parked" reclaim.
+    unsafe { p.reclaim(index, id(2)) }.unwrap();
+    assert_eq!(waiters(), 0, "reclaim left the dead waiter counted");
+    release.store(1, Ordering::SeqCst);
+    assert_eq!(t.join().unwrap(), Err(ReadError::Evicted));
+    assert_eq!(waiters(), 0, "the evicted consumer decremented again");
+}
+
+/// Defect 7, producer side: a take-over resets the parked-producer flag.
+#[test]
+fn take_over_resets_the_producer_waiting_flag() {
+    let s = seg(2, 16);
+    let p = Producer::new(&s, id(1)).unwrap();
+    // What a producer killed inside `park` leaves behind.
+    s.producer_line()
+        .producer_waiting
+        .store(1, Ordering::Relaxed);
+    core::mem::forget(p);
+    // SAFETY: the old producer was leaked: it makes no calls.
+    let _new = unsafe { Producer::take_over(&s, id(2), id(1)) }.unwrap();
+    assert_eq!(
+        s.producer_line().producer_waiting.load(Ordering::Relaxed),
+        0
+    );
+}
+
+/// Defect 6: a word that keeps changing cannot stretch a bounded wait.
+#[test]
+fn spin_then_yield_is_bounded_even_when_the_word_keeps_changing() {
+    let word = AtomicU32::new(7);
+    let mut w = SpinThenYield::new(4, 100);
+    let mut trues = 0u32;
+    // The word never holds `expected`: every wait sees a change.
+    while w.wait(&word, 0) {
+        trues += 1;
+        assert!(trues <= 100, "the wait budget never ran out");
+    }
+    assert!(trues <= 100);
+}
+
+/// Registration into an explicit entry, as ring-os does after taking that entry's lock.
+#[test]
+fn new_at_registers_into_the_given_entry_or_says_why_not() {
+    let s = seg(2, 16);
+    let c = Consumer::new_at(&s, 2, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(c.index(), 2);
+    let (_, e) = Consumer::new_at(&s, 2, DeliveryClass::Gating, id(3)).unwrap_err();
+    assert_eq!(e, ring_core::Error::EntryBusy { index: 2 });
+    let (_, e) = Consumer::new_at(&s, 4, DeliveryClass::Gating, id(3)).unwrap_err();
+    assert_eq!(e, ring_core::Error::NoSuchConsumer { index: 4 });
+}

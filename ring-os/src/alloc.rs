@@ -112,21 +112,31 @@ impl<T: Memory> AllocReader<T> {
     }
 
     /// Copies the allocation a pinned message refers to (`meta = [handle, len]`) into `out`
-    /// (resized to the message length). The pin keeps the allocation alive.
+    /// (resized to the message length, at most `max_len` bytes: the length comes from shared
+    /// memory, so it never sizes an allocation beyond the caller's bound). The pin keeps the
+    /// allocation alive.
     ///
     /// # Errors
     ///
-    /// [`Error::Alloc`] when the handle is not live or the lengths disagree (a corrupt or
-    /// hostile segment).
+    /// [`Error::MessageTooLarge`] (nothing allocated) when the message claims more than
+    /// `max_len` bytes; [`Error::Alloc`] when the handle is not live or the lengths disagree (a
+    /// corrupt or hostile segment).
     pub fn read_pinned<N: Memory>(
         &self,
         pinned: &Pinned<'_, N>,
         out: &mut Vec<u8>,
+        max_len: usize,
     ) -> Result<(), Error> {
         let [handle, len] = pinned.meta();
         out.clear();
         if len == 0 {
             return Ok(());
+        }
+        if len > max_len as u64 {
+            return Err(Error::MessageTooLarge {
+                len,
+                max: max_len as u64,
+            });
         }
         let invalid = Error::Alloc(AllocError::InvalidHandle { handle });
         let a = self.alloc.lookup(handle).map_err(Error::Alloc)?;
@@ -299,7 +309,7 @@ mod tests {
             let msg: Vec<u8> = (0..(i * 37 % 3000) + 1).map(|b| (b ^ i) as u8).collect();
             p.publish(&msg, Duration::from_secs(5)).unwrap();
             let pin = c.recv_pinned(Duration::from_secs(5)).unwrap();
-            reader.read_pinned(&pin, &mut out).unwrap();
+            reader.read_pinned(&pin, &mut out, 4096).unwrap();
             assert_eq!(out, msg);
             drop(pin);
             assert!(
@@ -314,6 +324,29 @@ mod tests {
         let (leaks, totals) = leak_report(&*ring).unwrap();
         assert!(leaks.is_empty());
         assert_eq!(totals.count, 0);
+    }
+
+    #[test]
+    fn a_hostile_length_never_sizes_the_readers_buffer() {
+        let config = Config::new(4, 64).with_allocator(1 << 16, 64);
+        let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut p = AllocProducer::new(ShmRing::producer(&ring).unwrap()).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let reader = AllocReader::new(&ring).unwrap();
+        p.publish(b"honest", Duration::from_secs(5)).unwrap();
+        // A hostile peer rewrites the message's length word to 1 TiB.
+        // Relaxed: a peer's scribble, ordered before our pin by nothing but program order here.
+        ring.slot_header(0).meta[1].store(1 << 40, ring_core::sync::Ordering::Relaxed);
+        let pin = c.recv_pinned(Duration::from_secs(5)).unwrap();
+        let mut out = Vec::new();
+        assert!(matches!(
+            reader.read_pinned(&pin, &mut out, 4096),
+            Err(Error::MessageTooLarge { len, max: 4096 }) if len == 1 << 40
+        ));
+        assert!(
+            out.capacity() <= 4096,
+            "the reader's buffer grew past its bound"
+        );
     }
 
     #[test]
@@ -375,7 +408,7 @@ mod tests {
         let mut out = Vec::new();
         for want in [&b"first"[..], b"second"] {
             let pin = c.recv_pinned(Duration::from_secs(1)).unwrap();
-            reader.read_pinned(&pin, &mut out).unwrap();
+            reader.read_pinned(&pin, &mut out, 64).unwrap();
             assert_eq!(out, want);
         }
         new.publish(b"third", Duration::from_secs(1)).unwrap();

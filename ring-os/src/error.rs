@@ -44,6 +44,14 @@ pub enum Error {
         /// Why, and what to do.
         reason: String,
     },
+    /// A message in the ring is longer than the bound the reader gave: nothing was allocated or
+    /// copied (a peer's length never sizes an allocation beyond the caller's bound).
+    MessageTooLarge {
+        /// The length the segment claims.
+        len: u64,
+        /// The reader's bound.
+        max: u64,
+    },
     /// A requested segment length is zero or too large for this platform.
     BadLength {
         /// The length asked for, in bytes.
@@ -159,6 +167,11 @@ impl fmt::Display for Error {
                 Mib(*available)
             ),
             Self::HugePages { reason } => write!(f, "huge pages unavailable: {reason}"),
+            Self::MessageTooLarge { len, max } => write!(
+                f,
+                "the message claims {len} bytes, more than this reader accepts ({max}); raise the \
+                 reader's bound if the producer really sends such messages"
+            ),
             Self::BadLength { len } => write!(
                 f,
                 "segment length {len} is zero or larger than this platform can map; check the ring \

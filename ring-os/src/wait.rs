@@ -108,6 +108,22 @@ mod tests {
     use std::sync::Arc;
 
     #[test]
+    fn a_word_that_keeps_changing_cannot_stretch_the_deadline() {
+        // The word never holds the expected value: every call sees a change at once. The
+        // wait must still end at its deadline (the old spin path returned `true` forever).
+        let word = AtomicU32::new(1);
+        let start = Instant::now();
+        let mut wait = FutexWait::new(Duration::from_millis(20));
+        while wait.wait(&word, 0) {
+            assert!(
+                start.elapsed() < Duration::from_secs(5),
+                "a changing word kept the wait alive past its deadline"
+            );
+        }
+        assert!(start.elapsed() >= Duration::from_millis(20));
+    }
+
+    #[test]
     fn wakes_on_change_and_gives_up_at_the_deadline() {
         let word = Arc::new(AtomicU32::new(0));
         let w2 = Arc::clone(&word);

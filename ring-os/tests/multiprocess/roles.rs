@@ -73,7 +73,7 @@ fn stress_consumer() -> i32 {
         };
         let seq = pin.seq();
         missed += pin.missed();
-        match reader.read_pinned(&pin, &mut buf) {
+        match reader.read_pinned(&pin, &mut buf, 1 << 20) {
             Ok(()) => match check_payload(&buf) {
                 Some(s) if s == seq => {}
                 _ => torn += 1,

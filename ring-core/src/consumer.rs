@@ -120,7 +120,28 @@ impl<M: Memory> Consumer<M> {
         if index >= mem.geometry().consumers() {
             return Err((mem, Error::NoSuchConsumer { index }));
         }
-        match Self::register(&mem, index, class, owner) {
+        Self::new_at_with_hook(mem, index, class, owner, || {})
+    }
+
+    /// [`new_at`](Self::new_at) with `between_steps` run after the entry is ACTIVE and before
+    /// its start point is final — where a preemption used to let a subscriber lose messages.
+    /// A test hook: it lets a test inject the delay a preemption would.
+    #[doc(hidden)]
+    #[allow(
+        clippy::result_large_err,
+        reason = "the memory handle is given back to the caller"
+    )]
+    pub fn new_at_with_hook(
+        mem: M,
+        index: usize,
+        class: DeliveryClass,
+        owner: OwnerId,
+        between_steps: impl FnOnce(),
+    ) -> Result<Self, (M, Error)> {
+        if index >= mem.geometry().consumers() {
+            return Err((mem, Error::NoSuchConsumer { index }));
+        }
+        match Self::register(&mem, index, class, owner, between_steps) {
             Some((generation, head)) => Ok(Self {
                 mem,
                 index,
@@ -137,7 +158,13 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// The registration protocol for entry `index`; returns the generation and start point.
-    fn register(mem: &M, index: usize, class: DeliveryClass, owner: OwnerId) -> Option<(u64, u64)> {
+    fn register(
+        mem: &M,
+        index: usize,
+        class: DeliveryClass,
+        owner: OwnerId,
+        between_steps: impl FnOnce(),
+    ) -> Option<(u64, u64)> {
         let line = mem.producer_line();
         let e = mem.consumer_entry(index);
         // The entry is claimed by its owner word, so a consumer that dies at any point after
@@ -164,6 +191,7 @@ impl<M: Memory> Consumer<M> {
         e.missed.store(0, Ordering::Relaxed);
         e.received.store(0, Ordering::Relaxed);
         e.parked.store(0, Ordering::Relaxed);
+        e.ready.store(0, Ordering::Relaxed);
         // A provisional cursor (≤ the final one): a producer that sees us ACTIVE before the
         // final store below is held back at most until then.
         // Acquire: pairs with the producer's Release `head` store.
@@ -175,9 +203,15 @@ impl<M: Memory> Consumer<M> {
         // either the producer sees us ACTIVE, or the `head` we load now covers every slot it
         // overwrote without seeing us.
         fence(Ordering::SeqCst);
+        between_steps();
         let head = line.head.load(Ordering::Acquire);
         // Release: pairs with the producer's Acquire cursor load.
         e.cursor.store(head, Ordering::Release);
+        // Release: the start point is final; pairs with the Acquire load in
+        // `Producer::ready_consumers`, so a producer that counts us publishes its next message
+        // at a sequence ≥ our cursor and we receive it.
+        e.ready.store(1, Ordering::Release);
+        wake_producer(mem);
         Some((generation, head))
     }
 
@@ -418,7 +452,14 @@ impl<M: Memory> Consumer<M> {
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
-        let (seq, missed, (len, meta)) = self.read_next(|c, seq| c.copy_seq(seq, buf))?;
+        let pin_only = self.mem.geometry().config().pin_only;
+        let (seq, missed, (len, meta)) = self.read_next(|c, seq| {
+            if pin_only {
+                c.copy_pinned_seq(seq, buf)
+            } else {
+                c.copy_seq(seq, buf)
+            }
+        })?;
         self.advance(seq, false);
         Ok(Copied {
             seq,
@@ -426,6 +467,29 @@ impl<M: Memory> Consumer<M> {
             missed,
             meta,
         })
+    }
+
+    /// A copy read in a pin-only ring: pin message `seq`, copy it, unpin. The producer cannot
+    /// claim the slot meanwhile, so its in-place writes never race with this read.
+    fn copy_pinned_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
+        let (slot, len) = self.pin_seq(seq)?;
+        let hdr = self.mem.slot_header(slot);
+        let bit = 1u64 << self.index;
+        if len > buf.len() {
+            // Release: an unpin (see `refuse_pin`).
+            self.refuse_pin(hdr, bit);
+            return Err(Miss::Fatal(ReadError::BufferTooSmall { needed: len }));
+        }
+        // Relaxed: stable while pinned; ordered by the pin's Acquire.
+        let meta = [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ];
+        crate::words::read(self.mem.payload(slot), &mut buf[..len]);
+        // Release: the unpin, pairing with the producer's claim CAS: our reads happen before
+        // its next writes. (Wakes a producer parked on the pin.)
+        self.refuse_pin(hdr, bit);
+        Ok((len, meta))
     }
 
     /// One seqlock read of message `seq` into `buf`.
@@ -499,16 +563,7 @@ impl<M: Memory> Consumer<M> {
     }
 
     fn wake_producer(&self) {
-        let line = self.mem.producer_line();
-        // SeqCst: Dekker handshake with `Producer::park` (it stores `producer_waiting`, fences,
-        // then re-checks cursors and pins): either it sees our progress or we see it waiting.
-        fence(Ordering::SeqCst);
-        // Relaxed: ordered by the fence.
-        if line.producer_waiting.load(Ordering::Relaxed) != 0 {
-            // Release: pairs with the producer's Acquire load of the drain word.
-            line.drain_futex.fetch_add(1, Ordering::Release);
-            self.mem.notify(&line.drain_futex);
-        }
+        wake_producer(&self.mem);
     }
 
     /// True when a read would find a message (or the ring closed), by delivery class.
@@ -582,6 +637,21 @@ impl<M: Memory> Consumer<M> {
     }
 }
 
+/// The consumer side of the producer-parking handshake: after progress the producer may wait
+/// for (an unpin, a gating advance, leaving, becoming ready), wake it if it announced it parks.
+fn wake_producer<M: Memory + ?Sized>(mem: &M) {
+    let line = mem.producer_line();
+    // SeqCst: Dekker handshake with `Producer::park` (it stores `producer_waiting`, fences,
+    // then re-checks cursors and pins): either it sees our progress or we see it waiting.
+    fence(Ordering::SeqCst);
+    // Relaxed: ordered by the fence.
+    if line.producer_waiting.load(Ordering::Relaxed) != 0 {
+        // Release: pairs with the producer's Acquire load of the drain word.
+        line.drain_futex.fetch_add(1, Ordering::Release);
+        mem.notify(&line.drain_futex);
+    }
+}
+
 impl<M: Memory> Drop for Consumer<M> {
     fn drop(&mut self) {
         let Ok(e) = self.own_entry() else {
@@ -606,6 +676,8 @@ impl<M: Memory> Drop for Consumer<M> {
                 .consumer_waiters
                 .fetch_sub(1, Ordering::Relaxed);
         }
+        // Relaxed: the entry is about to be free; FREE below (Release) orders it.
+        e.ready.store(0, Ordering::Relaxed);
         // Release: pairs with the producer's Acquire state load: our reads are done before the
         // entry stops gating the producer.
         e.state.store(CONSUMER_FREE, Ordering::Release);

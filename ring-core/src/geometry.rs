@@ -36,6 +36,10 @@ pub struct Config {
     pub alloc_arena: u64,
     /// Live-allocation ceiling of the allocator.
     pub alloc_max_live: u32,
+    /// Consumers read only what they pin (copy reads pin, copy and unpin), so the producer may
+    /// write a claimed slot in place through [`WriteSlot::loan`](crate::WriteSlot::loan).
+    /// Copy readers then hold the producer back while they copy, as pinned readers do.
+    pub pin_only: bool,
 }
 
 impl Config {
@@ -47,7 +51,15 @@ impl Config {
             consumers: 8,
             alloc_arena: 0,
             alloc_max_live: 0,
+            pin_only: false,
         }
+    }
+
+    /// Makes the ring pin-only (see [`pin_only`](Self::pin_only)), for zero-copy writes.
+    #[must_use]
+    pub const fn with_pin_only(mut self, pin_only: bool) -> Self {
+        self.pin_only = pin_only;
+        self
     }
 
     /// Sets the number of consumer-table entries.

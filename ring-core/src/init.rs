@@ -29,7 +29,14 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     h.alloc_len.store(g.alloc_len as u64, r);
     h.total_len.store(g.total_len as u64, r);
     h.creator.store(creator.get(), r);
-    h.reserved.store(0, r);
+    h.ring_flags.store(
+        if g.config.pin_only {
+            crate::layout::RING_PIN_ONLY
+        } else {
+            0
+        },
+        r,
+    );
 
     let p = mem.producer_line();
     p.head.store(0, r);
@@ -51,7 +58,7 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
         c.received.store(0, r);
         c.generation.store(0, r);
         c.parked.store(0, r);
-        c.reserved.store(0, r);
+        c.ready.store(0, r);
     }
     for i in 0..g.slots() {
         let s = mem.slot_header(i);

@@ -122,10 +122,18 @@ cache_aligned! {
         pub total_len: AtomicU64,
         /// Owner id of the process that created the segment.
         pub creator: AtomicU64,
-        /// Reserved, zero.
-        pub reserved: AtomicU64,
+        /// `RING_*` mode bits, fixed at creation ([`RING_PIN_ONLY`]); attachers refuse unknown
+        /// bits.
+        pub ring_flags: AtomicU64,
     }
 }
+
+/// [`SegmentHeader::ring_flags`] bit: consumers only ever read a slot while they pin it
+/// (copy reads pin, copy and unpin), so a claimed slot is the producer's alone and it may write
+/// it through `&mut [u8]` ([`WriteSlot::loan`](crate::WriteSlot::loan)).
+pub const RING_PIN_ONLY: u64 = 1;
+/// Every `RING_*` bit this ABI knows.
+pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY;
 
 /// [`ProducerLine::flags`] bit: the producer closed the ring; no more messages will come.
 pub const FLAG_CLOSED: u32 = 1;
@@ -210,8 +218,10 @@ cache_aligned! {
         /// [`ProducerLine::consumer_waiters`] (set after the increment, cleared before the
         /// decrement), so a reclaim knows whether to give that count back.
         pub parked: AtomicU32,
-        /// Reserved, zero.
-        pub reserved: AtomicU32,
+        /// 1 once the registered consumer's start point is final (stored Release after its
+        /// final cursor store); 0 while it registers and after it left. Only consumers with
+        /// `ready == 1` count for [`Producer::wait_for_consumers`](crate::Producer::wait_for_consumers).
+        pub ready: AtomicU32,
     }
 }
 
@@ -316,7 +326,7 @@ mod checks {
     const_assert_eq!(offset_of!(SegmentHeader, alloc_len), 88);
     const_assert_eq!(offset_of!(SegmentHeader, total_len), 96);
     const_assert_eq!(offset_of!(SegmentHeader, creator), 104);
-    const_assert_eq!(offset_of!(SegmentHeader, reserved), 112);
+    const_assert_eq!(offset_of!(SegmentHeader, ring_flags), 112);
 
     const_assert_eq!(offset_of!(ProducerLine, head), 0);
     const_assert_eq!(offset_of!(ProducerLine, owner), 8);
@@ -335,7 +345,7 @@ mod checks {
     const_assert_eq!(offset_of!(ConsumerEntry, received), 32);
     const_assert_eq!(offset_of!(ConsumerEntry, generation), 40);
     const_assert_eq!(offset_of!(ConsumerEntry, parked), 48);
-    const_assert_eq!(offset_of!(ConsumerEntry, reserved), 52);
+    const_assert_eq!(offset_of!(ConsumerEntry, ready), 52);
 
     const_assert_eq!(offset_of!(SlotHeader, state), 0);
     const_assert_eq!(offset_of!(SlotHeader, stamp), 8);

@@ -86,7 +86,7 @@ pub use layout::CACHE_LINE;
 pub use memory::{Memory, RawMemory};
 #[cfg(feature = "alloc")]
 pub use owned::OwnedSegment;
-pub use producer::{Overflow, Producer, Reclaimed, WriteSlot};
+pub use producer::{LoanError, Overflow, Producer, Reclaimed, WriteSlot};
 pub use wait::{Spin, SpinThenYield, WaitStrategy};
 
 use core::num::NonZeroU64;

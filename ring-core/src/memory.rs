@@ -301,6 +301,19 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
         consumers: h.consumers.load(Ordering::Relaxed),
         alloc_arena: h.alloc_arena.load(Ordering::Relaxed),
         alloc_max_live: h.alloc_max_live.load(Ordering::Relaxed),
+        pin_only: false,
+    };
+    let ring_flags = h.ring_flags.load(Ordering::Relaxed);
+    if ring_flags & !crate::layout::RING_KNOWN_FLAGS != 0 {
+        return Err(AttachError::FieldMismatch {
+            field: "ring_flags",
+            found: ring_flags,
+            expected: ring_flags & crate::layout::RING_KNOWN_FLAGS,
+        });
+    }
+    let config = Config {
+        pin_only: ring_flags & crate::layout::RING_PIN_ONLY != 0,
+        ..config
     };
     let geometry = Geometry::new(&config).map_err(AttachError::BadGeometry)?;
     if geometry.config.slot_capacity != config.slot_capacity {

@@ -57,7 +57,7 @@ fn consumer_entry() -> ConsumerEntry {
         received: new_u64(0),
         generation: new_u64(0),
         parked: new_u32(0),
-        reserved: new_u32(0),
+        ready: new_u32(0),
     }
 }
 
@@ -86,7 +86,7 @@ impl OwnedSegment {
             alloc_len: new_u64(0),
             total_len: new_u64(0),
             creator: new_u64(0),
-            reserved: new_u64(0),
+            ring_flags: new_u64(0),
         });
         let producer = Box::new(ProducerLine {
             head: new_u64(0),

@@ -73,6 +73,40 @@ pub struct Reclaimed {
     pub was_registered: bool,
 }
 
+/// Why [`WriteSlot::loan`] refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LoanError {
+    /// The ring has optimistic copy readers, which may read the slot while it is written:
+    /// create it pin-only, or write with `write_at`.
+    NotPinOnly,
+    /// The loan is longer than the slot.
+    TooLarge {
+        /// Bytes asked for.
+        len: usize,
+        /// The slot capacity.
+        capacity: usize,
+    },
+}
+
+impl core::fmt::Display for LoanError {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::NotPinOnly => f.write_str(
+                "in-place writes need a pin-only ring (Config::with_pin_only): copy readers may \
+                 read the slot while it is written; write with write_at instead",
+            ),
+            Self::TooLarge { len, capacity } => {
+                write!(
+                    f,
+                    "a loan of {len} bytes does not fit in a {capacity}-byte slot"
+                )
+            }
+        }
+    }
+}
+
+impl core::error::Error for LoanError {}
+
 /// The message is larger than the slot (or the allocation): nothing was written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Overflow {
@@ -431,6 +465,47 @@ impl<M: Memory> Producer<M> {
         }
     }
 
+    /// Number of registered consumers whose start point is final: each of them receives (by
+    /// its delivery class) every message published from now on. Consumers still registering
+    /// are not counted, so a producer that starts publishing once this reaches `n` loses
+    /// nothing to a subscriber that was "half registered".
+    pub fn ready_consumers(&self) -> usize {
+        (0..self.mem.geometry().consumers())
+            .filter(|&i| {
+                let e = self.mem.consumer_entry(i);
+                // Acquire: pairs with the consumer's Release store of `ready` after its final
+                // cursor store. Relaxed state: the entry is ours to count only while ACTIVE.
+                e.ready.load(Ordering::Acquire) == 1
+                    && e.state.load(Ordering::Relaxed) == CONSUMER_ACTIVE
+            })
+            .count()
+    }
+
+    /// Waits until at least `n` consumers are ready (see
+    /// [`ready_consumers`](Self::ready_consumers)); false when `wait`'s bound ran out first.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, Spin};
+    /// let seg = HeapSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
+    /// let mut producer = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// assert!(!producer.wait_for_consumers(1, &mut Spin::new(100)));
+    /// let _sub = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// assert!(producer.wait_for_consumers(1, &mut Spin::new(100)));
+    /// ```
+    pub fn wait_for_consumers<W: WaitStrategy>(&mut self, n: usize, wait: &mut W) -> bool {
+        let enough = |p: &Self| p.ready_consumers() >= n;
+        loop {
+            if enough(self) {
+                return true;
+            }
+            if !self.park(wait, enough) {
+                return enough(self);
+            }
+        }
+    }
+
     /// The lowest cursor of the active gating consumers and whose it is (`u64::MAX` and 0 when
     /// there are none).
     fn lowest_gating_cursor(&self) -> (u64, usize) {
@@ -561,6 +636,8 @@ pub(crate) unsafe fn reclaim<M: Memory + ?Sized>(
     {
         return Err(Error::OwnerMismatch { found: owner });
     }
+    // Relaxed: ordered before others' view by the Release store of FREE below.
+    e.ready.store(0, Ordering::Relaxed);
     // Whatever state the consumer died in (FREE right after it claimed the owner word, JOINING,
     // ACTIVE, or a corrupt value), the entry becomes RECLAIMING. Relaxed: ordered by the owner
     // load above; the producer is the only reclaimer.
@@ -665,6 +742,59 @@ impl<M: Memory> WriteSlot<'_, M> {
         }
         self.len = self.len.max(offset + data.len());
         Ok(())
+    }
+
+    /// Lends the first `len` bytes of the claimed slot for writing in place (zero-copy: render
+    /// or decode straight into shared memory), and sets the message length to `len`.
+    ///
+    /// Only in a pin-only ring ([`Config::with_pin_only`](crate::Config::with_pin_only)): there
+    /// every reader pins before it reads, and no pin succeeds while the slot is claimed, so
+    /// nothing reads these bytes while the loan lives — `&mut` is sound. In a ring with
+    /// optimistic (seqlock) copy readers the bytes may be read at any moment, so a `&mut [u8]`
+    /// would race with them: use [`write_at`](Self::write_at) in chunks instead (no staging
+    /// buffer needed either).
+    ///
+    /// # Errors
+    /// [`LoanError::NotPinOnly`] in a ring with copy readers; [`LoanError::TooLarge`] when
+    /// `len` exceeds the slot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let config = Config::new(2, 64).with_pin_only(true);
+    /// let seg = HeapSegment::new(&config, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut tx = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut rx = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// let mut slot = tx.try_claim().unwrap();
+    /// slot.loan(5).unwrap().copy_from_slice(b"drawn");
+    /// slot.publish().unwrap();
+    /// assert_eq!(rx.try_pin().unwrap().bytes(), b"drawn");
+    /// ```
+    #[cfg(not(any(ring_loom, ring_shuttle)))]
+    pub fn loan(&mut self, len: usize) -> Result<&mut [u8], LoanError> {
+        let geometry = self.producer.mem.geometry();
+        if !geometry.config().pin_only {
+            return Err(LoanError::NotPinOnly);
+        }
+        let capacity = geometry.slot_capacity();
+        if len > capacity {
+            return Err(LoanError::TooLarge { len, capacity });
+        }
+        self.len = len;
+        let words = self.producer.mem.payload(self.slot);
+        // SAFETY:
+        // - the words span `capacity ≥ len` bytes of the slot's payload area, valid for the
+        //   memory's life (`Memory` contract), which outlives `&mut self`;
+        // - `AtomicU64` is an `UnsafeCell`, so writing through a pointer derived from the
+        //   shared slice is allowed, and it has the layout of `u64` (bytes may be viewed as u8);
+        // - exclusivity for the borrow's life: we hold the slot's WRITER bit (claimed), so no
+        //   pin succeeds, and in a pin-only ring no consumer reads a payload without a pin;
+        //   the borrow of `self` keeps `publish` (which hands the slot to readers) after it. A
+        //   hostile process that ignores the protocol can still write or read these bytes:
+        //   shared memory cannot stop it (threat model), but it cannot make this process's
+        //   accesses a data race under the protocol.
+        Ok(unsafe { core::slice::from_raw_parts_mut(words.as_ptr().cast::<u8>().cast_mut(), len) })
     }
 
     /// Sets the message length (bytes beyond what was written read as whatever the slot held).

@@ -311,3 +311,131 @@ fn new_at_registers_into_the_given_entry_or_says_why_not() {
     let (_, e) = Consumer::new_at(&s, 4, DeliveryClass::Gating, id(3)).unwrap_err();
     assert_eq!(e, ring_core::Error::NoSuchConsumer { index: 4 });
 }
+
+/// Issue "front door", finding 1: a subscriber preempted between becoming ACTIVE and storing
+/// its final start point is not counted as ready, so a producer that waits for it and then
+/// publishes loses nothing.
+#[test]
+fn a_half_registered_subscriber_is_not_ready_and_loses_nothing() {
+    let s = Arc::new(seg(4, 16));
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let in_hook = Arc::new(AtomicU32::new(0));
+    let go_on = Arc::new(AtomicU32::new(0));
+    let (s2, h2, g2) = (Arc::clone(&s), Arc::clone(&in_hook), Arc::clone(&go_on));
+    let t = std::thread::spawn(move || {
+        let mut c = Consumer::new_at_with_hook(s2, 0, DeliveryClass::Gating, id(2), || {
+            h2.store(1, Ordering::SeqCst);
+            while g2.load(Ordering::SeqCst) == 0 {
+                spin_loop();
+            }
+        })
+        .map_err(|(_, e)| e)
+        .unwrap();
+        let mut buf = [0u8; 16];
+        let mut got = std::vec::Vec::new();
+        loop {
+            match c.try_copy(&mut buf) {
+                Ok(m) => got.push(buf[..m.len].to_vec()),
+                Err(ReadError::Empty) => spin_loop(),
+                Err(ReadError::Closed) => return got,
+                Err(e) => panic!("{e}"),
+            }
+        }
+    });
+    while in_hook.load(Ordering::SeqCst) == 0 {
+        spin_loop();
+    }
+    // ACTIVE but not final: not ready. (The old handshake counted ACTIVE entries.)
+    assert_eq!(p.ready_consumers(), 0);
+    assert!(!p.wait_for_consumers(1, &mut SpinThenYield::new(8, 50)));
+    p.try_publish(b"before").unwrap();
+    go_on.store(1, Ordering::SeqCst);
+    assert!(p.wait_for_consumers(1, &mut SpinThenYield::new(64, 1_000_000)));
+    for i in 0..3u8 {
+        let mut slot = p.claim(&mut SpinThenYield::new(64, 1_000_000)).unwrap();
+        slot.write(&[i]).unwrap();
+        slot.publish().unwrap();
+    }
+    drop(p);
+    let got = t.join().unwrap();
+    // Everything published after the wait is received; "before" may or may not be.
+    let tail: std::vec::Vec<_> = got.iter().filter(|m| m.len() == 1).collect();
+    assert_eq!(tail, [&[0u8][..], &[1], &[2]]);
+}
+
+/// Zero-copy writes: a pin-only ring lends the slot as `&mut [u8]`; copy reads there pin,
+/// so they never race with the writer (Miri checks it with threads below). Elsewhere the loan
+/// is refused.
+#[test]
+fn loans_are_sound_in_pin_only_rings_and_refused_elsewhere() {
+    let plain = seg(2, 64);
+    let mut p = Producer::new(&plain, id(1)).unwrap();
+    assert_eq!(
+        p.try_claim().unwrap().loan(8).unwrap_err(),
+        ring_core::LoanError::NotPinOnly
+    );
+    let s = Arc::new(
+        HeapSegment::new(
+            &Config::new(4, 256).with_consumers(4).with_pin_only(true),
+            id(1),
+        )
+        .unwrap(),
+    );
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    assert_eq!(
+        p.try_claim().unwrap().loan(257).unwrap_err(),
+        ring_core::LoanError::TooLarge {
+            len: 257,
+            capacity: 256
+        }
+    );
+    let n: u8 = if cfg!(miri) { 20 } else { 200 };
+    let readers: std::vec::Vec<_> = [DeliveryClass::Gating, DeliveryClass::LatestOnly]
+        .into_iter()
+        .enumerate()
+        .map(|(k, class)| {
+            let mut c = Consumer::new(Arc::clone(&s), class, id(10 + k as u64)).unwrap();
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 256];
+                let mut last = None;
+                loop {
+                    let r = if k == 0 {
+                        c.try_copy(&mut buf).map(|m| (m.len, buf[0]))
+                    } else {
+                        c.try_pin().map(|m| {
+                            let b = m.bytes();
+                            assert!(b.iter().all(|&x| x == b[0]), "torn pinned frame");
+                            (b.len(), b[0])
+                        })
+                    };
+                    match r {
+                        Ok((len, first)) => {
+                            assert_eq!(len, usize::from(first) + 1);
+                            if k == 0 {
+                                assert!(buf[..len].iter().all(|&x| x == first), "torn copy");
+                                assert_eq!(last.map_or(0, |l: u8| l + 1), first, "gating lost one");
+                            }
+                            last = Some(first);
+                        }
+                        Err(ReadError::Empty) => spin_loop(),
+                        Err(ReadError::Closed) => return last,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for i in 0..n {
+        let mut slot = p.claim(&mut SpinThenYield::new(64, u64::MAX)).unwrap();
+        let len = usize::from(i) + 1;
+        slot.loan(len).unwrap().fill(i);
+        slot.publish().unwrap();
+    }
+    drop(p);
+    let results: std::vec::Vec<_> = readers.into_iter().map(|t| t.join().unwrap()).collect();
+    assert_eq!(
+        results[0],
+        Some(n - 1),
+        "the gating copy reader saw every message"
+    );
+}

@@ -160,7 +160,7 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
                 14 => poke64(&h.alloc_len, value),
                 15 => poke64(&h.total_len, value),
                 16 => poke64(&h.creator, value),
-                _ => poke64(&h.reserved, value),
+                _ => poke64(&h.ring_flags, value),
             }
         }
         Target::Producer { field } => {

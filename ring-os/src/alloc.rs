@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use ring_core::alloc::{AllocError, Allocator, Leak, LeakTotals, Stats};
 use ring_core::sync::Ordering;
-use ring_core::{AtomicU64, ClaimError, Memory, Pinned, Producer};
+use ring_core::{AtomicU64, Memory, Pinned, Producer};
 
 use crate::{Error, ProducerExt as _};
 
@@ -281,13 +281,6 @@ impl<T: Memory> AllocProducer<T> {
             }
         }
         Ok(self.alloc.stats())
-    }
-}
-
-/// Claim errors from the blocking path.
-impl From<ClaimError> for Error {
-    fn from(e: ClaimError) -> Self {
-        Self::Claim(e)
     }
 }
 

@@ -52,6 +52,21 @@ pub enum Error {
         /// The reader's bound.
         max: u64,
     },
+    /// A read failed (ring-core's reason inside).
+    Read(ring_core::ReadError),
+    /// The ring is disconnected: its producer closed it and everything was read, or it died.
+    RingDisconnected,
+    /// An existing ring's geometry is not the one asked for (`RingBuilder::open`).
+    ConfigMismatch {
+        /// The field that differs.
+        field: &'static str,
+        /// The ring's value.
+        found: u64,
+        /// The value asked for.
+        expected: u64,
+    },
+    /// The ring is full for now: a gating subscriber or a pin holds the next slot.
+    Full,
     /// A requested segment length is zero or too large for this platform.
     BadLength {
         /// The length asked for, in bytes.
@@ -172,6 +187,22 @@ impl fmt::Display for Error {
                 "the message claims {len} bytes, more than this reader accepts ({max}); raise the \
                  reader's bound if the producer really sends such messages"
             ),
+            Self::Read(e) => write!(f, "{e}"),
+            Self::RingDisconnected => f.write_str(
+                "the ring is disconnected: its producer closed it (everything was read) or died",
+            ),
+            Self::ConfigMismatch {
+                field,
+                found,
+                expected,
+            } => write!(
+                f,
+                "the existing ring has {field} = {found}, not {expected}: open it without \
+                 setting {field}, or remove it (`ringctl clean`, Ring::remove) and create it anew"
+            ),
+            Self::Full => f.write_str(
+                "the ring is full: a gating subscriber or a pin holds the next slot; retry",
+            ),
             Self::BadLength { len } => write!(
                 f,
                 "segment length {len} is zero or larger than this platform can map; check the ring \
@@ -243,6 +274,18 @@ impl std::error::Error for Error {
             Self::Io { source, .. } => Some(source),
             _ => None,
         }
+    }
+}
+
+impl From<ring_core::ReadError> for Error {
+    fn from(e: ring_core::ReadError) -> Self {
+        Self::Read(e)
+    }
+}
+
+impl From<ring_core::ClaimError> for Error {
+    fn from(e: ring_core::ClaimError) -> Self {
+        Self::Claim(e)
     }
 }
 

@@ -14,6 +14,7 @@ pub mod alloc;
 mod blocking;
 mod error;
 pub mod fdpass;
+mod front;
 pub mod futex;
 mod mapping;
 mod name;
@@ -26,6 +27,10 @@ mod wait;
 pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
 pub use error::Error;
+pub use front::{
+    prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder,
+    SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,
+};
 pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};
 pub use ring::{ShmConsumer, ShmProducer, ShmRing};

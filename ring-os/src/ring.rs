@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Producer};
+use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Memory as _, Producer};
 
 use crate::owner::{self, Liveness};
 use crate::{CreateOptions, Error, Mapping, Segment, SegmentName};
@@ -185,8 +185,37 @@ impl ShmRing {
     /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`].
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
         let me = owner::current()?;
-        Ok(Consumer::new(Arc::clone(ring), class, me)?)
+        let delay = join_delay();
+        let mut mem = Arc::clone(ring);
+        for index in 0..ring.geometry().consumers() {
+            let hook = || {
+                if let Some(d) = delay {
+                    std::thread::sleep(d);
+                }
+            };
+            match Consumer::new_at_with_hook(mem, index, class, me, hook) {
+                Ok(c) => return Ok(c),
+                Err((m, _)) => mem = m,
+            }
+        }
+        Err(ring_core::Error::ConsumerTableFull {
+            capacity: ring.geometry().config().consumers,
+        }
+        .into())
     }
+}
+
+/// Test hook: `SHMRING_TEST_JOIN_DELAY_MS` makes every registration pause that long between
+/// becoming ACTIVE and fixing its start point — the window a preemption opens. Tests set it to
+/// show that a publisher waiting for subscribers loses nothing to a slow registration.
+fn join_delay() -> Option<core::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<core::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var("SHMRING_TEST_JOIN_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(core::time::Duration::from_millis)
+    })
 }
 
 #[cfg(test)]

@@ -56,7 +56,8 @@ pub enum Command {
     Clean(CleanArgs),
     /// Publish stdin into a ring, one message per FRAME_SIZE bytes (creates the ring if missing).
     ///
-    /// Waits for --wait-consumers consumers before the first message (so nothing is missed),
+    /// Waits for --wait-consumers consumers to be registered with a final start point before the
+    /// first message (so a gating `ringctl sub` misses nothing),
     /// closes the ring at end of input, waits until gating consumers have read everything, and
     /// removes a ring it created (unless --keep).
     Pub(PubArgs),

@@ -3,7 +3,6 @@
 use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
-use ring_core::inspect::{consumer_info, EntryState};
 use ring_core::{ClaimError, Config, Memory, ReadError, MAX_SLOT_CAPACITY};
 use ring_os::{ConsumerExt as _, ProducerExt as _, ShmRing};
 
@@ -73,7 +72,7 @@ pub fn publish(args: &PubArgs) -> Result<()> {
     }
     // Takes the ring over if its previous producer died.
     let mut producer = ShmRing::producer(&ring)?;
-    wait_for_consumers(&ring, args.wait_consumers, timeout)?;
+    wait_for_consumers(&mut producer, &ring, args.wait_consumers, timeout)?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; frame];
     loop {
@@ -116,27 +115,26 @@ fn fill(input: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
     Ok(filled)
 }
 
-/// Waits until `n` consumers are registered.
-fn wait_for_consumers(ring: &Ring, n: u32, timeout: Duration) -> Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let active = (0..ring.geometry().consumers())
-            .filter_map(|i| consumer_info(ring, i))
-            .filter(|c| c.state == EntryState::Active)
-            .count();
-        if active >= n as usize {
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            return Err(CliError::Timeout(format!(
-                "{active} of {n} consumers registered within {:.0} s (start `ringctl sub {}`, or \
-                 pass --wait-consumers 0)",
-                timeout.as_secs_f64(),
-                ring::name_of(ring)
-            )));
-        }
-        std::thread::sleep(Duration::from_millis(5));
+/// Waits until `n` consumers are registered with a final start point (ring-core's
+/// `ready` handshake): a consumer half way through registering is not counted, so a gating
+/// consumer receives every message published after this returns.
+fn wait_for_consumers(
+    producer: &mut ring_os::ShmProducer,
+    ring: &Ring,
+    n: u32,
+    timeout: Duration,
+) -> Result<()> {
+    let n = n as usize;
+    if producer.wait_for_consumers(n, &mut ring_os::FutexWait::new(timeout)) {
+        return Ok(());
     }
+    Err(CliError::Timeout(format!(
+        "{} of {n} consumers registered within {:.0} s (start `ringctl sub {}`, or pass \
+         --wait-consumers 0)",
+        producer.ready_consumers(),
+        timeout.as_secs_f64(),
+        ring::name_of(ring)
+    )))
 }
 
 /// Why `sub` stops writing.

@@ -244,7 +244,19 @@ fn demo_recovers_from_killed_consumers() {
 
 #[test]
 fn pub_sub_round_trips_bytes() {
-    let name = unique("pipe");
+    pub_sub_round_trip("pipe", None);
+}
+
+/// A subscriber preempted between registering and fixing its start point (a 50 ms pause
+/// injected there) still receives every byte: `pub` waits for subscribers that are *ready*.
+/// With the old handshake (counting ACTIVE entries) the first 32 KiB were lost.
+#[test]
+fn pub_sub_loses_nothing_to_a_slow_registration() {
+    pub_sub_round_trip("slowjoin", Some("50"));
+}
+
+fn pub_sub_round_trip(what: &str, join_delay_ms: Option<&str>) {
+    let name = unique(what);
     let _cleanup = Cleanup(name.clone());
     // 300 000 pseudo-random bytes: not a multiple of the frame size, so the last message is short.
     let mut x = 0x1234_5678_u64;
@@ -256,13 +268,15 @@ fn pub_sub_round_trips_bytes() {
             x as u8
         })
         .collect();
-    let sub = Command::new(BIN)
-        .args(["sub", &name])
+    let mut sub = Command::new(BIN);
+    sub.args(["sub", &name])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub");
+        .stderr(Stdio::piped());
+    if let Some(ms) = join_delay_ms {
+        sub.env("SHMRING_TEST_JOIN_DELAY_MS", ms);
+    }
+    let sub = sub.spawn().expect("spawning sub");
     let publ = ringctl(
         &["pub", &name, "--frame-size", "4096"],
         &data,

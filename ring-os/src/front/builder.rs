@@ -1,0 +1,234 @@
+//! [`RingBuilder`]: one place to say what a ring is made of and where it lives, then
+//! `create()`, `open()` or `open_or_create()`.
+
+use core::time::Duration;
+use std::path::{Path, PathBuf};
+
+use ring_core::{Config, Memory as _};
+
+use super::Ring;
+use crate::{CreateOptions, Error, SegmentName, ShmRing};
+
+/// Where the ring lives.
+#[derive(Clone, Debug)]
+enum Place {
+    Named(String),
+    Memfd,
+    File(PathBuf),
+}
+
+/// Builds a [`Ring`]: [`Ring::builder`] (named), [`Ring::memfd`], [`Ring::file`].
+///
+/// Defaults: 8 slots of 64 KiB, 8 subscribers, no allocator, optimistic copy readers allowed
+/// (not pin-only), `open` waits up to 5 s for a creator that is still formatting.
+///
+/// # Examples
+///
+/// ```
+/// use ring_os::prelude::*;
+/// # let name = format!("doc-builder-{}", std::process::id());
+/// let created = Ring::builder(&name).slots(4).slot_size(1024).open_or_create()?;
+/// let opened = Ring::builder(&name).slots(4).slot_size(1024).open_or_create()?;
+/// assert_eq!(opened.slot_size(), 1024);
+/// // A mismatching geometry is refused rather than silently used.
+/// assert!(Ring::builder(&name).slots(16).open().is_err());
+/// drop(opened);
+/// drop(created); // the creator's handle removes the name
+/// assert!(matches!(Ring::builder(&name).open(), Err(Error::NotFound { .. })));
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Clone, Debug)]
+#[must_use]
+pub struct RingBuilder {
+    place: Place,
+    config: Config,
+    /// Which geometry fields the caller set (an `open` checks those against the ring).
+    set: Set,
+    opts: CreateOptions,
+    keep_name: bool,
+    open_timeout: Duration,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Set {
+    slots: bool,
+    slot_size: bool,
+    consumers: bool,
+    pin_only: bool,
+}
+
+impl RingBuilder {
+    fn new(place: Place) -> Self {
+        Self {
+            place,
+            config: Config::new(8, 64 * 1024),
+            set: Set::default(),
+            opts: CreateOptions::new(),
+            keep_name: false,
+            open_timeout: Duration::from_secs(5),
+        }
+    }
+
+    pub(super) fn named(name: &str) -> Self {
+        Self::new(Place::Named(name.to_owned()))
+    }
+
+    pub(super) fn memfd() -> Self {
+        Self::new(Place::Memfd)
+    }
+
+    pub(super) fn file(path: &Path) -> Self {
+        Self::new(Place::File(path.to_owned()))
+    }
+
+    /// Number of slots (messages in flight).
+    pub fn slots(mut self, slots: u32) -> Self {
+        self.config.slots = slots;
+        self.set.slots = true;
+        self
+    }
+
+    /// Payload bytes per slot (rounded up to a multiple of 8).
+    pub fn slot_size(mut self, bytes: u32) -> Self {
+        self.config.slot_capacity = bytes;
+        self.set.slot_size = true;
+        self
+    }
+
+    /// Subscriber-table entries (1..=32).
+    pub fn consumers(mut self, consumers: u32) -> Self {
+        self.config.consumers = consumers;
+        self.set.consumers = true;
+        self
+    }
+
+    /// An allocator region for variable-size payloads.
+    pub fn allocator(mut self, arena_bytes: u64, max_live: u32) -> Self {
+        self.config = self.config.with_allocator(arena_bytes, max_live);
+        self
+    }
+
+    /// Subscribers only read what they pin, so the publisher may write in place
+    /// ([`Publisher::loan`](super::Publisher::loan)).
+    pub fn pin_only(mut self, on: bool) -> Self {
+        self.config.pin_only = on;
+        self.set.pin_only = true;
+        self
+    }
+
+    /// Segment options (huge pages, pre-faulting).
+    pub fn options(mut self, opts: CreateOptions) -> Self {
+        self.opts = opts;
+        self
+    }
+
+    /// Keep the name when the creating handle drops (default: remove it).
+    pub fn keep_name(mut self, keep: bool) -> Self {
+        self.keep_name = keep;
+        self
+    }
+
+    /// How long `open` waits for the ring to appear and its creator to finish formatting.
+    pub fn open_timeout(mut self, timeout: Duration) -> Self {
+        self.open_timeout = timeout;
+        self
+    }
+
+    /// Creates the ring (a name that exists is an error: `AlreadyExists`).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::InvalidName`], [`Error::Layout`], [`Error::AlreadyExists`], [`Error::NoSpace`],
+    /// [`Error::Io`].
+    pub fn create(self) -> Result<Ring, Error> {
+        let mapping = match &self.place {
+            Place::Named(name) => {
+                ShmRing::create_named(&SegmentName::new(name)?, &self.config, self.opts)?
+            }
+            Place::Memfd => ShmRing::create_memfd(&self.config, self.opts)?,
+            Place::File(path) => ShmRing::create_file(path, &self.config, self.opts)?,
+        };
+        let has_name = !matches!(self.place, Place::Memfd);
+        Ok(Ring::wrap(mapping, has_name && !self.keep_name))
+    }
+
+    /// Opens an existing ring and checks the geometry fields this builder set.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] (after the open timeout), [`Error::ConfigMismatch`], the errors of
+    /// [`ShmRing::open_named`]; a memfd ring cannot be opened by name: use
+    /// [`Ring::from_fd`].
+    pub fn open(self) -> Result<Ring, Error> {
+        let mapping = match &self.place {
+            Place::Named(name) => {
+                ShmRing::open_named_within(&SegmentName::new(name)?, self.open_timeout)?
+            }
+            Place::Memfd => {
+                return Err(Error::NotFound {
+                    what: "a memfd ring has no name: receive its descriptor and use Ring::from_fd"
+                        .into(),
+                })
+            }
+            Place::File(path) => ShmRing::open_file(path)?,
+        };
+        self.check(&mapping.geometry().config().clone())?;
+        Ok(Ring::wrap(mapping, false))
+    }
+
+    /// Creates the ring, or opens it if it exists (then only the creator removes the name).
+    ///
+    /// # Errors
+    ///
+    /// As [`create`](Self::create) and [`open`](Self::open).
+    pub fn open_or_create(self) -> Result<Ring, Error> {
+        match self.clone().create() {
+            Err(Error::AlreadyExists { .. }) => self.open(),
+            other => other,
+        }
+    }
+
+    /// Refuses a ring whose geometry differs from what this builder asked for.
+    fn check(&self, found: &Config) -> Result<(), Error> {
+        let want = Config {
+            slot_capacity: self.config.slot_capacity.next_multiple_of(8),
+            ..self.config
+        };
+        let fields = [
+            (
+                "slots",
+                self.set.slots,
+                found.slots.into(),
+                want.slots.into(),
+            ),
+            (
+                "slot_size",
+                self.set.slot_size,
+                found.slot_capacity.into(),
+                want.slot_capacity.into(),
+            ),
+            (
+                "consumers",
+                self.set.consumers,
+                found.consumers.into(),
+                want.consumers.into(),
+            ),
+            (
+                "pin_only",
+                self.set.pin_only,
+                u64::from(found.pin_only),
+                u64::from(want.pin_only),
+            ),
+        ];
+        for (field, set, found, expected) in fields {
+            if set && found != expected {
+                return Err(Error::ConfigMismatch {
+                    field,
+                    found,
+                    expected,
+                });
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,167 @@
+//! The front door: [`Ring`] and its builder, [`Publisher`], [`Subscriber`], and the errors
+//! named after crossbeam-channel's. `use ring_os::prelude::*` brings all of it.
+//!
+//! ```
+//! use ring_os::prelude::*;
+//!
+//! # fn main() -> Result<(), Error> {
+//! # let name = format!("doc-front-{}", std::process::id());
+//! let ring = Ring::builder(&name).slots(8).slot_size(256).create()?;
+//! let mut publisher = ring.publisher()?;
+//! let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+//! publisher.send(b"hello")?;
+//! let mut buf = [0u8; 256];
+//! let got = subscriber.recv(&mut buf)?;
+//! assert_eq!(&buf[..got.len], b"hello");
+//! drop(publisher); // closes the ring: the subscriber drains, then is disconnected
+//! assert!(matches!(subscriber.try_recv(&mut buf), Err(TryRecvError::Disconnected)));
+//! # Ok(())
+//! # }
+//! // Dropping `ring`, the creator's handle, removes the name.
+//! ```
+
+mod builder;
+mod errors;
+mod publisher;
+mod subscriber;
+
+pub use builder::RingBuilder;
+pub use errors::{
+    RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
+};
+pub use publisher::{Loan, Publisher};
+pub use subscriber::{Iter, Message, Subscriber};
+
+use std::os::fd::OwnedFd;
+use std::path::Path;
+use std::sync::Arc;
+
+use ring_core::{DeliveryClass, Memory as _};
+
+use crate::{Error, Mapping, ShmRing};
+
+/// A ring in OS shared memory: named (`/dev/shm`), a sealed memfd, or a file.
+///
+/// The handle that *created* a named or file ring removes its name when dropped — also when a
+/// panic unwinds through it — unless [`keep_name`](Self::keep_name) was called, so a crashed
+/// run does not leave a name behind that makes the next run fail with `AlreadyExists`. (A
+/// process killed outright cannot run destructors: `ringctl clean` removes what it left.)
+#[derive(Debug)]
+pub struct Ring {
+    mapping: Arc<Mapping>,
+    remove_on_drop: bool,
+}
+
+impl Ring {
+    /// A builder for the named ring `name` (`/dev/shm/shmring.<name>`).
+    pub fn builder(name: &str) -> RingBuilder {
+        RingBuilder::named(name)
+    }
+
+    /// A builder for a ring in a new sealed memfd (no name; share it with
+    /// [`fd`](Self::fd) over a Unix socket, see [`crate::fdpass`]).
+    pub fn memfd() -> RingBuilder {
+        RingBuilder::memfd()
+    }
+
+    /// A builder for a ring in the file at `path`.
+    pub fn file(path: &Path) -> RingBuilder {
+        RingBuilder::file(path)
+    }
+
+    /// Opens a memfd ring received from a peer (checks its seals, its size and its header).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::MissingSeals`], [`Error::SizeMismatch`], [`Error::Attach`].
+    pub fn from_fd(fd: OwnedFd) -> Result<Self, Error> {
+        Ok(Self::wrap(ShmRing::from_fd(fd)?, false))
+    }
+
+    pub(crate) fn wrap(mapping: Arc<Mapping>, remove_on_drop: bool) -> Self {
+        Self {
+            mapping,
+            remove_on_drop,
+        }
+    }
+
+    /// Becomes the ring's one publisher (taking over from a dead one).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::ProducerAlive`] when a live publisher owns the ring; [`Error::Io`].
+    pub fn publisher(&self) -> Result<Publisher, Error> {
+        Ok(Publisher::new(ShmRing::producer(&self.mapping)?))
+    }
+
+    /// Registers a subscriber of `class`. It receives what is published from now on; a
+    /// publisher that waits for it with
+    /// [`Publisher::wait_for_subscribers`] loses nothing to it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`].
+    pub fn subscriber(&self, class: DeliveryClass) -> Result<Subscriber, Error> {
+        Ok(Subscriber::new(ShmRing::consumer(&self.mapping, class)?))
+    }
+
+    /// Keeps the name when this handle drops (for rings meant to outlive their creator).
+    pub fn keep_name(&mut self) {
+        self.remove_on_drop = false;
+    }
+
+    /// Removes the name now (later opens fail with `NotFound`; open handles keep working).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Io`] when the name cannot be removed.
+    pub fn remove(mut self) -> Result<(), Error> {
+        self.remove_on_drop = false;
+        self.mapping.segment().unlink()
+    }
+
+    /// The mapping (for ring-core's lower-level API and the allocator).
+    #[must_use]
+    pub fn mapping(&self) -> &Arc<Mapping> {
+        &self.mapping
+    }
+
+    /// The memfd or file descriptor, to pass a memfd ring to a peer.
+    #[must_use]
+    pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.mapping.segment().fd()
+    }
+
+    /// Payload capacity of one slot in bytes.
+    #[must_use]
+    pub fn slot_size(&self) -> usize {
+        self.mapping.geometry().slot_capacity()
+    }
+
+    /// True when `ptr` points into this ring's mapping (zero-copy checks).
+    #[must_use]
+    pub fn contains(&self, ptr: *const u8) -> bool {
+        let seg = self.mapping.segment();
+        let start = seg.as_ptr().as_ptr() as usize;
+        (start..start + seg.len()).contains(&(ptr as usize))
+    }
+}
+
+impl Drop for Ring {
+    fn drop(&mut self) {
+        if self.remove_on_drop {
+            // Nothing to report to in a destructor; a name that is already gone is fine.
+            let _ = self.mapping.segment().unlink();
+        }
+    }
+}
+
+/// Everything a pub/sub program needs, in one import.
+pub mod prelude {
+    pub use super::{
+        Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder, SendError,
+        SendTimeoutError, Subscriber, TryRecvError, TrySendError,
+    };
+    pub use crate::Error;
+    pub use ring_core::DeliveryClass;
+}

@@ -1,0 +1,233 @@
+//! [`Subscriber`]: a reader of the ring, with crossbeam-channel names, pinned (zero-copy) and
+//! copying forms, and iteration.
+
+use core::time::Duration;
+
+use ring_core::{Copied, Memory as _, Pinned, ReadError};
+
+use super::errors::{RecvError, RecvTimeoutError, TryRecvError};
+use crate::blocking::LIVENESS_PERIOD;
+use crate::{ConsumerExt as _, Mapping, ShmConsumer};
+
+/// How long one round of a wait without timeout waits before it starts another.
+const ROUND: Duration = Duration::from_secs(1);
+
+/// A registered reader. Dropping it leaves the ring (its pins and its hold on a gating ring go
+/// with it).
+#[derive(Debug)]
+pub struct Subscriber {
+    inner: ShmConsumer,
+}
+
+/// One message, copied out ([`Subscriber::iter`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    /// Its sequence number.
+    pub seq: u64,
+    /// Messages skipped just before it (latest-only and skip-on-lag subscribers).
+    pub missed: u64,
+    /// Its two metadata words.
+    pub meta: [u64; 2],
+    /// Its bytes.
+    pub data: Vec<u8>,
+}
+
+/// Iterates over a subscriber's messages until the ring is disconnected ([`Subscriber::iter`]).
+#[derive(Debug)]
+pub struct Iter<'a> {
+    subscriber: &'a mut Subscriber,
+    buf: Vec<u8>,
+    done: bool,
+}
+
+impl Subscriber {
+    pub(crate) fn new(inner: ShmConsumer) -> Self {
+        Self { inner }
+    }
+
+    /// Copies the next message into `buf` if one is there.
+    ///
+    /// # Errors
+    ///
+    /// [`TryRecvError::Empty`], `Disconnected`, `Failed` (for example `BufferTooSmall`).
+    pub fn try_recv(&mut self, buf: &mut [u8]) -> Result<Copied, TryRecvError> {
+        self.inner.try_copy(buf).map_err(|e| match e {
+            // Nothing to read and the producer may be dead: say so rather than Empty forever.
+            ReadError::Empty if self.producer_dead() => TryRecvError::Disconnected,
+            e => TryRecvError::from_read(e),
+        })
+    }
+
+    /// Copies the next message into `buf`, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvError::Disconnected`], `Failed`.
+    pub fn recv(&mut self, buf: &mut [u8]) -> Result<Copied, RecvError> {
+        loop {
+            match self.recv_timeout(buf, ROUND) {
+                Ok(m) => return Ok(m),
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => return Err(RecvError::Disconnected),
+                Err(RecvTimeoutError::Failed(e)) => return Err(RecvError::Failed(e)),
+            }
+        }
+    }
+
+    /// Copies the next message into `buf`, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// [`RecvTimeoutError::Timeout`], `Disconnected`, `Failed`.
+    pub fn recv_timeout(
+        &mut self,
+        buf: &mut [u8],
+        timeout: Duration,
+    ) -> Result<Copied, RecvTimeoutError> {
+        let deadline = crate::deadline_after(timeout);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.inner.recv(buf, left) {
+                // Overwritten faster than we read: try again within the timeout.
+                Err(ReadError::Lagging) if !left.is_zero() => {}
+                other => return other.map_err(RecvTimeoutError::from_read),
+            }
+        }
+    }
+
+    /// Pins the next message if one is there: a zero-copy view the publisher cannot
+    /// overwrite until it is dropped.
+    ///
+    /// # Errors
+    ///
+    /// As [`try_recv`](Self::try_recv).
+    pub fn try_recv_pinned(&mut self) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, TryRecvError> {
+        let dead = self.producer_dead();
+        self.inner.try_pin().map_err(|e| match e {
+            ReadError::Empty if dead => TryRecvError::Disconnected,
+            e => TryRecvError::from_read(e),
+        })
+    }
+
+    /// Pins the next message, waiting as long as it takes.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv`](Self::recv).
+    pub fn recv_pinned(&mut self) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, RecvError> {
+        loop {
+            match self.inner.wait_message(ROUND) {
+                Ok(()) => break,
+                Err(ReadError::Timeout) => {}
+                Err(e) => {
+                    return Err(match RecvTimeoutError::from_read(e) {
+                        RecvTimeoutError::Failed(e) => RecvError::Failed(e),
+                        _ => RecvError::Disconnected,
+                    })
+                }
+            }
+        }
+        self.inner
+            .try_pin()
+            .map_err(|e| match RecvTimeoutError::from_read(e) {
+                RecvTimeoutError::Failed(e) => RecvError::Failed(e),
+                RecvTimeoutError::Disconnected => RecvError::Disconnected,
+                // Overwritten between the wait and the pin (latest-only, skip-on-lag).
+                RecvTimeoutError::Timeout => RecvError::Failed(ReadError::Lagging),
+            })
+    }
+
+    /// Pins the next message, waiting at most `timeout`.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_timeout`](Self::recv_timeout).
+    pub fn recv_pinned_timeout(
+        &mut self,
+        timeout: Duration,
+    ) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, RecvTimeoutError> {
+        self.inner
+            .recv_pinned(timeout)
+            .map_err(RecvTimeoutError::from_read)
+    }
+
+    /// Iterates over copies of the messages until the ring is disconnected; a failed read is
+    /// yielded once as an error and ends the iteration.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_os::prelude::*;
+    /// let ring = Ring::memfd().slots(4).slot_size(64).create()?;
+    /// let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+    /// let mut publisher = ring.publisher()?;
+    /// for i in 0..3u8 {
+    ///     publisher.send(&[i])?;
+    /// }
+    /// drop(publisher);
+    /// let seqs: Vec<u64> = subscriber.iter().map(|m| m.map(|m| m.seq)).collect::<Result<_, _>>()?;
+    /// assert_eq!(seqs, [0, 1, 2]);
+    /// # Ok::<(), ring_os::Error>(())
+    /// ```
+    pub fn iter(&mut self) -> Iter<'_> {
+        // Sized by the local, validated geometry: never by a length a peer wrote.
+        let capacity = self.inner.memory().geometry().slot_capacity();
+        Iter {
+            subscriber: self,
+            buf: vec![0; capacity],
+            done: false,
+        }
+    }
+
+    /// Messages received so far.
+    #[must_use]
+    pub fn received(&self) -> u64 {
+        self.inner.received()
+    }
+
+    /// Messages skipped so far (latest-only and skip-on-lag).
+    #[must_use]
+    pub fn missed(&self) -> u64 {
+        self.inner.missed()
+    }
+
+    /// ring-core's consumer, for the lower-level API.
+    pub fn inner(&mut self) -> &mut ShmConsumer {
+        &mut self.inner
+    }
+
+    fn producer_dead(&self) -> bool {
+        let owner = self.inner.producer_owner();
+        owner != 0 && self.inner.producer_liveness() == crate::owner::Liveness::Dead
+    }
+}
+
+impl Iterator for Iter<'_> {
+    type Item = Result<Message, RecvError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done {
+            return None;
+        }
+        match self.subscriber.recv(&mut self.buf) {
+            Ok(c) => Some(Ok(Message {
+                seq: c.seq,
+                missed: c.missed,
+                meta: c.meta,
+                data: self.buf[..c.len].to_vec(),
+            })),
+            Err(RecvError::Disconnected) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
+            }
+        }
+    }
+}
+
+// Keeps the liveness period in the docs' sense: a blocked call notices a dead publisher within
+// about one period.
+const _: () = assert!(LIVENESS_PERIOD.as_millis() < ROUND.as_millis());

@@ -15,6 +15,7 @@ mod blocking;
 mod error;
 pub mod fdpass;
 pub mod futex;
+pub mod lock;
 mod mapping;
 mod name;
 pub mod owner;

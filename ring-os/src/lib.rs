@@ -20,6 +20,7 @@ mod mapping;
 mod name;
 pub mod owner;
 mod ring;
+mod roles;
 mod segment;
 pub mod stale;
 mod wait;
@@ -30,6 +31,7 @@ pub use error::Error;
 pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};
 pub use ring::{ShmConsumer, ShmProducer, ShmRing};
+pub use roles::RoleFile;
 pub use segment::{CreateOptions, Segment, SegmentKind, SizeCheck};
 pub use wait::{deadline_after, FutexWait};
 

@@ -28,6 +28,10 @@ use std::path::Path;
 
 use crate::Error;
 
+/// Whether this platform has OFD locks (Linux, Android). Where it has not, role locks hold
+/// nothing and every probe answers "alive", so nothing is reclaimed, taken over or cleaned.
+pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
 /// A participant's role, and so the byte of the segment's file its lock covers.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Role {
@@ -185,25 +189,23 @@ fn probe_range(file: BorrowedFd<'_>, start: i64, len: i64) -> Liveness {
 
 /// The device and inode of an open file.
 pub(crate) fn identity(file: BorrowedFd<'_>) -> std::io::Result<(u64, u64)> {
-    let st = rustix::fs::fstat(file)?;
+    Ok(dev_ino(&rustix::fs::fstat(file)?))
+}
+
+/// The device and inode a path names now (without following a final symlink).
+pub(crate) fn path_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    Ok(dev_ino(&rustix::fs::lstat(path)?))
+}
+
+/// The `(st_dev, st_ino)` pair that names a file.
+fn dev_ino(st: &rustix::fs::Stat) -> (u64, u64) {
     // Widths differ between targets; both are unsigned in practice.
     #[allow(
         clippy::useless_conversion,
         clippy::unnecessary_cast,
         reason = "width varies by target"
     )]
-    Ok((st.st_dev as u64, st.st_ino as u64))
-}
-
-/// The device and inode a path names now (without following a final symlink).
-pub(crate) fn path_identity(path: &Path) -> std::io::Result<(u64, u64)> {
-    let st = rustix::fs::lstat(path)?;
-    #[allow(
-        clippy::useless_conversion,
-        clippy::unnecessary_cast,
-        reason = "width varies by target"
-    )]
-    Ok((st.st_dev as u64, st.st_ino as u64))
+    (st.st_dev as u64, st.st_ino as u64)
 }
 
 /// A new open file description of the file behind `file`: through `/proc/thread-self/fd` (which,

@@ -43,10 +43,10 @@ pub fn run(role: &str) -> i32 {
         "corrupt-peer" => corrupt_peer(),
         "memfd-consumer" => memfd_consumer(),
         "creator" => creator(),
-        other => {
+        other => crate::liveness::run_role(other).unwrap_or_else(|| {
             eprintln!("unknown role {other}");
             3
-        }
+        }),
     }
 }
 

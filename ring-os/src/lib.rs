@@ -1,5 +1,5 @@
 //! OS shared-memory backend for `ring-core`: named, memfd and file-backed segments mapped with
-//! `memmap2`, futex waits on the shared mapping, owner identities that survive PID reuse,
+//! `memmap2`, futex waits on the shared mapping, liveness from kernel-held role locks ([`lock`]),
 //! descriptor passing over Unix sockets, crash recovery and cleanup of stale segments.
 //!
 //! Start with [`ShmRing`]. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,

@@ -39,6 +39,7 @@ pub fn run_role(role: &str) -> Option<i32> {
     Some(match role {
         "ns-consumer" => ns_consumer(),
         "ns-producer" => ns_producer(),
+        "ns-reader" => ns_reader(),
         "zombie-leader" => zombie_leader_role(),
         "fork-heir" => fork_heir_role(),
         "half-creator" => half_creator(),
@@ -153,6 +154,73 @@ pub fn other_pid_namespace() {
     let gone = start.elapsed();
     let _p = ShmRing::producer(&ring).expect("a dead producer is taken over");
     println!("  pid namespace: consumer reclaimed {recovered:.2?} and producer gone {gone:.2?} after SIGKILL");
+}
+
+/// A slow gating consumer in a pid namespace of its own receives every message of a producer
+/// here, in order: it is never reclaimed while it lags.
+pub fn gating_reader_in_other_pid_namespace() {
+    if let Some(why) = no_pid_namespaces() {
+        println!("  skipped: {why}");
+        return;
+    }
+    let n: u64 = 300;
+    let name = unique_name("pidns-reader");
+    let _u = Unlink(name.clone());
+    let config = Config::new(8, 64).with_consumers(2);
+    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    let mut c = Child::spawn_under(
+        NEW_PID_NS,
+        "ns-reader",
+        &[
+            ("RING_NAME", name.as_str().to_owned()),
+            ("RING_N", n.to_string()),
+        ],
+    );
+    c.expect_line("READY", SECS(20));
+    for seq in 0..n {
+        p.publish(&seq.to_le_bytes(), SECS(10))
+            .expect("the reader keeps up eventually");
+    }
+    let line = c.expect_line("RESULT", SECS(30));
+    assert_eq!(field(&line, "received"), n, "{line}");
+    assert_eq!(field(&line, "in_order"), n, "{line}");
+    assert!(c.wait(SECS(10)), "reader failed");
+    println!("  pid namespace: a slow gating reader got all {n} messages in order");
+}
+
+/// Reads `RING_N` messages slowly (gating), then reports how many came in order.
+fn ns_reader() -> i32 {
+    let n: u64 = std::env::var("RING_N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0);
+    let ring = ShmRing::open_named(&ring_name()).expect("open");
+    let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("register");
+    say!("READY index={}", c.index());
+    let (mut received, mut in_order) = (0u64, 0u64);
+    let mut buf = [0u8; 64];
+    while received < n {
+        match c.recv(&mut buf, SECS(10)) {
+            Ok(m) => {
+                let seq = buf[..m.len].try_into().map(u64::from_le_bytes).ok();
+                if seq == Some(received) {
+                    in_order += 1;
+                }
+                received += 1;
+            }
+            Err(e) => {
+                say!("ERR {e}");
+                return 2;
+            }
+        }
+        // Slower than the producer: it is held back, never allowed to reclaim us.
+        if received % 50 == 0 {
+            std::thread::sleep(LIVENESS_PERIOD * 3);
+        }
+    }
+    say!("RESULT received={received} in_order={in_order}");
+    0
 }
 
 /// Registers a gating consumer and holds it (reading nothing) until killed.

@@ -62,6 +62,11 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(60),
     ),
     (
+        "gating_reader_in_other_pid_namespace_gets_every_message",
+        liveness::gating_reader_in_other_pid_namespace,
+        Duration::from_secs(90),
+    ),
+    (
         "zombie_leader_keeps_its_consumer",
         liveness::zombie_leader,
         Duration::from_secs(60),

@@ -76,6 +76,22 @@ pub enum Liveness {
 
 /// An OFD write lock on one role's byte, on an open file description of its own. Dropping it
 /// releases the lock; so does the kernel when the process dies.
+///
+/// # Examples
+///
+/// ```
+/// use ring_os::lock::{probe, Liveness, Role, RoleLock};
+/// use ring_os::{CreateOptions, Segment};
+/// let seg = Segment::create_memfd(4096, CreateOptions::new())?;
+/// let held = RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.expect("free");
+/// // Seen through the segment's own descriptor, even from this process...
+/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Alive);
+/// // ...and refused to a second holder.
+/// assert!(RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.is_none());
+/// drop(held);
+/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
+/// # Ok::<(), ring_os::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct RoleLock {
     /// The description the lock belongs to; closing it releases the lock.

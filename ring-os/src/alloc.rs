@@ -20,7 +20,7 @@ use ring_core::alloc::{AllocError, Allocator, Leak, LeakTotals, Stats};
 use ring_core::sync::Ordering;
 use ring_core::{AtomicU64, Memory, Pinned, Producer};
 
-use crate::{Error, ProducerExt as _};
+use crate::{Error, ProducerExt as _, RoleFile, ShmProducer};
 
 /// The allocator owner id under which the producer's payload allocations are accounted.
 pub const PRODUCER_ALLOC_OWNER: u16 = 0;
@@ -159,8 +159,8 @@ impl<T: Memory> AllocReader<T> {
 
 /// A producer whose messages live in allocator regions (see the module docs).
 pub struct AllocProducer<T: Memory> {
-    /// The ring's producer.
-    producer: Producer<Arc<T>>,
+    /// The ring's producer, with its role lock.
+    producer: ShmProducer<T>,
     /// The validated allocator, attached once; borrows `_mem`'s region (declared first, so
     /// dropped first).
     alloc: Allocator<'static>,
@@ -178,14 +178,16 @@ impl<T: Memory> core::fmt::Debug for AllocProducer<T> {
     }
 }
 
-impl<T: Memory> AllocProducer<T> {
-    /// Wraps `producer`. Frees producer allocations that no slot references (left by a
-    /// producer that died while filling one).
+impl<T: RoleFile> AllocProducer<T> {
+    /// Wraps `producer` (a [`ShmProducer`], or a bare ring-core producer, which holds no role
+    /// lock). Frees producer allocations that no slot references (left by a producer that died
+    /// while filling one).
     ///
     /// # Errors
     ///
     /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
-    pub fn new(producer: Producer<Arc<T>>) -> Result<Self, Error> {
+    pub fn new(producer: impl Into<ShmProducer<T>>) -> Result<Self, Error> {
+        let producer = producer.into();
         let (mut alloc, mem) = attach_static(producer.memory())?;
         let n = mem.geometry().slots();
         // Relaxed: only the producer (us, now) writes slot metadata.

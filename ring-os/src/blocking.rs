@@ -2,17 +2,18 @@
 //! (`ProducerGone`), a producer that reclaims dead consumers holding it back.
 //!
 //! Every blocking call waits in slices of at most [`LIVENESS_PERIOD`] on the futex; when a slice
-//! ends with no progress it checks the peers' owner ids (`/proc/<pid>/stat`) before waiting
-//! again, so a dead peer is detected within about one period and the fast path makes no extra
-//! system call.
+//! ends with no progress it asks the kernel whether the peers' role locks are held (one `fcntl`,
+//! see [`crate::lock`]) before waiting again, so a dead peer is detected within about one period
+//! and the fast path makes no extra system call.
 
 use core::time::Duration;
 use std::time::Instant;
 
-use ring_core::{ClaimError, Consumer, Copied, Memory, OwnerId, Pinned, Producer, ReadError};
+use ring_core::{ClaimError, Consumer, Copied, Memory, Pinned, Producer, ReadError};
 use ring_core::{Reclaimed, WriteSlot};
 
-use crate::owner::{liveness_raw, Liveness};
+use crate::lock::{Liveness, Role};
+use crate::roles::{self, reclaim_if_dead, RoleFile};
 use crate::wait::deadline_after;
 use crate::FutexWait;
 
@@ -48,11 +49,11 @@ pub trait ConsumerExt<M: Memory> {
     /// As [`wait_message`](Self::wait_message) and [`Consumer::try_pin`].
     fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ReadError>;
 
-    /// Whether the ring's producer process runs (`Dead` also when there is no producer).
+    /// Whether a process holds the ring's producer lock (`Dead` also when there is no producer).
     fn producer_liveness(&self) -> Liveness;
 }
 
-impl<M: Memory> ConsumerExt<M> for Consumer<M> {
+impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
     fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError> {
         let deadline = deadline_after(timeout);
         loop {
@@ -61,8 +62,8 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
                 other => return other,
             }
             // A slice passed with nothing to read: is anyone still writing?
-            let producer = self.producer_owner();
-            if producer != 0 && liveness_raw(producer) == Liveness::Dead {
+            // A registered producer whose lock is free is gone.
+            if self.producer_owner() != 0 && self.producer_liveness() == Liveness::Dead {
                 return Err(ReadError::ProducerGone);
             }
             if Instant::now() >= deadline {
@@ -91,7 +92,7 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
     }
 
     fn producer_liveness(&self) -> Liveness {
-        liveness_raw(self.producer_owner())
+        roles::liveness(self.memory(), Role::Producer)
     }
 }
 
@@ -121,28 +122,11 @@ pub trait ProducerExt<M: Memory> {
     /// reclaiming dead ones; false when `timeout` ran out first.
     fn wait_drained_for(&mut self, timeout: Duration) -> bool;
 
-    /// Reclaims every registered consumer whose process is dead; returns what was cleared.
+    /// Reclaims every registered consumer whose role lock is free; returns what was cleared.
     fn reclaim_dead(&mut self) -> Vec<Reclaimed>;
 }
 
-/// Reclaims consumer `index` if its owner is dead.
-fn reclaim_if_dead<M: Memory>(p: &mut Producer<M>, index: usize) -> Option<Reclaimed> {
-    let info = p.consumer_info(index)?;
-    // An entry is held by its owner word (ring-core claims entries with an owner CAS), so a
-    // consumer that died at any point of its registration, even before its state left FREE,
-    // is found here by its owner id.
-    let owner = OwnerId::new(info.owner)?;
-    if liveness_raw(info.owner) != Liveness::Dead {
-        return None;
-    }
-    // SAFETY: the owner's process is dead (checked above), so it is inside no call and holds
-    // no `Pinned`.
-    unsafe { p.reclaim(index, owner) }
-        .ok()
-        .filter(|r| r.was_registered)
-}
-
-impl<M: Memory> ProducerExt<M> for Producer<M> {
+impl<M: RoleFile> ProducerExt<M> for Producer<M> {
     fn claim_with<R>(
         &mut self,
         timeout: Duration,
@@ -237,7 +221,7 @@ mod tests {
     use super::*;
     use crate::{owner, CreateOptions, ShmRing};
     use ring_core::inspect::EntryState;
-    use ring_core::{Config, DeliveryClass};
+    use ring_core::{Config, DeliveryClass, OwnerId};
 
     /// An owner id whose process is certainly dead: a reaped child's pid with a wrong start time.
     fn dead_owner() -> OwnerId {

@@ -121,6 +121,20 @@ pub enum Error {
         /// Its owner id.
         owner: u64,
     },
+    /// A role lock (the kernel-held liveness lock, see [`lock`](crate::lock)) could not be taken
+    /// or checked: the file system or platform may not support OFD locks.
+    Lock {
+        /// Which role (`"producer"`, `"consumer 3"`, ...).
+        role: String,
+        /// The operating system's error.
+        source: io::Error,
+    },
+    /// The name or path now names another file than the one this handle opened (someone removed
+    /// ours and created a new one): it was left alone.
+    Replaced {
+        /// The path or name.
+        what: String,
+    },
     /// A system call failed in a way none of the variants above describes.
     Io {
         /// What was being done (for example `"mmap"`).
@@ -245,6 +259,17 @@ impl fmt::Display for Error {
                  can be taken over",
                 owner & 0xffff_ffff
             ),
+            Self::Lock { role, source } => write!(
+                f,
+                "cannot take or check the {role} lock on the segment file ({source}); liveness \
+                 needs open-file-description locks (Linux >= 3.15 on tmpfs, ext4, xfs, btrfs): put \
+                 the segment on such a file system or use a memfd segment"
+            ),
+            Self::Replaced { what } => write!(
+                f,
+                "{what} now names another file than the one opened (it was removed and re-created); \
+                 left it alone"
+            ),
             Self::Io { op, source } => write!(f, "{op} failed: {source}"),
         }
     }
@@ -271,7 +296,7 @@ impl From<ring_core::Error> for Error {
 impl std::error::Error for Error {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Io { source, .. } => Some(source),
+            Self::Io { source, .. } | Self::Lock { source, .. } => Some(source),
             _ => None,
         }
     }

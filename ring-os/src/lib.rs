@@ -1,5 +1,5 @@
 //! OS shared-memory backend for `ring-core`: named, memfd and file-backed segments mapped with
-//! `memmap2`, futex waits on the shared mapping, owner identities that survive PID reuse,
+//! `memmap2`, futex waits on the shared mapping, liveness from kernel-held role locks ([`lock`]),
 //! descriptor passing over Unix sockets, crash recovery and cleanup of stale segments.
 //!
 //! Start with [`ShmRing`]. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
@@ -16,10 +16,12 @@ mod error;
 pub mod fdpass;
 mod front;
 pub mod futex;
+pub mod lock;
 mod mapping;
 mod name;
 pub mod owner;
 mod ring;
+mod roles;
 mod segment;
 pub mod stale;
 mod wait;
@@ -34,6 +36,7 @@ pub use front::{
 pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};
 pub use ring::{ShmConsumer, ShmProducer, ShmRing};
+pub use roles::RoleFile;
 pub use segment::{CreateOptions, Segment, SegmentKind, SizeCheck};
 pub use wait::{deadline_after, FutexWait};
 

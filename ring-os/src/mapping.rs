@@ -1,8 +1,9 @@
 //! [`Mapping`]: a ring segment mapped from the OS, implementing [`ring_core::Memory`].
 
 use ring_core::layout::SegmentHeader;
-use ring_core::{AtomicU32, Config, Memory, OwnerId, RawMemory};
+use ring_core::{AtomicU32, Config, Memory, RawMemory};
 
+use crate::lock::Role;
 use crate::{futex, owner, Error, Segment, SizeCheck};
 
 /// A ring segment in OS shared memory: the mapped [`Segment`] plus ring-core's validated view of
@@ -80,10 +81,18 @@ impl Mapping {
         self.segment.set_unlink_on_drop(false);
     }
 
-    /// Every owner recorded in the segment: creator, producer, registered consumers.
+    /// Every role the segment records, with its owner id (diagnostic) and whether its role lock
+    /// is held: creator, producer, registered consumers.
     #[must_use]
-    pub fn owners(&self) -> Vec<OwnerId> {
-        owners_of(&self.raw)
+    pub fn participants(&self) -> Vec<crate::stale::Participant> {
+        roles_of(&self.raw)
+            .into_iter()
+            .map(|(role, owner)| crate::stale::Participant {
+                role,
+                owner,
+                liveness: self.segment.probe(role),
+            })
+            .collect()
     }
 
     /// How many futex wake system calls this process made through this mapping: the producer
@@ -104,26 +113,28 @@ impl Mapping {
     }
 }
 
-/// Owners recorded in a validated segment.
-pub(crate) fn owners_of<M: Memory + ?Sized>(mem: &M) -> Vec<OwnerId> {
+/// The roles a validated segment records, with their owner ids: the creator, the producer (when
+/// registered) and every consumer entry that is not free.
+pub(crate) fn roles_of<M: Memory + ?Sized>(mem: &M) -> Vec<(Role, u64)> {
     use ring_core::inspect::{consumer_info, producer_info, EntryState};
-    // Relaxed: an identity to check, not a synchronisation point.
+    // Relaxed: an identity to show, not a synchronisation point.
     let creator = mem
         .header()
         .creator
         .load(ring_core::sync::Ordering::Relaxed);
-    let mut ids = vec![creator, producer_info(mem).owner];
+    let mut roles = vec![(Role::Creator, creator)];
+    let producer = producer_info(mem).owner;
+    if producer != 0 {
+        roles.push((Role::Producer, producer));
+    }
     for i in 0..mem.geometry().consumers() {
         if let Some(info) = consumer_info(mem, i) {
-            if info.state != EntryState::Free {
-                ids.push(info.owner);
+            if info.state != EntryState::Free || info.owner != 0 {
+                roles.push((Role::Consumer(i), info.owner));
             }
         }
     }
-    let mut ids: Vec<OwnerId> = ids.into_iter().filter_map(OwnerId::new).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    ids
+    roles
 }
 
 /// The futex word behind a ring-core atomic.

@@ -1,24 +1,14 @@
-//! Owner identities that survive PID reuse, and the liveness check that reads them back.
+//! Owner identities: who registered a role, as *diagnostic text only*.
 //!
-//! # The choice
+//! An owner id ([`OwnerId`], a non-zero `u64`) is the process id in the low 32 bits and a 32-bit
+//! hash of the process's *start time* in the high 32 bits (field 22 of `/proc/<pid>/stat`, clock
+//! ticks since boot). ring-core stores it in the producer line, each consumer entry and the
+//! header's `creator`, and `ringctl` shows it.
 //!
-//! An owner id ([`OwnerId`], a non-zero `u64`) is the process id in the low 32 bits and a 32-bit hash of the
-//! process's *start time* in the high 32 bits. The start time is field 22 of `/proc/<pid>/stat`
-//! (clock ticks since boot); it never changes for a process and a process that later gets the
-//! same pid starts at a different tick, so "pid exists and its start time hashes to the stored
-//! value" means "the very process that registered is still running".
-//!
-//! Alternatives considered (see `docs/OS.md`): a pidfd cannot be stored in shared memory (it is a
-//! per-process descriptor); an OFD lock per owner needs one lock file (or byte range) per
-//! participant and cannot be checked by a process in another mount namespace. Pid + start time
-//! fits one atomic word, so the consumer table can store it next to the cursor.
-//!
-//! Limits: all participants must share a pid namespace (containers: `--pid=host` or one pod), since
-//! a pid from another namespace means nothing here; a zombie (killed but not yet reaped) counts as
-//! dead; a 32-bit hash collision between the dead owner's start time and the new process's makes
-//! a dead owner look alive, which errs on the safe side (nothing is reclaimed). Where `/proc` is
-//! missing (non-Linux) the start-time half is 0 and liveness falls back to `kill(pid, 0)`, which
-//! cannot see PID reuse.
+//! It decides nothing. Whether a role is alive is what the kernel says about its role lock
+//! ([`crate::lock`]): a pid means nothing in another pid namespace, a zombie leader with live
+//! threads looks dead in `/proc`, and `hidepid=2` hides other users' processes. [`seen`] tells
+//! what this process can see of an owner id, for messages and `ringctl inspect`.
 
 use std::sync::Mutex;
 
@@ -28,14 +18,19 @@ use rustix::process::{getpid, Pid};
 
 use crate::Error;
 
-/// Whether the process that registered an owner id still runs.
+pub use crate::lock::Liveness;
+
+/// What this process can see of the process behind an owner id (diagnostic only: liveness is
+/// the role lock's, see [`crate::lock`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// It runs (or cannot be proven dead: every doubt counts as alive).
-    Alive,
-    /// It exited, was killed (including zombies not yet reaped), or its pid now names another
-    /// process.
-    Dead,
+pub enum Seen {
+    /// A process with that pid and start time runs in this pid namespace.
+    Running,
+    /// No such process here: it exited, is a zombie, its pid was reused, or it runs in another
+    /// pid namespace (or is hidden by `hidepid`).
+    NotHere,
+    /// `/proc` could not tell (unreadable, or no start times on this platform).
+    Unknown,
 }
 
 /// Packs a pid and a start time into an owner id.
@@ -85,34 +80,27 @@ pub fn current() -> Result<OwnerId, Error> {
     Ok(id)
 }
 
-/// Whether the process behind `id` still runs. Never fails: any doubt counts as [`Liveness::Alive`].
+/// What this process can see of the process behind `id` (see [`Seen`]). Never decides liveness.
 #[must_use]
-pub fn liveness(id: OwnerId) -> Liveness {
+pub fn seen(id: OwnerId) -> Seen {
     let pid = pid_of(id);
     match start_ticks(pid) {
-        Ok(None) => Liveness::Dead,
-        Ok(Some(Some(start))) => {
-            if pack(pid, start) == Some(id) {
-                Liveness::Alive
-            } else {
-                Liveness::Dead
-            }
-        }
-        // No start time on this platform: the stored half is 0 and the pid exists.
-        Ok(Some(None)) | Err(_) => Liveness::Alive,
+        Ok(None) => Seen::NotHere,
+        Ok(Some(Some(start))) if pack(pid, start) == Some(id) => Seen::Running,
+        Ok(Some(Some(_))) => Seen::NotHere,
+        Ok(Some(None)) | Err(_) => Seen::Unknown,
     }
 }
 
-/// [`liveness`] of a raw owner word read from a segment; 0 (no owner) is [`Liveness::Dead`].
+/// A one-line description of an owner id for messages: `pid 1234 (running here)`.
 #[must_use]
-pub fn liveness_raw(word: u64) -> Liveness {
-    OwnerId::new(word).map_or(Liveness::Dead, liveness)
-}
-
-/// Shorthand for `liveness(id) == Liveness::Alive`.
-#[must_use]
-pub fn is_alive(id: OwnerId) -> bool {
-    liveness(id) == Liveness::Alive
+pub fn describe(id: OwnerId) -> String {
+    let what = match seen(id) {
+        Seen::Running => "running here",
+        Seen::NotHere => "not visible here",
+        Seen::Unknown => "unknown here",
+    };
+    format!("pid {} ({what})", pid_of(id))
 }
 
 /// A pid as the `u32` this module stores.
@@ -203,37 +191,38 @@ mod tests {
     }
 
     #[test]
-    fn self_is_alive_and_a_reused_pid_is_not() {
+    fn self_is_seen_and_a_reused_pid_is_not() {
         let me = current().unwrap();
         assert_eq!(pid_of(me), pid_u32(getpid()));
-        assert_eq!(liveness(me), Liveness::Alive);
+        assert_eq!(seen(me), Seen::Running);
+        assert!(describe(me).contains("running here"));
         // Same pid, different start time: what PID reuse looks like.
         let impostor = OwnerId::new(me.get() ^ (1 << 40)).unwrap();
         if cfg!(target_os = "linux") {
-            assert_eq!(liveness(impostor), Liveness::Dead);
+            assert_eq!(seen(impostor), Seen::NotHere);
         }
     }
 
     #[test]
-    fn killed_child_is_dead_even_before_reaping() {
+    fn killed_child_is_not_seen_even_before_reaping() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")
             .spawn()
             .unwrap();
         let pid = child.id();
         let id = pack(pid, start_ticks(pid).unwrap().unwrap().unwrap_or(0)).unwrap();
-        assert!(is_alive(id));
+        assert_eq!(seen(id), Seen::Running);
         child.kill().unwrap();
         // Not yet reaped: a zombie must already count as dead.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        while is_alive(id) {
+        while seen(id) == Seen::Running {
             assert!(
                 std::time::Instant::now() < deadline,
-                "killed child still looks alive"
+                "killed child still looks running"
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
         child.wait().unwrap();
-        assert!(!is_alive(id));
+        assert_eq!(seen(id), Seen::NotHere);
     }
 }

@@ -4,15 +4,84 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Memory as _, Producer};
+use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Memory, Producer};
 
-use crate::owner::{self, Liveness};
-use crate::{CreateOptions, Error, Mapping, Segment, SegmentName};
+use crate::lock::RoleLock;
+use crate::{roles, CreateOptions, Error, Mapping, Segment, SegmentName};
 
-/// A producer over an OS mapping.
-pub type ShmProducer = Producer<Arc<Mapping>>;
-/// A consumer over an OS mapping.
-pub type ShmConsumer = Consumer<Arc<Mapping>>;
+/// A producer over an OS mapping, holding the kernel-held [`Role::Producer`](crate::lock::Role)
+/// lock for as long as it lives (see [`crate::lock`]). Dereferences to the ring-core producer.
+#[derive(Debug)]
+pub struct ShmProducer<T: Memory = Mapping> {
+    /// The ring-core producer; declared first, so it closes the ring and leaves the producer
+    /// line before the lock below is released.
+    producer: Producer<Arc<T>>,
+    /// The role lock (`None` for a producer made without ring-os, which peers judge dead).
+    lock: Option<RoleLock>,
+}
+
+impl<T: Memory> ShmProducer<T> {
+    /// The role lock this producer holds, if any.
+    #[must_use]
+    pub fn role_lock(&self) -> Option<&RoleLock> {
+        self.lock.as_ref()
+    }
+}
+
+/// A producer made directly with ring-core holds no role lock: peers judge it dead.
+impl<T: Memory> From<Producer<Arc<T>>> for ShmProducer<T> {
+    fn from(producer: Producer<Arc<T>>) -> Self {
+        Self {
+            producer,
+            lock: None,
+        }
+    }
+}
+
+impl<T: Memory> core::ops::Deref for ShmProducer<T> {
+    type Target = Producer<Arc<T>>;
+    fn deref(&self) -> &Self::Target {
+        &self.producer
+    }
+}
+
+impl<T: Memory> core::ops::DerefMut for ShmProducer<T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.producer
+    }
+}
+
+/// A consumer over an OS mapping, holding the [`Role::Consumer`](crate::lock::Role) lock of its
+/// entry for as long as it lives. Dereferences to the ring-core consumer.
+#[derive(Debug)]
+pub struct ShmConsumer<T: Memory = Mapping> {
+    /// The ring-core consumer; declared first, so it leaves its entry before the lock below is
+    /// released (a reclaimer never sees a free lock on an entry still in use).
+    consumer: Consumer<Arc<T>>,
+    /// The lock of entry `consumer.index()`.
+    lock: RoleLock,
+}
+
+impl<T: Memory> ShmConsumer<T> {
+    /// The role lock this consumer holds.
+    #[must_use]
+    pub fn role_lock(&self) -> &RoleLock {
+        &self.lock
+    }
+}
+
+impl<T: Memory> core::ops::Deref for ShmConsumer<T> {
+    type Target = Consumer<Arc<T>>;
+    fn deref(&self) -> &Self::Target {
+        &self.consumer
+    }
+}
+
+impl<T: Memory> core::ops::DerefMut for ShmConsumer<T> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.consumer
+    }
+}
 
 /// Creating and opening rings in OS shared memory (see `docs/OS.md` for the segment kinds).
 ///
@@ -152,63 +221,37 @@ impl ShmRing {
         Ok(Arc::new(mapping))
     }
 
-    /// Becomes the ring's producer as this process. If another producer is registered and its
-    /// process is dead, takes the ring over (see `docs/OS.md`, crash semantics).
+    /// Becomes the ring's producer as this process, holding [`Role::Producer`](crate::lock::Role)'s
+    /// lock. If another producer is registered and holds no lock (its process is dead), takes
+    /// the ring over (see `docs/OS.md`, crash semantics).
     ///
     /// # Errors
     ///
-    /// [`Error::ProducerAlive`] when a live producer owns the ring; [`Error::Io`] when this
-    /// process's owner id cannot be read.
+    /// [`Error::ProducerAlive`] when a live producer owns the ring (in any process or pid
+    /// namespace that shares the segment); [`Error::Lock`], [`Error::Io`].
     pub fn producer(ring: &Arc<Mapping>) -> Result<ShmProducer, Error> {
-        let me = owner::current()?;
-        match Producer::new(Arc::clone(ring), me) {
-            Ok(p) => Ok(p),
-            Err(ring_core::Error::ProducerExists { owner }) => {
-                let Some(dead) = ring_core::OwnerId::new(owner) else {
-                    return Err(Error::ProducerAlive { owner });
-                };
-                if owner::liveness(dead) == Liveness::Alive {
-                    return Err(Error::ProducerAlive { owner });
-                }
-                // SAFETY: the previous producer's process is dead (checked above): it is inside
-                // no call and holds no `WriteSlot`.
-                Ok(unsafe { Producer::take_over(Arc::clone(ring), me, dead) }?)
-            }
-            Err(e) => Err(e.into()),
-        }
+        let (producer, lock) = roles::become_producer(ring)?;
+        Ok(ShmProducer {
+            producer,
+            lock: Some(lock),
+        })
     }
 
-    /// Registers a consumer of `class` as this process.
+    /// Registers a consumer of `class` as this process, holding its entry's role lock.
     ///
     /// # Errors
     ///
-    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`].
+    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Lock`], [`Error::Io`].
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
-        let me = owner::current()?;
-        let delay = join_delay();
-        let mut mem = Arc::clone(ring);
-        for index in 0..ring.geometry().consumers() {
-            let hook = || {
-                if let Some(d) = delay {
-                    std::thread::sleep(d);
-                }
-            };
-            match Consumer::new_at_with_hook(mem, index, class, me, hook) {
-                Ok(c) => return Ok(c),
-                Err((m, _)) => mem = m,
-            }
-        }
-        Err(ring_core::Error::ConsumerTableFull {
-            capacity: ring.geometry().config().consumers,
-        }
-        .into())
+        let (consumer, lock) = roles::register_consumer(ring, class)?;
+        Ok(ShmConsumer { consumer, lock })
     }
 }
 
 /// Test hook: `SHMRING_TEST_JOIN_DELAY_MS` makes every registration pause that long between
 /// becoming ACTIVE and fixing its start point — the window a preemption opens. Tests set it to
 /// show that a publisher waiting for subscribers loses nothing to a slow registration.
-fn join_delay() -> Option<core::time::Duration> {
+pub(crate) fn join_delay() -> Option<core::time::Duration> {
     static DELAY: std::sync::OnceLock<Option<core::time::Duration>> = std::sync::OnceLock::new();
     *DELAY.get_or_init(|| {
         std::env::var("SHMRING_TEST_JOIN_DELAY_MS")

@@ -1,28 +1,51 @@
-//! Listing our named segments and removing the stale ones.
+//! Listing our named segments and removing the abandoned ones, without races.
 //!
 //! A named segment outlives its processes: if every process that used it died without unlinking
 //! it, its memory stays in `/dev/shm` until reboot. [`list`] finds ours (file names starting with
-//! [`PREFIX`](crate::NAME_PREFIX)), reads the owners recorded in each (creator, producer,
-//! registered consumers) and checks them with [`owner::liveness`](crate::owner::liveness).
-//! [`clean`] removes only segments whose owners are *all* dead; a segment whose header cannot be
-//! read (being created right now, foreign, corrupt) is reported and left alone.
+//! [`PREFIX`](crate::NAME_PREFIX)), reads the participants recorded in each (creator, producer,
+//! registered consumers) as diagnostic text, and asks the kernel whether any role lock of the
+//! file is held (see [`crate::lock`]). [`clean`] removes a segment only when no role lock is held
+//! *and* it is one of ours: a valid ring, or a half-created one whose creator died before it
+//! opened the init barrier. Foreign, corrupt or truncated files are reported and left alone.
+//!
+//! Removal is re-checked immediately before it happens: the candidate is re-opened, must still be
+//! the same file (`st_dev` + `st_ino`) as listed, the cleaner takes every role lock of it (so no
+//! one can join it meanwhile), and the name must still name that file when it is removed. A
+//! creator takes its creator lock before formatting and re-checks its name after, so a cleaner
+//! that removes a file a creator had just made only makes that creator create again.
 
+use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::Path;
 
-use ring_core::OwnerId;
+use ring_core::AttachError;
 
-use crate::owner::{liveness, Liveness};
+use crate::lock::{self, AllRoles, Liveness, Role};
 use crate::{Error, Segment, SegmentName, SizeCheck};
 
 /// The directory POSIX shared memory lives in on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
 
-/// What the owners of a segment are, as far as its header tells.
+/// One role recorded in a ring's header, and what its lock says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Participant {
+    /// The role.
+    pub role: Role,
+    /// The owner id recorded for it (diagnostic: pid and start-time hash; see [`crate::owner`]).
+    pub owner: u64,
+    /// Whether its role lock is held.
+    pub liveness: Liveness,
+}
+
+/// What a segment file is, as far as its bytes tell.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Owners {
-    /// The owner ids recorded in the segment, each with its liveness now.
-    Known(Vec<(OwnerId, Liveness)>),
-    /// The header could not be read; the reason. Such segments are never removed.
+    /// A valid ring: the participants its header records, each with its role lock's verdict.
+    Known(Vec<Participant>),
+    /// One of ours whose creator has not finished (or never will finish) formatting it: zero
+    /// length, zeroed header, init barrier closed; the detail.
+    HalfCreated(String),
+    /// Not a usable ring of ours (foreign, corrupt, truncated, not a regular file); the reason.
+    /// Such files are never removed.
     Unreadable(String),
 }
 
@@ -33,17 +56,34 @@ pub struct SegmentInfo {
     pub name: SegmentName,
     /// Its size in bytes.
     pub len: u64,
-    /// Its owners.
+    /// Its participants, or why they are unknown.
     pub owners: Owners,
+    /// Whether any role lock of the file is held (the creator's, the producer's, a consumer's,
+    /// or a cleaner's).
+    pub locks: Liveness,
+    /// The file's `(st_dev, st_ino)` when listed (`None` when it could not be opened).
+    pub ident: Option<(u64, u64)>,
 }
 
 impl SegmentInfo {
-    /// True when the owners are known and none of them runs.
+    /// True when no role lock is held and the file is one of ours (a ring, or a half-created
+    /// one): what [`clean`] removes.
     #[must_use]
     pub fn is_stale(&self) -> bool {
-        match &self.owners {
-            Owners::Known(ids) => ids.iter().all(|(_, l)| *l == Liveness::Dead),
-            Owners::Unreadable(_) => false,
+        self.locks == Liveness::Dead
+            && self.ident.is_some()
+            && matches!(self.owners, Owners::Known(_) | Owners::HalfCreated(_))
+    }
+
+    /// One word for the state: `live`, `stale`, `creating`, `abandoned` or `unreadable`.
+    #[must_use]
+    pub fn status(&self) -> &'static str {
+        match (&self.owners, self.is_stale()) {
+            (Owners::Unreadable(_), _) => "unreadable",
+            (Owners::HalfCreated(_), true) => "abandoned",
+            (Owners::HalfCreated(_), false) => "creating",
+            (Owners::Known(_), true) => "stale",
+            (Owners::Known(_), false) => "live",
         }
     }
 }
@@ -51,22 +91,19 @@ impl SegmentInfo {
 /// What [`clean`] did.
 #[derive(Clone, Debug, Default)]
 pub struct CleanReport {
-    /// Segments removed (all owners dead).
+    /// Segments removed (no role lock held).
     pub removed: Vec<SegmentName>,
     /// Segments kept, with why.
     pub kept: Vec<(SegmentName, String)>,
 }
 
-/// Reads the owner ids recorded in a mapped segment.
-pub type OwnerReader = dyn Fn(&Segment) -> Result<Vec<OwnerId>, String>;
-
-/// Lists our segments in `dir`, reading owners with `read`.
+/// Lists our segments in `dir` (`/dev/shm`, or a scratch directory of segment files).
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when the directory cannot be read. Segments that cannot be opened are listed
-/// with [`Owners::Unreadable`].
-pub fn list_with(dir: &Path, read: &OwnerReader) -> Result<Vec<SegmentInfo>, Error> {
+/// [`Error::Io`] when the directory cannot be read. A file that cannot be opened or read is
+/// listed with [`Owners::Unreadable`], never an error.
+pub fn list_in(dir: &Path) -> Result<Vec<SegmentInfo>, Error> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("read_dir", e))?;
     let mut out = Vec::new();
     for entry in entries {
@@ -78,31 +115,22 @@ pub fn list_with(dir: &Path, read: &OwnerReader) -> Result<Vec<SegmentInfo>, Err
         else {
             continue;
         };
-        let len = entry.metadata().map(|m| m.len()).unwrap_or(0);
-        let owners = match open_in(dir, &name) {
-            Ok(seg) => match read(&seg) {
-                Ok(ids) => Owners::Known(ids.into_iter().map(|id| (id, liveness(id))).collect()),
-                Err(why) => Owners::Unreadable(why),
-            },
-            Err(e) => Owners::Unreadable(e.to_string()),
-        };
-        out.push(SegmentInfo { name, len, owners });
+        out.push(inspect(dir, name));
     }
     out.sort_by(|a, b| a.name.as_str().cmp(b.name.as_str()));
     Ok(out)
 }
 
-/// Lists our segments in `/dev/shm`, reading owners from each ring header (validated as
-/// untrusted input).
+/// Lists our segments in `/dev/shm` (headers validated as untrusted input).
 ///
 /// # Errors
 ///
 /// [`Error::Io`] when `/dev/shm` cannot be read.
 pub fn list() -> Result<Vec<SegmentInfo>, Error> {
-    list_with(Path::new(SHM_DIR), &ring_owners)
+    list_in(Path::new(SHM_DIR))
 }
 
-/// Removes our segments in `/dev/shm` whose owners are all dead; see [`CleanReport`].
+/// Removes our segments in `/dev/shm` that no process holds; see [`CleanReport`].
 ///
 /// # Errors
 ///
@@ -111,16 +139,99 @@ pub fn clean() -> Result<CleanReport, Error> {
     Ok(clean_listed(Path::new(SHM_DIR), list()?))
 }
 
-/// Reads the owners from a segment's ring header.
-pub fn ring_owners(seg: &Segment) -> Result<Vec<OwnerId>, String> {
-    // SAFETY: the mapping is `seg.len()` bytes, readable and writable, and stays mapped while
-    // `seg` is borrowed, which outlives the `RawMemory` made here.
-    let raw = unsafe { ring_core::RawMemory::attach(seg.as_ptr(), seg.len()) }
-        .map_err(|e| e.to_string())?;
-    Ok(crate::mapping::owners_of(&raw))
+/// Opens a file in `dir` without blocking (a FIFO planted under our prefix must not hang us) and
+/// without following a symlink.
+fn open_raw(path: &Path) -> Result<OwnedFd, String> {
+    use rustix::fs::{Mode, OFlags};
+    let flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC | OFlags::NONBLOCK;
+    rustix::fs::open(path, flags, Mode::empty()).map_err(|e| format!("cannot open: {e}"))
 }
 
-/// Removes the stale segments among `list` (see [`SegmentInfo::is_stale`]) from `dir`.
+/// Everything [`list_in`] says about one file; never fails, never panics.
+fn inspect(dir: &Path, name: SegmentName) -> SegmentInfo {
+    let path = dir.join(name.file_name());
+    let mut info = SegmentInfo {
+        name,
+        len: 0,
+        owners: Owners::Unreadable(String::new()),
+        // Until the kernel says otherwise.
+        locks: Liveness::Alive,
+        ident: None,
+    };
+    let fd = match open_raw(&path) {
+        Ok(fd) => fd,
+        Err(why) => {
+            info.owners = Owners::Unreadable(why);
+            return info;
+        }
+    };
+    let st = match rustix::fs::fstat(&fd) {
+        Ok(st) => st,
+        Err(e) => {
+            info.owners = Owners::Unreadable(format!("fstat: {e}"));
+            return info;
+        }
+    };
+    info.len = u64::try_from(st.st_size).unwrap_or(0);
+    info.ident = lock::identity(fd.as_fd()).ok();
+    info.locks = lock::probe_any(fd.as_fd());
+    info.owners = read_owners(dir, &info, &st);
+    info
+}
+
+/// Classifies a file by its type, owner, size and header.
+fn read_owners(dir: &Path, info: &SegmentInfo, st: &rustix::fs::Stat) -> Owners {
+    use rustix::fs::FileType;
+    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+        return Owners::Unreadable("not a regular file".to_owned());
+    }
+    if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o022 != 0 {
+        return Owners::Unreadable(format!(
+            "foreign: uid {} mode {:o}",
+            st.st_uid,
+            st.st_mode & 0o7777
+        ));
+    }
+    if info.len == 0 {
+        return Owners::HalfCreated("zero length: its creator has not sized it".to_owned());
+    }
+    let seg = match open_in(dir, &info.name) {
+        Ok(seg) => seg,
+        Err(e) => return Owners::Unreadable(e.to_string()),
+    };
+    if lock::identity(seg.fd()).ok() != info.ident {
+        return Owners::Unreadable("replaced while being listed".to_owned());
+    }
+    match ring_participants(&seg) {
+        Ok(participants) => Owners::Known(participants),
+        Err(e @ (AttachError::NotInitialized { .. } | AttachError::BadMagic { found: 0 })) => {
+            Owners::HalfCreated(format!("not formatted ({e})"))
+        }
+        Err(e) => Owners::Unreadable(e.to_string()),
+    }
+}
+
+/// The participants a mapped segment's ring header records, each with its role lock's verdict.
+///
+/// # Errors
+///
+/// The header's first fault, as ring-core's validation reports it.
+pub fn ring_participants(seg: &Segment) -> Result<Vec<Participant>, AttachError> {
+    // SAFETY: the mapping is `seg.len()` bytes, readable and writable, and stays mapped while
+    // `seg` is borrowed, which outlives the `RawMemory` made here.
+    let raw = unsafe { ring_core::RawMemory::attach(seg.as_ptr(), seg.len()) }?;
+    Ok(crate::mapping::roles_of(&raw)
+        .into_iter()
+        .map(|(role, owner)| Participant {
+            role,
+            owner,
+            liveness: seg.probe(role),
+        })
+        .collect())
+}
+
+/// Removes the stale segments among `list` (see [`SegmentInfo::is_stale`]) from `dir`, each only
+/// after re-checking it (see the module docs).
 #[must_use]
 pub fn clean_listed(dir: &Path, list: Vec<SegmentInfo>) -> CleanReport {
     let mut report = CleanReport::default();
@@ -128,17 +239,37 @@ pub fn clean_listed(dir: &Path, list: Vec<SegmentInfo>) -> CleanReport {
         if !info.is_stale() {
             let why = match &info.owners {
                 Owners::Unreadable(why) => format!("unreadable: {why}"),
-                Owners::Known(_) => "an owner is alive".to_owned(),
+                Owners::HalfCreated(why) => format!("being created: {why}"),
+                Owners::Known(_) => "a role lock is held: a participant is alive".to_owned(),
             };
             report.kept.push((info.name, why));
             continue;
         }
-        match std::fs::remove_file(dir.join(info.name.file_name())) {
+        match remove_if_still_stale(dir, &info) {
             Ok(()) => report.removed.push(info.name),
-            Err(e) => report.kept.push((info.name, format!("remove failed: {e}"))),
+            Err(why) => report.kept.push((info.name, why)),
         }
     }
     report
+}
+
+/// Re-opens a listed candidate and removes it only if it is still the same file, no role lock
+/// is held (we hold them all while removing it) and the name still names it.
+fn remove_if_still_stale(dir: &Path, info: &SegmentInfo) -> Result<(), String> {
+    let path = dir.join(info.name.file_name());
+    let fd = open_raw(&path)?;
+    if lock::identity(fd.as_fd()).ok() != info.ident {
+        return Err("replaced since it was listed".to_owned());
+    }
+    let held = AllRoles::try_acquire(fd.as_fd(), Some(&path)).map_err(|e| e.to_string())?;
+    let Some(_held) = held else {
+        return Err("a participant joined since it was listed".to_owned());
+    };
+    // The last look before the removal: the name must still name the file we hold.
+    if lock::path_identity(&path).ok() != info.ident {
+        return Err("replaced since it was listed".to_owned());
+    }
+    std::fs::remove_file(&path).map_err(|e| format!("remove failed: {e}"))
 }
 
 /// Opens a segment file in `dir` by name (the named-segment checks, through a path so tests can
@@ -152,63 +283,4 @@ fn open_in(dir: &Path, name: &SegmentName) -> Result<Segment, Error> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::{owner, CreateOptions};
-
-    /// A test header: the first word is the only owner id, 0 meaning "not initialised".
-    fn first_word(seg: &Segment) -> Result<Vec<OwnerId>, String> {
-        // SAFETY: segments are at least 8 bytes and page-aligned; no one writes them concurrently
-        // in this test.
-        let word = unsafe { seg.as_ptr().cast::<u64>().read_volatile() };
-        OwnerId::new(word)
-            .map(|id| vec![id])
-            .ok_or_else(|| "not initialised".to_owned())
-    }
-
-    fn make(dir: &Path, name: &str, id: u64) {
-        let path = dir.join(format!("{}{name}", crate::NAME_PREFIX));
-        let seg = Segment::create_file(&path, 4096, CreateOptions::new()).unwrap();
-        // SAFETY: in bounds and aligned; this test is the only user.
-        unsafe { seg.as_ptr().cast::<u64>().write_volatile(id) };
-    }
-
-    #[test]
-    fn clean_removes_only_segments_whose_owners_are_all_dead() {
-        let dir = std::env::temp_dir().join(format!("ring-os-stale-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap();
-
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        let dead_pid = child.id();
-        child.wait().unwrap();
-        // Start time 1 tick after boot: certainly not the start time of whoever has this pid now.
-        let dead = owner::pack(dead_pid, 1).unwrap();
-        let alive = owner::current().unwrap();
-
-        make(&dir, "alive", alive.get());
-        make(&dir, "dead", dead.get());
-        make(&dir, "fresh", 0);
-        std::fs::write(dir.join("someone-elses"), b"x").unwrap();
-
-        let listed = list_with(&dir, &first_word).unwrap();
-        let names: Vec<_> = listed.iter().map(|i| i.name.as_str().to_owned()).collect();
-        assert_eq!(names, ["alive", "dead", "fresh"]);
-        let stale: Vec<_> = listed
-            .iter()
-            .filter(|i| i.is_stale())
-            .map(|i| i.name.as_str())
-            .collect();
-        assert_eq!(stale, ["dead"]);
-
-        let report = clean_listed(&dir, listed);
-        assert_eq!(report.removed.len(), 1);
-        assert_eq!(report.removed[0].as_str(), "dead");
-        assert_eq!(report.kept.len(), 2);
-        assert!(!dir.join("shmring.dead").exists());
-        assert!(dir.join("shmring.alive").exists());
-        assert!(dir.join("shmring.fresh").exists());
-        assert!(dir.join("someone-elses").exists());
-        let _ = std::fs::remove_dir_all(&dir);
-    }
-}
+mod tests;

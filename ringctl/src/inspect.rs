@@ -8,6 +8,7 @@ use std::time::Duration;
 use ring_core::alloc::Allocator;
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{DeliveryClass, Memory, OwnerId};
+use ring_os::lock::Role;
 use serde::Serialize;
 
 use crate::cli::InspectArgs;
@@ -17,25 +18,25 @@ use crate::ring::{self, Ring};
 /// Leaks listed one by one (the totals count all of them).
 const LEAKS_LISTED: usize = 20;
 
-/// An owner id, its pid and whether it runs.
+/// An owner id, its pid (diagnostic) and whether a process holds its role lock.
 #[derive(Clone, Debug, Serialize)]
 pub struct Owner {
     /// The raw owner id (0: none).
     pub id: u64,
     /// The pid in it.
     pub pid: u32,
-    /// Whether that process still runs.
+    /// Whether a process holds the role's lock (the kernel's word, valid across pid namespaces).
     pub alive: bool,
 }
 
 impl Owner {
-    /// Describes a raw owner id; `None` for 0.
-    pub fn of(id: u64) -> Option<Self> {
+    /// Describes the raw owner id recorded for `role`; `None` for 0.
+    pub fn of(ring: &Ring, role: Role, id: u64) -> Option<Self> {
         let nz = OwnerId::new(id)?;
         Some(Self {
             id,
             pid: ring_os::owner::pid_of(nz),
-            alive: ring::alive(id).unwrap_or(false),
+            alive: ring::alive(ring, role, id).unwrap_or(false),
         })
     }
 
@@ -165,7 +166,7 @@ fn snapshot(ring: &Ring) -> Result<View> {
                 Some(DeliveryClass::SkipOnLag) => "skip".into(),
                 None => "invalid".into(),
             },
-            owner: Owner::of(c.owner),
+            owner: Owner::of(ring, Role::Consumer(c.index), c.owner),
             cursor: c.cursor,
             lag: p.head.saturating_sub(c.cursor),
             pins: c.pins,
@@ -181,12 +182,12 @@ fn snapshot(ring: &Ring) -> Result<View> {
     Ok(View {
         name: ring::name_of(ring),
         mapped_bytes: ring.segment().len(),
-        creator: Owner::of(creator),
+        creator: Owner::of(ring, Role::Creator, creator),
         slots: g.slots(),
         slot_capacity: g.slot_capacity(),
         consumer_entries: g.consumers(),
         segment_bytes: g.total_len(),
-        producer: Owner::of(p.owner),
+        producer: Owner::of(ring, Role::Producer, p.owner),
         head: p.head,
         closed: p.closed,
         epoch: p.epoch,

@@ -189,15 +189,12 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
                     return stop.into_result();
                 }
                 // A dead producer is `ProducerGone` (below); a ring without one times out.
-                match ring::alive(consumer.producer_owner()) {
-                    None if idle_since.elapsed() > timeout => {
-                        return Err(CliError::Timeout(format!(
-                            "ring {:?} has had no producer for {:.0} s",
-                            args.name,
-                            timeout.as_secs_f64()
-                        )));
-                    }
-                    _ => {}
+                if consumer.producer_owner() == 0 && idle_since.elapsed() > timeout {
+                    return Err(CliError::Timeout(format!(
+                        "ring {:?} has had no producer for {:.0} s",
+                        args.name,
+                        timeout.as_secs_f64()
+                    )));
                 }
             }
             e => return Err(e.into()),

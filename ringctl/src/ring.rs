@@ -4,8 +4,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ring_core::{AttachError, Config, OwnerId};
-use ring_os::owner::{liveness, Liveness};
+use ring_core::{AttachError, Config};
+use ring_os::lock::{Liveness, Role};
 use ring_os::{CreateOptions, Mapping, SegmentKind, SegmentName, ShmRing};
 
 use crate::error::{CliError, Result};
@@ -18,9 +18,10 @@ pub fn segment_name(name: &str) -> Result<SegmentName> {
     Ok(SegmentName::new(name)?)
 }
 
-/// Whether the process behind a raw owner id still runs; `None` for 0 (no owner).
-pub fn alive(id: u64) -> Option<bool> {
-    OwnerId::new(id).map(|id| liveness(id) == Liveness::Alive)
+/// Whether a process holds `role`'s lock on the ring (the kernel's word, see `ring_os::lock`);
+/// `None` when the header records no owner for it (`owner` 0).
+pub fn alive(ring: &Ring, role: Role, owner: u64) -> Option<bool> {
+    (owner != 0).then(|| ring.segment().probe(role) == Liveness::Alive)
 }
 
 /// Names the segment in an attach error (the bytes are not a valid ring).

@@ -19,9 +19,11 @@ struct Listed {
     note: Option<String>,
 }
 
-/// One owner of a listed ring.
+/// One participant of a listed ring: its role, the pid recorded for it (diagnostic) and whether
+/// a process holds its role lock.
 #[derive(Debug, Serialize)]
 struct ListedOwner {
+    role: String,
     pid: u32,
     alive: bool,
 }
@@ -34,22 +36,21 @@ fn scan() -> Result<Vec<SegmentInfo>> {
 
 fn listed(info: &SegmentInfo) -> Listed {
     let (owners, note) = match &info.owners {
-        Owners::Known(ids) => (
-            ids.iter()
-                .map(|(id, l)| ListedOwner {
-                    pid: ring_os::owner::pid_of(*id),
-                    alive: *l == Liveness::Alive,
+        Owners::Known(parts) => (
+            parts
+                .iter()
+                .filter(|p| p.owner != 0)
+                .map(|p| ListedOwner {
+                    role: p.role.to_string(),
+                    pid: ring_core::OwnerId::new(p.owner).map_or(0, ring_os::owner::pid_of),
+                    alive: p.liveness == Liveness::Alive,
                 })
                 .collect(),
             None,
         ),
-        Owners::Unreadable(why) => (Vec::new(), Some(why.clone())),
+        Owners::HalfCreated(why) | Owners::Unreadable(why) => (Vec::new(), Some(why.clone())),
     };
-    let status = match &info.owners {
-        Owners::Unreadable(_) => "unreadable",
-        Owners::Known(_) if info.is_stale() => "stale",
-        Owners::Known(_) => "live",
-    };
+    let status = info.status();
     Listed {
         name: info.name.as_str().to_owned(),
         bytes: info.len,
@@ -79,7 +80,10 @@ pub fn list(args: &ListArgs) -> Result<()> {
         } else {
             r.owners
                 .iter()
-                .map(|o| format!("{} ({})", o.pid, if o.alive { "alive" } else { "dead" }))
+                .map(|o| {
+                    let state = if o.alive { "alive" } else { "dead" };
+                    format!("{} pid {} ({state})", o.role, o.pid)
+                })
                 .collect::<Vec<_>>()
                 .join(", ")
         };
@@ -99,13 +103,14 @@ pub fn clean(args: &CleanArgs) -> Result<()> {
         for info in &infos {
             if info.is_stale() {
                 println!(
-                    "would remove {} ({} bytes): every owner is dead",
+                    "would remove {} ({} bytes, {}): no role lock is held",
                     info.name.as_str(),
-                    info.len
+                    info.len,
+                    info.status()
                 );
                 n += 1;
             } else {
-                println!("would keep {}: {}", info.name.as_str(), listed(info).status);
+                println!("would keep {}: {}", info.name.as_str(), info.status());
             }
         }
         println!("{n} stale ring(s); nothing removed (dry run)");

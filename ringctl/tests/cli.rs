@@ -526,3 +526,84 @@ fn integrity_checks_catch_bad_checksums_and_leaks() {
     assert_eq!(v["leaked_allocations"], 20, "{v}");
     assert_eq!(v["torn"], 0, "{v}");
 }
+
+#[test]
+fn list_inspect_and_clean_report_half_created_zero_length_truncated_and_foreign_files() {
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let write = |name: &str, bytes: &[u8]| {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(shm_path(name))
+            .expect("creating a segment file");
+        f.write_all(bytes).expect("writing it");
+    };
+    let (zero, half, foreign, trunc) = (
+        unique("zero"),
+        unique("half"),
+        unique("foreign"),
+        unique("truncated"),
+    );
+    let _c = [&zero, &half, &foreign, &trunc].map(|n| Cleanup(n.clone()));
+    // A creator killed between creating and sizing, and one killed while formatting (a zeroed
+    // header, no role lock held): both abandoned.
+    write(&zero, b"");
+    write(&half, &[0; 8192]);
+    write(&foreign, &[0xA5; 8192]);
+    // A valid ring cut to a third of its size by a peer.
+    let name = ring_os::SegmentName::new(&trunc).expect("name");
+    let ring = ring_os::ShmRing::create_named(
+        &name,
+        &ring_core::Config::new(8, 1024),
+        ring_os::CreateOptions::new(),
+    )
+    .expect("create");
+    let len = ring.segment().len() as u64;
+    drop(ring);
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(shm_path(&trunc))
+        .expect("open")
+        .set_len(len / 3)
+        .expect("truncate");
+
+    let out = run(&["list", "--json"]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let listed = last_json(&out);
+    let status = |n: &str| {
+        listed
+            .as_array()
+            .and_then(|a| a.iter().find(|e| e["name"] == n))
+            .map(|e| e["status"].clone())
+            .unwrap_or_else(|| panic!("{n} not listed: {listed}"))
+    };
+    assert_eq!(status(&zero), "abandoned");
+    assert_eq!(status(&half), "abandoned");
+    assert_eq!(status(&foreign), "unreadable");
+    assert_eq!(status(&trunc), "unreadable");
+    let plain = run(&["list"]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    for n in [&zero, &half, &foreign, &trunc] {
+        // A clear one-line error (checked not to be a signal or a panic), never a crash.
+        let out = run(&["inspect", n]);
+        assert!(
+            out.status.code().is_some(),
+            "inspect {n} died: {:?}",
+            out.status
+        );
+        one_line_error(&out);
+    }
+    let clean = run(&["clean", &zero, &half, &foreign, &trunc]);
+    assert!(clean.status.success(), "{}", text(&clean.stderr));
+    assert!(
+        !shm_path(&zero).exists() && !shm_path(&half).exists(),
+        "{}",
+        text(&clean.stdout)
+    );
+    assert!(
+        shm_path(&foreign).exists() && shm_path(&trunc).exists(),
+        "{}",
+        text(&clean.stdout)
+    );
+}

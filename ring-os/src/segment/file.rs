@@ -78,14 +78,14 @@ impl Segment {
         }
         let flags =
             OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let fd = rustix::fs::open(path, flags, Mode::RUSR | Mode::WUSR)
-            .map_err(|e| open_error(path, e, "open"))?;
-        let result = Self::finish_create_file(fd, path, len, opts);
-        if result.is_err() {
-            // We created the file: do not leave a half-made segment behind.
-            let _ = rustix::fs::unlink(path);
-        }
-        result
+        super::create_claimed(
+            || {
+                let fd = rustix::fs::open(path, flags, Mode::RUSR | Mode::WUSR)
+                    .map_err(|e| open_error(path, e, "open"))?;
+                Ok((fd, Some(path.to_owned())))
+            },
+            |fd| Self::finish_create_file(fd, path, len, opts),
+        )
     }
 
     /// Reserves and maps a freshly created segment file.

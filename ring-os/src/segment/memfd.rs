@@ -48,9 +48,17 @@ impl Segment {
         } else {
             len
         };
+        // Nobody else can reach a new memfd, so its creator lock cannot be contended.
+        let creator =
+            super::RoleLock::try_acquire(fd.as_fd(), super::Role::Creator)?.ok_or_else(|| {
+                Error::io(
+                    "lock a new memfd",
+                    std::io::Error::other("creator lock held"),
+                )
+            })?;
         check::reserve(fd.as_fd(), len, opts.huge_pages)?;
         fcntl_add_seals(&fd, REQUIRED_SEALS).map_err(|e| Error::io("fcntl(F_ADD_SEALS)", e))?;
-        Self::map(fd, len, SegmentKind::Memfd, opts)
+        Ok(Self::map(fd, len, SegmentKind::Memfd, opts)?.with_creator(creator))
     }
 
     /// Maps a memfd received from a peer, after checking it as untrusted: a regular file carrying

@@ -22,11 +22,17 @@ use core::ptr::NonNull;
 use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
+use std::path::Path;
+
 use memmap2::{MmapOptions, MmapRaw};
 
 pub use check::SizeCheck;
 
+use crate::lock::{self, Liveness, Role, RoleLock};
 use crate::{Error, SegmentName};
+
+/// How often a creation is retried after a cleaner removed the file it had just created.
+const CREATE_ATTEMPTS: usize = 16;
 
 /// Options for creating a segment.
 #[derive(Clone, Copy, Debug, Default)]
@@ -103,6 +109,12 @@ pub struct Segment {
     kind: SegmentKind,
     /// Whether dropping removes the name or path.
     unlink_on_drop: bool,
+    /// The file's `(st_dev, st_ino)`: [`unlink`](Self::unlink) removes the name only while it
+    /// still names this very file.
+    ident: (u64, u64),
+    /// [`Role::Creator`]'s lock, held by the creating handle from before formatting until it
+    /// drops (`None` for a segment that was opened).
+    creator: Option<RoleLock>,
 }
 
 impl Segment {
@@ -157,16 +169,53 @@ impl Segment {
         }
     }
 
-    /// Removes the segment's name (named) or path (file-backed); a memfd has none. The memory
-    /// stays until every mapping and descriptor is gone.
+    /// The path of the segment's file, where it has one (file segments; named ones on Linux).
+    #[must_use]
+    pub fn path(&self) -> Option<PathBuf> {
+        match &self.kind {
+            SegmentKind::Named(name) => named::path(name),
+            SegmentKind::File(path) => Some(path.clone()),
+            SegmentKind::Memfd => None,
+        }
+    }
+
+    /// Takes `role`'s lock on this segment's file (see [`crate::lock`]); `Ok(None)` when it is
+    /// held.
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] when it was already removed, [`Error::Io`] otherwise.
+    /// [`Error::Lock`].
+    pub fn lock_role(&self, role: Role) -> Result<Option<RoleLock>, Error> {
+        RoleLock::try_acquire_or_path(self.fd.as_fd(), role, self.path().as_deref())
+    }
+
+    /// Whether some process holds `role` on this segment (see [`lock::probe`]).
+    #[must_use]
+    pub fn probe(&self, role: Role) -> Liveness {
+        lock::probe(self.fd.as_fd(), role)
+    }
+
+    /// Removes the segment's name (named) or path (file-backed); a memfd has none. The memory
+    /// stays until every mapping and descriptor is gone. The name is removed only while it
+    /// still names this segment's file (same device and inode): one that was removed and
+    /// re-created by someone else is left alone.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::NotFound`] when it was already removed, [`Error::Replaced`] when it names another
+    /// file now, [`Error::Io`] otherwise.
     pub fn unlink(&self) -> Result<(), Error> {
         match &self.kind {
-            SegmentKind::Named(name) => named::unlink(name),
-            SegmentKind::File(path) => file::unlink(path),
+            SegmentKind::Named(name) => {
+                if let Some(path) = named::path(name) {
+                    same_file(&path, self.ident, || name.to_string())?;
+                }
+                named::unlink(name)
+            }
+            SegmentKind::File(path) => {
+                same_file(path, self.ident, || path.display().to_string())?;
+                file::unlink(path)
+            }
             SegmentKind::Memfd => Ok(()),
         }
     }
@@ -187,6 +236,7 @@ impl Segment {
         if opts.populate {
             mo.populate();
         }
+        let ident = lock::identity(fd.as_fd()).map_err(|e| Error::io("fstat", e))?;
         let map = mo
             .map_raw(fd.as_raw_fd())
             .map_err(|e| Error::io("mmap", e))?;
@@ -195,8 +245,97 @@ impl Segment {
             fd,
             kind,
             unlink_on_drop: false,
+            ident,
+            creator: None,
         })
     }
+
+    /// Keeps the creator's lock for as long as this handle lives.
+    fn with_creator(mut self, lock: RoleLock) -> Self {
+        self.creator = Some(lock);
+        self
+    }
+}
+
+/// Checks that `path` still names the file `ident`.
+fn same_file(path: &Path, ident: (u64, u64), what: impl Fn() -> String) -> Result<(), Error> {
+    match lock::path_identity(path) {
+        Ok(now) if now == ident => Ok(()),
+        Ok(_) => Err(Error::Replaced { what: what() }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(Error::NotFound { what: what() }),
+        Err(e) => Err(Error::io("lstat", e)),
+    }
+}
+
+/// What a creator finds once it holds its freshly created file's creator lock.
+enum Claim {
+    /// The name (if any) is ours and the lock is held: format it.
+    Ours(RoleLock),
+    /// A cleaner took the file (it held the file's locks, or already removed the name) before we
+    /// locked it: create again.
+    Lost,
+}
+
+/// Takes [`Role::Creator`] on a file this process just created with `O_EXCL`, *before*
+/// formatting it, and checks that `path` still names it.
+///
+/// Between the `open` and the lock, a cleaner sees a file with no locks held (an abandoned one)
+/// and may remove it; this tells the creator so, instead of formatting a file nobody can find.
+fn claim_created(fd: BorrowedFd<'_>, path: Option<&Path>) -> Result<Claim, Error> {
+    let Some(held) = RoleLock::try_acquire_or_path(fd, Role::Creator, path)? else {
+        // Only a cleaner locks a file nobody has formatted yet.
+        return Ok(Claim::Lost);
+    };
+    if let Some(path) = path {
+        let ident = lock::identity(fd).map_err(|e| Error::io("fstat", e))?;
+        if lock::path_identity(path).ok() != Some(ident) {
+            return Ok(Claim::Lost);
+        }
+    }
+    Ok(Claim::Ours(held))
+}
+
+/// Runs `create` (an `O_EXCL` creation returning the new descriptor and its path) until the file
+/// it made is claimed (see [`claim_created`]), then `finish` (reserve, map); removes the file if
+/// `finish` fails. Retries while cleaners take freshly created files.
+fn create_claimed(
+    mut create: impl FnMut() -> Result<(OwnedFd, Option<PathBuf>), Error>,
+    finish: impl FnOnce(OwnedFd) -> Result<Segment, Error>,
+) -> Result<Segment, Error> {
+    let mut lost = false;
+    for _ in 0..CREATE_ATTEMPTS {
+        let (fd, path) = match create() {
+            Ok(made) => made,
+            // The file we lost may still be there while the cleaner removes it.
+            Err(Error::AlreadyExists { .. }) if lost => {
+                std::thread::sleep(core::time::Duration::from_millis(1));
+                continue;
+            }
+            Err(e) => return Err(e),
+        };
+        match claim_created(fd.as_fd(), path.as_deref())? {
+            Claim::Lost => lost = true,
+            Claim::Ours(held) => {
+                let ident = lock::identity(fd.as_fd()).map_err(|e| Error::io("fstat", e))?;
+                return match finish(fd) {
+                    Ok(seg) => Ok(seg.with_creator(held)),
+                    Err(e) => {
+                        // We created the name: do not leave a half-made segment behind (but only
+                        // ours).
+                        if let Some(path) = &path {
+                            if same_file(path, ident, String::new).is_ok() {
+                                let _ = std::fs::remove_file(path);
+                            }
+                        }
+                        Err(e)
+                    }
+                };
+            }
+        }
+    }
+    Err(Error::AlreadyExists {
+        what: "a segment file that cleaners kept removing while it was being created".to_owned(),
+    })
 }
 
 impl Drop for Segment {

@@ -56,14 +56,14 @@ impl Segment {
             return Err(Error::BadLength { len });
         }
         let flags = shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR | nofollow();
-        let fd = shm::open(name.shm_name(), flags, Mode::RUSR | Mode::WUSR)
-            .map_err(|e| open_error(name, e, "shm_open"))?;
-        let result = Self::finish_create(fd, name, len, opts);
-        if result.is_err() {
-            // We created the name: do not leave a half-made segment behind.
-            let _ = shm::unlink(name.shm_name());
-        }
-        result
+        super::create_claimed(
+            || {
+                let fd = shm::open(name.shm_name(), flags, Mode::RUSR | Mode::WUSR)
+                    .map_err(|e| open_error(name, e, "shm_open"))?;
+                Ok((fd, path(name)))
+            },
+            |fd| Self::finish_create(fd, name, len, opts),
+        )
     }
 
     /// Reserves and maps a freshly created named segment.
@@ -99,6 +99,18 @@ impl Segment {
             CreateOptions::new(),
         )
     }
+}
+
+/// The file behind a named segment, where POSIX shared memory is a directory (Linux).
+#[cfg(target_os = "linux")]
+pub(super) fn path(name: &SegmentName) -> Option<std::path::PathBuf> {
+    Some(std::path::Path::new(crate::stale::SHM_DIR).join(name.file_name()))
+}
+
+/// Elsewhere shared-memory objects have no path to check.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn path(_name: &SegmentName) -> Option<std::path::PathBuf> {
+    None
 }
 
 /// Removes a named segment's name.

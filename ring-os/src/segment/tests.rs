@@ -312,3 +312,37 @@ fn huge_pages_work_or_say_why_not() {
     }
     let _ = std::fs::remove_dir_all(dir);
 }
+
+#[test]
+fn unlink_leaves_a_re_created_name_alone() {
+    let name = unique("recreated");
+    let _c = Cleanup(name.clone());
+    let mut old = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
+    old.set_unlink_on_drop(true);
+    // Someone else removes our name and creates a new segment under it.
+    named::unlink(&name).unwrap();
+    let new = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
+    assert!(matches!(old.unlink(), Err(Error::Replaced { .. })));
+    drop(old);
+    let reopened = Segment::open_named(&name, SizeCheck::AtLeast(1)).unwrap();
+    assert_eq!(
+        lock::identity(reopened.fd()).unwrap(),
+        lock::identity(new.fd()).unwrap(),
+        "unlink-on-drop removed the new segment"
+    );
+    new.unlink().unwrap();
+    assert!(matches!(new.unlink(), Err(Error::NotFound { .. })));
+}
+
+#[test]
+fn a_creating_handle_holds_the_creator_lock() {
+    let name = unique("creator-lock");
+    let _c = Cleanup(name.clone());
+    let seg = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
+    let other = Segment::open_named(&name, SizeCheck::AtLeast(1)).unwrap();
+    assert_eq!(other.probe(Role::Creator), Liveness::Alive);
+    assert!(other.lock_role(Role::Creator).unwrap().is_none());
+    let memfd = Segment::create_memfd(4096, CreateOptions::new()).unwrap();
+    assert_eq!(memfd.probe(Role::Creator), Liveness::Alive);
+    seg.unlink().unwrap();
+}

@@ -14,6 +14,7 @@
     reason = "test binary"
 )]
 
+mod liveness;
 mod roles;
 mod scenarios;
 mod segments;
@@ -53,6 +54,31 @@ const SCENARIOS: &[Scenario] = &[
     (
         "memfd_passed_over_a_socket_and_bad_ones_refused",
         segments::memfd,
+        Duration::from_secs(60),
+    ),
+    (
+        "other_pid_namespace_is_alive_and_cannot_be_taken_over",
+        liveness::other_pid_namespace,
+        Duration::from_secs(60),
+    ),
+    (
+        "gating_reader_in_other_pid_namespace_gets_every_message",
+        liveness::gating_reader_in_other_pid_namespace,
+        Duration::from_secs(90),
+    ),
+    (
+        "zombie_leader_keeps_its_consumer",
+        liveness::zombie_leader,
+        Duration::from_secs(60),
+    ),
+    (
+        "forked_heir_keeps_its_consumer",
+        liveness::fork_heir,
+        Duration::from_secs(60),
+    ),
+    (
+        "half_created_segment_of_a_killed_creator_is_cleaned",
+        liveness::half_created,
         Duration::from_secs(60),
     ),
     (

@@ -43,10 +43,10 @@ pub fn run(role: &str) -> i32 {
         "corrupt-peer" => corrupt_peer(),
         "memfd-consumer" => memfd_consumer(),
         "creator" => creator(),
-        other => {
+        other => crate::liveness::run_role(other).unwrap_or_else(|| {
             eprintln!("unknown role {other}");
             3
-        }
+        }),
     }
 }
 
@@ -125,7 +125,7 @@ fn slow_producer() -> i32 {
     while Instant::now() < deadline {
         make_payload(seq, 48, &mut buf);
         // Non-gating consumers only: never blocks for long.
-        if ring_os::ProducerExt::publish(&mut p, &buf, Duration::from_secs(1)).is_ok() {
+        if ring_os::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(1)).is_ok() {
             if seq == 0 {
                 say!("PRODUCING");
             }

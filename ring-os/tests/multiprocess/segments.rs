@@ -213,8 +213,12 @@ pub fn stale() {
     let ring_os::stale::Owners::Known(owners) = &info.owners else {
         panic!("{info:?}")
     };
-    assert_eq!(owners.len(), 1, "creator = producer = consumer: {owners:?}");
-    assert_eq!(ring_os::owner::pid_of(owners[0].0), child.pid());
+    assert_eq!(owners.len(), 3, "creator, producer, consumer: {owners:?}");
+    for p in owners {
+        let id = ring_core::OwnerId::new(p.owner).expect("recorded");
+        assert_eq!(ring_os::owner::pid_of(id), child.pid(), "{p:?}");
+        assert_eq!(p.liveness, ring_os::lock::Liveness::Alive, "{p:?}");
+    }
     child.sigkill();
     assert!(!child.wait(SECS(5)), "a SIGKILLed child cannot succeed");
     let listed = ring_os::stale::list().expect("list");

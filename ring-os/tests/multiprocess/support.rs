@@ -20,8 +20,21 @@ pub struct Child {
 impl Child {
     /// Spawns this binary with `role` and extra environment variables.
     pub fn spawn(role: &str, env: &[(&str, String)]) -> Self {
+        Self::spawn_under(&[], role, env)
+    }
+
+    /// Spawns this binary with `role` under a wrapper command (`wrapper[0]` with the rest as its
+    /// arguments, then the binary), for example `unshare --pid --fork`.
+    pub fn spawn_under(wrapper: &[&str], role: &str, env: &[(&str, String)]) -> Self {
         let exe = std::env::current_exe().expect("current_exe");
-        let mut cmd = Command::new(exe);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(exe);
+                cmd
+            }
+            None => Command::new(exe),
+        };
         cmd.env(ROLE, role)
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())

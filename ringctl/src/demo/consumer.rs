@@ -96,7 +96,7 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
 }
 
 /// Pins the next message and verifies it in place.
-fn read_pinned<M: Memory>(
+fn read_pinned<M: ring_os::RoleFile>(
     consumer: &mut Consumer<M>,
     alloc: &Allocator<'_>,
     wait: Duration,
@@ -135,7 +135,7 @@ fn read_pinned<M: Memory>(
 }
 
 /// Copies the next message out (seqlock) and verifies the copy.
-fn read_copy<M: Memory>(
+fn read_copy<M: ring_os::RoleFile>(
     consumer: &mut Consumer<M>,
     buf: &mut [u8],
     wait: Duration,

@@ -1,0 +1,336 @@
+//! Kernel-vouched liveness: one open-file-description (OFD) byte-range lock per role on the
+//! segment's own file.
+//!
+//! Each participant (the creator, the producer, each consumer entry) holds a write lock
+//! (`F_OFD_SETLK`) on one byte of the segment's file, at an offset fixed by its [`Role`]. The
+//! kernel drops the lock when the last descriptor of that open file description closes — when the
+//! process exits or is killed — so "the byte is free" proves "no process holds that role". The
+//! lock is keyed on the inode, not on a pid, so it holds across pid namespaces and containers that
+//! share the file; a zombie leader whose worker threads still run keeps it (the descriptor table
+//! lives on); pid reuse cannot fool it.
+//!
+//! OFD locks never conflict with locks of the *same* open file description, so every
+//! [`RoleLock`] re-opens the file (`/proc/thread-self/fd/<n>`) to get a description of its own,
+//! and [`probe`] asks through the mapping's descriptor, which never holds a lock, with
+//! `F_OFD_GETLK`: it sees locks held by other processes *and* by this one.
+//!
+//! "Dead" needs the kernel to say the byte is free; any doubt (an error, a file system without
+//! OFD locks) is "alive", so nothing live is ever reclaimed. See `docs/OS.md` (liveness).
+//!
+//! rustix exposes OFD locks only as whole-file `flock`-style locks (`fcntl_lock`), without byte
+//! ranges or `F_OFD_GETLK`, so this module — and only this one — calls `fcntl` through `libc`.
+//!
+//! # References
+//! - `fcntl(2)`, "Open file description locks (non-POSIX)" (Linux 3.15).
+
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::path::Path;
+
+use crate::Error;
+
+/// Whether this platform has OFD locks (Linux, Android). Where it has not, role locks hold
+/// nothing and every probe answers "alive", so nothing is reclaimed, taken over or cleaned.
+pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
+
+/// A participant's role, and so the byte of the segment's file its lock covers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Role {
+    /// The process that created (and formats) the segment: byte 0.
+    Creator,
+    /// The ring's producer: byte 1.
+    Producer,
+    /// The consumer registered in table entry `i`: byte `2 + i`.
+    Consumer(usize),
+}
+
+impl Role {
+    /// The byte offset of this role's lock; `None` when it does not fit a file offset.
+    #[must_use]
+    pub fn offset(self) -> Option<i64> {
+        match self {
+            Self::Creator => Some(0),
+            Self::Producer => Some(1),
+            Self::Consumer(i) => i64::try_from(i).ok()?.checked_add(2),
+        }
+    }
+}
+
+impl core::fmt::Display for Role {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Self::Creator => write!(f, "creator"),
+            Self::Producer => write!(f, "producer"),
+            Self::Consumer(i) => write!(f, "consumer {i}"),
+        }
+    }
+}
+
+/// Whether a role is held by a running process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Liveness {
+    /// Its lock is held (or the kernel could not say: every doubt counts as alive).
+    Alive,
+    /// The kernel says its lock is free: no process holds the role.
+    Dead,
+}
+
+/// An OFD write lock on one role's byte, on an open file description of its own. Dropping it
+/// releases the lock; so does the kernel when the process dies.
+///
+/// # Examples
+///
+/// ```
+/// use ring_os::lock::{probe, Liveness, Role, RoleLock};
+/// use ring_os::{CreateOptions, Segment};
+/// let seg = Segment::create_memfd(4096, CreateOptions::new())?;
+/// let held = RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.expect("free");
+/// // Seen through the segment's own descriptor, even from this process...
+/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Alive);
+/// // ...and refused to a second holder.
+/// assert!(RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.is_none());
+/// drop(held);
+/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
+/// # Ok::<(), ring_os::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RoleLock {
+    /// The description the lock belongs to; closing it releases the lock.
+    _file: OwnedFd,
+    /// The role it vouches for.
+    role: Role,
+}
+
+impl RoleLock {
+    /// Takes `role`'s lock on the file behind `file`; `Ok(None)` when another open file
+    /// description (of this or another process) holds it.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] when the file cannot be re-opened or the file system refuses OFD locks.
+    pub fn try_acquire(file: BorrowedFd<'_>, role: Role) -> Result<Option<Self>, Error> {
+        Self::try_acquire_or_path(file, role, None)
+    }
+
+    /// [`try_acquire`](Self::try_acquire), re-opening `path` (checked to be the same file) when
+    /// `/proc` is not mounted.
+    ///
+    /// # Errors
+    ///
+    /// As `try_acquire`.
+    pub fn try_acquire_or_path(
+        file: BorrowedFd<'_>,
+        role: Role,
+        path: Option<&Path>,
+    ) -> Result<Option<Self>, Error> {
+        let start = role.offset().ok_or_else(|| Error::Lock {
+            role: role.to_string(),
+            source: std::io::Error::from(std::io::ErrorKind::InvalidInput),
+        })?;
+        let own = reopen(file, path).map_err(|source| Error::Lock {
+            role: role.to_string(),
+            source,
+        })?;
+        match sys::set_write_lock(own.as_fd(), start, 1) {
+            Ok(true) => Ok(Some(Self { _file: own, role })),
+            Ok(false) => Ok(None),
+            Err(source) => Err(Error::Lock {
+                role: role.to_string(),
+                source,
+            }),
+        }
+    }
+
+    /// The role this lock vouches for.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        self.role
+    }
+}
+
+/// Every role's lock of one file at once (the whole file and beyond, `l_len = 0`): what a cleaner
+/// holds while it removes a segment, so nobody can become a participant of it meanwhile.
+#[derive(Debug)]
+pub struct AllRoles {
+    /// The description the lock belongs to.
+    _file: OwnedFd,
+}
+
+impl AllRoles {
+    /// Takes every role's lock; `Ok(None)` when any of them is held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`], as [`RoleLock::try_acquire`].
+    pub fn try_acquire(file: BorrowedFd<'_>, path: Option<&Path>) -> Result<Option<Self>, Error> {
+        let lock_err = |source| Error::Lock {
+            role: "every role".to_owned(),
+            source,
+        };
+        let own = reopen(file, path).map_err(lock_err)?;
+        match sys::set_write_lock(own.as_fd(), 0, 0) {
+            Ok(true) => Ok(Some(Self { _file: own })),
+            Ok(false) => Ok(None),
+            Err(source) => Err(lock_err(source)),
+        }
+    }
+}
+
+/// Whether some process holds `role` on the file behind `file`. [`Liveness::Dead`] only when the
+/// kernel says the byte is free; any error (`EINVAL`, `ENOLCK`, a file system without OFD locks,
+/// a non-Linux kernel) is [`Liveness::Alive`].
+///
+/// `file` must not itself hold locks (a segment's own descriptor never does): a lock of the same
+/// open file description never conflicts, so it would not be seen.
+#[must_use]
+pub fn probe(file: BorrowedFd<'_>, role: Role) -> Liveness {
+    match role.offset() {
+        Some(start) => probe_range(file, start, 1),
+        None => Liveness::Alive,
+    }
+}
+
+/// Whether any role of the file behind `file` is held (the whole file and beyond).
+#[must_use]
+pub fn probe_any(file: BorrowedFd<'_>) -> Liveness {
+    probe_range(file, 0, 0)
+}
+
+/// [`Liveness::Dead`] only when no lock conflicts with a write lock on `[start, start + len)`.
+fn probe_range(file: BorrowedFd<'_>, start: i64, len: i64) -> Liveness {
+    match sys::conflicting(file, start, len) {
+        Ok(false) => Liveness::Dead,
+        Ok(true) | Err(_) => Liveness::Alive,
+    }
+}
+
+/// The device and inode of an open file.
+pub(crate) fn identity(file: BorrowedFd<'_>) -> std::io::Result<(u64, u64)> {
+    Ok(dev_ino(&rustix::fs::fstat(file)?))
+}
+
+/// The device and inode a path names now (without following a final symlink).
+pub(crate) fn path_identity(path: &Path) -> std::io::Result<(u64, u64)> {
+    Ok(dev_ino(&rustix::fs::lstat(path)?))
+}
+
+/// The `(st_dev, st_ino)` pair that names a file.
+fn dev_ino(st: &rustix::fs::Stat) -> (u64, u64) {
+    // Widths differ between targets; both are unsigned in practice.
+    #[allow(
+        clippy::useless_conversion,
+        clippy::unnecessary_cast,
+        reason = "width varies by target"
+    )]
+    (st.st_dev as u64, st.st_ino as u64)
+}
+
+/// A new open file description of the file behind `file`: through `/proc/thread-self/fd` (which,
+/// unlike `/proc/self`, still works after the main thread exited), `/proc/self/fd`, or `path`.
+/// The result is checked to be the same inode.
+fn reopen(file: BorrowedFd<'_>, path: Option<&Path>) -> std::io::Result<OwnedFd> {
+    use std::os::fd::AsRawFd as _;
+    let want = identity(file)?;
+    let n = file.as_raw_fd();
+    let mut candidates = vec![
+        std::path::PathBuf::from(format!("/proc/thread-self/fd/{n}")),
+        std::path::PathBuf::from(format!("/proc/self/fd/{n}")),
+    ];
+    candidates.extend(path.map(Path::to_path_buf));
+    let mut last = std::io::Error::from(std::io::ErrorKind::NotFound);
+    for candidate in candidates {
+        match open_same(&candidate, want) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => last = e,
+        }
+    }
+    Err(last)
+}
+
+/// Opens `path` read-write, refusing it unless it is the file `(dev, ino)`.
+fn open_same(path: &Path, want: (u64, u64)) -> std::io::Result<OwnedFd> {
+    use rustix::fs::{Mode, OFlags};
+    let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, Mode::empty())?;
+    if identity(fd.as_fd())? == want {
+        Ok(fd)
+    } else {
+        Err(std::io::Error::other("the path names another file now"))
+    }
+}
+
+/// The `fcntl` calls, Linux (OFD locks exist since 3.15).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+mod sys {
+    use std::os::fd::{AsRawFd as _, BorrowedFd};
+
+    /// A write-lock request on `[start, start + len)` (`len` 0: to the end and beyond).
+    fn request(start: i64, len: i64) -> libc::flock {
+        // SAFETY: `flock` is a plain C struct of integers (plus, on some targets, padding), for
+        // which all-zero bytes are a valid value; `l_pid` must be 0 for OFD requests.
+        let mut fl: libc::flock = unsafe { core::mem::zeroed() };
+        // Both constants are tiny; the field type differs by target.
+        #[allow(
+            clippy::cast_possible_truncation,
+            reason = "F_WRLCK and SEEK_SET are < 16"
+        )]
+        {
+            fl.l_type = libc::F_WRLCK as _;
+            fl.l_whence = libc::SEEK_SET as _;
+        }
+        fl.l_start = start;
+        fl.l_len = len;
+        fl
+    }
+
+    /// `F_OFD_SETLK` a write lock: true when taken, false when another description holds a
+    /// conflicting one.
+    pub(super) fn set_write_lock(
+        fd: BorrowedFd<'_>,
+        start: i64,
+        len: i64,
+    ) -> std::io::Result<bool> {
+        let mut fl = request(start, len);
+        // SAFETY: `fd` is an open descriptor for the duration of the borrow, and `fl` is a valid,
+        // exclusively borrowed `flock` that the kernel reads (and may write) during the call.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &raw mut fl) };
+        if rc == 0 {
+            return Ok(true);
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EAGAIN | libc::EACCES) => Ok(false),
+            _ => Err(e),
+        }
+    }
+
+    /// `F_OFD_GETLK` for a write lock: whether any other description holds a conflicting lock.
+    pub(super) fn conflicting(fd: BorrowedFd<'_>, start: i64, len: i64) -> std::io::Result<bool> {
+        let mut fl = request(start, len);
+        // SAFETY: as in `set_write_lock`; F_OFD_GETLK writes the conflicting lock (or F_UNLCK)
+        // into `fl`.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &raw mut fl) };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(i32::from(fl.l_type) != libc::F_UNLCK)
+    }
+}
+
+/// No OFD locks here (macOS, the BSDs): no role can be locked, and every probe answers "alive"
+/// (see `docs/OS.md`, the fallback), so nothing is ever reclaimed or cleaned automatically.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+mod sys {
+    use std::os::fd::BorrowedFd;
+
+    /// Pretends the lock was taken: there is nothing to take, and probes never say dead.
+    pub(super) fn set_write_lock(_: BorrowedFd<'_>, _: i64, _: i64) -> std::io::Result<bool> {
+        Ok(true)
+    }
+
+    /// Unknown, so "alive".
+    pub(super) fn conflicting(_: BorrowedFd<'_>, _: i64, _: i64) -> std::io::Result<bool> {
+        Err(std::io::Error::from(std::io::ErrorKind::Unsupported))
+    }
+}
+
+#[cfg(test)]
+mod tests;

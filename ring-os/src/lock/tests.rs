@@ -1,0 +1,180 @@
+//! Role locks on every kind of file a segment can live in, held by this process and by others.
+
+use std::os::fd::{AsFd as _, AsRawFd as _, OwnedFd};
+use std::os::unix::process::CommandExt as _;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A memfd, a file in `/dev/shm` and a file in `/tmp`, each with a name to remove afterwards.
+fn files(tag: &str) -> Vec<(&'static str, OwnedFd, Option<std::path::PathBuf>)> {
+    let memfd = rustix::fs::memfd_create("lock-test", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let mut out = vec![("memfd", memfd, None)];
+    for (what, dir) in [("/dev/shm", "/dev/shm"), ("/tmp", "/tmp")] {
+        let path =
+            std::path::PathBuf::from(format!("{dir}/ring-os-lock-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        out.push((what, OwnedFd::from(f), Some(path)));
+    }
+    out
+}
+
+/// Waits (at most 10 s) for `check` to say dead. A lock is released when the last reference to
+/// its open file description closes; a child that another test forks meanwhile holds a
+/// reference until it execs (the descriptors are close-on-exec), so a release can take a moment.
+fn settles_dead(check: impl Fn() -> Liveness) -> Liveness {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while check() == Liveness::Alive && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    check()
+}
+
+#[test]
+fn a_lock_is_seen_through_the_segment_descriptor_and_freed_on_drop() {
+    for (what, fd, path) in files("own") {
+        let file = fd.as_fd();
+        assert_eq!(probe(file, Role::Producer), Liveness::Dead, "{what}");
+        let held = RoleLock::try_acquire(file, Role::Producer)
+            .unwrap()
+            .unwrap();
+        assert_eq!(held.role(), Role::Producer);
+        // Same process, another description: must be seen, and must refuse a second holder.
+        assert_eq!(probe(file, Role::Producer), Liveness::Alive, "{what}");
+        assert_eq!(probe_any(file), Liveness::Alive, "{what}");
+        assert!(
+            RoleLock::try_acquire(file, Role::Producer)
+                .unwrap()
+                .is_none(),
+            "{what}"
+        );
+        assert!(
+            AllRoles::try_acquire(file, None).unwrap().is_none(),
+            "{what}"
+        );
+        // Other roles are other bytes.
+        assert_eq!(probe(file, Role::Creator), Liveness::Dead, "{what}");
+        assert_eq!(probe(file, Role::Consumer(0)), Liveness::Dead, "{what}");
+        let c7 = RoleLock::try_acquire(file, Role::Consumer(7))
+            .unwrap()
+            .unwrap();
+        assert_eq!(probe(file, Role::Consumer(7)), Liveness::Alive, "{what}");
+        assert_eq!(probe(file, Role::Consumer(6)), Liveness::Dead, "{what}");
+        drop(held);
+        assert_eq!(
+            settles_dead(|| probe(file, Role::Producer)),
+            Liveness::Dead,
+            "{what}"
+        );
+        drop(c7);
+        assert_eq!(settles_dead(|| probe_any(file)), Liveness::Dead, "{what}");
+        let all = AllRoles::try_acquire(file, None).unwrap().unwrap();
+        assert!(
+            RoleLock::try_acquire(file, Role::Consumer(3))
+                .unwrap()
+                .is_none(),
+            "{what}"
+        );
+        drop(all);
+        settles_dead(|| probe_any(file));
+        assert!(
+            RoleLock::try_acquire(file, Role::Consumer(3))
+                .unwrap()
+                .is_some(),
+            "{what}"
+        );
+        if let Some(p) = path {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}
+
+#[test]
+fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
+    for (what, fd, path) in files("child") {
+        let file = fd.as_fd();
+        let lock = RoleLock::try_acquire(file, Role::Consumer(1))
+            .unwrap()
+            .unwrap();
+        // Hand the lock's own description to a child (as fd 3), then let go of ours: the lock
+        // now lives exactly as long as the child.
+        let raw = lock._file.as_raw_fd();
+        let mut cmd = std::process::Command::new("sleep");
+        cmd.arg("30");
+        // SAFETY: `dup2` is async-signal-safe, and `raw` stays open in the parent until after
+        // `spawn` returns.
+        unsafe {
+            cmd.pre_exec(move || {
+                if libc::dup2(raw, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let mut child = cmd.spawn().unwrap();
+        drop(lock);
+        assert_eq!(probe(file, Role::Consumer(1)), Liveness::Alive, "{what}");
+        assert!(
+            RoleLock::try_acquire(file, Role::Consumer(1))
+                .unwrap()
+                .is_none(),
+            "{what}"
+        );
+        child.kill().unwrap();
+        // Killed, not yet reaped: the kernel closed its files at exit, so the byte is free.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while probe(file, Role::Consumer(1)) == Liveness::Alive {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: killed holder still holds the lock"
+            );
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        assert!(
+            RoleLock::try_acquire(file, Role::Consumer(1))
+                .unwrap()
+                .is_some(),
+            "{what}"
+        );
+        child.wait().unwrap();
+        if let Some(p) = path {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+}
+
+#[test]
+fn the_path_fallback_must_name_the_same_file() {
+    let files = files("path");
+    let (_, shm_fd, shm_path) = &files[1];
+    let (_, tmp_fd, tmp_path) = &files[2];
+    let (shm_path, tmp_path) = (shm_path.clone().unwrap(), tmp_path.clone().unwrap());
+    let want = identity(tmp_fd.as_fd()).unwrap();
+    assert!(open_same(&tmp_path, want).is_ok());
+    // A path that names another file now (replaced under us) is refused, never locked.
+    assert!(open_same(&shm_path, want).is_err());
+    assert_ne!(identity(shm_fd.as_fd()).unwrap(), want);
+    std::fs::remove_file(shm_path).unwrap();
+    std::fs::remove_file(tmp_path).unwrap();
+}
+
+#[test]
+fn role_offsets() {
+    assert_eq!(Role::Creator.offset(), Some(0));
+    assert_eq!(Role::Producer.offset(), Some(1));
+    assert_eq!(Role::Consumer(0).offset(), Some(2));
+    assert_eq!(Role::Consumer(31).offset(), Some(33));
+    assert_eq!(Role::Consumer(usize::MAX).offset(), None);
+    let fd = rustix::fs::memfd_create("x", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    assert_eq!(
+        probe(fd.as_fd(), Role::Consumer(usize::MAX)),
+        Liveness::Alive
+    );
+    assert!(RoleLock::try_acquire(fd.as_fd(), Role::Consumer(usize::MAX)).is_err());
+}

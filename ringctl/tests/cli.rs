@@ -607,3 +607,75 @@ fn list_inspect_and_clean_report_half_created_zero_length_truncated_and_foreign_
         text(&clean.stdout)
     );
 }
+
+/// A gating `ringctl sub` in another pid namespace (a container sharing /dev/shm) that reads
+/// slowly holds the publisher back, and the publisher must not judge it dead: every byte
+/// arrives. With pid-based liveness the publisher reclaimed it (its pid means nothing here).
+#[test]
+fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
+    if rustix_is_root_with_unshare().is_none() {
+        eprintln!("skipped: needs root and `unshare` for a pid namespace");
+        return;
+    }
+    let name = unique("pidns");
+    let _cleanup = Cleanup(name.clone());
+    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    let mut sub = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            BIN,
+            "sub",
+            &name,
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub under unshare");
+    let mut out = sub.stdout.take().expect("stdout");
+    // Read slowly: every 8 reads, pause longer than the publisher's liveness period, so the
+    // publisher, held back, checks whether its subscriber is alive many times.
+    let reader = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        for i in 0.. {
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+            if i % 8 == 7 {
+                std::thread::sleep(Duration::from_millis(60));
+            }
+        }
+        got
+    });
+    let publ = ringctl(
+        &["pub", &name, "--frame-size", "4096", "--timeout", "30"],
+        &data,
+        Duration::from_secs(60),
+    );
+    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    let got = reader.join().expect("reader");
+    let status = finish(sub, Duration::from_secs(30));
+    assert!(status.status.success(), "sub: {}", text(&status.stderr));
+    assert_eq!(got.len(), data.len(), "bytes lost");
+    assert!(got == data, "bytes differ");
+}
+
+/// `Some(())` when this process is root and `unshare --pid` works.
+fn rustix_is_root_with_unshare() -> Option<()> {
+    let uid = Command::new("id").arg("-u").output().ok()?;
+    if text(&uid.stdout).trim() != "0" {
+        return None;
+    }
+    let ok = Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "true"])
+        .status()
+        .ok()?
+        .success();
+    ok.then_some(())
+}

@@ -610,7 +610,8 @@ fn list_inspect_and_clean_report_half_created_zero_length_truncated_and_foreign_
 
 /// A gating `ringctl sub` in another pid namespace (a container sharing /dev/shm) that reads
 /// slowly holds the publisher back, and the publisher must not judge it dead: every byte
-/// arrives. With pid-based liveness the publisher reclaimed it (its pid means nothing here).
+/// arrives. With pid-based liveness the publisher reclaimed it (its pid means nothing here):
+/// the old binary's sub exited 2 ("reclaimed as dead") after 1 MiB of 4.
 #[test]
 fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
     if rustix_is_root_with_unshare().is_none() {
@@ -619,7 +620,9 @@ fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
     }
     let name = unique("pidns");
     let _cleanup = Cleanup(name.clone());
-    let data: Vec<u8> = (0..200_000u32).map(|i| (i * 7 + i / 4096) as u8).collect();
+    // More than sub's 1 MiB output buffer, the pipe and the ring together, so the slow reader
+    // really holds the publisher back.
+    let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
     let mut sub = Command::new("unshare")
         .args([
             "--pid",
@@ -641,7 +644,7 @@ fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
     let reader = std::thread::spawn(move || {
         use std::io::Read as _;
         let mut got = Vec::new();
-        let mut buf = [0u8; 4096];
+        let mut buf = vec![0u8; 64 * 1024];
         for i in 0.. {
             match out.read(&mut buf) {
                 Ok(0) | Err(_) => break,

@@ -20,11 +20,12 @@ mod name;
 pub mod owner;
 mod ring;
 mod segment;
+pub mod sigbus;
 pub mod stale;
 mod wait;
 
 pub use alloc::{AllocProducer, AllocReader};
-pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
+pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
 pub use error::Error;
 pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};

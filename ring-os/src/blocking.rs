@@ -110,9 +110,10 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
         loop {
             match self.try_copy(buf) {
                 Err(ReadError::Empty) => {}
-                // The copy touched the message's pages: a lost one faulted into zeros and the
-                // guard's mark, so one load tells.
-                Ok(m) => return read_guard(self.memory(), false).map(|()| m),
+                // A lost page the copy touched faulted into zeros and the guard's mark; bytes
+                // zeroed in the page that holds the new end of file do not fault, so probe the
+                // mapping's end too (the kernel unmaps the lost pages before it zeroes that one).
+                Ok(m) => return read_guard(self.memory(), true).map(|()| m),
                 Err(e) => {
                     read_guard(self.memory(), true)?;
                     return Err(e);
@@ -131,10 +132,10 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
         let segment = core::ptr::from_ref(self.memory().header()) as usize;
         match self.try_pin() {
             Ok(pin) => {
-                // The caller reads the bytes later: touch the message's last byte now (a
-                // truncation cuts the tail, so if any page of it is lost, that one is).
-                core::hint::black_box(pin.bytes().last().copied());
-                if crate::sigbus::truncated_at(segment) {
+                // The caller reads the bytes later: check now whether the segment was cut (see
+                // `recv`; a truncation after this point can still zero what the caller reads).
+                // SAFETY: the pin borrows the consumer, which keeps its memory mapped.
+                if unsafe { crate::sigbus::probe_at(segment) } {
                     return Err(ReadError::Corrupt(TRUNCATED));
                 }
                 Ok(pin)
@@ -205,11 +206,12 @@ impl<M: Memory> ProducerExt<M> for Producer<M> {
     ) -> Result<R, ClaimError> {
         let mut write = Some(write);
         claim_guard(self.memory(), false)?;
-        // `write` touches the slot's pages: afterwards one load of the guard's mark tells whether
-        // one was lost (looked up by address: the slot borrows the producer).
+        // After `write`, probe whether the segment was cut (see `recv`), looked up by address:
+        // the slot borrows the producer.
         let segment = core::ptr::from_ref(self.memory().header()) as usize;
         let written = |r: R| {
-            if crate::sigbus::truncated_at(segment) {
+            // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
+            if unsafe { crate::sigbus::probe_at(segment) } {
                 Err(ClaimError::Corrupt(TRUNCATED))
             } else {
                 Ok(r)

@@ -18,6 +18,7 @@ pub mod futex;
 mod mapping;
 mod name;
 pub mod owner;
+pub mod rendezvous;
 mod ring;
 mod segment;
 pub mod sigbus;

@@ -64,6 +64,9 @@ static ENTRIES: [Entry; MAX_MAPPINGS] = [const {
     }
 }; MAX_MAPPINGS];
 
+/// One past the highest entry index ever claimed: lookups scan no further.
+static HIGH: AtomicUsize = AtomicUsize::new(0);
+
 /// Faults repaired in this process (0 on the fast path: no lookup needed).
 static REPAIRED: AtomicU64 = AtomicU64::new(0);
 
@@ -149,6 +152,9 @@ pub(crate) fn register(
             .compare_exchange(FREE, CLAIMED, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
         {
+            // Release: a lookup that sees the new mark (Acquire) scans this entry; it still
+            // skips it until the LIVE store below.
+            HIGH.fetch_max(index + 1, Ordering::Release);
             // Relaxed: published by the Release store of LIVE below.
             e.start.store(start as usize, Ordering::Relaxed);
             e.len.store(len, Ordering::Relaxed);
@@ -193,14 +199,11 @@ pub(crate) fn truncated_at(addr: usize) -> bool {
     find(addr).is_some_and(|e| e.state.load(Ordering::SeqCst) == TRUNCATED)
 }
 
-/// Whether `addr` lies in a registered range at all.
-pub(crate) fn is_registered(addr: usize) -> bool {
-    find(addr).is_some()
-}
-
 /// The live entry whose range holds `addr`. Lock-free and allocation-free (the handler uses it).
 fn find(addr: usize) -> Option<&'static Entry> {
-    ENTRIES.iter().find(|e| {
+    // Acquire: pairs with the Release `fetch_max` in `register`.
+    let high = HIGH.load(Ordering::Acquire).min(MAX_MAPPINGS);
+    ENTRIES.iter().take(high).find(|e| {
         // Acquire: pairs with the registering Release store, so `start`/`len` are its values.
         let state = e.state.load(Ordering::Acquire);
         if state != LIVE && state != TRUNCATED {
@@ -313,23 +316,40 @@ fn chain(sig: libc::c_int, info: *mut libc::siginfo_t, ctx: *mut c_void, fault: 
     }
 }
 
-/// Whether `mem` lies in a range the guard repaired. With `probe`, first loads the last word of
-/// its payload and allocator regions (the end of the ring's layout), so a truncation that no
-/// operation has touched yet faults now and is found: a truncation always cuts the file's tail.
+/// Whether `mem` lies in a range the guard repaired. With `probe`, first touches the last byte
+/// of its mapping, so a truncation that no operation has met yet faults now and is found (a
+/// truncation always cuts the file's tail). Memory that ring-os did not map is never probed.
 pub(crate) fn memory_truncated<M: ring_core::Memory + ?Sized>(mem: &M, probe: bool) -> bool {
     let addr = core::ptr::from_ref(mem.header()) as usize;
-    if probe && is_registered(addr) {
-        // Relaxed: the values do not matter, only that the pages are touched (and faulted into
-        // zeros by the handler if they are gone).
-        if let Some(w) = mem.alloc_words().last() {
-            core::hint::black_box(w.load(ring_core::sync::Ordering::Relaxed));
-        }
-        let slots = mem.geometry().slots();
-        if let Some(w) = slots.checked_sub(1).and_then(|i| mem.payload(i).last()) {
-            core::hint::black_box(w.load(ring_core::sync::Ordering::Relaxed));
-        }
+    if probe {
+        // SAFETY: `mem` is borrowed for this call, so the mapping holding its header stays
+        // mapped.
+        unsafe { probe_at(addr) }
+    } else {
+        truncated_at(addr)
     }
-    truncated_at(addr)
+}
+
+/// Touches the last byte of the registered mapping that holds `addr`, then says whether the
+/// guard marked it truncated (false for an address ring-os did not map).
+///
+/// # Safety
+///
+/// The mapping that holds `addr` must stay mapped for the duration of the call (the caller
+/// holds the segment, directly or through a ring endpoint).
+pub(crate) unsafe fn probe_at(addr: usize) -> bool {
+    let Some(e) = find(addr) else {
+        return false;
+    };
+    // Relaxed: ordered by `find`'s Acquire load of `state`.
+    let last = e.start.load(Ordering::Relaxed) + e.len.load(Ordering::Relaxed) - 1;
+    // SAFETY: `last` is the mapping's last byte, mapped per the caller's promise; peers write
+    // the segment only through atomics, and this is an atomic load.
+    let byte = unsafe { core::sync::atomic::AtomicU8::from_ptr(last as *mut u8) };
+    // Relaxed: only the page's presence matters.
+    core::hint::black_box(byte.load(Ordering::Relaxed));
+    // SeqCst: pairs with the handler's SeqCst store (see `Registration::is_truncated`).
+    e.state.load(Ordering::SeqCst) == TRUNCATED
 }
 
 #[cfg(test)]

@@ -14,10 +14,12 @@
     reason = "test binary"
 )]
 
+mod guard;
 mod roles;
 mod scenarios;
 mod segments;
 mod support;
+mod truncation;
 
 use std::time::{Duration, Instant};
 
@@ -53,6 +55,26 @@ const SCENARIOS: &[Scenario] = &[
     (
         "memfd_passed_over_a_socket_and_bad_ones_refused",
         segments::memfd,
+        Duration::from_secs(60),
+    ),
+    (
+        "truncated_named_segment_under_streaming_endpoints_10_trials",
+        truncation::named,
+        Duration::from_secs(120),
+    ),
+    (
+        "truncated_file_segment_under_streaming_endpoints_10_trials",
+        truncation::file,
+        Duration::from_secs(120),
+    ),
+    (
+        "sigbus_outside_rings_reaches_the_previous_handler",
+        guard::chain,
+        Duration::from_secs(60),
+    ),
+    (
+        "memfd_ring_over_rendezvous_refuses_truncation",
+        guard::rendezvous,
         Duration::from_secs(60),
     ),
     (

@@ -140,8 +140,12 @@ impl<M: Memory> ConsumerExt<M> for Consumer<M> {
                 }
                 Ok(pin)
             }
-            // A `Corrupt` read from zeros the guard mapped is reported as the truncation.
-            Err(_) if crate::sigbus::truncated_at(segment) => Err(ReadError::Corrupt(TRUNCATED)),
+            // `Closed` or `Corrupt` may be read from zeros the guard mapped, or written by a
+            // producer that gave up on the truncated segment: report the truncation.
+            // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
+            Err(_) if unsafe { crate::sigbus::probe_at(segment) } => {
+                Err(ReadError::Corrupt(TRUNCATED))
+            }
             Err(e) => Err(e),
         }
     }

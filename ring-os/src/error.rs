@@ -222,13 +222,13 @@ impl fmt::Display for Error {
                 owner & 0xffff_ffff
             ),
             Self::Truncated { mapped, actual } => {
-                write!(f, "the segment was truncated under its {mapped}-byte mapping")?;
+                write!(f, "a peer truncated the segment under this {mapped}-byte mapping")?;
                 if let Some(actual) = actual {
                     write!(f, " (the file is {actual} bytes now)")?;
                 }
                 write!(
                     f,
-                    " or its pages could not be backed; the lost pages read as zeros, so the ring \
+                    ", or its pages could not be backed; the lost pages read as zeros, so the ring \
                      is unusable: recreate it (a memfd ring, `--memfd`, cannot be truncated)"
                 )
             }

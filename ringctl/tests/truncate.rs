@@ -9,12 +9,12 @@
 
 use std::io::{Read as _, Write as _};
 use std::os::unix::process::ExitStatusExt as _;
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
+mod common;
 
 /// A running `ringctl` with its stdin fed forever (or with `input`) and its stdout counted.
 struct Running {
@@ -28,13 +28,7 @@ struct Running {
 impl Running {
     /// Spawns `ringctl args`; `input: None` feeds an endless stream.
     fn spawn(args: &[&str], input: Option<Vec<u8>>) -> Self {
-        let mut child = Command::new(BIN)
-            .args(args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("spawning ringctl");
+        let mut child = common::spawn_piped(args);
         let mut stdin = child.stdin.take().expect("stdin");
         std::thread::spawn(move || match input {
             Some(data) => {

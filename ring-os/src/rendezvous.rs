@@ -378,6 +378,11 @@ mod tests {
         let (ring, server) = r.create(&Config::new(4, 64), CreateOptions::new()).unwrap();
         let theirs = r.connect(Duration::from_secs(5)).unwrap();
         assert_eq!(theirs.segment().len(), ring.segment().len());
+        // The server counts a descriptor once `sendmsg` returned, which may be after we got it.
+        let t = Instant::now();
+        while server.served() == 0 && t.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(1));
+        }
         assert_eq!(server.served(), 1);
         drop(server);
         assert!(!path.exists(), "the server removes its socket file");

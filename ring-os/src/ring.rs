@@ -158,8 +158,9 @@ impl ShmRing {
     /// # Errors
     ///
     /// [`Error::ProducerAlive`] when a live producer owns the ring; [`Error::Io`] when this
-    /// process's owner id cannot be read.
+    /// process's owner id cannot be read; [`Error::Truncated`] when a peer truncated the ring.
     pub fn producer(ring: &Arc<Mapping>) -> Result<ShmProducer, Error> {
+        ring.check_truncated()?;
         let me = owner::current()?;
         match Producer::new(Arc::clone(ring), me) {
             Ok(p) => Ok(p),
@@ -180,8 +181,9 @@ impl ShmRing {
     ///
     /// # Errors
     ///
-    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`].
+    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Io`], [`Error::Truncated`].
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
+        ring.check_truncated()?;
         let me = owner::current()?;
         Ok(Consumer::new(Arc::clone(ring), class, me)?)
     }

@@ -187,7 +187,6 @@ pub fn rendezvous() {
     publish_payloads(&mut p, n);
     assert_eq!(field(&child.expect_line("RESULT", SECS(30)), "received"), n);
     assert!(child.wait(SECS(10)), "rendezvous subscriber failed");
-    assert_eq!(server.served(), 1);
     drop(server);
     // A server killed mid-stream: its ring stays mapped here, nothing is left behind.
     let name = unique_name("rdv-kill");

@@ -19,8 +19,9 @@ use crate::FutexWait;
 
 /// The `Corrupt` reason the blocking helpers report once the SIGBUS guard found the segment
 /// truncated under its mapping (`Mapping::check_len` then says by how much).
-pub const TRUNCATED: &str = "a peer truncated the segment under this mapping (the lost pages \
-                             read as zeros; see Mapping::is_truncated): recreate the ring";
+pub const TRUNCATED: &str = "a peer truncated the segment under this mapping, or its pages \
+                             could not be backed (they read as zeros now; see \
+                             Mapping::is_truncated): recreate the ring";
 
 /// `Err(ReadError::Corrupt(TRUNCATED))` when `mem` was found truncated; with `probe`, the end of
 /// its layout is touched first (for slice ends and errors, where one more load costs nothing).

@@ -81,6 +81,8 @@ static PREVIOUS_SET: AtomicBool = AtomicBool::new(false);
 static INSTALL: Once = Once::new();
 /// Whether installation succeeded.
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// The `errno` of a failed installation.
+static INSTALL_ERRNO: core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
 
 /// Installs the process-wide `SIGBUS` handler (once; later calls return at once). ring-os calls
 /// it before mapping any segment; a host application that installs its own `SIGBUS` handler
@@ -97,7 +99,13 @@ pub fn install() -> Result<(), Error> {
         // function has the `SA_SIGINFO` signature. The struct is plain data, zeroed then filled.
         unsafe {
             let prev = (*PREVIOUS.0.get()).as_mut_ptr();
+            let failed = || {
+                let errno = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+                // Relaxed: read after the `Once` completed, which orders it.
+                INSTALL_ERRNO.store(errno, Ordering::Relaxed);
+            };
             if libc::sigaction(libc::SIGBUS, core::ptr::null(), prev) != 0 {
+                failed();
                 return;
             }
             // Release: pairs with the handler's Acquire load before it reads `PREVIOUS`.
@@ -111,6 +119,8 @@ pub fn install() -> Result<(), Error> {
             libc::sigemptyset(&raw mut act.sa_mask);
             if libc::sigaction(libc::SIGBUS, &raw const act, core::ptr::null_mut()) == 0 {
                 INSTALLED.store(true, Ordering::Release);
+            } else {
+                failed();
             }
         }
     });
@@ -242,7 +252,8 @@ fn repair(addr: usize) -> bool {
     // (registered entries are unregistered before unmapping); replacing its pages with private
     // zero pages keeps every reference into it valid (same addresses, readable and writable).
     // Async-signal-safety: rustix's Linux backend issues the raw `mmap` system call (no locks,
-    // no allocation, no `errno`).
+    // no allocation, and `errno` is left as the interrupted code had it; its libc backend,
+    // elsewhere, writes `errno` only when the remap fails, and the process then dies).
     let remapped = unsafe {
         mmap_anonymous(
             from as *mut c_void,

@@ -209,3 +209,80 @@ pub fn rendezvous() {
     assert!(ShmRing::consumer(&theirs, DeliveryClass::Gating).is_ok());
     println!("  rendezvous: {n} messages; truncation refused (EPERM); nothing left after SIGKILL");
 }
+
+/// Child: a ring file whose payload pages are not backed (a hole punched in it, on a tmpfs that
+/// is then filled up, as a hostile creator's `ftruncate`-sized file on a full tmpfs): touching
+/// them is a SIGBUS, which the guard turns into the truncation error. Needs a private mount
+/// namespace for its own small tmpfs (root); says `SKIP` without one.
+pub fn unbacked_role() -> i32 {
+    let dir = std::path::PathBuf::from(std::env::var("RING_DIR").expect("RING_DIR"));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let Ok(c_dir) = std::ffi::CString::new(dir.display().to_string()) else {
+        return 3;
+    };
+    // SAFETY: plain system calls on valid NUL-terminated strings; the mount namespace is this
+    // process's own after unshare, so nothing outside it sees the tmpfs.
+    let mounted = unsafe {
+        libc::unshare(libc::CLONE_NEWNS) == 0
+            && libc::mount(
+                c"none".as_ptr(),
+                c"/".as_ptr(),
+                core::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                core::ptr::null(),
+            ) == 0
+            && libc::mount(
+                c"tmpfs".as_ptr(),
+                c_dir.as_ptr(),
+                c"tmpfs".as_ptr(),
+                0,
+                c"size=1m".as_ptr().cast(),
+            ) == 0
+    };
+    if !mounted {
+        say("SKIP no private tmpfs (needs root)");
+        return 0;
+    }
+    let ring = ShmRing::create_file(
+        &dir.join("ring"),
+        &Config::new(16, 16384),
+        CreateOptions::new(),
+    )
+    .expect("create");
+    let len = ring.segment().len() as u64;
+    let half = len / 2 / 4096 * 4096;
+    rustix::fs::fallocate(
+        ring.segment().fd(),
+        rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+        half,
+        len - half,
+    )
+    .expect("punch a hole");
+    // Fill the tmpfs so the hole cannot be backed again.
+    let mut filler = std::fs::File::create(dir.join("filler")).expect("filler");
+    let block = vec![1u8; 64 * 1024];
+    while filler.write_all(&block).is_ok() {}
+    let _ = filler.flush();
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    for _ in 0..64 {
+        if let Err(e) = ring_os::ProducerExt::publish(&mut p, &[7; 16384], SECS(1)) {
+            let clear = e.to_string().contains(ring_os::TRUNCATED) && ring.is_truncated();
+            say(&format!("UNBACKED clear={} {e}", u8::from(clear)));
+            return if clear { 0 } else { 2 };
+        }
+    }
+    say("UNBACKED not met");
+    2
+}
+
+/// Parent: the unbacked-pages child reports the clear error (or skips without root).
+pub fn unbacked() {
+    let dir = std::env::temp_dir().join(format!("ring-os-unbacked-{}", std::process::id()));
+    let mut c = Child::spawn("unbacked", &[("RING_DIR", dir.display().to_string())]);
+    let status = c.wait_status(SECS(30));
+    assert_eq!(status.signal(), None, "died of a signal: {status:?}");
+    let line = c.expect_line("", SECS(5));
+    assert!(status.success(), "{line}");
+    let _ = std::fs::remove_dir_all(&dir);
+    println!("  unbacked pages: {line}");
+}

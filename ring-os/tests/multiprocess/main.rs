@@ -78,6 +78,11 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(60),
     ),
     (
+        "unbacked_pages_of_a_hostile_file_are_a_clear_error",
+        guard::unbacked,
+        Duration::from_secs(60),
+    ),
+    (
         "stale_segments_of_dead_owners_are_cleaned",
         segments::stale,
         Duration::from_secs(60),

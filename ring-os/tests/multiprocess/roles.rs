@@ -50,6 +50,7 @@ pub fn run(role: &str) -> i32 {
         "guard-default" => crate::guard::chain_role(false),
         "rendezvous-sub" => crate::guard::rendezvous_sub(),
         "rendezvous-pub" => crate::guard::rendezvous_pub(),
+        "unbacked" => crate::guard::unbacked_role(),
         other => {
             eprintln!("unknown role {other}");
             3

@@ -43,6 +43,10 @@ use rustix::net::sockopt;
 
 use crate::{fdpass, CreateOptions, Error, Mapping, SegmentKind, SegmentName, ShmRing};
 
+/// The longest socket address: `sun_path` holds 108 bytes, a path needs a NUL and an abstract
+/// name a leading NUL.
+const MAX_ADDR: usize = 107;
+
 /// The payload that comes with the descriptor: a tag, then the segment length (little-endian).
 const TAG: &[u8; 8] = b"shmring1";
 
@@ -98,6 +102,21 @@ impl Rendezvous {
         }
     }
 
+    /// Refuses a name whose socket address would not fit in `sun_path`.
+    fn check_fits(&self) -> Result<(), Error> {
+        let len = self
+            .socket_path()
+            .map_or(self.name.file_name().len(), |p| p.as_os_str().len());
+        if len <= MAX_ADDR {
+            return Ok(());
+        }
+        Err(Error::InvalidName {
+            name: self.name.as_str().to_owned(),
+            reason: "too long for a rendezvous socket address (108 bytes with the shmring. prefix \
+                     and the socket directory); use a shorter name or directory",
+        })
+    }
+
     /// What to call the socket in messages.
     fn what(&self) -> String {
         match self.socket_path() {
@@ -141,6 +160,7 @@ impl Rendezvous {
         let mut note = [0u8; 16];
         note[..8].copy_from_slice(TAG);
         note[8..].copy_from_slice(&(ring.segment().len() as u64).to_le_bytes());
+        self.check_fits()?;
         let listener = self.bind()?;
         listener
             .set_nonblocking(true)
@@ -203,6 +223,7 @@ impl Rendezvous {
     /// the server runs as another user; [`Error::MissingSeals`], [`Error::SizeMismatch`],
     /// [`Error::Attach`] for a bad descriptor; [`Error::Disconnected`], [`Error::TimedOut`].
     pub fn connect(&self, timeout: Duration) -> Result<Arc<Mapping>, Error> {
+        self.check_fits()?;
         let deadline = crate::deadline_after(timeout);
         let stream = loop {
             match self.connect_once() {
@@ -315,6 +336,8 @@ fn accept_loop(
             continue;
         }
         let Ok((stream, _)) = listener.accept() else {
+            // Out of descriptors, say: do not spin on a listener that stays readable.
+            std::thread::sleep(core::time::Duration::from_millis(5));
             continue;
         };
         // A peer of another user gets nothing; a subscriber that went away costs nothing.
@@ -387,6 +410,20 @@ mod tests {
         drop(server);
         assert!(!path.exists(), "the server removes its socket file");
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_name_too_long_for_a_socket_is_refused() {
+        let n = SegmentName::new(&"x".repeat(150)).unwrap();
+        let r = Rendezvous::new(&n, SocketPlace::Abstract);
+        assert!(matches!(
+            r.create(&Config::new(4, 64), CreateOptions::new()),
+            Err(Error::InvalidName { .. })
+        ));
+        assert!(matches!(
+            r.connect(Duration::from_millis(10)),
+            Err(Error::InvalidName { .. })
+        ));
     }
 
     #[test]

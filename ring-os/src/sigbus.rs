@@ -128,9 +128,11 @@ pub fn install() -> Result<(), Error> {
     if INSTALLED.load(Ordering::Acquire) {
         Ok(())
     } else {
+        // Relaxed: written inside the completed `Once`, which orders it before this load.
+        let errno = INSTALL_ERRNO.load(Ordering::Relaxed);
         Err(Error::io(
             "sigaction(SIGBUS)",
-            std::io::Error::last_os_error(),
+            std::io::Error::from_raw_os_error(errno),
         ))
     }
 }

@@ -18,6 +18,8 @@ use crate::frame::FrameSize;
   ringctl demo                                   3 s of 1080p BGRA frames, 1 producer, 3 consumers
   ringctl demo --kill-consumer-every 50 --json   crash recovery; one JSON object on the last line
   ringctl pub cam --frame-size 4096 < in & ringctl sub cam > out
+  ringctl pub cam --memfd --frame-size 4096 < in & ringctl sub cam --memfd > out
+                                                 the same through a sealed memfd (nothing in /dev/shm)
   ringctl inspect cam --watch                    live view of a ring
   ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
 

@@ -4,7 +4,7 @@ use ring_os::prelude::*;
 const FRAME: usize = 1920 * 1080 * 4;
 const FRAMES: u64 = 120;
 
-fn run() -> Result<(), Box<dyn std::error::Error>> {
+fn run() -> Result<(), Box<dyn core::error::Error>> {
     let ring = Ring::memfd()
         .slots(3)
         .slot_size(FRAME as u32)
@@ -14,7 +14,7 @@ fn run() -> Result<(), Box<dyn std::error::Error>> {
     let mut renderer = ring.publisher()?;
     let render = std::thread::spawn(move || {
         (0..FRAMES).try_for_each(|n| {
-            let mut frame = renderer.loan(FRAME, std::time::Duration::from_secs(10))?;
+            let mut frame = renderer.loan(FRAME, core::time::Duration::from_secs(10))?;
             frame.bytes().fill(n as u8); // draw straight into the slot
             frame.send().map(drop)
         })

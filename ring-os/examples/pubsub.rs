@@ -1,7 +1,7 @@
 //! Blocking pub/sub across two processes: 1000 messages of varying size, all received in order.
 use ring_os::prelude::*;
 
-type Result<T = ()> = std::result::Result<T, Box<dyn std::error::Error>>;
+type Result<T = ()> = core::result::Result<T, Box<dyn core::error::Error>>;
 const N: u64 = 1000;
 
 fn message(i: u64) -> Vec<u8> {
@@ -14,7 +14,7 @@ fn publish(name: &str) -> Result {
         .arg(name)
         .spawn()?;
     let mut publisher = ring.publisher()?;
-    if !publisher.wait_for_subscribers(1, std::time::Duration::from_secs(10)) {
+    if !publisher.wait_for_subscribers(1, core::time::Duration::from_secs(10)) {
         return Err("no subscriber came".into());
     }
     (0..N).try_for_each(|i| publisher.send(&message(i)).map(drop))?;

@@ -120,7 +120,7 @@ impl<T: Memory> AllocReader<T> {
     ///
     /// [`Error::MessageTooLarge`] (nothing allocated) when the message claims more than
     /// `max_len` bytes; [`Error::Alloc`] when the handle is not live or the lengths disagree (a
-    /// corrupt or hostile segment).
+    /// corrupt or hostile segment); [`Error::Truncated`] when a peer truncated the segment.
     pub fn read_pinned<N: Memory>(
         &self,
         pinned: &Pinned<'_, N>,
@@ -145,8 +145,16 @@ impl<T: Memory> AllocReader<T> {
         }
         let n = usize::try_from(len).map_err(|_| invalid)?;
         out.resize(n, 0);
-        let got = self.alloc.read(&a, out).map_err(Error::Alloc)?;
-        out.truncate(got);
+        let got = self.alloc.read(&a, out);
+        // The copy touched the allocation's pages: a lost one faulted into zeros and the SIGBUS
+        // guard's mark.
+        if crate::sigbus::memory_truncated(&*self._mem, got.is_err()) {
+            return Err(Error::Truncated {
+                mapped: self._mem.geometry().total_len() as u64,
+                actual: None,
+            });
+        }
+        out.truncate(got.map_err(Error::Alloc)?);
         Ok(())
     }
 

@@ -14,8 +14,34 @@ use ring_core::{Reclaimed, WriteSlot};
 
 use crate::lock::{Liveness, Role};
 use crate::roles::{self, reclaim_if_dead, RoleFile};
+use crate::sigbus::memory_truncated;
 use crate::wait::deadline_after;
 use crate::FutexWait;
+
+/// The `Corrupt` reason the blocking helpers report once the SIGBUS guard found the segment
+/// truncated under its mapping (`Mapping::check_len` then says by how much).
+pub const TRUNCATED: &str = "a peer truncated the segment under this mapping, or its pages \
+                             could not be backed (they read as zeros now; see \
+                             Mapping::is_truncated): recreate the ring";
+
+/// `Err(ReadError::Corrupt(TRUNCATED))` when `mem` was found truncated; with `probe`, the end of
+/// its layout is touched first (for slice ends and errors, where one more load costs nothing).
+fn read_guard<M: Memory + ?Sized>(mem: &M, probe: bool) -> Result<(), ReadError> {
+    if memory_truncated(mem, probe) {
+        Err(ReadError::Corrupt(TRUNCATED))
+    } else {
+        Ok(())
+    }
+}
+
+/// As [`read_guard`], for claims.
+fn claim_guard<M: Memory + ?Sized>(mem: &M, probe: bool) -> Result<(), ClaimError> {
+    if memory_truncated(mem, probe) {
+        Err(ClaimError::Corrupt(TRUNCATED))
+    } else {
+        Ok(())
+    }
+}
 
 /// How long a blocked operation waits before it re-checks whether its peers are alive.
 pub const LIVENESS_PERIOD: Duration = Duration::from_millis(20);
@@ -32,7 +58,8 @@ pub trait ConsumerExt<M: Memory> {
     /// # Errors
     ///
     /// [`ReadError::Timeout`]; [`ReadError::ProducerGone`] when nothing is readable and the
-    /// producer's process is dead; [`ReadError::Evicted`].
+    /// producer's process is dead; [`ReadError::Evicted`]; [`ReadError::Corrupt`]`(`[`TRUNCATED`]`)`
+    /// when a peer truncated the segment (checked at every slice end and before any error).
     fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError>;
 
     /// Copies the next message into `buf`, waiting at most `timeout` for one.
@@ -56,13 +83,20 @@ pub trait ConsumerExt<M: Memory> {
 impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
     fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError> {
         let deadline = deadline_after(timeout);
+        read_guard(self.memory(), false)?;
         loop {
             match self.wait_ready(&mut FutexWait::until(slice_end(deadline))) {
                 Err(ReadError::Timeout) => {}
-                other => return other,
+                Ok(()) => return read_guard(self.memory(), false),
+                Err(e) => {
+                    // `Closed` or `Corrupt` may be read from zeros the guard mapped.
+                    read_guard(self.memory(), true)?;
+                    return Err(e);
+                }
             }
-            // A slice passed with nothing to read: is anyone still writing?
-            // A registered producer whose lock is free is gone.
+            // A slice passed with nothing to read: was the segment cut under us, is anyone
+            // still writing? A registered producer whose lock is free is gone.
+            read_guard(self.memory(), true)?;
             if self.producer_owner() != 0 && self.producer_liveness() == Liveness::Dead {
                 return Err(ReadError::ProducerGone);
             }
@@ -77,7 +111,14 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
         loop {
             match self.try_copy(buf) {
                 Err(ReadError::Empty) => {}
-                other => return other,
+                // A lost page the copy touched faulted into zeros and the guard's mark; bytes
+                // zeroed in the page that holds the new end of file do not fault, so probe the
+                // mapping's end too (the kernel unmaps the lost pages before it zeroes that one).
+                Ok(m) => return read_guard(self.memory(), true).map(|()| m),
+                Err(e) => {
+                    read_guard(self.memory(), true)?;
+                    return Err(e);
+                }
             }
             let left = deadline.saturating_duration_since(Instant::now());
             self.wait_message(left)?;
@@ -88,7 +129,26 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
         self.wait_message(timeout)?;
         // `head` only grows, so a message `wait_message` found stays there to pin (or is
         // overwritten, which `try_pin` reports as a miss and re-targets).
-        self.try_pin()
+        // The pin borrows `self`: remember where the segment is to look the mark up after.
+        let segment = core::ptr::from_ref(self.memory().header()) as usize;
+        match self.try_pin() {
+            Ok(pin) => {
+                // The caller reads the bytes later: check now whether the segment was cut (see
+                // `recv`; a truncation after this point can still zero what the caller reads).
+                // SAFETY: the pin borrows the consumer, which keeps its memory mapped.
+                if unsafe { crate::sigbus::probe_at(segment) } {
+                    return Err(ReadError::Corrupt(TRUNCATED));
+                }
+                Ok(pin)
+            }
+            // `Closed` or `Corrupt` may be read from zeros the guard mapped, or written by a
+            // producer that gave up on the truncated segment: report the truncation.
+            // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
+            Err(_) if unsafe { crate::sigbus::probe_at(segment) } => {
+                Err(ReadError::Corrupt(TRUNCATED))
+            }
+            Err(e) => Err(e),
+        }
     }
 
     fn producer_liveness(&self) -> Liveness {
@@ -104,7 +164,10 @@ pub trait ProducerExt<M: Memory> {
     ///
     /// # Errors
     ///
-    /// [`ClaimError::Closed`], or the last `Full`/`Pinned` when `timeout` ran out.
+    /// [`ClaimError::Closed`], or the last `Full`/`Pinned` when `timeout` ran out;
+    /// [`ClaimError::Corrupt`]`(`[`TRUNCATED`]`)` when a peer truncated the segment (checked
+    /// before the claim, after `write`, at every slice end; the slot may have been published
+    /// into the truncated ring).
     fn claim_with<R>(
         &mut self,
         timeout: Duration,
@@ -119,7 +182,8 @@ pub trait ProducerExt<M: Memory> {
     fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError>;
 
     /// Waits until every gating consumer has consumed everything published ("ack all"),
-    /// reclaiming dead ones; false when `timeout` ran out first.
+    /// reclaiming dead ones; false when `timeout` ran out first or the segment was truncated
+    /// (`Mapping::is_truncated` tells which).
     fn wait_drained_for(&mut self, timeout: Duration) -> bool;
 
     /// Reclaims every registered consumer whose role lock is free; returns what was cleared.
@@ -133,35 +197,51 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
         write: impl FnOnce(WriteSlot<'_, M>) -> R,
     ) -> Result<R, ClaimError> {
         let mut write = Some(write);
+        claim_guard(self.memory(), false)?;
+        // After `write`, probe whether the segment was cut (see `recv`), looked up by address:
+        // the slot borrows the producer.
+        let segment = core::ptr::from_ref(self.memory().header()) as usize;
+        let written = |r: R| {
+            // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
+            if unsafe { crate::sigbus::probe_at(segment) } {
+                Err(ClaimError::Corrupt(TRUNCATED))
+            } else {
+                Ok(r)
+            }
+        };
         // Fast path: no clock read, no wait strategy.
-        match self.try_claim() {
+        let first = match self.try_claim() {
             Ok(slot) => {
                 return match write.take() {
-                    Some(f) => Ok(f(slot)),
+                    Some(f) => written(f(slot)),
                     // Unreachable: `write` was just filled.
                     None => Err(ClaimError::Closed),
                 };
             }
-            Err(
-                e @ (ClaimError::Closed
-                | ClaimError::TooLarge { .. }
-                | ClaimError::Displaced { .. }
-                | ClaimError::Corrupt(_)),
-            ) => return Err(e),
-            Err(_) => {}
+            Err(e) => e,
+        };
+        if let ClaimError::Closed
+        | ClaimError::TooLarge { .. }
+        | ClaimError::Displaced { .. }
+        | ClaimError::Corrupt(_) = first
+        {
+            claim_guard(self.memory(), true)?;
+            return Err(first);
         }
         let deadline = deadline_after(timeout);
         loop {
             let err = match self.claim(&mut FutexWait::until(slice_end(deadline))) {
                 Ok(slot) => {
                     return match write.take() {
-                        Some(f) => Ok(f(slot)),
+                        Some(f) => written(f(slot)),
                         // Unreachable: `write` is taken only here, and we return at once.
                         None => Err(ClaimError::Closed),
                     };
                 }
                 Err(e) => e,
             };
+            // Held back for a whole slice (or refused): was the segment cut under us?
+            claim_guard(self.memory(), true)?;
             // Held back for a whole slice: by whom, and are they alive?
             match err {
                 ClaimError::Full { consumer, .. } => {
@@ -198,8 +278,12 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
     fn wait_drained_for(&mut self, timeout: Duration) -> bool {
         let deadline = deadline_after(timeout);
         loop {
+            // Zeros the guard mapped look drained, and a truncated ring drains nothing.
+            if memory_truncated(self.memory(), true) {
+                return false;
+            }
             if self.wait_drained(&mut FutexWait::until(slice_end(deadline))) {
-                return true;
+                return !memory_truncated(self.memory(), true);
             }
             if !self.reclaim_dead().is_empty() {
                 continue;

@@ -135,6 +135,26 @@ pub enum Error {
         /// The path or name.
         what: String,
     },
+    /// A peer truncated the segment under this mapping (or its pages could not be backed): the
+    /// SIGBUS guard replaced the lost pages with zeros, and the mapping cannot be trusted any more.
+    Truncated {
+        /// The mapped length in bytes.
+        mapped: u64,
+        /// The file's size now (`fstat`), when it could be read.
+        actual: Option<u64>,
+    },
+    /// The SIGBUS guard's registry is full: this process maps too many segments at once.
+    TooManyMappings {
+        /// How many segments one process can map at once.
+        max: usize,
+    },
+    /// The process at the other end of a rendezvous socket runs as another user.
+    ForeignPeer {
+        /// The socket.
+        what: String,
+        /// The peer's uid.
+        uid: u32,
+    },
     /// A system call failed in a way none of the variants above describes.
     Io {
         /// What was being done (for example `"mmap"`).
@@ -269,6 +289,27 @@ impl fmt::Display for Error {
                 f,
                 "{what} now names another file than the one opened (it was removed and re-created); \
                  left it alone"
+            ),
+            Self::Truncated { mapped, actual } => {
+                write!(f, "a peer truncated the segment under this {mapped}-byte mapping")?;
+                if let Some(actual) = actual {
+                    write!(f, " (the file is {actual} bytes now)")?;
+                }
+                write!(
+                    f,
+                    ", or its pages could not be backed; the lost pages read as zeros, so the ring \
+                     is unusable: recreate it (a memfd ring, `--memfd`, cannot be truncated)"
+                )
+            }
+            Self::TooManyMappings { max } => write!(
+                f,
+                "this process already maps {max} segments, the most the SIGBUS guard can track; \
+                 drop some mappings first"
+            ),
+            Self::ForeignPeer { what, uid } => write!(
+                f,
+                "the peer on {what} runs as uid {uid}, not as this user; refusing to exchange a \
+                 ring with it (someone else may have taken the name)"
             ),
             Self::Io { op, source } => write!(f, "{op} failed: {source}"),
         }

@@ -20,14 +20,16 @@ pub mod lock;
 mod mapping;
 mod name;
 pub mod owner;
+pub mod rendezvous;
 mod ring;
 mod roles;
 mod segment;
+pub mod sigbus;
 pub mod stale;
 mod wait;
 
 pub use alloc::{AllocProducer, AllocReader};
-pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD};
+pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
 pub use error::Error;
 pub use front::{
     prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder,

@@ -56,7 +56,10 @@ impl Mapping {
         // SAFETY: the mapping is `segment.len()` bytes, readable and writable (other processes
         // write it only through atomics), and stays mapped for as long as `segment`, which the
         // returned value owns (and drops after `raw`).
-        let raw = unsafe { RawMemory::attach(segment.as_ptr(), segment.len())? };
+        let raw = unsafe { RawMemory::attach(segment.as_ptr(), segment.len()) };
+        // A truncation while the header was read shows as zeros: report it as what it is.
+        segment.check_truncated()?;
+        let raw = raw?;
         Ok(Self {
             raw,
             segment,
@@ -107,9 +110,27 @@ impl Mapping {
     ///
     /// # Errors
     ///
-    /// [`Error::SizeMismatch`].
+    /// [`Error::Truncated`], [`Error::SizeMismatch`], [`Error::Io`].
     pub fn check_len(&self) -> Result<(), Error> {
         self.segment.check_len()
+    }
+
+    /// Whether a peer truncated the segment under this mapping (see [`Segment::is_truncated`]).
+    /// Once true, every operation through ring-os on this mapping fails ([`Error::Truncated`],
+    /// or ring-core's `Corrupt` read and claim errors from the blocking helpers); code that calls
+    /// ring-core's `try_*` operations directly must check this before trusting what it read.
+    #[must_use]
+    pub fn is_truncated(&self) -> bool {
+        self.segment.is_truncated()
+    }
+
+    /// [`Error::Truncated`] when [`is_truncated`](Self::is_truncated).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Truncated`].
+    pub fn check_truncated(&self) -> Result<(), Error> {
+        self.segment.check_truncated()
     }
 }
 

@@ -228,8 +228,10 @@ impl ShmRing {
     /// # Errors
     ///
     /// [`Error::ProducerAlive`] when a live producer owns the ring (in any process or pid
-    /// namespace that shares the segment); [`Error::Lock`], [`Error::Io`].
+    /// namespace that shares the segment); [`Error::Lock`], [`Error::Io`];
+    /// [`Error::Truncated`] when a peer truncated the ring.
     pub fn producer(ring: &Arc<Mapping>) -> Result<ShmProducer, Error> {
+        ring.check_truncated()?;
         let (producer, lock) = roles::become_producer(ring)?;
         Ok(ShmProducer {
             producer,
@@ -241,8 +243,10 @@ impl ShmRing {
     ///
     /// # Errors
     ///
-    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Lock`], [`Error::Io`].
+    /// [`Error::Ring`] (`ConsumerTableFull`), [`Error::Lock`], [`Error::Io`],
+    /// [`Error::Truncated`].
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
+        ring.check_truncated()?;
         let (consumer, lock) = roles::register_consumer(ring, class)?;
         Ok(ShmConsumer { consumer, lock })
     }

@@ -18,6 +18,8 @@ use crate::frame::FrameSize;
   ringctl demo                                   3 s of 1080p BGRA frames, 1 producer, 3 consumers
   ringctl demo --kill-consumer-every 50 --json   crash recovery; one JSON object on the last line
   ringctl pub cam --frame-size 4096 < in & ringctl sub cam > out
+  ringctl pub cam --memfd --frame-size 4096 < in & ringctl sub cam --memfd > out
+                                                 the same through a sealed memfd (nothing in /dev/shm)
   ringctl inspect cam --watch                    live view of a ring
   ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
 
@@ -248,8 +250,16 @@ pub struct PubArgs {
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
     /// Keep a ring this command created when it ends (default: remove it).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "memfd")]
     pub keep: bool,
+    /// Keep the ring in a sealed memfd (nothing in /dev/shm; no peer can truncate it) and serve
+    /// it to `ringctl sub --memfd NAME` over a Unix socket named after the ring.
+    #[arg(long)]
+    pub memfd: bool,
+    /// With --memfd: put the socket file in this directory (for containers that share a
+    /// directory) instead of the abstract namespace.
+    #[arg(long, value_name = "DIR", requires = "memfd")]
+    pub socket_dir: Option<std::path::PathBuf>,
 }
 
 /// Options of `ringctl sub`.
@@ -263,6 +273,12 @@ pub struct SubArgs {
     /// Seconds to wait for the ring to appear, and for a producer while it has none.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// Receive the ring from `ringctl pub --memfd NAME` over its Unix socket.
+    #[arg(long)]
+    pub memfd: bool,
+    /// With --memfd: the directory holding the publisher's socket file.
+    #[arg(long, value_name = "DIR", requires = "memfd")]
+    pub socket_dir: Option<std::path::PathBuf>,
 }
 
 /// Arguments of the demo's producer process.

@@ -32,6 +32,12 @@ fn seconds(value: f64, what: &str) -> Result<Duration> {
     }
 }
 
+/// The configuration of a ring `pub` creates.
+fn config_of(args: &PubArgs) -> Config {
+    let capacity = u32::try_from(args.frame_size.bytes).unwrap_or(u32::MAX);
+    Config::new(args.slots, capacity).with_consumers(args.max_consumers)
+}
+
 /// Opens the ring, or creates it for `args` when it does not exist. True when created.
 fn open_or_create(args: &PubArgs) -> Result<(Ring, bool)> {
     let name = ring::segment_name(&args.name)?;
@@ -40,9 +46,7 @@ fn open_or_create(args: &PubArgs) -> Result<(Ring, bool)> {
         Err(CliError::Os(ring_os::Error::NotFound { .. })) => {}
         Err(e) => return Err(e),
     }
-    let capacity = u32::try_from(args.frame_size.bytes).unwrap_or(u32::MAX);
-    let config = Config::new(args.slots, capacity).with_consumers(args.max_consumers);
-    match ring::create(&name, &config) {
+    match ring::create(&name, &config_of(args)) {
         Ok(r) => Ok((r, true)),
         // Someone else created it meanwhile: use theirs.
         Err(CliError::Os(ring_os::Error::AlreadyExists { .. })) => {
@@ -61,7 +65,16 @@ pub fn publish(args: &PubArgs) -> Result<()> {
             "--frame-size must be between 1 and {MAX_SLOT_CAPACITY} bytes"
         )));
     }
-    let (ring, created) = open_or_create(args)?;
+    // A memfd ring is new, served until this command ends, and leaves nothing behind.
+    let (ring, created, _server) = if args.memfd {
+        let name = ring::segment_name(&args.name)?;
+        let rdv = ring::rendezvous(&name, args.socket_dir.as_deref());
+        let (ring, server) = rdv.create(&config_of(args), ring_os::CreateOptions::new())?;
+        (ring, false, Some(server))
+    } else {
+        let (ring, created) = open_or_create(args)?;
+        (ring, created, None)
+    };
     let _remove = RemoveOnExit((created && !args.keep).then_some(&ring));
     if frame > ring.geometry().slot_capacity() {
         return Err(CliError::Usage(format!(
@@ -88,11 +101,12 @@ pub fn publish(args: &PubArgs) -> Result<()> {
                     "consumers held the ring back for {:.0} s: {e}",
                     timeout.as_secs_f64()
                 )),
-                e => e.into(),
+                e => ring::or_truncated(&ring, e),
             })?;
     }
     producer.close();
     if !producer.wait_drained_for(timeout) {
+        ring.check_truncated()?;
         return Err(CliError::Timeout(format!(
             "gating consumers did not read everything within {:.0} s",
             timeout.as_secs_f64()
@@ -158,7 +172,11 @@ impl Stop {
 pub fn subscribe(args: &SubArgs) -> Result<()> {
     let timeout = seconds(args.timeout, "--timeout")?;
     let name = ring::segment_name(&args.name)?;
-    let ring = ring::open_wait(&name, timeout)?;
+    let ring = if args.memfd {
+        ring::receive(&name, args.socket_dir.as_deref(), timeout)?
+    } else {
+        ring::open_wait(&name, timeout)?
+    };
     let mut consumer = ShmRing::consumer(&ring, args.class.delivery())?;
     let mut out = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     // A reader that went away (`ringctl sub r | head`) ends the subscription quietly, as for
@@ -177,6 +195,10 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
                 if let Err(stop) = out.write_all(msg.bytes()).map_err(write_err) {
                     return stop.into_result();
                 }
+                // A peer that truncates the segment while we read zeroes what we copied: end
+                // with the error rather than pass zeros on silently.
+                drop(msg);
+                ring.check_truncated()?;
                 idle_since = Instant::now();
                 continue;
             }
@@ -197,7 +219,7 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
                     )));
                 }
             }
-            e => return Err(e.into()),
+            e => return Err(ring::or_truncated(&ring, e)),
         }
     }
     if let Err(stop) = out.flush().map_err(write_err) {

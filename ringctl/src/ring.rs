@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::{AttachError, Config};
 use ring_os::lock::{Liveness, Role};
+use ring_os::rendezvous::{Rendezvous, SocketPlace};
 use ring_os::{CreateOptions, Mapping, SegmentKind, SegmentName, ShmRing};
 
 use crate::error::{CliError, Result};
@@ -77,6 +78,39 @@ pub fn open_wait(name: &SegmentName, timeout: Duration) -> Result<Ring> {
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// The rendezvous of a memfd ring called `name` (abstract socket, or a socket file in `dir`).
+pub fn rendezvous(name: &SegmentName, dir: Option<&std::path::Path>) -> Rendezvous {
+    let place = dir.map_or(SocketPlace::Abstract, |d| SocketPlace::Dir(d.to_owned()));
+    Rendezvous::new(name, place)
+}
+
+/// Receives a memfd ring from its publisher, waiting at most `timeout` for one to serve it.
+pub fn receive(
+    name: &SegmentName,
+    dir: Option<&std::path::Path>,
+    timeout: Duration,
+) -> Result<Ring> {
+    let rdv = rendezvous(name, dir);
+    rdv.connect(timeout).map_err(|e| match e {
+        ring_os::Error::NotFound { what } => CliError::Timeout(format!(
+            "nobody served memfd ring {:?} on the {what} within {:.1} s (start `ringctl pub --memfd {}`)",
+            name.as_str(),
+            timeout.as_secs_f64(),
+            name.as_str()
+        )),
+        e => with_name(name, e),
+    })
+}
+
+/// The error to report for a failed ring operation: the truncation when a peer truncated the
+/// segment (the operation only saw its symptom), else `e`.
+pub fn or_truncated(ring: &Ring, e: impl Into<CliError>) -> CliError {
+    match ring.check_truncated() {
+        Err(t) => CliError::Os(t),
+        Ok(()) => e.into(),
     }
 }
 

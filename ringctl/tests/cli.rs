@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+mod common;
+
 const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
 
 /// A segment name unique to this test process and `what`.
@@ -58,13 +60,7 @@ fn finish(child: Child, timeout: Duration) -> Output {
 
 /// Runs `ringctl args` with `stdin` as input, within `timeout`.
 fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
-    let mut child = Command::new(BIN)
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning ringctl");
+    let mut child = common::spawn_piped(args);
     let mut input = child.stdin.take().expect("stdin");
     let data = stdin.to_vec();
     std::thread::spawn(move || {

@@ -101,6 +101,9 @@ pub enum SegmentKind {
 /// ```
 #[derive(Debug)]
 pub struct Segment {
+    /// The SIGBUS guard's record of the mapping; declared first so it is dropped (unregistered)
+    /// before `map` is unmapped.
+    guard: crate::sigbus::Registration,
     /// The mapping of the whole file.
     map: MmapRaw,
     /// The descriptor the mapping was made from (kept to re-check the size and to pass it on).
@@ -150,22 +153,68 @@ impl Segment {
         &self.kind
     }
 
-    /// Re-checks with `fstat` that the file still has the mapped length.
+    /// Re-checks that the file still has the mapped length: first the SIGBUS guard's mark
+    /// ([`is_truncated`](Self::is_truncated)), then `fstat`.
     ///
-    /// A named or file-backed segment can be truncated by any process of the same user; touching
-    /// a truncated page raises `SIGBUS`. Call this before trusting a segment again after a peer
-    /// misbehaved (memfd segments are sealed and cannot change size).
+    /// A named or file-backed segment can be truncated by any process of the same user; the
+    /// guard turns a touch of a lost page into zeros and a mark instead of a `SIGBUS` (memfd
+    /// segments are sealed and cannot change size).
     ///
     /// # Errors
     ///
-    /// [`Error::SizeMismatch`] when the size changed, [`Error::Io`] when `fstat` fails.
+    /// [`Error::Truncated`] when the file shrank or the guard repaired a fault in the mapping,
+    /// [`Error::SizeMismatch`] when it grew, [`Error::Io`] when `fstat` fails.
     pub fn check_len(&self) -> Result<(), Error> {
+        self.check_truncated()?;
         let actual = check::file_len(self.fd.as_fd())?;
         let expected = self.map.len() as u64;
         if actual == expected {
             Ok(())
+        } else if actual < expected {
+            Err(Error::Truncated {
+                mapped: expected,
+                actual: Some(actual),
+            })
         } else {
             Err(Error::SizeMismatch { expected, actual })
+        }
+    }
+
+    /// Whether a peer truncated the file under this mapping (or its pages could not be backed):
+    /// touches the mapping's last byte (a truncation always cuts the tail, so if anything is
+    /// lost, that page is), which the SIGBUS guard turns into zeros and a mark if it is gone.
+    /// Cheap: one load, no system call unless the page is gone.
+    #[must_use]
+    pub fn is_truncated(&self) -> bool {
+        if let Some(last) = self.map.len().checked_sub(1) {
+            // SAFETY: `last < len`, so the byte lies in our live mapping; peers write the
+            // mapping only through atomics, and this is an atomic load of one byte.
+            let byte =
+                unsafe { core::sync::atomic::AtomicU8::from_ptr(self.map.as_mut_ptr().add(last)) };
+            // Relaxed: only the page's presence matters.
+            core::hint::black_box(byte.load(core::sync::atomic::Ordering::Relaxed));
+        }
+        self.guard.is_truncated()
+    }
+
+    /// [`Error::Truncated`] when [`is_truncated`](Self::is_truncated), naming the file's size now.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Truncated`].
+    pub fn check_truncated(&self) -> Result<(), Error> {
+        if self.is_truncated() {
+            Err(self.truncated_error())
+        } else {
+            Ok(())
+        }
+    }
+
+    /// The [`Error::Truncated`] for this mapping.
+    pub(crate) fn truncated_error(&self) -> Error {
+        Error::Truncated {
+            mapped: self.map.len() as u64,
+            actual: check::file_len(self.fd.as_fd()).ok(),
         }
     }
 
@@ -236,11 +285,15 @@ impl Segment {
         if opts.populate {
             mo.populate();
         }
+        // Installs the handler before the first mapping exists, so no fault can precede it.
+        crate::sigbus::install()?;
         let ident = lock::identity(fd.as_fd()).map_err(|e| Error::io("fstat", e))?;
         let map = mo
             .map_raw(fd.as_raw_fd())
             .map_err(|e| Error::io("mmap", e))?;
+        let guard = crate::sigbus::register(map.as_ptr(), len_usize, granule(fd.as_fd()))?;
         Ok(Self {
+            guard,
             map,
             fd,
             kind,
@@ -336,6 +389,21 @@ fn create_claimed(
     Err(Error::AlreadyExists {
         what: "a segment file that cleaners kept removing while it was being created".to_owned(),
     })
+}
+
+/// The page size of mappings of `fd`: the system page, or the file system's block size where
+/// that is a larger power of two (a huge page on hugetlbfs), so a repair never splits a page.
+fn granule(fd: BorrowedFd<'_>) -> usize {
+    let page = rustix::param::page_size();
+    let block = rustix::fs::fstat(fd)
+        .ok()
+        .and_then(|st| usize::try_from(st.st_blksize).ok())
+        .unwrap_or(0);
+    if block > page && block.is_power_of_two() {
+        block
+    } else {
+        page
+    }
 }
 
 impl Drop for Segment {

@@ -183,11 +183,13 @@ fn truncation_by_a_peer_is_detected() {
         .unwrap();
     assert!(matches!(
         a.check_len(),
-        Err(Error::SizeMismatch {
-            expected: 12288,
-            actual: 4096
+        Err(Error::Truncated {
+            mapped: 12288,
+            actual: Some(4096)
         })
     ));
+    // The guard repaired the probe's fault: the lost pages read zeros, the mark stays.
+    assert!(a.is_truncated());
     assert!(matches!(
         Segment::open_named(&name, SizeCheck::Exactly(3 * 4096)),
         Err(Error::SizeMismatch {

@@ -14,11 +14,13 @@
     reason = "test binary"
 )]
 
+mod guard;
 mod liveness;
 mod roles;
 mod scenarios;
 mod segments;
 mod support;
+mod truncation;
 
 use std::time::{Duration, Instant};
 
@@ -79,6 +81,31 @@ const SCENARIOS: &[Scenario] = &[
     (
         "half_created_segment_of_a_killed_creator_is_cleaned",
         liveness::half_created,
+        Duration::from_secs(60),
+    ),
+    (
+        "truncated_named_segment_under_streaming_endpoints_10_trials",
+        truncation::named,
+        Duration::from_secs(120),
+    ),
+    (
+        "truncated_file_segment_under_streaming_endpoints_10_trials",
+        truncation::file,
+        Duration::from_secs(120),
+    ),
+    (
+        "sigbus_outside_rings_reaches_the_previous_handler",
+        guard::chain,
+        Duration::from_secs(60),
+    ),
+    (
+        "memfd_ring_over_rendezvous_refuses_truncation",
+        guard::rendezvous,
+        Duration::from_secs(60),
+    ),
+    (
+        "unbacked_pages_of_a_hostile_file_are_a_clear_error",
+        guard::unbacked,
         Duration::from_secs(60),
     ),
     (

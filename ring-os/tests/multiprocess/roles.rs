@@ -43,6 +43,14 @@ pub fn run(role: &str) -> i32 {
         "corrupt-peer" => corrupt_peer(),
         "memfd-consumer" => memfd_consumer(),
         "creator" => creator(),
+        "stream-producer" => stream_producer(),
+        "stream-consumer" => stream_consumer(),
+        "truncate-third" => truncate_third(),
+        "guard-chain" => crate::guard::chain_role(true),
+        "guard-default" => crate::guard::chain_role(false),
+        "rendezvous-sub" => crate::guard::rendezvous_sub(),
+        "rendezvous-pub" => crate::guard::rendezvous_pub(),
+        "unbacked" => crate::guard::unbacked_role(),
         other => crate::liveness::run_role(other).unwrap_or_else(|| {
             eprintln!("unknown role {other}");
             3
@@ -136,34 +144,48 @@ fn slow_producer() -> i32 {
     0
 }
 
-/// Reads (copy-out) until the producer is gone; prints `GONE` then.
-fn gone_consumer() -> i32 {
-    let ring = ShmRing::open_named(&name()).expect("open");
-    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+/// Registers a consumer of `RING_CLASS` and reads checksummed messages (copy-out) until an
+/// operation fails; says `READY` first and `GOT` after the first message. Returns how many it
+/// read and the error, or `None` after saying `torn` for a message whose checksum failed.
+fn read_until_error(
+    ring: &std::sync::Arc<ring_os::Mapping>,
+    torn: &str,
+    timeout: Duration,
+) -> Option<(u64, ReadError)> {
+    let mut c = ShmRing::consumer(ring, class()).expect("register");
     say!("READY");
-    let mut buf = [0u8; 64];
+    let mut buf = [0u8; 256];
     let mut got = 0u64;
     loop {
-        match c.recv(&mut buf, Duration::from_secs(30)) {
+        match c.recv(&mut buf, timeout) {
             Ok(m) => {
                 if check_payload(&buf[..m.len]).is_none() {
-                    say!("ERR torn");
-                    return 2;
+                    say!("{torn}");
+                    return None;
                 }
                 got += 1;
                 if got == 1 {
                     say!("GOT");
                 }
             }
-            Err(ReadError::ProducerGone) => {
-                say!("GONE got={got}");
-                return 0;
-            }
-            Err(e) => {
-                say!("ERR {e}");
-                return 2;
-            }
+            Err(e) => return Some((got, e)),
         }
+    }
+}
+
+/// Reads (copy-out) until the producer is gone; prints `GONE` then.
+fn gone_consumer() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    match read_until_error(&ring, "ERR torn", Duration::from_secs(30)) {
+        Some((got, ReadError::ProducerGone)) => {
+            say!("GONE got={got}");
+            0
+        }
+        Some((_, e)) => {
+            say!("ERR {e}");
+            2
+        }
+        None => 2,
     }
 }
 
@@ -262,5 +284,77 @@ fn creator() -> i32 {
     let _c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("consumer");
     say!("CREATED");
     std::thread::sleep(Duration::from_secs(60));
+    0
+}
+
+/// The ring the parent made: the file at `RING_PATH` when set, else the named `RING_NAME`.
+fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
+    match std::env::var("RING_PATH") {
+        Ok(path) => ShmRing::open_file(std::path::Path::new(&path)),
+        Err(_) => ShmRing::open_named(&name()),
+    }
+}
+
+/// Prints how an endpoint ended (`END truncated=0|1 ...`); exit 0 when the truncation was
+/// reported clearly, 2 otherwise.
+fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
+    let truncated = ring.is_truncated();
+    let clear = what.contains(ring_os::TRUNCATED)
+        && matches!(ring.check_len(), Err(Error::Truncated { .. }));
+    say!(
+        "END truncated={} clear={} n={sent} {what}",
+        u8::from(truncated),
+        u8::from(clear)
+    );
+    if clear {
+        0
+    } else {
+        2
+    }
+}
+
+/// Publishes as fast as the gating consumer allows until an operation fails.
+fn stream_producer() -> i32 {
+    let ring = open_ring().expect("open");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut buf = Vec::new();
+    let mut seq = 0u64;
+    while Instant::now() < deadline {
+        make_payload(seq, 200, &mut buf);
+        match ring_os::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(3)) {
+            Ok(_) => {
+                if seq == 0 {
+                    say!("PRODUCING");
+                }
+                seq += 1;
+            }
+            Err(e) => return ended(&ring, &e.to_string(), seq),
+        }
+    }
+    say!("END deadline");
+    2
+}
+
+/// Reads (copy-out) until an operation fails; a torn message is a failure.
+fn stream_consumer() -> i32 {
+    let ring = open_ring().expect("open");
+    match read_until_error(&ring, "END torn", Duration::from_secs(3)) {
+        Some((got, e)) => ended(&ring, &e.to_string(), got),
+        None => 2,
+    }
+}
+
+/// Truncates the parent's ring file to a third of its size, like a careless peer.
+fn truncate_third() -> i32 {
+    let path =
+        std::env::var("RING_PATH").unwrap_or_else(|_| format!("/dev/shm/{}", name().file_name()));
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&path)
+        .expect("open ring file");
+    let len = file.metadata().expect("stat").len();
+    file.set_len(len / 3).expect("truncate");
+    say!("DONE");
     0
 }

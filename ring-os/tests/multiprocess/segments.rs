@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use ring_core::{Config, DeliveryClass, Geometry};
 use ring_os::{fdpass, ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing};
 
-use crate::support::{field, make_payload, unique_name, Child, Unlink};
+use crate::support::{field, publish_payloads, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -37,7 +37,10 @@ pub fn corrupt() {
     }
     assert!(matches!(
         ring.check_len(),
-        Err(Error::SizeMismatch { actual: 100, .. })
+        Err(Error::Truncated {
+            actual: Some(100),
+            ..
+        })
     ));
     drop(ring);
     // Slot, consumer-table and producer-line garbage under live endpoints: every operation
@@ -163,11 +166,7 @@ pub fn memfd() {
     .expect("send ring");
     child.expect_line("READY", SECS(20));
     let mut p = ShmRing::producer(&ring).expect("producer");
-    let mut buf = Vec::new();
-    for i in 0..n {
-        make_payload(i, 200, &mut buf);
-        p.publish(&buf, SECS(10)).expect("publish");
-    }
+    publish_payloads(&mut p, n);
     let line = child.expect_line("RESULT", SECS(30));
     assert_eq!(field(&line, "received"), n);
     // Unsealed: a plain memfd of the right size.

@@ -80,10 +80,15 @@ impl Child {
 
     /// Waits for the child to exit; panics after `timeout`. Returns whether it succeeded.
     pub fn wait(&mut self, timeout: Duration) -> bool {
+        self.wait_status(timeout).success()
+    }
+
+    /// Waits for the child to exit; panics after `timeout`. Returns its status.
+    pub fn wait_status(&mut self, timeout: Duration) -> std::process::ExitStatus {
         let deadline = Instant::now() + timeout;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
-                return status.success();
+                return status;
             }
             assert!(
                 Instant::now() < deadline,
@@ -156,6 +161,15 @@ pub fn make_payload(seq: u64, max: usize, buf: &mut Vec<u8>) {
     }
     let sum = fnv(buf);
     buf.extend_from_slice(&sum.to_le_bytes());
+}
+
+/// Publishes messages `0..n` (checksummed, 24-200 bytes), each within 10 s.
+pub fn publish_payloads(p: &mut ring_os::ShmProducer, n: u64) {
+    let mut buf = Vec::new();
+    for i in 0..n {
+        make_payload(i, 200, &mut buf);
+        ring_os::ProducerExt::publish(&mut **p, &buf, Duration::from_secs(10)).expect("publish");
+    }
 }
 
 /// Checks a payload; returns its sequence number when the checksum holds.

@@ -2,7 +2,8 @@
 
 use crate::error::{Error, ReadError};
 use crate::layout::{
-    ConsumerEntry, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, FLAG_CLOSED, SEQ_LIMIT, WRITER,
+    ConsumerEntry, ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING,
+    FLAG_ABORTED, FLAG_CLOSED, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, AtomicU64, Ordering};
@@ -318,10 +319,16 @@ impl<M: Memory> Consumer<M> {
     fn empty_or_closed(&self, head: u64) -> ReadError {
         let line = self.mem.producer_line();
         // Acquire: pairs with the producer's Release `fetch_or` in `close`.
-        if line.flags.load(Ordering::Acquire) & FLAG_CLOSED != 0 {
+        let flags = line.flags.load(Ordering::Acquire);
+        if flags & FLAG_CLOSED != 0 {
             // Re-check: a message published just before the close must still be read.
             // Acquire: as in `target`.
             if line.head.load(Ordering::Acquire) == head {
+                if flags & FLAG_ABORTED != 0 {
+                    return ReadError::Aborted {
+                        code: (flags >> ABORT_CODE_SHIFT) as u16,
+                    };
+                }
                 return ReadError::Closed;
             }
         }

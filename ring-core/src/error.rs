@@ -286,8 +286,14 @@ impl fmt::Display for ClaimError {
 pub enum ReadError {
     /// Nothing new has been published.
     Empty,
-    /// The producer closed the ring and everything readable was read.
+    /// The producer closed the ring and everything readable was read: the stream is complete.
     Closed,
+    /// The producer aborted the stream (it failed, or was dropped without closing) and
+    /// everything readable was read: messages may be missing at the end.
+    Aborted {
+        /// The producer's abort code (0 when it was dropped without one).
+        code: u16,
+    },
     /// The message was overwritten while being read, more often than the retry bound allows
     /// (the consumer is far too slow for the producer): retry.
     Lagging,
@@ -311,6 +317,11 @@ impl fmt::Display for ReadError {
         match self {
             Self::Empty => f.write_str("no new message"),
             Self::Closed => f.write_str("the ring is closed and drained"),
+            Self::Aborted { code } => write!(
+                f,
+                "the producer aborted the stream (code {code}) and the ring is drained: messages \
+                 may be missing at the end"
+            ),
             Self::Lagging => {
                 f.write_str("messages were overwritten faster than they could be read; retry")
             }

@@ -52,6 +52,8 @@ pub struct ProducerInfo {
     pub owner: u64,
     /// Closed flag.
     pub closed: bool,
+    /// Closed as aborted (not finished).
+    pub aborted: bool,
     /// Producer takeovers.
     pub epoch: u32,
     /// Slots the producer holds for writing right now.
@@ -101,6 +103,7 @@ pub fn producer_info<M: Memory + ?Sized>(mem: &M) -> ProducerInfo {
         head: p.head.load(r),
         owner: p.owner.load(r),
         closed: p.flags.load(r) & FLAG_CLOSED != 0,
+        aborted: p.flags.load(r) & crate::layout::FLAG_ABORTED != 0,
         epoch: p.epoch.load(r),
         writing,
     }

@@ -137,6 +137,12 @@ pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY;
 
 /// [`ProducerLine::flags`] bit: the producer closed the ring; no more messages will come.
 pub const FLAG_CLOSED: u32 = 1;
+/// [`ProducerLine::flags`] bit, with [`FLAG_CLOSED`]: the stream was aborted, not finished (a
+/// producer that failed, or was dropped without [`Producer::close`](crate::Producer::close)).
+/// Bits 16..32 then hold the producer's abort code.
+pub const FLAG_ABORTED: u32 = 2;
+/// Shift of the abort code in [`ProducerLine::flags`].
+pub const ABORT_CODE_SHIFT: u32 = 16;
 
 /// Sequence numbers (and so [`ProducerLine::head`]) stay below this bound, which keeps every
 /// seqlock stamp (`2 * seq + 2`) and cursor (`seq + 1`) free of overflow. At a billion messages a
@@ -152,7 +158,8 @@ cache_aligned! {
         pub head: AtomicU64,
         /// The producer's owner id, 0 when there is none. Claimed with a CAS.
         pub owner: AtomicU64,
-        /// [`FLAG_CLOSED`]. Written by the producer.
+        /// [`FLAG_CLOSED`], [`FLAG_ABORTED`] and the abort code (bits 16..32). Written by the
+        /// producer: once when it closes, cleared when a producer starts.
         pub flags: AtomicU32,
         /// The producer's fencing token: bumped by every producer start ([`Producer::new`] and
         /// [`Producer::take_over`]). A producer checks that it still holds the epoch it started

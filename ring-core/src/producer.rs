@@ -2,8 +2,8 @@
 
 use crate::error::{ClaimError, Error};
 use crate::layout::{
-    CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_CLOSED, OWNER_SWEEPING, READER_MASK,
-    SEQ_LIMIT, WRITER,
+    ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
+    FLAG_CLOSED, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -184,8 +184,9 @@ impl<M: Memory> Producer<M> {
         // that runs again sees a different epoch at its next claim or publish (the caller of
         // `take_over` guaranteed it is not inside one now).
         let epoch = line.epoch.fetch_add(1, Ordering::Relaxed).wrapping_add(1);
-        // Relaxed: only the producer writes `flags`, and we own the line now.
-        line.flags.fetch_and(!FLAG_CLOSED, Ordering::Relaxed);
+        // Relaxed: only the producer writes `flags`, and we own the line now. Reopens the ring
+        // and forgets how the previous stream ended.
+        line.flags.store(0, Ordering::Relaxed);
         for i in 0..mem.geometry().slots() {
             // Release: a slot the previous producer held is handed to readers again; pairs with
             // their Acquire `fetch_or` in a pin.
@@ -534,15 +535,34 @@ impl<M: Memory> Producer<M> {
     /// readable until the segment is destroyed.
     ///
     /// A displaced producer (see [`take_over`](Self::take_over)) closes nothing: the ring is
-    /// its successor's.
+    /// its successor's. Closing marks the stream *finished*; a producer dropped without closing
+    /// marks it aborted (see [`abort`](Self::abort)). The first close or abort wins.
     pub fn close(&mut self) {
-        if self.is_displaced() {
+        self.end(FLAG_CLOSED);
+    }
+
+    /// Closes the ring as *aborted* with `code`: consumers read what is there, then get
+    /// [`ReadError::Aborted`](crate::ReadError::Aborted) instead of `Closed`, so nobody
+    /// downstream mistakes a failed stream for a complete one. Dropping the producer without
+    /// closing aborts with code 0.
+    pub fn abort(&mut self, code: u16) {
+        self.end(FLAG_CLOSED | FLAG_ABORTED | (u32::from(code) << ABORT_CODE_SHIFT));
+    }
+
+    /// True once this producer closed or aborted the ring.
+    pub fn is_closed(&self) -> bool {
+        // Relaxed: only the producer writes `flags`.
+        self.mem.producer_line().flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0
+    }
+
+    fn end(&mut self, flags: u32) {
+        if self.is_displaced() || self.is_closed() {
             return;
         }
         let line = self.mem.producer_line();
         // Release: pairs with consumers' Acquire load of `flags`, after which they re-load `head`
         // and see every message published before the close.
-        line.flags.fetch_or(FLAG_CLOSED, Ordering::Release);
+        line.flags.fetch_or(flags, Ordering::Release);
         self.wake_consumers();
     }
 
@@ -691,14 +711,15 @@ pub(crate) unsafe fn reclaim<M: Memory + ?Sized>(
     })
 }
 
-/// Dropping the producer closes the ring (consumers drain, then get `Closed`) and releases the
-/// producer line, so a new producer may start (which reopens it).
+/// Dropping the producer ends the stream — as *aborted* (code 0) unless [`Producer::close`] ran
+/// first, so a producer that unwinds or bails out early is never mistaken for one that finished
+/// — and releases the producer line, so a new producer may start (which reopens it).
 impl<M: Memory> Drop for Producer<M> {
     fn drop(&mut self) {
         if self.is_displaced() {
             return; // The ring is the successor's: leave its owner word alone.
         }
-        self.close();
+        self.abort(0);
         let line = self.mem.producer_line();
         // Release: pairs with the next producer's Acquire owner CAS, which then sees our head.
         let _ =

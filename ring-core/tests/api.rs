@@ -316,18 +316,37 @@ fn a_gating_consumer_that_joins_late_is_still_gated() {
 }
 
 #[test]
-fn dropping_the_producer_closes_the_ring() {
+fn dropping_the_producer_aborts_the_stream_and_close_finishes_it() {
     let s = seg(2, 16);
     let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut buf = [0u8; 16];
     {
+        // Dropped without closing (a failure, a panic, an early return): aborted, code 0.
         let mut p = Producer::new(&s, id(1)).unwrap();
         p.try_publish(b"bye").unwrap();
     }
-    let mut buf = [0u8; 16];
     assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
-    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Closed);
+    assert_eq!(
+        c.try_copy(&mut buf).unwrap_err(),
+        ReadError::Aborted { code: 0 }
+    );
+    // A new producer reopens the ring and forgets how the last stream ended.
     let mut p = Producer::new(&s, id(3)).unwrap();
     assert_eq!(p.try_publish(b"again"), Ok(1));
+    p.abort(7);
+    p.close(); // the first end wins
+    assert_eq!(c.try_copy(&mut buf).unwrap().seq, 1);
+    assert_eq!(
+        c.try_copy(&mut buf).unwrap_err(),
+        ReadError::Aborted { code: 7 }
+    );
+    drop(p);
+    let mut p = Producer::new(&s, id(4)).unwrap();
+    p.try_publish(b"last").unwrap();
+    p.close();
+    drop(p); // after a close, dropping does not turn the stream into an abort
+    assert_eq!(c.try_copy(&mut buf).unwrap().seq, 2);
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Closed);
 }
 
 #[test]
@@ -370,4 +389,39 @@ fn stray_reader_bits_beyond_the_table_are_cleared_by_the_producer() {
         })
     );
     assert_eq!(p.try_publish(b"x"), Ok(0));
+}
+
+#[test]
+fn every_class_reports_an_abort_after_draining() {
+    let s = seg(4, 16);
+    let classes = [
+        DeliveryClass::Gating,
+        DeliveryClass::LatestOnly,
+        DeliveryClass::SkipOnLag,
+    ];
+    let mut cs: Vec<_> = classes
+        .iter()
+        .enumerate()
+        .map(|(k, &class)| Consumer::new(&s, class, id(10 + k as u64)).unwrap())
+        .collect();
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    for i in 0..3u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    p.abort(42);
+    let mut buf = [0u8; 16];
+    for c in &mut cs {
+        // Whatever the class reads, it reads it first; the abort comes after.
+        let mut last = None;
+        loop {
+            match c.try_copy(&mut buf) {
+                Ok(m) => last = Some(m.seq),
+                Err(e) => {
+                    assert_eq!(e, ReadError::Aborted { code: 42 }, "{:?}", c.class());
+                    break;
+                }
+            }
+        }
+        assert_eq!(last, Some(2), "{:?} did not drain first", c.class());
+    }
 }

@@ -356,6 +356,7 @@ fn a_half_registered_subscriber_is_not_ready_and_loses_nothing() {
         slot.write(&[i]).unwrap();
         slot.publish().unwrap();
     }
+    p.close();
     drop(p);
     let got = t.join().unwrap();
     // Everything published after the wait is received; "before" may or may not be.
@@ -431,6 +432,7 @@ fn loans_are_sound_in_pin_only_rings_and_refused_elsewhere() {
         slot.loan(len).unwrap().fill(i);
         slot.publish().unwrap();
     }
+    p.close();
     drop(p);
     let results: std::vec::Vec<_> = readers.into_iter().map(|t| t.join().unwrap()).collect();
     assert_eq!(

@@ -17,7 +17,9 @@ fn run() -> Result<(), Box<dyn core::error::Error>> {
             let mut frame = renderer.loan(FRAME, core::time::Duration::from_secs(10))?;
             frame.bytes().fill(n as u8); // draw straight into the slot
             frame.send().map(drop)
-        })
+        })?;
+        renderer.close(); // the stream is complete (dropping without this would abort it)
+        Ok::<_, SendTimeoutError>(())
     });
     let (mut delivered, mut whole, mut inside) = (0u64, 0u64, 0u64);
     while let Ok(frame) = grabber.recv_pinned() {

@@ -18,7 +18,7 @@ fn publish(name: &str) -> Result {
         return Err("no subscriber came".into());
     }
     (0..N).try_for_each(|i| publisher.send(&message(i)).map(drop))?;
-    drop(publisher); // closes the ring: the subscriber drains it, then is disconnected
+    publisher.close(); // complete: the subscriber drains the ring, then is disconnected
     let ok = child.wait()?.success();
     println!(
         "published {N}; subscriber: {}",

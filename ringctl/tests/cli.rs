@@ -678,3 +678,41 @@ fn rustix_is_root_with_unshare() -> Option<()> {
         .success();
     ok.then_some(())
 }
+
+/// A `pub` that fails (here: its stdin cannot be read) ends the stream as aborted, and a
+/// gating `sub` reports that instead of exiting 0 as if the stream were complete.
+#[test]
+fn an_aborted_stream_is_not_a_finished_one() {
+    let name = unique("abort");
+    let _cleanup = Cleanup(name.clone());
+    let sub = Command::new(BIN)
+        .args(["sub", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub");
+    // A directory as stdin: the first read fails after `pub` created the ring and the
+    // subscriber joined.
+    let dir = std::fs::File::open("/").expect("open /");
+    let publ = Command::new(BIN)
+        .args(["pub", &name, "--frame-size", "64"])
+        .stdin(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pub");
+    let publ = finish(publ, Duration::from_secs(30));
+    assert_eq!(publ.status.code(), Some(2), "pub: {}", text(&publ.stderr));
+    let got = finish(sub, Duration::from_secs(30));
+    assert!(
+        !got.status.success(),
+        "sub exited 0 after an aborted stream: {}",
+        text(&got.stderr)
+    );
+    assert!(
+        text(&got.stderr).contains("aborted"),
+        "sub does not say the stream was aborted: {}",
+        text(&got.stderr)
+    );
+}

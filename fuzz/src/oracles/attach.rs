@@ -78,6 +78,7 @@ pub fn read_error_documented(e: &ReadError, copy: bool) -> Outcome {
     let ok = match e {
         ReadError::Empty
         | ReadError::Closed
+        | ReadError::Aborted { .. }
         | ReadError::Lagging
         | ReadError::Evicted
         | ReadError::Corrupt(_) => true,

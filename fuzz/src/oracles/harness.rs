@@ -113,7 +113,7 @@ impl<'s> Harness<'s> {
                 if let Some(p) = self.producer.as_mut() {
                     p.close();
                     if let Some(m) = self.model.as_mut() {
-                        m.closed = true;
+                        m.close();
                     }
                 }
             }
@@ -464,6 +464,12 @@ impl<'s> Harness<'s> {
         }
         let p = producer_info(self.seg);
         let want = (m.head, m.owner_word, m.closed, m.epoch, m.writing());
+        ensure!(
+            p.aborted == (m.closed && m.aborted),
+            "producer line: aborted {} but the model says {}",
+            p.aborted,
+            m.closed && m.aborted
+        );
         ensure!(
             (p.head, p.owner, p.closed, p.epoch, p.writing) == want,
             "producer line: got {p:?}, model (head, owner, closed, epoch, writing) = {want:?}"

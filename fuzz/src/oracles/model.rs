@@ -96,6 +96,8 @@ pub struct RingModel {
     pub head: u64,
     /// The closed flag.
     pub closed: bool,
+    /// The stream ended as aborted (a producer dropped without closing).
+    pub aborted: bool,
     /// The producer line's owner word (a dead producer's id stays until a takeover).
     pub owner_word: u64,
     /// Takeovers.
@@ -114,6 +116,7 @@ impl RingModel {
             cap,
             head: 0,
             closed: false,
+            aborted: false,
             owner_word: 0,
             epoch: 0,
             slots: (0..slots)
@@ -190,6 +193,7 @@ impl RingModel {
     /// claim.
     fn start(&mut self) {
         self.closed = false;
+        self.aborted = false;
         self.epoch = self.epoch.wrapping_add(1);
         for s in &mut self.slots {
             s.writer = false;
@@ -220,9 +224,18 @@ impl RingModel {
         Ok(())
     }
 
-    /// Dropping a `Producer`: it closes the ring, then releases the producer line.
-    pub fn producer_drop(&mut self, owner: u64) {
+    /// `Producer::close`: the first end of the stream wins.
+    pub fn close(&mut self) {
         self.closed = true;
+    }
+
+    /// Dropping a `Producer`: it aborts the stream unless it was closed, then releases the
+    /// producer line.
+    pub fn producer_drop(&mut self, owner: u64) {
+        if !self.closed {
+            self.closed = true;
+            self.aborted = true;
+        }
         if self.owner_word == owner {
             self.owner_word = 0;
         }
@@ -305,7 +318,9 @@ impl RingModel {
     }
 
     fn empty_or_closed(&self) -> ReadError {
-        if self.closed {
+        if self.closed && self.aborted {
+            ReadError::Aborted { code: 0 }
+        } else if self.closed {
             ReadError::Closed
         } else {
             ReadError::Empty

@@ -13,8 +13,10 @@
 //! let mut buf = [0u8; 256];
 //! let got = subscriber.recv(&mut buf)?;
 //! assert_eq!(&buf[..got.len], b"hello");
-//! drop(publisher); // closes the ring: the subscriber drains, then is disconnected
+//! publisher.close(); // the stream is complete: the subscriber drains, then is disconnected
 //! assert!(matches!(subscriber.try_recv(&mut buf), Err(TryRecvError::Disconnected)));
+//! // (A publisher dropped without `close` ends the stream as *aborted*: subscribers then get
+//! // `Failed(ReadError::Aborted { .. })` after draining, never a clean disconnection.)
 //! # Ok(())
 //! # }
 //! // Dropping `ring`, the creator's handle, removes the name.

@@ -8,8 +8,10 @@ use super::errors::{SendError, SendTimeoutError, TrySendError};
 use crate::blocking::LIVENESS_PERIOD;
 use crate::{FutexWait, Mapping, ProducerExt as _, ShmProducer};
 
-/// The ring's one writer. Dropping it closes the ring: subscribers drain what is there, then
-/// see `Disconnected`.
+/// The ring's one writer. [`close`](Self::close) ends the stream as complete: subscribers drain
+/// what is there, then see `Disconnected`. Dropping it without `close` (an error, a panic, an
+/// early return) ends the stream as *aborted*: subscribers drain, then get
+/// `Failed(ReadError::Aborted { .. })`, so nobody mistakes a failed stream for a finished one.
 ///
 /// Blocking sends wait in slices and reclaim subscribers whose process died while they held
 /// the ring back, so a crashed gating subscriber cannot stall the publisher.
@@ -158,9 +160,15 @@ impl Publisher {
         self.inner.published()
     }
 
-    /// Closes the ring now (dropping the publisher does too).
+    /// Ends the stream as complete (subscribers drain, then are disconnected).
     pub fn close(&mut self) {
         self.inner.close();
+    }
+
+    /// Ends the stream as aborted with `code` (subscribers drain, then get
+    /// `ReadError::Aborted { code }`).
+    pub fn abort(&mut self, code: u16) {
+        self.inner.abort(code);
     }
 
     /// ring-core's producer, for the lower-level API.

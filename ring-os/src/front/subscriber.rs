@@ -164,7 +164,7 @@ impl Subscriber {
     /// for i in 0..3u8 {
     ///     publisher.send(&[i])?;
     /// }
-    /// drop(publisher);
+    /// publisher.close();
     /// let seqs: Vec<u64> = subscriber.iter().map(|m| m.map(|m| m.seq)).collect::<Result<_, _>>()?;
     /// assert_eq!(seqs, [0, 1, 2]);
     /// # Ok::<(), ring_os::Error>(())

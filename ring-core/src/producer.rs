@@ -56,6 +56,10 @@ pub struct WriteSlot<'a, M: Memory> {
     len: usize,
     meta: [u64; 2],
     done: bool,
+    /// The payload was lent out as `&mut [u8]` ([`WriteSlot::loan`]), which zeroed the last
+    /// word's padding itself: `publish` then stores no payload word (it never mixes an atomic
+    /// store into memory just written through a plain reference).
+    loaned: bool,
 }
 
 /// What [`Producer::reclaim`] cleared for a dead consumer.
@@ -260,6 +264,7 @@ impl<M: Memory> Producer<M> {
             len: 0,
             meta: [0; 2],
             done: false,
+            loaned: false,
         }
     }
 
@@ -755,6 +760,8 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
         let words = self.producer.mem.payload(self.slot);
+        // Atomic word stores from here on: `publish` pads the last word atomically again.
+        self.loaned = false;
         if !crate::words::write(words, offset, data) {
             return Err(Overflow {
                 reserved: words.len() * 8,
@@ -803,9 +810,13 @@ impl<M: Memory> WriteSlot<'_, M> {
             return Err(LoanError::TooLarge { len, capacity });
         }
         self.len = len;
+        self.loaned = true;
         let words = self.producer.mem.payload(self.slot);
+        // The bytes past `len` up to the next word boundary, zeroed now so that `Pinned::words`
+        // shows a padded last word (what `publish` does for `write`).
+        let padded = len.next_multiple_of(8).min(capacity);
         // SAFETY:
-        // - the words span `capacity ≥ len` bytes of the slot's payload area, valid for the
+        // - the words span `capacity ≥ padded ≥ len` bytes of the slot's payload area, valid for the
         //   memory's life (`Memory` contract), which outlives `&mut self`;
         // - `AtomicU64` is an `UnsafeCell`, so writing through a pointer derived from the
         //   shared slice is allowed, and it has the layout of `u64` (bytes may be viewed as u8);
@@ -815,7 +826,11 @@ impl<M: Memory> WriteSlot<'_, M> {
         //   hostile process that ignores the protocol can still write or read these bytes:
         //   shared memory cannot stop it (threat model), but it cannot make this process's
         //   accesses a data race under the protocol.
-        Ok(unsafe { core::slice::from_raw_parts_mut(words.as_ptr().cast::<u8>().cast_mut(), len) })
+        let whole = unsafe {
+            core::slice::from_raw_parts_mut(words.as_ptr().cast::<u8>().cast_mut(), padded)
+        };
+        whole[len..].fill(0);
+        Ok(&mut whole[..len])
     }
 
     /// Sets the message length (bytes beyond what was written read as whatever the slot held).
@@ -849,7 +864,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         p.check_epoch()?;
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
-        if self.len % 8 != 0 {
+        if self.len % 8 != 0 && !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
             if let Some(w) = p.mem.payload(self.slot).get(self.len / 8) {

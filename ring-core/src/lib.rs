@@ -13,8 +13,10 @@
 //! [`Consumer`] either *pins* a slot (sets its own reader bit while `WRITER` is clear, then checks
 //! the stamp names the message it wants) and reads it in place, or *copies* it out optimistically
 //! and keeps the copy only if the stamp did not move. Consumers choose a [`DeliveryClass`]:
-//! gating consumers hold the producer back (lossless), latest-only and skip-on-lag ones never do
-//! and are told exactly how many messages they missed. Pins are owner-tagged (one bit per
+//! gating consumers hold the producer back by their cursor (lossless); latest-only and
+//! skip-on-lag ones never do by their cursor — only a slot they hold *pinned* keeps the producer
+//! off it, as every pin does (copy reads pin nothing, except in pin-only rings) — and are told
+//! exactly how many messages they missed. Pins are owner-tagged (one bit per
 //! consumer-table entry), so a dead consumer's pins are cleared exactly by
 //! [`Producer::reclaim`]. `docs/PROTOCOL.md` has the state machine and every ordering.
 //!
@@ -130,9 +132,10 @@ pub enum DeliveryClass {
     /// Only the newest message matters (frame grabbers): each read returns the latest message
     /// and reports how many were skipped since the last read.
     LatestOnly = 2,
-    /// Follows the sequence in order, but never holds the producer back: when it falls more than
-    /// a ring behind it jumps to the oldest message still there and reports exactly how many it
-    /// missed.
+    /// Follows the sequence in order without holding the producer back by its cursor (a slot it
+    /// holds pinned still keeps the producer off that slot, as every pin does): when it falls
+    /// more than a ring behind it jumps to the oldest message still there and reports exactly
+    /// how many it missed.
     SkipOnLag = 3,
 }
 

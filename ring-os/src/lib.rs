@@ -51,3 +51,8 @@ const _: () = assert!(
     ring_core::CROSS_PROCESS_SAFE,
     "ring-os needs lock-free 64-bit atomics on this target (ring_core::CROSS_PROCESS_SAFE)"
 );
+
+/// The README's examples, compiled and run as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+pub struct ReadmeDoctests;

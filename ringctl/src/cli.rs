@@ -81,7 +81,8 @@ pub enum Class {
     /// Only the newest message (frame grabbers); reports how many it skipped.
     #[value(alias = "latest-only")]
     Latest,
-    /// Follows the sequence but never holds the producer back; reports exactly what it missed.
+    /// Follows the sequence without holding the producer back by its cursor (a pin still holds
+    /// its slot); reports exactly what it missed.
     #[value(alias = "skip-on-lag")]
     Skip,
 }
@@ -111,7 +112,7 @@ impl Class {
 pub enum ReadMode {
     /// Pin the slot and read it in place (zero-copy).
     Pin,
-    /// Copy the message out with the seqlock (never holds the producer back).
+    /// Copy the message out with the seqlock (holds nothing back in an ordinary ring).
     Copy,
     /// Latest-only consumers copy, the others pin.
     Mixed,

@@ -3,6 +3,37 @@
 //! or its process died); a write is refused for now (`Full`) or for good (`Closed`). Whatever
 //! else ring-core reports (a corrupt segment, an eviction, a buffer that is too small) is
 //! `Failed` with ring-core's own error inside. Each converts into [`crate::Error`] with `?`.
+//!
+//! ```
+//! use core::time::Duration;
+//! use ring_os::prelude::*;
+//!
+//! // One function, every error type of a pub/sub, each converted by `?`.
+//! fn round_trip(ring: &Ring) -> Result<u64, Error> {
+//!     let t = Duration::from_secs(1);
+//!     let mut publisher = ring.publisher()?; // ring_os::Error
+//!     let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+//!     publisher.try_send(b"a")?; // TrySendError
+//!     publisher.send(b"b")?; // SendError
+//!     publisher.send_timeout(b"c", t)?; // SendTimeoutError
+//!     publisher.inner().try_publish(b"d")?; // ring_core::ClaimError
+//!     let mut buf = [0u8; 64];
+//!     subscriber.try_recv(&mut buf)?; // TryRecvError
+//!     subscriber.recv(&mut buf)?; // RecvError
+//!     subscriber.recv_timeout(&mut buf, t)?; // RecvTimeoutError
+//!     subscriber.inner().try_copy(&mut buf)?; // ring_core::ReadError
+//!     let full = ring_core::Consumer::new(ring.mapping(), DeliveryClass::Gating, ring_core::OwnerId::new(9).unwrap());
+//!     drop(full?); // ring_core::Error
+//!     Ok(publisher.sent())
+//! }
+//!
+//! let ring = Ring::memfd().slots(8).slot_size(64).create()?;
+//! assert_eq!(round_trip(&ring)?, 4);
+//! // And the failures read as sentences (Display), not as Debug dumps:
+//! let err: Error = TryRecvError::Disconnected.into();
+//! assert!(err.to_string().contains("disconnected"));
+//! # Ok::<(), Error>(())
+//! ```
 
 use core::fmt;
 

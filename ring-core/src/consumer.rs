@@ -11,7 +11,7 @@ use crate::wait::WaitStrategy;
 use crate::{DeliveryClass, OwnerId};
 
 /// How many times one read re-targets after finding its message overwritten before it reports
-/// [`ReadError::Lagging`]. Bounds every read (DESIGN invariant 6).
+/// [`ReadError::Lagging`]. Bounds every read (invariant 6 in `docs/DESIGN.md`).
 pub const READ_RETRIES: u32 = 16;
 
 /// A registered reader of the ring.
@@ -753,7 +753,7 @@ impl<M: Memory> Pinned<'_, M> {
         // - while this pin is held the producer cannot claim the slot (the claim CAS needs a
         //   zero reader mask), so no one writes these bytes for the borrow's life; other readers
         //   only read. A hostile process could still write them: shared memory cannot stop a
-        //   peer that ignores the protocol, which DESIGN's threat model accepts for pinned reads.
+        //   peer that ignores the protocol, which the threat model (`docs/DESIGN.md`) accepts for pinned reads.
         unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), self.len) }
     }
 }

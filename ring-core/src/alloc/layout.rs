@@ -11,7 +11,7 @@ pub const VERSION: u64 = 1;
 pub const GRANULE_BYTES: u64 = 64;
 /// Number of owners with their own accounting record: owner ids are `0..MAX_OWNERS`.
 pub const MAX_OWNERS: u16 = 64;
-/// The default live-allocation ceiling (the figure RPC side channels ran into, see DESIGN.md).
+/// The default live-allocation ceiling (the figure RPC side channels ran into, see `docs/DESIGN.md`).
 pub const DEFAULT_MAX_LIVE: u32 = 4094;
 /// The largest accepted `max_live` (entry indices must fit the handle's low 32 bits with room).
 pub const MAX_LIVE_LIMIT: u32 = 1 << 24;

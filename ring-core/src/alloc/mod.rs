@@ -75,7 +75,7 @@
 //! bitmaps: the "bitmapped" allocators of Wilson et al., *Dynamic Storage Allocation: A Survey
 //! and Critical Review* (1995), §4.3. Generation-tagged handles: the slot-map / generational
 //! index pattern. The 4094 live-allocation ceiling and the hard-bounded writer come from the RPC
-//! side-channel experience recorded in DESIGN.md.
+//! side-channel experience recorded in `docs/DESIGN.md`.
 
 mod bitmap;
 mod entry;

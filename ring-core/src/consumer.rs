@@ -1,14 +1,15 @@
 //! Consumers: registration, pinned (zero-copy) reads, seqlock copy-out reads, delivery classes.
 
+use crate::class::DeliveryClass;
 use crate::error::{Error, ReadError};
 use crate::layout::{
     ConsumerEntry, ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING,
     FLAG_ABORTED, FLAG_CLOSED, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
+use crate::owner::OwnerId;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::wait::WaitStrategy;
-use crate::{DeliveryClass, OwnerId};
 
 /// How many times one read re-targets after finding its message overwritten before it reports
 /// [`ReadError::Lagging`]. Bounds every read (invariant 6 in `docs/DESIGN.md`).

@@ -3,8 +3,8 @@
 use crate::error::{AttachError, LayoutError};
 use crate::geometry::{Config, Geometry};
 use crate::memory::{Memory, RawMemory};
+use crate::owner::OwnerId;
 use crate::sync::{AtomicU32, AtomicU64};
-use crate::OwnerId;
 use alloc_crate::vec::Vec;
 use core::ptr::NonNull;
 

@@ -2,8 +2,8 @@
 
 use crate::layout::{ABI_VERSION, LAYOUT_FINGERPRINT, MAGIC};
 use crate::memory::Memory;
+use crate::owner::OwnerId;
 use crate::sync::Ordering;
-use crate::OwnerId;
 
 /// Writes every shared word of a new segment. The caller opens the init barrier afterwards with
 /// a Release store of `INIT_READY`; until then no attacher reads these words, so Relaxed stores

@@ -1,11 +1,11 @@
 //! Read-only views of a ring for tools (`ringctl inspect`) and tests.
 
+use crate::class::DeliveryClass;
 use crate::layout::{
     CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING, CONSUMER_RECLAIMING, FLAG_CLOSED, WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::Ordering;
-use crate::DeliveryClass;
 
 /// State of a consumer-table entry.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -61,6 +61,7 @@ extern crate std;
 pub mod sync;
 
 pub mod alloc;
+mod class;
 mod consumer;
 mod error;
 mod geometry;
@@ -72,6 +73,7 @@ pub mod layout;
 mod memory;
 #[cfg(feature = "alloc")]
 mod owned;
+mod owner;
 mod producer;
 mod wait;
 mod words;
@@ -91,7 +93,8 @@ pub use owned::OwnedSegment;
 pub use producer::{LoanError, Overflow, Producer, Reclaimed, WriteSlot};
 pub use wait::{Spin, SpinThenYield, WaitStrategy};
 
-use core::num::NonZeroU64;
+pub use class::DeliveryClass;
+pub use owner::OwnerId;
 
 /// True when this target's 64-bit and 32-bit atomics are lock-free, which cross-process use
 /// requires (a fallback lock would live in one process, not in the shared memory).
@@ -100,53 +103,3 @@ pub const CROSS_PROCESS_SAFE: bool =
     sync::AtomicU64::is_always_lock_free() && sync::AtomicU32::is_always_lock_free();
 
 pub use sync::{AtomicU32, AtomicU64};
-
-/// An opaque, non-zero identity of a process (or thread) taking part in a ring, stored in the
-/// segment so that others can check whether it is alive. `ring-os` derives it from the pid and
-/// the process start time, so a reused pid is a different owner.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct OwnerId(NonZeroU64);
-
-impl OwnerId {
-    /// Wraps a non-zero id; `None` for 0 (0 means "no owner" in the segment).
-    pub const fn new(id: u64) -> Option<Self> {
-        match NonZeroU64::new(id) {
-            Some(v) => Some(Self(v)),
-            None => None,
-        }
-    }
-
-    /// The raw id.
-    pub const fn get(self) -> u64 {
-        self.0.get()
-    }
-}
-
-/// How a consumer is served. One ring serves consumers of different classes at once.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-#[repr(u32)]
-pub enum DeliveryClass {
-    /// Lossless: the producer waits (or fails its claim) rather than overwrite a message this
-    /// consumer has not consumed. The ACK/backpressure mode.
-    Gating = 1,
-    /// Only the newest message matters (frame grabbers): each read returns the latest message
-    /// and reports how many were skipped since the last read.
-    LatestOnly = 2,
-    /// Follows the sequence in order without holding the producer back by its cursor (a slot it
-    /// holds pinned still keeps the producer off that slot, as every pin does): when it falls
-    /// more than a ring behind it jumps to the oldest message still there and reports exactly
-    /// how many it missed.
-    SkipOnLag = 3,
-}
-
-impl DeliveryClass {
-    /// The class stored as `value` in a consumer entry, if valid.
-    pub const fn from_u32(value: u32) -> Option<Self> {
-        match value {
-            1 => Some(Self::Gating),
-            2 => Some(Self::LatestOnly),
-            3 => Some(Self::SkipOnLag),
-            _ => None,
-        }
-    }
-}

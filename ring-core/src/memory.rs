@@ -16,8 +16,8 @@ use crate::layout::{
     ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, ABI_VERSION, CACHE_LINE, INIT_READY,
     LAYOUT_FINGERPRINT, MAGIC,
 };
+use crate::owner::OwnerId;
 use crate::sync::{AtomicU32, AtomicU64, Ordering};
-use crate::OwnerId;
 use core::ptr::NonNull;
 
 /// Typed access to one segment.

@@ -5,8 +5,8 @@ use crate::error::LayoutError;
 use crate::geometry::{Config, Geometry};
 use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, INIT_READY};
 use crate::memory::Memory;
+use crate::owner::OwnerId;
 use crate::sync::{new_u32, new_u64, AtomicU64, Ordering};
-use crate::OwnerId;
 use alloc_crate::boxed::Box;
 use alloc_crate::vec::Vec;
 

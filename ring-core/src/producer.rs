@@ -1,14 +1,15 @@
 //! The single producer: claim → write → publish (or abort), gating, recovery and reclaim.
 
+use crate::class::DeliveryClass;
 use crate::error::{ClaimError, Error};
 use crate::layout::{
     ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
     FLAG_CLOSED, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
+use crate::owner::OwnerId;
 use crate::sync::{fence, Ordering};
 use crate::wait::WaitStrategy;
-use crate::{DeliveryClass, OwnerId};
 
 /// The ring's one writer.
 ///

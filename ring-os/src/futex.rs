@@ -118,6 +118,24 @@ mod poll {
     }
 }
 
+/// The futex word behind a ring-core atomic.
+pub(crate) fn as_futex(word: &ring_core::AtomicU32) -> &core::sync::atomic::AtomicU32 {
+    // SAFETY: ring-core's `AtomicU32` is portable-atomic's, which on targets where
+    // `CROSS_PROCESS_SAFE` holds (asserted in lib.rs) is the native 32-bit atomic: same size and
+    // alignment as `core`'s, and every access to the word is atomic. The pointer comes from a
+    // reference, so it is valid for the returned borrow.
+    unsafe { core::sync::atomic::AtomicU32::from_ptr(word.as_ptr()) }
+}
+
+/// Parks on a ring-core futex word (see [`wait`]).
+pub(crate) fn wait_word(
+    word: &ring_core::AtomicU32,
+    expected: u32,
+    timeout: core::time::Duration,
+) -> WaitOutcome {
+    wait(as_futex(word), expected, timeout)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -158,24 +158,6 @@ pub(crate) fn roles_of<M: Memory + ?Sized>(mem: &M) -> Vec<(Role, u64)> {
     roles
 }
 
-/// The futex word behind a ring-core atomic.
-fn as_futex(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
-    // SAFETY: ring-core's `AtomicU32` is portable-atomic's, which on targets where
-    // `CROSS_PROCESS_SAFE` holds (asserted in lib.rs) is the native 32-bit atomic: same size and
-    // alignment as `core`'s, and every access to the word is atomic. The pointer comes from a
-    // reference, so it is valid for the returned borrow.
-    unsafe { core::sync::atomic::AtomicU32::from_ptr(word.as_ptr()) }
-}
-
-/// Parks on a ring-core futex word (see [`futex::wait`]).
-pub(crate) fn futex_wait(
-    word: &AtomicU32,
-    expected: u32,
-    timeout: core::time::Duration,
-) -> futex::WaitOutcome {
-    futex::wait(as_futex(word), expected, timeout)
-}
-
 // SAFETY: forwards to `RawMemory`, whose promises hold because `segment` keeps the bytes mapped
 // for as long as `self`, and `geometry` is the validated local copy.
 unsafe impl Memory for Mapping {
@@ -184,14 +166,8 @@ unsafe impl Memory for Mapping {
         // Relaxed: a statistic.
         self.wakes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let _ = futex::wake_all(as_futex(word));
+        let _ = futex::wake_all(futex::as_futex(word));
     }
-}
-
-/// Test access to the futex view of a word.
-#[cfg(test)]
-pub(crate) fn tests_as_futex(word: &AtomicU32) -> &core::sync::atomic::AtomicU32 {
-    as_futex(word)
 }
 
 #[cfg(test)]

@@ -7,8 +7,8 @@ use std::time::Instant;
 use ring_core::sync::Ordering;
 use ring_core::{AtomicU32, WaitStrategy};
 
+use crate::futex::wait_word;
 use crate::futex::WaitOutcome;
-use crate::mapping::futex_wait;
 
 /// Spin for a budget, then park on the futex with a deadline.
 ///
@@ -95,7 +95,7 @@ impl WaitStrategy for FutexWait {
         if now >= self.deadline {
             return false;
         }
-        match futex_wait(word, expected, self.deadline - now) {
+        match wait_word(word, expected, self.deadline - now) {
             WaitOutcome::Woken | WaitOutcome::Changed => true,
             WaitOutcome::TimedOut => false,
         }
@@ -131,7 +131,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             // Release: pairs with the waiter's Acquire.
             w2.store(1, Ordering::Release);
-            let _ = crate::futex::wake_all(crate::mapping::tests_as_futex(&w2));
+            let _ = crate::futex::wake_all(crate::futex::as_futex(&w2));
         });
         let mut wait = FutexWait::new(Duration::from_secs(10)).spins(0);
         let start = Instant::now();

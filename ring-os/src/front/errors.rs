@@ -165,6 +165,18 @@ impl TrySendError {
     }
 }
 
+impl SendTimeoutError {
+    /// The same outcome without waiting: `Full` becomes `Timeout`.
+    fn from_try(e: TrySendError) -> Self {
+        match e {
+            TrySendError::Full => Self::Timeout,
+            TrySendError::Closed => Self::Closed,
+            TrySendError::TooLarge { len, capacity } => Self::TooLarge { len, capacity },
+            TrySendError::Failed(e) => Self::Failed(e),
+        }
+    }
+}
+
 impl SendError {
     /// `None` for the transient outcome (`Timeout`), which `send` retries.
     pub(crate) fn from_timeout(e: SendTimeoutError) -> Option<Self> {
@@ -211,16 +223,9 @@ impl fmt::Display for RecvError {
 
 impl fmt::Display for TrySendError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Self::Full => f.write_str("the ring is full: a gating subscriber or a pin holds it"),
-            Self::Closed => f.write_str("the ring is closed"),
-            Self::TooLarge { len, capacity } => {
-                write!(
-                    f,
-                    "a {len}-byte message does not fit in a {capacity}-byte slot"
-                )
-            }
-            Self::Failed(e) => write!(f, "{e}"),
+        match SendError::from_timeout(SendTimeoutError::from_try(*self)) {
+            None => f.write_str("the ring is full: a gating subscriber or a pin holds it"),
+            Some(e) => e.fmt(f),
         }
     }
 }
@@ -304,11 +309,7 @@ impl From<TrySendError> for crate::Error {
     fn from(e: TrySendError) -> Self {
         match e {
             TrySendError::Full => Self::Full,
-            TrySendError::Closed => SendTimeoutError::Closed.into(),
-            TrySendError::TooLarge { len, capacity } => {
-                SendTimeoutError::TooLarge { len, capacity }.into()
-            }
-            TrySendError::Failed(e) => SendTimeoutError::Failed(e).into(),
+            e => SendTimeoutError::from_try(e).into(),
         }
     }
 }

@@ -229,3 +229,101 @@ fn no_producer_is_not_ready_within_the_timeout() {
     assert!(matches!(r, Err(RingError::NotReady)), "{r:?}");
     assert!(start.elapsed() < Duration::from_secs(5));
 }
+
+type HeapSeg = std::sync::Arc<ring_core::HeapSegment>;
+type Table = std::sync::Arc<ring_cuda::ring::HeapTable>;
+type Producer = ring_cuda::ring::DeviceProducer<EmulatedDevice, HeapSeg, Table>;
+type Consumer = ring_cuda::ring::DeviceConsumer<EmulatedDevice, HeapSeg, Table>;
+
+/// A producer and one gating consumer (separate devices) over a heap ring of `slots` slots.
+fn pair(slots: u32) -> (Producer, Consumer, Table) {
+    use std::sync::Arc;
+
+    use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
+    use ring_cuda::ring::{DeviceConsumer, DeviceProducer, HeapTable};
+
+    let id = |n| OwnerId::new(n).unwrap();
+    let seg = Arc::new(HeapSegment::new(&Config::new(slots, 16).with_consumers(1), id(1)).unwrap());
+    let table = Arc::new(HeapTable::new(slots as usize, 1));
+    let p = DeviceProducer::new(
+        Arc::new(EmulatedDevice::new()),
+        Arc::clone(&seg),
+        Arc::clone(&table),
+        id(1),
+        64,
+    )
+    .unwrap();
+    let c = DeviceConsumer::new(
+        Arc::new(EmulatedDevice::new()),
+        seg,
+        Arc::clone(&table),
+        DeliveryClass::Gating,
+        id(2),
+        Duration::from_secs(10),
+    )
+    .unwrap();
+    (p, c, table)
+}
+
+/// A read event the producer cannot open refuses the publish (checked failing before the fix:
+/// the producer counted it as "unusable" and wrote the slot with no wait).
+#[test]
+fn an_unusable_read_event_refuses_the_publish() {
+    use ring_cuda::ring::{table_words, RingError, TableMemory};
+    use ring_cuda::Device;
+    use ring_cuda::Error;
+    use std::sync::atomic::Ordering;
+
+    let (mut p, c, table) = pair(2);
+    // Consumer row 0, slot 0's read-event handle: after the header (8 words) and two slot rows
+    // (18 words each), skipping the row's token word. Flipping its magic makes it unopenable.
+    let at = 8 + 2 * 18 + 1;
+    assert!(at < table_words(2, 1));
+    table.table()[at].fetch_xor(0xFF, Ordering::Relaxed);
+    let r = p.try_publish_with(16, |d, s, buf| d.fill(s, buf, 0, 16, 1));
+    assert!(
+        matches!(
+            r,
+            Err(RingError::ReadEvent {
+                consumer: 0,
+                source: Error::InvalidHandle(_)
+            })
+        ),
+        "{r:?}"
+    );
+    assert_eq!(
+        p.ring().published(),
+        0,
+        "the slot was given back unpublished"
+    );
+    drop(c);
+}
+
+/// A consumer whose read-event record fails and whose copy cannot be confirmed keeps the
+/// message pinned, so the producer cannot overwrite it (checked failing before the fix: the
+/// consumer unpinned anyway and the producer claimed the slot again).
+#[test]
+fn a_failed_read_record_keeps_the_pin() {
+    use ring_cuda::ring::RingError;
+    use ring_cuda::Device;
+
+    let (mut p, mut c, _table) = pair(2);
+    let t = Duration::from_secs(10);
+    let fill = |d: &EmulatedDevice, s, buf| d.fill(s, buf, 0, 16, 1);
+    p.publish_with(16, t, fill).unwrap();
+    // The read closure destroys the consumer's own stream: the record then fails, and so does
+    // the host sync that could have shown the copy finished.
+    let r = c.try_read_with(|d, s, _, _| d.destroy_stream(s, t));
+    assert!(matches!(r, Err(RingError::PinHeld { seq: 0 })), "{r:?}");
+    let again = c.try_read_with(|_, _, _, _| Ok(()));
+    assert!(
+        matches!(again, Err(RingError::PinHeld { seq: 0 })),
+        "{again:?}"
+    );
+    p.publish_with(16, t, fill).unwrap();
+    let third = p.try_publish_with(16, fill);
+    assert!(
+        matches!(third, Err(ref e) if e.is_transient()),
+        "slot 0 is still pinned: {third:?}"
+    );
+}

@@ -49,7 +49,13 @@ pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
     mappings: MappingCache<(u64, usize)>,
     /// Opened write events, keyed by (producer token, slot).
     write_events: EventCache<(u64, usize)>,
+    /// A message left pinned on purpose (see [`RingError::PinHeld`]); reads are refused after.
+    held: Option<u64>,
 }
+
+/// How long a consumer whose read-event record failed waits on the host for its own copy
+/// before it gives up and keeps the message pinned.
+const UNPIN_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceConsumer<D, M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -107,6 +113,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             kind: header.kind,
             mappings: MappingCache::new(),
             write_events: EventCache::new(),
+            held: None,
         };
         this.stream = Some(this.dev.create_stream(this.owner)?);
         let mut handles = Vec::with_capacity(slots);
@@ -218,11 +225,17 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     /// # Errors
     /// [`RingError::Read`] (`Empty` is transient; `Closed` at the end), [`RingError::NotReady`],
     /// [`RingError::Corrupt`] (a message names a buffer or length that cannot be), device errors
-    /// and what `read` returned (the read event is recorded in every case).
+    /// and what `read` returned (the read event is recorded in every case). If recording the
+    /// read event fails, the message is unpinned only after a host sync of the stream shows
+    /// the copy finished ([`RingError::ReadEvent`]); if that fails too it stays pinned for good
+    /// ([`RingError::PinHeld`], also returned by every later call).
     pub fn try_read_with<R>(
         &mut self,
         read: impl FnOnce(&D, StreamId, Mem, u64) -> Result<R, Error>,
     ) -> Result<Frame<R>, RingError> {
+        if let Some(seq) = self.held {
+            return Err(RingError::PinHeld { seq });
+        }
         let stream = self.stream.ok_or(RingError::NotReady)?;
         let header = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?
@@ -282,11 +295,27 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         dev.wait_event(stream, wev)?;
         #[cfg(ring_mutant = "cuda_skip_write_wait")]
         let _ = wev;
+        if self.held.is_some() {
+            // Unreachable: a consumer holding a pin refuses reads before pinning again.
+            return Err(RingError::PinHeld { seq });
+        }
         let value = read(dev, stream, Mem::Mapping(mapping), len);
         // Recorded whatever `read` did: the producer must wait for any work it enqueued.
-        let recorded = dev.record(self.read_events[buffer], stream);
+        if let Err(source) = dev.record(self.read_events[buffer], stream) {
+            // Without the record, the producer's next wait on this slot would not cover the
+            // work just enqueued: unpin only once the host has seen that work finish.
+            if dev.sync_stream(stream, UNPIN_SYNC_TIMEOUT).is_err() {
+                core::mem::forget(pinned);
+                self.held = Some(seq);
+                return Err(RingError::PinHeld { seq });
+            }
+            drop(pinned);
+            return Err(RingError::ReadEvent {
+                consumer: self.ring.index(),
+                source,
+            });
+        }
         drop(pinned);
-        recorded?;
         Ok(Frame {
             seq,
             missed,

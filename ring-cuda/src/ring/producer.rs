@@ -16,6 +16,66 @@ use crate::handle::{
     BufferId, EventId, ExportKind, IpcMemHandle, Mem, MemHandle, Owner, StreamId, IPC_HANDLE_SIZE,
 };
 
+/// The consumers' read events as the producer opened them.
+struct Readers {
+    /// Opened read events, keyed by (consumer row, its token, slot).
+    events: EventCache<(usize, u64, usize)>,
+    /// The token last seen in each consumer row.
+    rows: Vec<u64>,
+}
+
+impl Readers {
+    /// Makes the producer's stream wait for consumer row `c`'s last read of slot `s` (nothing
+    /// to wait for if the row is empty). The row's token is re-read if a consumer replaced it
+    /// while its handle was being read (the table's seqlock); a handle that does not open is
+    /// [`RingError::ReadEvent`].
+    fn wait<D: Device>(
+        &mut self,
+        dev: &D,
+        t: &Table<'_>,
+        owner: Owner,
+        stream: StreamId,
+        (c, s): (usize, usize),
+    ) -> Result<(), RingError> {
+        // A row changes hands only on a (rare) re-registration; two re-reads are plenty, and a
+        // row that keeps changing is reported rather than skipped.
+        for _ in 0..3 {
+            let token = t.consumer_token(c);
+            if token != self.rows[c] {
+                for e in self.events.remove_where(|k| k.0 == c) {
+                    let _ = dev.destroy_event(e);
+                }
+                self.rows[c] = token;
+            }
+            if token == 0 {
+                return Ok(());
+            }
+            let opened = self.events.get_or_open((c, token, s), || {
+                let h = t.consumer_event(c, s, token).ok_or(Error::StaleHandle)?;
+                dev.open_event(owner, &h)
+            });
+            match opened {
+                // The mutation check removes this wait: the ring tests must then see torn frames.
+                #[cfg(not(ring_mutant = "cuda_skip_read_waits"))]
+                Ok(ev) => return dev.wait_event(stream, ev).map_err(RingError::from),
+                #[cfg(ring_mutant = "cuda_skip_read_waits")]
+                Ok(_) => return Ok(()),
+                Err(_) if t.consumer_token(c) != token => continue,
+                Err(source) => {
+                    return Err(RingError::ReadEvent {
+                        consumer: c,
+                        source,
+                    })
+                }
+            }
+        }
+        Err(RingError::ReadEvent {
+            consumer: c,
+            source: Error::StaleHandle,
+        })
+    }
+}
+
 /// Publishes device-memory messages: see the [module docs](super).
 pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     dev: Arc<D>,
@@ -28,12 +88,8 @@ pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     stream: Option<StreamId>,
     buffers: Vec<BufferId>,
     write_events: Vec<EventId>,
-    /// Opened read events, keyed by (consumer row, its token, slot).
-    read_events: EventCache<(usize, u64, usize)>,
-    /// The token last seen in each consumer row.
-    rows: Vec<u64>,
-    /// Read-event handles that could not be opened (a consumer that died or is hostile).
-    unusable_events: u64,
+    /// The consumers' read events opened so far.
+    readers: Readers,
     /// How the buffers are exported.
     kind: ExportKind,
     /// The table token published (identifies this producer's buffers to consumers).
@@ -103,9 +159,10 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             stream: None,
             buffers: Vec::with_capacity(slots),
             write_events: Vec::with_capacity(slots),
-            read_events: EventCache::new(),
-            rows: vec![0; consumers],
-            unusable_events: 0,
+            readers: Readers {
+                events: EventCache::new(),
+                rows: vec![0; consumers],
+            },
             kind,
             token: new_token(),
         };
@@ -179,12 +236,6 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         self.buffer_len
     }
 
-    /// Read-event handles that could not be opened so far (dead or hostile consumers).
-    #[must_use]
-    pub const fn unusable_events(&self) -> u64 {
-        self.unusable_events
-    }
-
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
     /// on the producer's stream into the slot's buffer, records the slot's write event and
     /// publishes `(buffer, len)`. Returns the sequence number.
@@ -204,39 +255,21 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         let stream = self.stream.ok_or(RingError::NotReady)?;
         let mut slot = self.ring.try_claim()?;
         let s = (slot.seq() % self.slots as u64) as usize;
-        let dev = &*self.dev;
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        // Wait (on the device) for every registered consumer's last read of this slot.
+        // Wait (on the device) for every registered consumer's last read of this slot. A read
+        // event that cannot be used refuses the publish: writing without the wait could
+        // overwrite a copy still queued on that consumer's stream.
         for c in 0..self.consumers {
-            let token = t.consumer_token(c);
-            if token != self.rows[c] {
-                for e in self.read_events.remove_where(|k| k.0 == c) {
-                    let _ = dev.destroy_event(e);
-                }
-                self.rows[c] = token;
-            }
-            if token == 0 {
-                continue;
-            }
-            let owner = self.owner;
-            let opened = self.read_events.get_or_open((c, token, s), || {
-                let h = t.consumer_event(c, s, token).ok_or(Error::StaleHandle)?;
-                dev.open_event(owner, &h)
-            });
-            // The mutation check removes this wait: the ring tests must then see torn frames.
-            #[cfg(ring_mutant = "cuda_skip_read_waits")]
-            let opened: Result<EventId, Error> = opened.and(Err(Error::StaleHandle));
-            match opened {
-                Ok(ev) => {
-                    if let Err(e) = dev.wait_event(stream, ev) {
-                        slot.abort();
-                        return Err(e.into());
-                    }
-                }
-                Err(_) => self.unusable_events += u64::from(cfg!(not(ring_mutant))),
+            if let Err(e) = self
+                .readers
+                .wait(&*self.dev, &t, self.owner, stream, (c, s))
+            {
+                slot.abort();
+                return Err(e);
             }
         }
+        let dev = &*self.dev;
         let done = write(dev, stream, Mem::Buffer(self.buffers[s]))
             .and_then(|()| dev.record(self.write_events[s], stream));
         if let Err(e) = done {
@@ -299,7 +332,7 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
         if let Some(s) = self.stream.take() {
             let _ = dev.destroy_stream(s, Duration::from_secs(10));
         }
-        let _ = self.read_events.destroy_all(dev);
+        let _ = self.readers.events.destroy_all(dev);
         for e in self.write_events.drain(..) {
             let _ = dev.destroy_event(e);
         }

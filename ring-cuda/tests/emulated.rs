@@ -16,8 +16,13 @@ const T: Duration = Duration::from_secs(10);
 fn slow(delay_ms: u64) -> EmulatedDevice {
     EmulatedDevice::with_options(EmulatedOptions {
         op_delay: Duration::from_millis(delay_ms),
-        ..EmulatedOptions::default()
+        ..EmulatedOptions::in_process()
     })
+}
+
+/// A device that opens handles exported by this process (a stand-in for another process).
+fn inproc() -> EmulatedDevice {
+    EmulatedDevice::with_options(EmulatedOptions::in_process())
 }
 
 #[test]
@@ -44,14 +49,14 @@ fn conformance_event_ordering_on_a_slow_device() {
 #[test]
 fn conformance_pair_ipc_and_fd() {
     for kind in [ExportKind::Ipc, ExportKind::Fd] {
-        let (a, b) = (slow(2), EmulatedDevice::new());
+        let (a, b) = (slow(2), inproc());
         conformance::ipc_pair(&a, &b, kind, true).unwrap();
     }
 }
 
 #[test]
 fn churn_returns_to_baseline() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     conformance::churn(&a, Some(&b), 2000, ExportKind::Ipc).unwrap();
     conformance::churn(&a, Some(&b), 500, ExportKind::Fd).unwrap();
     let t = a.ledger().totals().buffers;
@@ -107,13 +112,20 @@ fn query_and_bounded_synchronize() {
     d.free(buf).unwrap();
 }
 
+/// A sticky fault poisons the whole device, as a CUDA context is poisoned: every stream and
+/// every later call fails, and nothing is released (the leak report shows what was live).
+/// Checked failing before the change: only the faulted stream failed.
 #[test]
-fn a_device_wait_past_its_bound_faults_the_stream() {
+fn a_fault_poisons_the_whole_device() {
+    let seen = Arc::new(Mutex::new(0usize));
     let d = EmulatedDevice::with_options(EmulatedOptions {
         op_delay: Duration::from_millis(400),
-        wait_bound: Duration::from_millis(30),
+        watchdog: Some(Duration::from_millis(30)),
         ..EmulatedOptions::default()
     });
+    let sink = Arc::clone(&seen);
+    d.ledger()
+        .set_leak_hook(Box::new(move |r| *sink.lock().unwrap() = r.leaks.len()));
     let o = Owner(3);
     let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
     let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
@@ -128,39 +140,156 @@ fn a_device_wait_past_its_bound_faults_the_stream() {
     ));
     assert!(
         start.elapsed() < Duration::from_millis(390),
-        "the wait was not bounded"
+        "the watchdog did not fire"
     );
     let mut out = [0u8; 1];
-    assert!(matches!(
-        d.read(waiter, buf.into(), 0, &mut out, T),
-        Err(Error::StreamFault(_))
-    ));
-    // The other stream is unaffected.
-    d.read(slow_stream, buf.into(), 0, &mut out, T).unwrap();
-    assert_eq!(out, [1]);
-    d.destroy_event(ev).unwrap();
-    assert!(matches!(
-        d.destroy_stream(waiter, T),
-        Err(Error::StreamFault(_))
-    ));
-    d.destroy_stream(slow_stream, T).unwrap();
-    d.free(buf).unwrap();
+    let other = d.read(slow_stream, buf.into(), 0, &mut out, T);
     assert!(
-        d.ledger().leak_report().is_empty(),
-        "a faulted stream is still released"
+        matches!(other, Err(Error::StreamFault(_))),
+        "the other stream survived: {other:?}"
     );
+    assert!(matches!(
+        d.alloc(o, 64, ExportKind::Ipc),
+        Err(Error::StreamFault(_))
+    ));
+    assert!(matches!(d.free(buf), Err(Error::StreamFault(_))));
+    assert_eq!(
+        d.ledger().totals().buffers.live,
+        1,
+        "a failed free releases nothing"
+    );
+    drop(d);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        4,
+        "buffer, two streams, event reported"
+    );
+}
+
+/// An injected fault (an illegal address) is sticky in the same way.
+#[test]
+fn an_injected_fault_is_sticky() {
+    let d = EmulatedDevice::new();
+    d.ledger().set_leak_hook(Box::new(|_| {}));
+    let o = Owner(9);
+    let (s1, s2) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    d.inject_fault(s1).unwrap();
+    assert!(matches!(d.sync_stream(s1, T), Err(Error::StreamFault(_))));
+    assert!(matches!(d.sync_stream(s2, T), Err(Error::StreamFault(_))));
+    assert!(matches!(d.create_event(o), Err(Error::StreamFault(_))));
+}
+
+/// No watchdog by default: a stream waits for an event as long as it takes (CUDA never times
+/// out a stream wait). Checked failing before the change (default bound 10 s: the emulation
+/// had a bound, now `watchdog` is `None`), and here with a wait longer than a tight bound.
+#[test]
+fn stream_waits_have_no_bound_by_default() {
+    assert!(EmulatedOptions::default().watchdog.is_none());
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(300),
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(8);
+    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
+    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    let ev = d.create_event(o).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, 5).unwrap();
+    d.record(ev, slow_stream).unwrap();
+    d.wait_event(waiter, ev).unwrap();
+    let mut out = [0u8; 1];
+    d.read(waiter, buf.into(), 0, &mut out, T).unwrap();
+    assert_eq!(out, [5]);
+    // A wait that can never end does not hang the stream's destruction.
+    let never = d.create_event(o).unwrap();
+    d.record(never, slow_stream).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, 6).unwrap();
+    d.destroy_stream(slow_stream, Duration::from_millis(10))
+        .unwrap_err();
+    d.destroy_event(ev).unwrap();
+    d.destroy_event(never).unwrap();
+    d.destroy_stream(waiter, T).unwrap();
+    d.free(buf).unwrap();
+}
+
+/// A free that cannot finish (work still queued on the buffer past `host_wait`) releases
+/// nothing: the buffer stays live, charged and freeable. Checked failing before the change:
+/// the ledger entry left before the wait, so the timed-out buffer was not in any report.
+#[test]
+fn a_failed_free_keeps_the_ledger_entry() {
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(300),
+        host_wait: Duration::from_millis(20),
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(12);
+    let buf = d.alloc(o, 4096, ExportKind::Ipc).unwrap();
+    let s = d.create_stream(o).unwrap();
+    d.fill(s, buf.into(), 0, 4096, 1).unwrap();
+    assert!(matches!(d.free(buf), Err(Error::Timeout { .. })));
+    assert_eq!(d.ledger().totals().buffers.live, 1);
+    assert_eq!(d.ledger().leak_report().leaks.len(), 2, "buffer and stream");
+    d.sync_stream(s, T).unwrap();
+    d.free(buf).unwrap();
+    d.destroy_stream(s, T).unwrap();
+    assert!(d.ledger().leak_report().is_empty());
+}
+
+/// Charges are the padded sizes: an NV12 1080p frame takes 4 MiB, a 4 KiB VMM buffer 2 MiB
+/// (checked failing before the change: the requested length was charged).
+#[test]
+fn buffers_and_mappings_are_charged_padded() {
+    let (a, b) = (EmulatedDevice::new(), inproc());
+    let nv12 = a.alloc(Owner(1), 3_110_400, ExportKind::Ipc).unwrap();
+    let small = a.alloc(Owner(1), 4096, ExportKind::Fd).unwrap();
+    assert_eq!(a.ledger().totals().buffers.live_bytes, 6 << 20);
+    assert_eq!(
+        a.size(nv12.into()).unwrap(),
+        3_110_400,
+        "size() is the asked length"
+    );
+    let m = b
+        .open(Owner(2), &a.export(nv12, ExportKind::Ipc).unwrap())
+        .unwrap();
+    assert_eq!(b.ledger().totals().mappings.live_bytes, 4 << 20);
+    b.close(m).unwrap();
+    a.free(nv12).unwrap();
+    a.free(small).unwrap();
+}
+
+/// The emulation refuses to open IPC handles (buffers and events) exported by this same
+/// process, as CUDA does (`CUDA_ERROR_INVALID_CONTEXT`). Checked failing before the change.
+#[test]
+fn same_process_ipc_opens_are_refused() {
+    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let buf = a.alloc(Owner(1), 4096, ExportKind::Ipc).unwrap();
+    let ev = a.create_event(Owner(1)).unwrap();
+    let r = b.open(Owner(2), &a.export(buf, ExportKind::Ipc).unwrap());
+    assert!(matches!(r, Err(Error::Driver { code: 201, .. })), "{r:?}");
+    let r = b.open_event(Owner(2), &a.export_event(ev).unwrap());
+    assert!(matches!(r, Err(Error::Driver { code: 201, .. })), "{r:?}");
+    assert_eq!(b.ledger().totals().live_total(), 0);
+    // VMM fds may be imported in the exporting process (the driver allows it).
+    let fd_buf = a.alloc(Owner(1), 4096, ExportKind::Fd).unwrap();
+    let m = b
+        .open(Owner(2), &a.export(fd_buf, ExportKind::Fd).unwrap())
+        .unwrap();
+    b.close(m).unwrap();
+    a.destroy_event(ev).unwrap();
+    a.free(buf).unwrap();
+    a.free(fd_buf).unwrap();
 }
 
 #[test]
 fn out_of_memory_and_mapping_ceiling() {
     let d = EmulatedDevice::with_options(EmulatedOptions {
-        total_bytes: 1 << 20,
+        total_bytes: 8 << 20,
         ..EmulatedOptions::default()
     });
     let o = Owner(4);
-    let a = d.alloc(o, 768 << 10, ExportKind::Ipc).unwrap();
+    // 5 MiB + 1 is charged 6 MiB (2 MiB pages); 1 MiB is charged 2 MiB: 8 MiB fit, not more.
+    let a = d.alloc(o, (5 << 20) + 1, ExportKind::Ipc).unwrap();
     assert!(matches!(
-        d.alloc(o, 512 << 10, ExportKind::Ipc),
+        d.alloc(o, (2 << 20) + 1, ExportKind::Ipc),
         Err(Error::OutOfMemory { .. })
     ));
     assert_eq!(
@@ -168,9 +297,9 @@ fn out_of_memory_and_mapping_ceiling() {
         1,
         "a refused allocation stays uncounted"
     );
-    assert_eq!(d.mem_info().unwrap().free, 256 << 10);
+    assert_eq!(d.mem_info().unwrap().free, 2 << 20);
 
-    let b = EmulatedDevice::new();
+    let b = inproc();
     let mut limits = b.ledger().limits();
     limits.max_mappings = 1;
     b.ledger().set_limits(limits);
@@ -191,7 +320,7 @@ fn out_of_memory_and_mapping_ceiling() {
 
 #[test]
 fn hostile_handles_are_refused() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     let buf = a.alloc(Owner(6), 4096, ExportKind::Ipc).unwrap();
     let MemHandle::Ipc(h) = a.export(buf, ExportKind::Ipc).unwrap() else {
         panic!("an Ipc export produced an fd");
@@ -251,7 +380,8 @@ fn leak_report_on_drop_names_owner_size_and_age() {
     assert_eq!(leaks.len(), 2);
     assert_eq!(
         (leaks[0].kind, leaks[0].owner, leaks[0].bytes),
-        (ResourceKind::Buffer, Owner(0xBEEF), 12345)
+        (ResourceKind::Buffer, Owner(0xBEEF), 12800),
+        "charged padded to 512 bytes"
     );
     assert!(leaks[0].age >= Duration::from_millis(5));
     assert_eq!(
@@ -277,7 +407,7 @@ fn a_clean_drop_reports_nothing() {
 
 #[test]
 fn per_owner_peaks_and_the_mapping_cache_opens_once() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     let bufs: Vec<_> = (0..4)
         .map(|_| a.alloc(Owner(10), 1024, ExportKind::Ipc).unwrap())
         .collect();

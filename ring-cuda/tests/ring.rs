@@ -11,16 +11,23 @@ use std::time::Duration;
 
 use ring_cuda::{conformance, EmulatedDevice, EmulatedOptions};
 
+/// A device for an in-process ring: threads stand in for processes, so same-process IPC
+/// opens (which CUDA and the default emulation refuse) are allowed explicitly. The
+/// cross-process runs with the strict default are in `tests/pipeline.rs`.
+fn inproc() -> EmulatedDevice {
+    EmulatedDevice::with_options(EmulatedOptions::in_process())
+}
+
 fn delayed(ms: u64) -> EmulatedDevice {
     EmulatedDevice::with_options(EmulatedOptions {
         op_delay: Duration::from_millis(ms),
-        ..EmulatedOptions::default()
+        ..EmulatedOptions::in_process()
     })
 }
 
 #[test]
 fn one_producer_three_gating_consumers() {
-    conformance::device_ring(|_| EmulatedDevice::new(), 3, 300, 64 << 10, 4).unwrap();
+    conformance::device_ring(|_| inproc(), 3, 300, 64 << 10, 4).unwrap();
 }
 
 #[test]
@@ -30,7 +37,7 @@ fn slow_peers_never_tear() {
     conformance::device_ring(
         |i| {
             if i == 0 {
-                EmulatedDevice::new()
+                inproc()
             } else {
                 delayed(2)
             }
@@ -48,7 +55,7 @@ fn slow_peers_never_tear() {
             if i == 0 {
                 delayed(2)
             } else {
-                EmulatedDevice::new()
+                inproc()
             }
         },
         2,
@@ -61,14 +68,14 @@ fn slow_peers_never_tear() {
 
 #[test]
 fn two_slots_many_frames() {
-    conformance::device_ring(|_| EmulatedDevice::new(), 2, 1000, 1024, 2).unwrap();
+    conformance::device_ring(|_| inproc(), 2, 1000, 1024, 2).unwrap();
 }
 
 /// The long run on the emulated device: 10,000 publish/consume cycles; afterwards every
 /// device's live counts are back to zero, and each consumer opened each slot buffer once.
 #[test]
 fn ten_thousand_cycles_return_to_baseline() {
-    conformance::device_ring(|_| EmulatedDevice::new(), 1, 10_000, 256, 4).unwrap();
+    conformance::device_ring(|_| inproc(), 1, 10_000, 256, 4).unwrap();
 }
 
 /// The VMM path through the ring: buffers exported as fds and handed to each consumer over a
@@ -76,12 +83,11 @@ fn ten_thousand_cycles_return_to_baseline() {
 #[test]
 fn fd_exported_buffers_through_fd_passing() {
     use ring_cuda::ExportKind;
-    conformance::device_ring_with(|_| EmulatedDevice::new(), 2, 200, 8192, 3, ExportKind::Fd)
-        .unwrap();
+    conformance::device_ring_with(|_| inproc(), 2, 200, 8192, 3, ExportKind::Fd).unwrap();
     conformance::device_ring_with(
         |i| {
             if i == 0 {
-                EmulatedDevice::new()
+                inproc()
             } else {
                 delayed(1)
             }
@@ -110,7 +116,7 @@ fn fd_ring_misuse_is_an_error() {
     let id = |n| OwnerId::new(n).unwrap();
     let seg = Arc::new(HeapSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap());
     let table = Arc::new(HeapTable::new(2, 2));
-    let dev = Arc::new(EmulatedDevice::new());
+    let dev = Arc::new(inproc());
     let mut p = DeviceProducer::with_export(
         Arc::clone(&dev),
         Arc::clone(&seg),
@@ -121,7 +127,7 @@ fn fd_ring_misuse_is_an_error() {
     )
     .unwrap();
     let mut c = DeviceConsumer::new(
-        Arc::new(EmulatedDevice::new()),
+        Arc::new(inproc()),
         seg,
         table,
         DeliveryClass::Gating,
@@ -164,7 +170,7 @@ fn a_consumer_row_changing_hands_is_followed() {
     let id = |n| OwnerId::new(n).unwrap();
     let seg = Arc::new(HeapSegment::new(&Config::new(3, 16).with_consumers(2), id(1)).unwrap());
     let table = Arc::new(HeapTable::new(3, 2));
-    let pdev = Arc::new(EmulatedDevice::new());
+    let pdev = Arc::new(inproc());
     let mut p = DeviceProducer::new(
         Arc::clone(&pdev),
         Arc::clone(&seg),
@@ -174,7 +180,7 @@ fn a_consumer_row_changing_hands_is_followed() {
     )
     .unwrap();
     for round in 0..3u64 {
-        let cdev = Arc::new(EmulatedDevice::new());
+        let cdev = Arc::new(inproc());
         let mut c = DeviceConsumer::new(
             Arc::clone(&cdev),
             Arc::clone(&seg),
@@ -219,7 +225,7 @@ fn no_producer_is_not_ready_within_the_timeout() {
     let table = Arc::new(HeapTable::new(2, 8));
     let start = Instant::now();
     let r = DeviceConsumer::new(
-        Arc::new(EmulatedDevice::new()),
+        Arc::new(inproc()),
         seg,
         table,
         DeliveryClass::LatestOnly,
@@ -246,7 +252,7 @@ fn pair(slots: u32) -> (Producer, Consumer, Table) {
     let seg = Arc::new(HeapSegment::new(&Config::new(slots, 16).with_consumers(1), id(1)).unwrap());
     let table = Arc::new(HeapTable::new(slots as usize, 1));
     let p = DeviceProducer::new(
-        Arc::new(EmulatedDevice::new()),
+        Arc::new(inproc()),
         Arc::clone(&seg),
         Arc::clone(&table),
         id(1),
@@ -254,7 +260,7 @@ fn pair(slots: u32) -> (Producer, Consumer, Table) {
     )
     .unwrap();
     let c = DeviceConsumer::new(
-        Arc::new(EmulatedDevice::new()),
+        Arc::new(inproc()),
         seg,
         Arc::clone(&table),
         DeliveryClass::Gating,

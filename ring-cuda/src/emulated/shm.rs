@@ -51,12 +51,7 @@ fn next_nonce() -> u64 {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        t ^ (u64::from(
-            rustix::process::getpid()
-                .as_raw_nonzero()
-                .get()
-                .unsigned_abs(),
-        ) << 40)
+        t ^ (u64::from(own_pid()) << 40)
     });
     // Relaxed: only uniqueness matters, not ordering with other memory.
     base.wrapping_add(
@@ -64,6 +59,19 @@ fn next_nonce() -> u64 {
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15),
     )
+}
+
+/// This process's pid, as handles carry it.
+pub(crate) fn own_pid() -> u32 {
+    rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs()
+}
+
+/// The exporter's pid recorded in handle bytes (untrusted: only compared).
+pub(crate) fn exporter_pid(raw: &[u8; IPC_HANDLE_SIZE]) -> u32 {
+    read_u32(raw, 8)
 }
 
 fn memfd_name(kind: &str, nonce: u64) -> String {
@@ -132,11 +140,7 @@ impl Region {
         use std::os::fd::AsRawFd;
         let mut raw = [0u8; IPC_HANDLE_SIZE];
         raw[0..8].copy_from_slice(&magic);
-        let pid = rustix::process::getpid()
-            .as_raw_nonzero()
-            .get()
-            .unsigned_abs();
-        raw[8..12].copy_from_slice(&pid.to_le_bytes());
+        raw[8..12].copy_from_slice(&own_pid().to_le_bytes());
         raw[12..16].copy_from_slice(&self.file.as_raw_fd().unsigned_abs().to_le_bytes());
         raw[16..24].copy_from_slice(&self.nonce.to_le_bytes());
         raw[24..32].copy_from_slice(&self.len.to_le_bytes());

@@ -383,6 +383,9 @@ pub fn device_ring_with<D: Device + 'static>(
     }
     let produced =
         produce(&mut producer, frames, len, None, T).map_err(|e| format!("producer: {e}"));
+    // The teardown protocol: the producer stops (sync, then `stopped` in the table) while the
+    // consumers drain; its drop returns once they closed their mappings.
+    drop(producer);
     let mut results = Vec::new();
     for h in handles {
         results.push(
@@ -390,7 +393,6 @@ pub fn device_ring_with<D: Device + 'static>(
                 .map_err(|_| "a consumer thread panicked".to_string())?,
         );
     }
-    drop(producer);
     produced?;
     for (c, r) in results.into_iter().enumerate() {
         let (s, opens) = r?;

@@ -142,8 +142,7 @@ fn fd_ring_misuse_is_an_error() {
         matches!(r, Err(RingError::Device(Error::InvalidOperation(_)))),
         "{r:?}"
     );
-    drop(c);
-    drop(p);
+    teardown(p, c);
 
     let seg = Arc::new(HeapSegment::new(&Config::new(2, 16), id(1)).unwrap());
     let table = Arc::new(HeapTable::new(2, 8));
@@ -197,6 +196,11 @@ fn a_consumer_row_changing_hands_is_followed() {
             s
         });
         produce(&mut p, 20, 256, None, t).unwrap();
+        // The departing consumer waits for the producer's acknowledgement.
+        while !reader.is_finished() {
+            p.serve_departures().unwrap();
+            std::thread::yield_now();
+        }
         let s = reader.join().unwrap();
         assert_eq!((s.received, s.torn, s.skipped), (20, 0, 0));
         assert_eq!(
@@ -241,6 +245,27 @@ type Table = std::sync::Arc<ring_cuda::ring::HeapTable>;
 type Producer = ring_cuda::ring::DeviceProducer<EmulatedDevice, HeapSeg, Table>;
 type Consumer = ring_cuda::ring::DeviceConsumer<EmulatedDevice, HeapSeg, Table>;
 
+/// Drops a producer and its consumer the way the teardown protocol wants two processes to:
+/// concurrently (the producer's drop waits for the consumer to close its mappings, the
+/// consumer's for the producer to stop waiting on its events).
+fn teardown<D, M, T>(
+    p: ring_cuda::ring::DeviceProducer<D, M, T>,
+    c: ring_cuda::ring::DeviceConsumer<D, M, T>,
+) where
+    D: ring_cuda::Device + 'static,
+    M: ring_core::Memory + Send + 'static,
+    T: ring_cuda::ring::TableMemory + 'static,
+{
+    let start = std::time::Instant::now();
+    let producer = std::thread::spawn(move || drop(p));
+    drop(c);
+    producer.join().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the teardown waited for a timeout"
+    );
+}
+
 /// A producer and one gating consumer (separate devices) over a heap ring of `slots` slots.
 fn pair(slots: u32) -> (Producer, Consumer, Table) {
     use std::sync::Arc;
@@ -282,8 +307,9 @@ fn an_unusable_read_event_refuses_the_publish() {
 
     let (mut p, c, table) = pair(2);
     // Consumer row 0, slot 0's read-event handle: after the header (8 words) and two slot rows
-    // (18 words each), skipping the row's token word. Flipping its magic makes it unopenable.
-    let at = 8 + 2 * 18 + 1;
+    // (18 words each), skipping the row's 4 words (token, leave, ack, owner). Flipping its
+    // magic makes it unopenable.
+    let at = 8 + 2 * 18 + 4;
     assert!(at < table_words(2, 1));
     table.table()[at].fetch_xor(0xFF, Ordering::Relaxed);
     let r = p.try_publish_with(16, |d, s, buf| d.fill(s, buf, 0, 16, 1));
@@ -302,7 +328,7 @@ fn an_unusable_read_event_refuses_the_publish() {
         0,
         "the slot was given back unpublished"
     );
-    drop(c);
+    teardown(p, c);
 }
 
 /// A consumer whose read-event record fails and whose copy cannot be confirmed keeps the
@@ -332,4 +358,44 @@ fn a_failed_read_record_keeps_the_pin() {
         matches!(third, Err(ref e) if e.is_transient()),
         "slot 0 is still pinned: {third:?}"
     );
+}
+
+/// Teardown, consumer side: a departing consumer keeps its read events until the producer
+/// acknowledged (its stream no longer waits on them). Checked failing before the change: the
+/// consumer's drop destroyed them at once.
+#[test]
+fn a_departing_consumer_waits_for_the_producer_to_stop_waiting() {
+    use ring_cuda::Device;
+
+    let (mut p, mut c, _table) = pair(2);
+    let t = Duration::from_secs(10);
+    p.publish_with(16, t, |d, s, buf| d.fill(s, buf, 0, 16, 1))
+        .unwrap();
+    c.read_with(t, |_, _, _, _| Ok(())).unwrap();
+    let cdev = std::sync::Arc::clone(c.device());
+    let leaving = std::thread::spawn(move || drop(c));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(!leaving.is_finished(), "the consumer left without an ack");
+    // Its two read events, and its opened copy of the write event it waited on.
+    assert_eq!(cdev.ledger().totals().events.live, 3, "read events kept");
+    assert_eq!(p.serve_departures().unwrap(), 1);
+    leaving.join().unwrap();
+    assert_eq!(cdev.ledger().totals().live_total(), 0);
+}
+
+/// Teardown, producer side: the producer frees its buffers only once the importers closed
+/// their mappings. Checked failing before the change: the producer's drop freed them at once.
+#[test]
+fn the_producer_frees_its_buffers_after_the_importers_closed() {
+    use ring_cuda::Device;
+
+    let (p, c, _table) = pair(2);
+    let pdev = std::sync::Arc::clone(p.device());
+    let stopping = std::thread::spawn(move || drop(p));
+    std::thread::sleep(Duration::from_millis(150));
+    assert!(!stopping.is_finished(), "the producer did not wait");
+    assert_eq!(pdev.ledger().totals().buffers.live, 2, "buffers kept");
+    drop(c);
+    stopping.join().unwrap();
+    assert_eq!(pdev.ledger().totals().live_total(), 0);
 }

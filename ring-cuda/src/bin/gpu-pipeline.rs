@@ -322,8 +322,10 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let interval = (!args.full_speed && args.leak_cycles.is_none() && args.fps > 0.0)
         .then(|| Duration::from_secs_f64(1.0 / args.fps));
     let stats = produce(&mut p, frames, len, interval, t).map_err(|e| format!("produce: {e}"));
-    let results: Vec<_> = children.into_iter().map(|c| finish(c, t * 4)).collect();
+    // The teardown protocol: the producer syncs and says it stopped waiting on the consumers'
+    // events; its drop returns once they closed their mappings (or died).
     drop(p);
+    let results: Vec<_> = children.into_iter().map(|c| finish(c, t * 4)).collect();
     drop(ring);
     let stats = stats?;
     let export = if kind == ExportKind::Fd {

@@ -7,6 +7,7 @@ use std::time::Instant;
 
 use ring_core::{Consumer, DeliveryClass, Memory, OwnerId};
 
+use super::producer::TEARDOWN_TIMEOUT;
 use super::table::{Table, TableMemory};
 use super::{backoff, new_token, RingError};
 use crate::cache::{EventCache, MappingCache};
@@ -126,7 +127,8 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             .ok_or(RingError::Corrupt("the device table shrank"))?;
         // Published before the first pin: the producer's scan after claiming a slot this
         // consumer has read is ordered after this (pin, unpin, claim), so it sees the row.
-        t.publish_consumer(this.ring.index(), this.token, &handles);
+        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        t.publish_consumer(this.ring.index(), this.token, me, &handles);
         Ok(this)
     }
 
@@ -209,12 +211,17 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         Ok(())
     }
 
-    /// Forgets mappings and events of a previous producer (its table token changed).
-    fn resync(&mut self, token: u64) {
+    /// Forgets mappings and events of a previous producer (its table token changed), once the
+    /// work this consumer queued on them has finished.
+    fn resync(&mut self, token: u64) -> Result<(), RingError> {
         let dev = &*self.dev;
+        if let Some(s) = self.stream {
+            dev.sync_stream(s, TEARDOWN_TIMEOUT)?;
+        }
         let _ = self.mappings.close_all(dev);
         let _ = self.write_events.destroy_all(dev);
         self.producer_token = token;
+        Ok(())
     }
 
     /// Pins the next message without blocking, makes the consumer's stream wait for the
@@ -243,7 +250,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         match header {
             Some(h) if h.token == self.producer_token => {}
             Some(h) if h.buffer_len == self.buffer_len && h.kind == self.kind => {
-                self.resync(h.token)
+                self.resync(h.token)?;
             }
             Some(_) => {
                 return Err(RingError::Corrupt(
@@ -347,19 +354,64 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
-    fn drop(&mut self) {
+impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
+    /// The consumer's half of the teardown protocol (`docs/CUDA.md`), run on drop: sync the
+    /// stream (every copy done), ask to leave, and destroy the read events only once the
+    /// producer acknowledged, stopped, went away or died; then close the mappings and empty
+    /// the row, which lets the producer free its buffers. Returns whether the read events
+    /// could be destroyed (false: the producer did not answer within `timeout`, and they are
+    /// left to the device's drop, or the process's exit, rather than destroyed under a wait).
+    fn leave(&mut self, timeout: Duration) -> bool {
         let dev = &*self.dev;
-        if let Some(s) = self.stream.take() {
-            let _ = dev.destroy_stream(s, Duration::from_secs(10));
+        let synced = self
+            .stream
+            .is_some_and(|s| dev.sync_stream(s, timeout).is_ok());
+        let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) else {
+            return false;
+        };
+        let (c, token, ptoken) = (self.ring.index(), self.token, self.producer_token);
+        let mut released = false;
+        if synced && self.held.is_none() {
+            t.request_leave(c, token);
+            let start = Instant::now();
+            let mut round = 0;
+            released = loop {
+                let gone = t.header().is_none_or(|h| h.token != ptoken)
+                    || OwnerId::new(t.producer_owner()).is_some_and(|o| {
+                        ring_os::owner::liveness(o) == ring_os::owner::Liveness::Dead
+                    });
+                if t.leave_acked(c, token) || t.producer_stopped(ptoken) || gone {
+                    break true;
+                }
+                if start.elapsed() >= timeout {
+                    break false;
+                }
+                backoff(&mut round);
+            };
         }
-        if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
-            t.withdraw_consumer(self.ring.index(), self.token);
+        if released {
+            for e in self.read_events.drain(..) {
+                let _ = dev.destroy_event(e);
+            }
         }
         let _ = self.mappings.close_all(dev);
         let _ = self.write_events.destroy_all(dev);
-        for e in self.read_events.drain(..) {
-            let _ = dev.destroy_event(e);
+        t.withdraw_consumer(c, token);
+        released
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
+    fn drop(&mut self) {
+        if !self.leave(TEARDOWN_TIMEOUT) {
+            eprintln!(
+                "ring-cuda: consumer {} left without the producer's acknowledgement; its read \
+                 events are kept until its device is dropped",
+                self.ring.index()
+            );
+        }
+        if let Some(s) = self.stream.take() {
+            let _ = self.dev.destroy_stream(s, TEARDOWN_TIMEOUT);
         }
     }
 }

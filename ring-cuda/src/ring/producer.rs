@@ -47,7 +47,9 @@ impl Readers {
                 }
                 self.rows[c] = token;
             }
-            if token == 0 {
+            // A leaving consumer synced its stream before asking: no copy of it is left to wait
+            // for (see `serve_departures`).
+            if token == 0 || t.leave_request(c) == token {
                 return Ok(());
             }
             let opened = self.events.get_or_open((c, token, s), || {
@@ -171,7 +173,8 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         let t = Table::new(this.table.table(), slots, consumers).ok_or(RingError::Corrupt(
             "the device table is smaller than the geometry needs",
         ))?;
-        t.init_header(kind, buffer_len);
+        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        t.init_header(kind, buffer_len, me);
         for s in 0..slots {
             let b = this.dev.alloc(this.owner, buffer_len, kind)?;
             this.buffers.push(b);
@@ -236,6 +239,38 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         self.buffer_len
     }
 
+    /// Acknowledges consumers that asked to leave: makes sure (one host sync of the producer's
+    /// stream, only when someone leaves) that the stream has passed every wait it enqueued on
+    /// their read events, closes its copies of those events and tells each consumer it may
+    /// destroy its own (the table's `ack`). Called by every publish; call it when idle so
+    /// departing consumers need not wait. Returns how many left.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the stream does not drain within 10 s (nothing acknowledged).
+    pub fn serve_departures(&mut self) -> Result<usize, RingError> {
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        let leaving: Vec<(usize, u64)> = (0..self.consumers)
+            .filter_map(|c| {
+                let token = t.consumer_token(c);
+                (token != 0 && t.leave_request(c) == token && !t.leave_acked(c, token))
+                    .then_some((c, token))
+            })
+            .collect();
+        if leaving.is_empty() {
+            return Ok(0);
+        }
+        let stream = self.stream.ok_or(RingError::NotReady)?;
+        self.dev.sync_stream(stream, TEARDOWN_TIMEOUT)?;
+        for &(c, token) in &leaving {
+            for e in self.readers.events.remove_where(|k| k.0 == c) {
+                let _ = self.dev.destroy_event(e);
+            }
+            t.ack_leave(c, token);
+        }
+        Ok(leaving.len())
+    }
+
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
     /// on the producer's stream into the slot's buffer, records the slot's write event and
     /// publishes `(buffer, len)`. Returns the sequence number.
@@ -253,6 +288,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             return Err(RingError::Device(Error::InvalidLength { len }));
         }
         let stream = self.stream.ok_or(RingError::NotReady)?;
+        self.serve_departures()?;
         let mut slot = self.ring.try_claim()?;
         let s = (slot.seq() % self.slots as u64) as usize;
         let t = Table::new(self.table.table(), self.slots, self.consumers)
@@ -323,21 +359,58 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
 }
 
 impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
+    /// The producer's half of the teardown protocol (`docs/CUDA.md`): close the ring; sync
+    /// the stream, so it waits on no read event any more, and say so in the table; then free
+    /// the buffers only once every importer closed its mappings (its row is empty) or died,
+    /// at most [`TEARDOWN_TIMEOUT`] (past it the buffers are freed anyway and the fact is
+    /// printed: the alternative is to leak them until the process exits).
     fn drop(&mut self) {
         self.ring.close();
+        let dev = &*self.dev;
+        let synced = self
+            .stream
+            .is_some_and(|s| dev.sync_stream(s, TEARDOWN_TIMEOUT).is_ok());
+        let _ = self.readers.events.destroy_all(dev);
         if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
+            if synced {
+                t.mark_stopped(self.token);
+            }
+            let start = Instant::now();
+            let mut round = 0;
+            let importers = |t: &Table<'_>| {
+                (0..self.consumers)
+                    .filter(|&c| {
+                        t.consumer_token(c) != 0
+                            && OwnerId::new(t.consumer_owner(c)).is_none_or(|o| {
+                                ring_os::owner::liveness(o) == ring_os::owner::Liveness::Alive
+                            })
+                    })
+                    .count()
+            };
+            while importers(&t) > 0 {
+                if start.elapsed() >= TEARDOWN_TIMEOUT {
+                    eprintln!(
+                        "ring-cuda: producer freeing its buffers with {} importers still \
+                         registered after {TEARDOWN_TIMEOUT:?}",
+                        importers(&t)
+                    );
+                    break;
+                }
+                backoff(&mut round);
+            }
             t.withdraw();
         }
-        let dev = &*self.dev;
-        if let Some(s) = self.stream.take() {
-            let _ = dev.destroy_stream(s, Duration::from_secs(10));
-        }
-        let _ = self.readers.events.destroy_all(dev);
         for e in self.write_events.drain(..) {
             let _ = dev.destroy_event(e);
         }
         for b in self.buffers.drain(..) {
             let _ = dev.free(b);
         }
+        if let Some(s) = self.stream.take() {
+            let _ = dev.destroy_stream(s, TEARDOWN_TIMEOUT);
+        }
     }
 }
+
+/// Bound on each wait of the teardown protocol (and on a departure's host sync).
+pub(crate) const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -434,3 +434,94 @@ fn per_owner_peaks_and_the_mapping_cache_opens_once() {
     let p = a.ledger().owner(Owner(10)).buffers;
     assert_eq!((p.live, p.peak, p.peak_bytes), (0, 4, 4096));
 }
+
+/// The environment variable that makes this test binary a child in a two-process test.
+const ROLE: &str = "RING_CUDA_TEST_ROLE";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Runs this test binary's test `name` in a child process with `ROLE=role` and `env`, and
+/// returns its stdout once it exited successfully.
+fn child(name: &str, role: &str, env: &[(&str, String)]) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("spawn the child test");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {role} failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The IPC pair with the strict default device, across two processes (same-process opens are
+/// refused, as by CUDA): the parent exports a buffer and an event and queues a slow write;
+/// the child opens both, makes its stream wait for the event, reads, writes a reply. The
+/// replacement of the in-process pair for `ExportKind::Ipc` with events.
+#[test]
+fn ipc_pair_across_two_processes() {
+    const NAME: &str = "ipc_pair_across_two_processes";
+    if std::env::var(ROLE).as_deref() == Ok("opener") {
+        let raw = unhex(&std::env::var("RING_CUDA_TEST_HANDLES").unwrap());
+        let b = EmulatedDevice::new();
+        let mut mh = IpcMemHandle {
+            raw: [0; 64],
+            len: u64::from_le_bytes(raw[64..72].try_into().unwrap()),
+        };
+        mh.raw.copy_from_slice(&raw[..64]);
+        let mut eh = ring_cuda::IpcEventHandle { raw: [0; 64] };
+        eh.raw.copy_from_slice(&raw[72..136]);
+        let o = Owner(2);
+        let m = b.open(o, &MemHandle::Ipc(mh)).unwrap();
+        let ev = b.open_event(o, &eh).unwrap();
+        let s = b.create_stream(o).unwrap();
+        b.wait_event(s, ev).unwrap();
+        let mut out = [0u8; 6];
+        b.read(s, m.into(), 4096, &mut out, T).unwrap();
+        assert_eq!(&out, b"across", "the child read before the parent's write");
+        b.write(s, m.into(), 0, b"reply").unwrap();
+        b.sync_stream(s, T).unwrap();
+        b.destroy_stream(s, T).unwrap();
+        b.destroy_event(ev).unwrap();
+        b.close(m).unwrap();
+        assert_eq!(b.ledger().totals().live_total(), 0);
+        println!("CHILD OK");
+        return;
+    }
+    let a = slow(100);
+    let o = Owner(1);
+    let buf = a.alloc(o, 8192, ExportKind::Ipc).unwrap();
+    let ev = a.create_event(o).unwrap();
+    let s = a.create_stream(o).unwrap();
+    a.fill(s, buf.into(), 0, 8192, 0).unwrap();
+    a.write(s, buf.into(), 4096, b"across").unwrap();
+    a.record(ev, s).unwrap();
+    let MemHandle::Ipc(mh) = a.export(buf, ExportKind::Ipc).unwrap() else {
+        panic!("an Ipc export produced an fd");
+    };
+    let eh = a.export_event(ev).unwrap();
+    let mut raw = mh.raw.to_vec();
+    raw.extend_from_slice(&mh.len.to_le_bytes());
+    raw.extend_from_slice(&eh.raw);
+    let text = child(NAME, "opener", &[("RING_CUDA_TEST_HANDLES", hex(&raw))]);
+    assert!(text.contains("CHILD OK"), "{text}");
+    let mut back = [0u8; 5];
+    a.read(s, buf.into(), 0, &mut back, T).unwrap();
+    assert_eq!(&back, b"reply");
+    a.destroy_stream(s, T).unwrap();
+    a.destroy_event(ev).unwrap();
+    a.free(buf).unwrap();
+}

@@ -59,10 +59,11 @@ fn churn_returns_to_baseline() {
     let (a, b) = (EmulatedDevice::new(), inproc());
     conformance::churn(&a, Some(&b), 2000, ExportKind::Ipc).unwrap();
     conformance::churn(&a, Some(&b), 500, ExportKind::Fd).unwrap();
+    // Each run adds one warm-up cycle.
     let t = a.ledger().totals().buffers;
-    assert_eq!(t.acquired, 2500);
-    assert_eq!(t.released, 2500);
-    assert_eq!(b.ledger().totals().mappings.acquired, 2500);
+    assert_eq!(t.acquired, 2502);
+    assert_eq!(t.released, 2502);
+    assert_eq!(b.ledger().totals().mappings.acquired, 2502);
 }
 
 /// The negative control: without the event wait, a slow producer's write is not visible yet.
@@ -524,4 +525,26 @@ fn ipc_pair_across_two_processes() {
     a.destroy_stream(s, T).unwrap();
     a.destroy_event(ev).unwrap();
     a.free(buf).unwrap();
+}
+
+/// The emulated device's free memory is the device's, not the ledger's: the context's
+/// one-time memory shows on first use and stays, so a baseline taken on a fresh context would
+/// call it a leak (checked failing before the change: `mem_info` was computed from the ledger
+/// and never moved).
+#[test]
+fn baselines_need_a_warm_up_cycle() {
+    let d = EmulatedDevice::new();
+    let fresh = d.mem_info().unwrap().free;
+    let ev = d.create_event(Owner(1)).unwrap();
+    d.destroy_event(ev).unwrap();
+    let warm = d.mem_info().unwrap().free;
+    assert_eq!(fresh - warm, EmulatedOptions::default().context_bytes);
+    let buf = d.alloc(Owner(1), 3_110_400, ExportKind::Ipc).unwrap();
+    assert_eq!(
+        warm - d.mem_info().unwrap().free,
+        4 << 20,
+        "a padded buffer"
+    );
+    d.free(buf).unwrap();
+    assert_eq!(d.mem_info().unwrap().free, warm);
 }

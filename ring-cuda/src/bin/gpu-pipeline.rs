@@ -25,7 +25,9 @@ use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
 use ring_cuda::pipeline::{consume, produce};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
-use ring_cuda::{CudaDevice, Device, EmulatedDevice, ExportKind, Limits};
+use ring_cuda::{
+    padded_len, CudaDevice, Device, EmulatedDevice, ExportKind, Limits, MemInfo, Owner, LARGE_PAGE,
+};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
@@ -57,8 +59,9 @@ struct Args {
     /// Ring slots.
     #[arg(long, default_value_t = 4)]
     slots: u32,
-    /// Leak run: this many publish/consume cycles with one consumer, then check that device
-    /// memory and live counts are back to baseline.
+    /// Leak run: this many publish/consume cycles with `--consumers` consumer processes, then
+    /// check that every process's device memory (baseline after a warm-up cycle) and live
+    /// counts are back to baseline, within less than one buffer.
     #[arg(long)]
     leak_cycles: Option<u64>,
     /// How the slot buffers are exported: `ipc` (legacy handles in the shared table) or `fd`
@@ -109,10 +112,41 @@ fn frame_len(args: &Args) -> u64 {
     args.width * args.height * 3 / 2
 }
 
-/// Device-memory drift a leak run tolerates: the driver may keep pools it grew (event and
-/// stream pools, IPC bookkeeping). A leak of one 4 KiB page per cycle over 10,000 cycles is
-/// 40 MiB and fails.
-const LEAK_SLACK: i128 = 32 << 20;
+/// Device-memory drift a leak run tolerates: less than one slot buffer as the driver pads it,
+/// so a single leaked buffer fails. The baselines are taken after one warm-up cycle
+/// ([`warm_up`]), so the driver's one-time allocations are not counted as leaks.
+fn leak_slack(len: u64, kind: ExportKind) -> i128 {
+    i128::from(padded_len(len, kind, LARGE_PAGE).unwrap_or(len)) - 1
+}
+
+/// One cycle of everything a process of the pipeline uses (a buffer of `len` bytes, a stream,
+/// an interprocess event), created and released, so that the driver's one-time allocations
+/// (context, pools) happen before a memory baseline is taken.
+fn warm_up<D: Device>(dev: &D, len: u64, kind: ExportKind) -> Result<MemInfo, String> {
+    let o = Owner(0xA11);
+    let t = Duration::from_secs(10);
+    let run = || -> Result<(), ring_cuda::Error> {
+        let b = dev.alloc(o, len, kind)?;
+        let s = dev.create_stream(o)?;
+        let e = dev.create_event(o)?;
+        dev.fill(s, b.into(), 0, len, 0)?;
+        dev.record(e, s)?;
+        dev.synchronize(e, t)?;
+        dev.destroy_event(e)?;
+        dev.destroy_stream(s, t)?;
+        dev.free(b)
+    };
+    run().map_err(|e| format!("warm-up: {e}"))?;
+    dev.mem_info().map_err(|e| e.to_string())
+}
+
+fn export_kind(args: &Args) -> ExportKind {
+    if args.export == "fd" {
+        ExportKind::Fd
+    } else {
+        ExportKind::Ipc
+    }
+}
 
 fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
     let t = Duration::from_secs(args.timeout);
@@ -123,6 +157,7 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let ring = Arc::new(SharedRing::open(name).map_err(|e| e.to_string())?);
     let frames = args.leak_cycles.unwrap_or(args.frames);
+    let mem_before = warm_up(&*dev, frame_len(args), export_kind(args))?;
     let base = dev.ledger().totals();
     let mut c = DeviceConsumer::new(
         Arc::clone(&dev),
@@ -143,8 +178,10 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let opens = c.mapping_stats().opens;
     drop(c);
     let live = dev.ledger().totals().live_total() - base.live_total();
+    let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
+    let drift = i128::from(mem_before.free) - i128::from(mem_after.free);
     println!(
-        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} opens={} live_after={}",
+        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} opens={} live_after={} mem_drift={drift}",
         st.received,
         st.torn,
         st.skipped,
@@ -256,21 +293,16 @@ fn field(line: &str, key: &str) -> Option<f64> {
 fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
     let t = Duration::from_secs(args.timeout);
     let len = frame_len(args);
-    let (n, frames) = match args.leak_cycles {
-        Some(c) => (1, c),
-        None => (args.consumers, args.frames),
-    };
-    let mem_before = dev.mem_info().map_err(|e| e.to_string())?;
+    let frames = args.leak_cycles.unwrap_or(args.frames);
+    let n = args.consumers;
+    let kind = export_kind(args);
+    let mem_before = warm_up(&*dev, len, kind)?;
+    let slack = leak_slack(len, kind);
     let base = dev.ledger().totals();
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let name = format!("ring-cuda-pipe-{}", std::process::id());
     let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
     let ring = Arc::new(SharedRing::create(&name, &cfg).map_err(|e| e.to_string())?);
-    let kind = if args.export == "fd" {
-        ExportKind::Fd
-    } else {
-        ExportKind::Ipc
-    };
     // Bound before the consumers start, so their connects find it.
     let listener = if kind == ExportKind::Fd {
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
@@ -355,10 +387,13 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         match r {
             Ok(line) => {
                 println!("consumer {i}: {}", line.trim_start_matches("RESULT "));
+                let leaked = args.leak_cycles.is_some()
+                    && field(line, "mem_drift").is_none_or(|d| d > slack as f64);
                 let bad = field(line, "torn") != Some(0.0)
                     || field(line, "skipped") != Some(0.0)
                     || field(line, "received") != Some(frames as f64)
-                    || field(line, "live_after") != Some(0.0);
+                    || field(line, "live_after") != Some(0.0)
+                    || leaked;
                 failed |= bad;
             }
             Err(e) => {
@@ -371,10 +406,10 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
     let drift = mem_before.free as i128 - mem_after.free as i128;
     println!(
-        "producer: live resources after {live}; device free memory before {} after {} (drift {drift} bytes)",
+        "producer: live resources after {live}; device free memory before {} after {} (drift {drift} bytes, slack {slack})",
         mem_before.free, mem_after.free
     );
-    if args.leak_cycles.is_some() && (live != 0 || drift > LEAK_SLACK) {
+    if args.leak_cycles.is_some() && (live != 0 || drift > slack) {
         failed = true;
         println!("LEAK: device memory or live counts did not return to baseline");
     }

@@ -41,6 +41,10 @@ pub struct EmulatedOptions {
     /// Bound on the host waits the driver makes without one (`free` waiting for work queued
     /// on the buffer); past it the call fails with [`Error::Timeout`] and releases nothing.
     pub host_wait: Duration,
+    /// Device memory the driver takes once, on a context's first stream, event or open, and
+    /// keeps until the device is dropped (CUDA's context and pool allocations): why a memory
+    /// baseline must be taken after a warm-up cycle. Counted in [`Device::mem_info`](crate::Device::mem_info) only.
+    pub context_bytes: u64,
     /// Lets a device open IPC handles exported by this same process. CUDA refuses that
     /// (`CUDA_ERROR_INVALID_CONTEXT`), and so does the emulation by default; in-process tests
     /// in which threads stand in for processes set it explicitly.
@@ -48,8 +52,8 @@ pub struct EmulatedOptions {
 }
 
 impl Default for EmulatedOptions {
-    /// Default limits, 8 GiB of capacity, no delay, no watchdog, 10 s host waits, no
-    /// same-process IPC.
+    /// Default limits, 8 GiB of capacity, no delay, no watchdog, 10 s host waits, 2 MiB of
+    /// one-time context memory, no same-process IPC.
     fn default() -> Self {
         Self {
             limits: Limits::default(),
@@ -57,6 +61,7 @@ impl Default for EmulatedOptions {
             op_delay: Duration::ZERO,
             watchdog: None,
             host_wait: Duration::from_secs(10),
+            context_bytes: 2 << 20,
             same_process_ipc: false,
         }
     }
@@ -88,6 +93,11 @@ pub struct EmulatedDevice {
     /// Set once by the first sticky fault (a watchdog expiry, [`EmulatedDevice::inject_fault`]);
     /// from then on every call fails, as every driver call does after a sticky CUDA error.
     poison: Arc<OnceLock<&'static str>>,
+    /// Device memory in use: live buffers (padded, until their last reference goes, however
+    /// the ledger counts them) plus the context's one-time memory. `mem_info` reports this.
+    resident: Arc<AtomicU64>,
+    /// Whether the context's one-time memory was taken.
+    warm: std::sync::Once,
     ledger: Ledger,
     next_id: AtomicU64,
     tables: Mutex<Tables>,
@@ -124,6 +134,8 @@ impl EmulatedDevice {
         Self {
             options,
             poison: Arc::new(OnceLock::new()),
+            resident: Arc::new(AtomicU64::new(0)),
+            warm: std::sync::Once::new(),
             ledger: Ledger::new(options.limits),
             next_id: AtomicU64::new(1),
             tables: Mutex::new(Tables::default()),
@@ -215,6 +227,13 @@ impl EmulatedDevice {
         make: impl FnOnce() -> Result<T>,
         insert: impl FnOnce(&mut Tables, u64, T),
     ) -> Result<u64> {
+        if kind != ResourceKind::Buffer {
+            // Relaxed: a statistic (see `resident`).
+            self.warm.call_once(|| {
+                self.resident
+                    .fetch_add(self.options.context_bytes, Ordering::Relaxed);
+            });
+        }
         self.ledger.admit(kind, owner, bytes, || {
             self.healthy()?;
             let v = make()?;

@@ -34,11 +34,12 @@ impl Device for EmulatedDevice {
         let charged = padded_len(len, export, LARGE_PAGE).ok_or(Error::InvalidLength { len })?;
         let total = self.options.total_bytes;
         let make = || {
-            // The charge already counts `charged`.
-            if self.ledger.totals().buffers.live_bytes > total {
+            // Relaxed: a statistic; a race between two allocations may let both in, as two
+            // cuMemAlloc calls racing for the last bytes may.
+            if self.resident.load(Ordering::Relaxed) + charged > total {
                 return Err(Error::OutOfMemory { requested: len });
             }
-            Region::create("mem", len)
+            Ok(Region::create("mem", len)?.count_in(&self.resident, charged))
         };
         let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, r| {
             t.buffers.insert(id, (Arc::new(r), export));
@@ -317,9 +318,10 @@ impl Device for EmulatedDevice {
 
     fn mem_info(&self) -> Result<MemInfo> {
         self.healthy()?;
-        let live = self.ledger.totals().buffers.live_bytes;
+        // Relaxed: a snapshot, as cuMemGetInfo is.
+        let used = self.resident.load(Ordering::Relaxed);
         Ok(MemInfo {
-            free: self.options.total_bytes.saturating_sub(live),
+            free: self.options.total_bytes.saturating_sub(used),
             total: self.options.total_bytes,
         })
     }

@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -33,6 +34,18 @@ pub(crate) struct Region {
     file: File,
     nonce: u64,
     len: u64,
+    /// The device-memory counter this region is counted in, and by how much (buffers only:
+    /// what the exporter's device really holds until the last reference goes).
+    resident: Option<(Arc<AtomicU64>, u64)>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some((counter, bytes)) = self.resident.take() {
+            // Relaxed: a statistic read by `mem_info`; nothing is published through it.
+            counter.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 impl core::fmt::Debug for Region {
@@ -115,7 +128,16 @@ impl Region {
             file,
             nonce,
             len,
+            resident: None,
         })
+    }
+
+    /// Counts `bytes` in `counter` for as long as this region lives.
+    pub(crate) fn count_in(mut self, counter: &Arc<AtomicU64>, bytes: u64) -> Self {
+        // Relaxed: see `Drop`.
+        counter.fetch_add(bytes, Ordering::Relaxed);
+        self.resident = Some((Arc::clone(counter), bytes));
+        self
     }
 
     /// Checks that `fd` is a sealed memfd of exactly `len` bytes, so that mapping it can never

@@ -399,3 +399,54 @@ fn the_producer_frees_its_buffers_after_the_importers_closed() {
     stopping.join().unwrap();
     assert_eq!(pdev.ledger().totals().live_total(), 0);
 }
+
+/// A consumer of a shared (ring-os) ring waiting for a frame parks on the ring's futex word
+/// (it counts as a waiter there) instead of polling with a sleep back-off, and the publish
+/// wakes it. Checked failing before the change: the waiter count stayed 0.
+#[test]
+fn a_consumer_waits_for_frames_on_the_futex() {
+    use std::sync::atomic::Ordering;
+    use std::sync::Arc;
+
+    use ring_core::{Config, DeliveryClass, Memory, OwnerId};
+    use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
+    use ring_cuda::Device;
+
+    let t = Duration::from_secs(10);
+    let name = format!("ring-cuda-futex-test-{}", std::process::id());
+    let ring = Arc::new(SharedRing::create(&name, &Config::new(2, 16).with_consumers(1)).unwrap());
+    let owner = ring_os::owner::current().unwrap();
+    let mut p = DeviceProducer::new(
+        Arc::new(inproc()),
+        Arc::clone(&ring),
+        Arc::clone(&ring),
+        owner,
+        64,
+    )
+    .unwrap();
+    let opened = Arc::new(SharedRing::open(&name).unwrap());
+    let mut c = DeviceConsumer::new(
+        Arc::new(inproc()),
+        Arc::clone(&opened),
+        Arc::clone(&opened),
+        DeliveryClass::Gating,
+        OwnerId::new(owner.get() ^ 2).unwrap(),
+        t,
+    )
+    .unwrap();
+    let reader = std::thread::spawn(move || {
+        let f = c.read_with(t, |_, _, _, _| Ok(())).map(|f| f.seq);
+        (f, c)
+    });
+    std::thread::sleep(Duration::from_millis(150));
+    let waiters = ring
+        .producer_line()
+        .consumer_waiters
+        .load(Ordering::Relaxed);
+    assert_eq!(waiters, 1, "the consumer is not parked on the futex");
+    p.publish_with(16, t, |d, s, buf| d.fill(s, buf, 0, 16, 1))
+        .unwrap();
+    let (seq, c) = reader.join().unwrap();
+    assert_eq!(seq.unwrap(), 0);
+    teardown(p, c);
+}

@@ -333,8 +333,11 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         })
     }
 
-    /// [`try_read_with`](Self::try_read_with), retrying while the ring is empty, for at most
-    /// `timeout`.
+    /// [`try_read_with`](Self::try_read_with), waiting while the ring is empty, for at most
+    /// `timeout`: parked on the ring's futex word (ring-core `wait_ready` with ring-os
+    /// [`FutexWait`](ring_os::FutexWait)) when the ring wakes waiters
+    /// ([`TableMemory::wakes_waiters`]: a [`SharedRing`](super::SharedRing)), with a short
+    /// back-off otherwise (in-process heap rings).
     ///
     /// # Errors
     /// As `try_read_with`; `Read(Empty)` when the timeout ran out.
@@ -343,11 +346,21 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         timeout: Duration,
         mut read: impl FnMut(&D, StreamId, Mem, u64) -> Result<R, Error>,
     ) -> Result<Frame<R>, RingError> {
-        let start = Instant::now();
+        let deadline = ring_os::deadline_after(timeout);
         let mut round = 0;
         loop {
             match self.try_read_with(&mut read) {
-                Err(e) if e.is_transient() && start.elapsed() < timeout => backoff(&mut round),
+                Err(RingError::Read(ring_core::ReadError::Empty))
+                    if self.table.wakes_waiters() && Instant::now() < deadline =>
+                {
+                    // Park on the ring's futex word until the producer's publish wakes us (or
+                    // the deadline): no polling, no sleep back-off. A timeout or an eviction
+                    // is reported by the next `try_read_with`.
+                    let _ = self
+                        .ring
+                        .wait_ready(&mut ring_os::FutexWait::until(deadline));
+                }
+                Err(e) if e.is_transient() && Instant::now() < deadline => backoff(&mut round),
                 other => return other,
             }
         }

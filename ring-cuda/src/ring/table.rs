@@ -52,6 +52,13 @@ pub const fn table_words(slots: usize, consumers: usize) -> usize {
 pub trait TableMemory: Send + Sync {
     /// The table's words (at least [`table_words`] of the ring's geometry).
     fn table(&self) -> &[AtomicU64];
+
+    /// Whether the ring next to this table wakes futex waiters on publish (a ring-os mapping
+    /// does; in-process heap memory does not), so a consumer may park on the ring's futex
+    /// word instead of polling.
+    fn wakes_waiters(&self) -> bool {
+        false
+    }
 }
 
 /// A heap-allocated table, for rings whose peers are threads of one process.
@@ -80,11 +87,17 @@ impl<T: TableMemory + ?Sized> TableMemory for std::sync::Arc<T> {
     fn table(&self) -> &[AtomicU64] {
         (**self).table()
     }
+    fn wakes_waiters(&self) -> bool {
+        (**self).wakes_waiters()
+    }
 }
 
 impl<T: TableMemory + ?Sized> TableMemory for &T {
     fn table(&self) -> &[AtomicU64] {
         (**self).table()
+    }
+    fn wakes_waiters(&self) -> bool {
+        (**self).wakes_waiters()
     }
 }
 

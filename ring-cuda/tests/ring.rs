@@ -376,8 +376,8 @@ fn a_departing_consumer_waits_for_the_producer_to_stop_waiting() {
     let leaving = std::thread::spawn(move || drop(c));
     std::thread::sleep(Duration::from_millis(150));
     assert!(!leaving.is_finished(), "the consumer left without an ack");
-    // Its two read events, and its opened copy of the write event it waited on.
-    assert_eq!(cdev.ledger().totals().events.live, 3, "read events kept");
+    // Its two read events, and its opened copies of the two write events.
+    assert_eq!(cdev.ledger().totals().events.live, 4, "read events kept");
     assert_eq!(p.serve_departures().unwrap(), 1);
     leaving.join().unwrap();
     assert_eq!(cdev.ledger().totals().live_total(), 0);
@@ -448,5 +448,20 @@ fn a_consumer_waits_for_frames_on_the_futex() {
         .unwrap();
     let (seq, c) = reader.join().unwrap();
     assert_eq!(seq.unwrap(), 0);
+    teardown(p, c);
+}
+
+/// Registration opens every slot's buffer and write event (milliseconds each on a GPU), so
+/// the first frame per slot does not pay them. Checked failing before the change: nothing was
+/// open until the first read of each slot.
+#[test]
+fn registration_opens_every_slot() {
+    use ring_cuda::Device;
+
+    let (p, c, _table) = pair(3);
+    assert_eq!(c.mapping_stats().opens, 3);
+    // Three read events of its own, three opened write events.
+    assert_eq!(c.device().ledger().totals().events.live, 6);
+    assert_eq!(c.device().ledger().totals().mappings.live, 3);
     teardown(p, c);
 }

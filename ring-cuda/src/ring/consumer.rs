@@ -8,12 +8,12 @@ use std::time::Instant;
 use ring_core::{Consumer, DeliveryClass, Memory, OwnerId};
 
 use super::producer::TEARDOWN_TIMEOUT;
-use super::table::{Table, TableMemory};
+use super::table::{Table, TableHeader, TableMemory};
 use super::{backoff, new_token, RingError};
 use crate::cache::{EventCache, MappingCache};
 use crate::device::Device;
 use crate::error::Error;
-use crate::handle::{EventId, ExportKind, Mem, MemHandle, Owner, StreamId};
+use crate::handle::{EventId, ExportKind, MappingId, Mem, MemHandle, Owner, StreamId};
 
 /// One message read by a [`DeviceConsumer`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,6 +125,20 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         }
         let t = Table::new(this.table.table(), slots, consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
+        // Open every slot's buffer and write event now (milliseconds each on a GPU), not on
+        // the first frame that uses them; before the row is published, so a failure leaves
+        // nothing for the producer to wait on.
+        for s in 0..slots {
+            open_slot(
+                &mut this.mappings,
+                &mut this.write_events,
+                &*this.dev,
+                &t,
+                this.owner,
+                &header,
+                s,
+            )?;
+        }
         // Published before the first pin: the producer's scan after claiming a slot this
         // consumer has read is ordered after this (pin, unpin, claim), so it sees the row.
         let me = ring_os::owner::current().map_or(0, OwnerId::get);
@@ -278,25 +292,23 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         let (owner, ptoken, buffer_len) = (self.owner, self.producer_token, self.buffer_len);
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        let kind = self.kind;
-        let mapping = self.mappings.get_or_open((ptoken, buffer), || {
-            if kind == ExportKind::Fd {
-                return Err(Error::InvalidOperation(
-                    "the producer exports fds: call receive_buffers before reading",
-                ));
-            }
-            let (mh, _) = t.slot(buffer);
-            if mh.len != buffer_len {
-                return Err(Error::InvalidHandle(
-                    "slot buffer length differs from the header",
-                ));
-            }
-            dev.open(owner, &MemHandle::Ipc(mh))
-        })?;
-        let wev = self.write_events.get_or_open((ptoken, buffer), || {
-            let (_, eh) = t.slot(buffer);
-            dev.open_event(owner, &eh)
-        })?;
+        let h = TableHeader {
+            token: ptoken,
+            kind: self.kind,
+            buffer_len,
+        };
+        let (mapping, wev) = open_slot(
+            &mut self.mappings,
+            &mut self.write_events,
+            dev,
+            &t,
+            owner,
+            &h,
+            buffer,
+        )?;
+        let mapping = mapping.ok_or(Error::InvalidOperation(
+            "the producer exports fds: call receive_buffers before reading",
+        ))?;
         // The mutation check removes this wait: the ring tests must then see torn frames.
         #[cfg(not(ring_mutant = "cuda_skip_write_wait"))]
         dev.wait_event(stream, wev)?;
@@ -367,6 +379,34 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     }
 }
 
+/// Opens (once) slot `s`'s write event and, for an IPC-exported ring, its buffer mapping; an
+/// fd-exported ring's mapping is the one [`DeviceConsumer::receive_buffers`] opened, if any.
+fn open_slot<D: Device>(
+    mappings: &mut MappingCache<(u64, usize)>,
+    write_events: &mut EventCache<(u64, usize)>,
+    dev: &D,
+    t: &Table<'_>,
+    owner: Owner,
+    h: &TableHeader,
+    s: usize,
+) -> Result<(Option<MappingId>, EventId), Error> {
+    let (mh, eh) = t.slot(s);
+    let mapping = if h.kind == ExportKind::Fd {
+        mappings.get(&(h.token, s))
+    } else {
+        Some(mappings.get_or_open((h.token, s), || {
+            if mh.len != h.buffer_len {
+                return Err(Error::InvalidHandle(
+                    "slot buffer length differs from the header",
+                ));
+            }
+            dev.open(owner, &MemHandle::Ipc(mh))
+        })?)
+    };
+    let wev = write_events.get_or_open((h.token, s), || dev.open_event(owner, &eh))?;
+    Ok((mapping, wev))
+}
+
 impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     /// The consumer's half of the teardown protocol (`docs/CUDA.md`), run on drop: sync the
     /// stream (every copy done), ask to leave, and destroy the read events only once the
@@ -383,8 +423,9 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             return false;
         };
         let (c, token, ptoken) = (self.ring.index(), self.token, self.producer_token);
-        let mut released = false;
-        if synced && self.held.is_none() {
+        // A row never published (registration failed) has nothing the producer waits on.
+        let mut released = t.consumer_token(c) != token;
+        if !released && synced && self.held.is_none() {
             t.request_leave(c, token);
             let start = Instant::now();
             let mut round = 0;

@@ -46,6 +46,16 @@ impl Readers {
                     let _ = dev.destroy_event(e);
                 }
                 self.rows[c] = token;
+                // A new registration: open all its read events now rather than one per slot
+                // on later publishes (an error here comes back when that slot needs it).
+                for other in (0..t.slots()).filter(|&o| o != s && token != 0) {
+                    let _ = self.events.get_or_open((c, token, other), || {
+                        let h = t
+                            .consumer_event(c, other, token)
+                            .ok_or(Error::StaleHandle)?;
+                        dev.open_event(owner, &h)
+                    });
+                }
             }
             // A leaving consumer synced its stream before asking: no copy of it is left to wait
             // for (see `serve_departures`).

@@ -149,6 +149,11 @@ impl<'a> Table<'a> {
         })
     }
 
+    /// Slots of this geometry.
+    pub(crate) const fn slots(&self) -> usize {
+        self.slots
+    }
+
     fn slot_row(&self, s: usize) -> &'a [AtomicU64] {
         let at = HEADER_WORDS + s * SLOT_ROW_WORDS;
         &self.words[at..at + SLOT_ROW_WORDS]

@@ -11,7 +11,9 @@
 #   (a) the device tests against GPU 0 (RING_CUDA_REQUIRE_GPU=1: a missing GPU fails, no skips)
 #       plus the emulated-device and ring suites as a control;
 #   (b) the cross-process pipeline: NV12 1920x1080 (3,110,400 bytes), 1 producer x 3 consumer
-#       processes, 500 frames at 30 fps; at full speed; at full speed with VMM buffers;
+#       processes, 500 frames at 30 fps with events and again host-synced (p99 with events
+#       checked as a ratio, <= 1.0, to the host-synced p99 of the same run); at full speed; at
+#       full speed with VMM buffers;
 #   (c) the leak run: 10,000 publish/consume cycles, 3 consumer processes, every process's
 #       device memory (after a warm-up cycle) and live counts back to baseline.
 # The report goes to ${OUT:-target/gpu-check}/report.txt (the device tool brings $OUT back),
@@ -80,10 +82,13 @@ run() {
     step "device-tests-gpu" 90 "$BIN/test-gpu" --test-threads=1 --nocapture
     step "emulated-control" 40 "$BIN/test-emulated" --test-threads=2
     step "ring-control" 40 "$BIN/test-ring" --test-threads=2
-    step "pipeline-nv12-30fps-1x3" 60 "$BIN/gpu-pipeline" --frames 500 --consumers 3 --fps 30 --timeout 20
+    # Twice 500 frames at 30 fps (17 s each): with events, then host-synced; the p99 with
+    # events must not exceed the host-synced p99 measured in the same run.
+    step "pipeline-nv12-30fps-1x3-vs-host-sync" 80 "$BIN/gpu-pipeline" --frames 500 --consumers 3 --fps 30 \
+        --compare-host-sync --max-p99-ratio 1.0 --timeout 20
     step "pipeline-nv12-full-speed-1x3" 40 "$BIN/gpu-pipeline" --frames 500 --consumers 3 --full-speed --timeout 20
     step "pipeline-nv12-full-speed-1x3-vmm" 40 "$BIN/gpu-pipeline" --frames 500 --consumers 3 --full-speed --export fd --timeout 20
-    step "leak-10000-cycles-1x3" 110 "$BIN/gpu-pipeline" --leak-cycles 10000 --consumers 3 --timeout 20
+    step "leak-10000-cycles-1x3" 90 "$BIN/gpu-pipeline" --leak-cycles 10000 --consumers 3 --timeout 20
     echo "total $(( SECONDS - start ))s; report: $report" | tee -a "$report"
     return $status
 }

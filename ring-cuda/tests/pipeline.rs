@@ -104,3 +104,37 @@ fn emulated_pipeline_with_vmm_fd_export() {
     }
     assert!(text.contains("\nOK"), "{text}");
 }
+
+/// The latency check: the scenario runs with events and again host-synced in the same
+/// invocation, the first `slots` frames are reported apart, and the events run's p99 is
+/// checked as a ratio to the host-synced one (checked failing before the change: the flags
+/// did not exist and nothing was compared). A bound of 0 must fail, which shows the check
+/// can.
+#[test]
+fn emulated_latency_is_checked_against_a_host_synced_run() {
+    let small = [
+        "--frames", "30", "--fps", "200", "--width", "128", "--height", "64",
+    ];
+    let mut args = small.to_vec();
+    args.extend(["--compare-host-sync", "--max-p99-ratio", "1000"]);
+    let text = run(&args);
+    assert!(text.contains("host-synced |"), "{text}");
+    assert_eq!(consumer_lines(&text).len(), 6, "{text}");
+    assert!(text.contains("first4_max_us="), "{text}");
+    assert!(text.contains("latency: p99 with events"), "{text}");
+    let bounds: [&[&str]; 2] = [
+        &["--compare-host-sync", "--max-p99-ratio", "0"],
+        &["--max-p99-us", "0", "--consumers", "1"],
+    ];
+    for bound in bounds {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+            .arg("--emulated")
+            .args(small)
+            .args(bound)
+            .output()
+            .expect("spawn gpu-pipeline");
+        assert!(!out.status.success(), "a bound of 0 passed: {bound:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("p99"), "{err}");
+    }
+}

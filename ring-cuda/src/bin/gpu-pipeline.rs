@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
-use ring_cuda::pipeline::{consume, produce};
+use ring_cuda::pipeline::{consume, produce_with};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
 use ring_cuda::{
     padded_len, CudaDevice, Device, EmulatedDevice, ExportKind, Limits, MemInfo, Owner, LARGE_PAGE,
@@ -68,6 +68,19 @@ struct Args {
     /// (VMM file descriptors, passed to each consumer over an abstract Unix socket).
     #[arg(long, default_value = "ipc", value_parser = ["ipc", "fd"])]
     export: String,
+    /// Run the scenario a second time with a host-synced producer (it waits on the host for
+    /// each frame's writes before publishing) and report the events run's p99 latency as a
+    /// ratio to it.
+    #[arg(long)]
+    compare_host_sync: bool,
+    /// With --compare-host-sync: fail if the events run's worst consumer p99 exceeds this
+    /// multiple of the host-synced run's worst consumer p99.
+    #[arg(long, default_value_t = 1.0)]
+    max_p99_ratio: f64,
+    /// Fail if any consumer's p99 latency (after its first `slots` frames) exceeds this many
+    /// microseconds.
+    #[arg(long)]
+    max_p99_us: Option<f64>,
     /// Per-operation timeout in seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
@@ -181,13 +194,15 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
     let drift = i128::from(mem_before.free) - i128::from(mem_after.free);
     println!(
-        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} opens={} live_after={} mem_drift={drift}",
+        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} first{}_max_us={:.1} opens={} live_after={} mem_drift={drift}",
         st.received,
         st.torn,
         st.skipped,
         st.quantile_ns(0.5) as f64 / 1e3,
         st.quantile_ns(0.99) as f64 / 1e3,
         st.quantile_ns(1.0) as f64 / 1e3,
+        st.first_ns.len(),
+        st.first_max_ns() as f64 / 1e3,
         opens,
         live
     );
@@ -291,6 +306,44 @@ fn field(line: &str, key: &str) -> Option<f64> {
 }
 
 fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
+    let with_events = pipeline_once(&dev, args, false)?;
+    let worst = |v: &[f64]| v.iter().copied().fold(0.0f64, f64::max);
+    if let Some(bound) = args.max_p99_us {
+        if worst(&with_events) > bound {
+            return Err(format!(
+                "p99 latency {:.1} us exceeds the bound of {bound} us",
+                worst(&with_events)
+            ));
+        }
+    }
+    if args.compare_host_sync {
+        let host = pipeline_once(&dev, args, true)?;
+        let ratio = worst(&with_events) / worst(&host).max(1e-3);
+        println!(
+            "latency: p99 with events {:.1} us, host-synced {:.1} us, ratio {ratio:.2} (bound {})",
+            worst(&with_events),
+            worst(&host),
+            args.max_p99_ratio
+        );
+        if ratio > args.max_p99_ratio {
+            return Err(format!(
+                "p99 with events is {ratio:.2}x the host-synced p99 (bound {})",
+                args.max_p99_ratio
+            ));
+        }
+    }
+    println!("OK");
+    Ok(())
+}
+
+/// One run of the scenario; returns each consumer's p99 latency in microseconds, or an error
+/// after printing what failed.
+fn pipeline_once<D: Device + 'static>(
+    dev: &Arc<D>,
+    args: &Args,
+    host_sync: bool,
+) -> Result<Vec<f64>, String> {
+    let dev = Arc::clone(dev);
     let t = Duration::from_secs(args.timeout);
     let len = frame_len(args);
     let frames = args.leak_cycles.unwrap_or(args.frames);
@@ -300,7 +353,11 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let slack = leak_slack(len, kind);
     let base = dev.ledger().totals();
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
-    let name = format!("ring-cuda-pipe-{}", std::process::id());
+    let name = format!(
+        "ring-cuda-pipe-{}-{}",
+        std::process::id(),
+        u8::from(host_sync)
+    );
     let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
     let ring = Arc::new(SharedRing::create(&name, &cfg).map_err(|e| e.to_string())?);
     // Bound before the consumers start, so their connects find it.
@@ -353,7 +410,8 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     }
     let interval = (!args.full_speed && args.leak_cycles.is_none() && args.fps > 0.0)
         .then(|| Duration::from_secs_f64(1.0 / args.fps));
-    let stats = produce(&mut p, frames, len, interval, t).map_err(|e| format!("produce: {e}"));
+    let stats = produce_with(&mut p, frames, len, interval, t, host_sync)
+        .map_err(|e| format!("produce: {e}"));
     // The teardown protocol: the producer syncs and says it stopped waiting on the consumers'
     // events; its drop returns once they closed their mappings (or died).
     drop(p);
@@ -365,13 +423,16 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     } else {
         "IPC handles"
     };
-    let mode = if args.leak_cycles.is_some() {
+    let mut mode = if args.leak_cycles.is_some() {
         "leak run".to_string()
     } else if let Some(iv) = interval {
         format!("{:.0} fps", 1.0 / iv.as_secs_f64())
     } else {
         "full speed".to_string()
     };
+    if host_sync {
+        mode.push_str(", host-synced");
+    }
     println!(
         "{} | {export} | {} bytes/frame | {} frames | {} consumers | {mode} | {:.2} s ({:.0} frames/s) | {}",
         dev.describe(),
@@ -383,10 +444,12 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         name
     );
     let mut failed = false;
+    let mut p99s = Vec::new();
     for (i, r) in results.iter().enumerate() {
         match r {
             Ok(line) => {
                 println!("consumer {i}: {}", line.trim_start_matches("RESULT "));
+                p99s.extend(field(line, "p99_us"));
                 let leaked = args.leak_cycles.is_some()
                     && field(line, "mem_drift").is_none_or(|d| d > slack as f64);
                 let bad = field(line, "torn") != Some(0.0)
@@ -416,7 +479,6 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     if failed {
         Err("the pipeline check failed (see above)".into())
     } else {
-        println!("OK");
-        Ok(())
+        Ok(p99s)
     }
 }

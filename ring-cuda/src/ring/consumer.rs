@@ -26,7 +26,8 @@ pub struct Frame<R> {
     pub buffer: usize,
     /// Its length in bytes.
     pub len: u64,
-    /// The producer's monotonic clock when it published ([`monotonic_ns`](super::monotonic_ns)).
+    /// The producer's monotonic clock ([`monotonic_ns`](super::monotonic_ns)) when it began
+    /// the message (before enqueueing its writes).
     pub published_ns: u64,
     /// What the read closure returned.
     pub value: R,

@@ -316,6 +316,9 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             }
         }
         let dev = &*self.dev;
+        // The frame's timestamp is taken before its writes are enqueued, so a latency measured
+        // from it covers the writes whether they are ordered by events or by a host sync.
+        let begun = monotonic_ns();
         let done = write(dev, stream, Mem::Buffer(self.buffers[s]))
             .and_then(|()| dev.record(self.write_events[s], stream));
         if let Err(e) = done {
@@ -323,7 +326,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             return Err(e.into());
         }
         slot.set_meta([s as u64, len]);
-        if slot.write(&monotonic_ns().to_le_bytes()).is_err() {
+        if slot.write(&begun.to_le_bytes()).is_err() {
             slot.abort();
             return Err(RingError::Corrupt(
                 "the ring's slots cannot hold an 8-byte timestamp",

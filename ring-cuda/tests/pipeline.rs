@@ -138,3 +138,37 @@ fn emulated_latency_is_checked_against_a_host_synced_run() {
         assert!(err.contains("p99"), "{err}");
     }
 }
+
+/// The tearing check across processes on the strict emulated device (the in-process version
+/// is `tests/ring.rs::slow_peers_never_tear`): slow consumers with a fast producer, then a
+/// slow producer with fast consumers, 2 slots; any copy not ordered by the events reads a
+/// torn frame and the run fails.
+#[test]
+fn emulated_slow_peers_never_tear_across_processes() {
+    let base = [
+        "--frames",
+        "40",
+        "--full-speed",
+        "--slots",
+        "2",
+        "--consumers",
+        "2",
+        "--width",
+        "64",
+        "--height",
+        "32",
+    ];
+    for delay in [
+        ["--consumer-delay-us", "2000"],
+        ["--producer-delay-us", "2000"],
+    ] {
+        let mut args = base.to_vec();
+        args.extend(delay);
+        let text = run(&args);
+        let lines = consumer_lines(&text);
+        assert_eq!(lines.len(), 2, "{text}");
+        for l in lines {
+            assert!(l.contains("received=40 torn=0 skipped=0"), "{delay:?}: {l}");
+        }
+    }
+}

@@ -26,7 +26,8 @@ use ring_core::{Config, DeliveryClass};
 use ring_cuda::pipeline::{consume, produce_with};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
 use ring_cuda::{
-    padded_len, CudaDevice, Device, EmulatedDevice, ExportKind, Limits, MemInfo, Owner, LARGE_PAGE,
+    padded_len, CudaDevice, Device, EmulatedDevice, EmulatedOptions, ExportKind, Limits, MemInfo,
+    Owner, LARGE_PAGE,
 };
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
@@ -81,6 +82,14 @@ struct Args {
     /// microseconds.
     #[arg(long)]
     max_p99_us: Option<f64>,
+    /// Emulated device only: delay before each of the producer's device writes (a slow
+    /// producer: a consumer copy not ordered after the writes reads stale bytes).
+    #[arg(long, default_value_t = 0)]
+    producer_delay_us: u64,
+    /// Emulated device only: delay before each of a consumer's device copies (slow consumers:
+    /// a producer write not ordered after their copies tears them).
+    #[arg(long, default_value_t = 0)]
+    consumer_delay_us: u64,
     /// Per-operation timeout in seconds.
     #[arg(long, default_value_t = 30)]
     timeout: u64,
@@ -95,7 +104,16 @@ struct Args {
 fn main() -> ExitCode {
     let args = Args::parse();
     let result = if args.emulated {
-        run(Arc::new(EmulatedDevice::new()), &args)
+        let delay_us = if args.role == "consumer" {
+            args.consumer_delay_us
+        } else {
+            args.producer_delay_us
+        };
+        let options = EmulatedOptions {
+            op_delay: Duration::from_micros(delay_us),
+            ..EmulatedOptions::default()
+        };
+        run(Arc::new(EmulatedDevice::with_options(options)), &args)
     } else {
         match CudaDevice::new(0, Limits::default()) {
             Ok(d) => run(Arc::new(d), &args),
@@ -232,7 +250,8 @@ fn spawn_consumers(args: &Args, name: &str, n: usize) -> Result<Vec<Child>, Stri
             cmd.args(["--leak-cycles", &c.to_string()]);
         }
         if args.emulated {
-            cmd.arg("--emulated");
+            cmd.arg("--emulated")
+                .args(["--consumer-delay-us", &args.consumer_delay_us.to_string()]);
         }
         cmd.args(["--export", &args.export]);
         children.push(cmd.spawn().map_err(|e| format!("spawn consumer: {e}"))?);

@@ -20,7 +20,6 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
 use ring_cuda::pipeline::{consume, produce_with};
@@ -32,77 +31,22 @@ use ring_cuda::{
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
-/// Command-line options.
-#[derive(Parser, Debug, Clone)]
-#[command(about = "Cross-process device-ring frame pipeline (CUDA, or --emulated)")]
-struct Args {
-    /// Use the emulated device (host memory) instead of GPU 0.
-    #[arg(long)]
-    emulated: bool,
-    /// Frames to publish.
-    #[arg(long, default_value_t = 500)]
-    frames: u64,
-    /// Consumer processes.
-    #[arg(long, default_value_t = 3)]
-    consumers: usize,
-    /// Frame width (NV12: width * height * 3 / 2 bytes).
-    #[arg(long, default_value_t = 1920)]
-    width: u64,
-    /// Frame height.
-    #[arg(long, default_value_t = 1080)]
-    height: u64,
-    /// Frames per second (ignored with --full-speed).
-    #[arg(long, default_value_t = 30.0)]
-    fps: f64,
-    /// Publish as fast as the ring allows.
-    #[arg(long)]
-    full_speed: bool,
-    /// Ring slots.
-    #[arg(long, default_value_t = 4)]
-    slots: u32,
-    /// Leak run: this many publish/consume cycles with `--consumers` consumer processes, then
-    /// check that every process's device memory (baseline after a warm-up cycle) and live
-    /// counts are back to baseline, within less than one buffer.
-    #[arg(long)]
-    leak_cycles: Option<u64>,
-    /// How the slot buffers are exported: `ipc` (legacy handles in the shared table) or `fd`
-    /// (VMM file descriptors, passed to each consumer over an abstract Unix socket).
-    #[arg(long, default_value = "ipc", value_parser = ["ipc", "fd"])]
-    export: String,
-    /// Run the scenario a second time with a host-synced producer (it waits on the host for
-    /// each frame's writes before publishing) and report the events run's p99 latency as a
-    /// ratio to it.
-    #[arg(long)]
-    compare_host_sync: bool,
-    /// With --compare-host-sync: fail if the events run's worst consumer p99 exceeds this
-    /// multiple of the host-synced run's worst consumer p99.
-    #[arg(long, default_value_t = 1.0)]
-    max_p99_ratio: f64,
-    /// Fail if any consumer's p99 latency (after its first `slots` frames) exceeds this many
-    /// microseconds.
-    #[arg(long)]
-    max_p99_us: Option<f64>,
-    /// Emulated device only: delay before each of the producer's device writes (a slow
-    /// producer: a consumer copy not ordered after the writes reads stale bytes).
-    #[arg(long, default_value_t = 0)]
-    producer_delay_us: u64,
-    /// Emulated device only: delay before each of a consumer's device copies (slow consumers:
-    /// a producer write not ordered after their copies tears them).
-    #[arg(long, default_value_t = 0)]
-    consumer_delay_us: u64,
-    /// Per-operation timeout in seconds.
-    #[arg(long, default_value_t = 30)]
-    timeout: u64,
-    /// Internal: `producer` (default) or `consumer`.
-    #[arg(long, default_value = "producer", hide = true)]
-    role: String,
-    /// Internal: the segment name a consumer opens.
-    #[arg(long, hide = true)]
-    name: Option<String>,
-}
+mod args;
+
+use args::Args;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::from_env() {
+        Ok(a) => a,
+        Err(args::Exit::Help) => {
+            println!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(args::Exit::Bad(e)) => {
+            eprintln!("gpu-pipeline: {e}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
     let result = if args.emulated {
         let delay_us = if args.role == "consumer" {
             args.consumer_delay_us

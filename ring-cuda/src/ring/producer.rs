@@ -260,25 +260,24 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
     pub fn serve_departures(&mut self) -> Result<usize, RingError> {
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        let leaving: Vec<(usize, u64)> = (0..self.consumers)
-            .filter_map(|c| {
-                let token = t.consumer_token(c);
-                (token != 0 && t.leave_request(c) == token && !t.leave_acked(c, token))
-                    .then_some((c, token))
-            })
-            .collect();
-        if leaving.is_empty() {
-            return Ok(0);
-        }
-        let stream = self.stream.ok_or(RingError::NotReady)?;
-        self.dev.sync_stream(stream, TEARDOWN_TIMEOUT)?;
-        for &(c, token) in &leaving {
+        // No allocation and no host sync unless someone is leaving: this runs on every publish.
+        let mut left = 0;
+        for c in 0..self.consumers {
+            let token = t.consumer_token(c);
+            if token == 0 || t.leave_request(c) != token || t.leave_acked(c, token) {
+                continue;
+            }
+            if left == 0 {
+                let stream = self.stream.ok_or(RingError::NotReady)?;
+                self.dev.sync_stream(stream, TEARDOWN_TIMEOUT)?;
+            }
             for e in self.readers.events.remove_where(|k| k.0 == c) {
                 let _ = self.dev.destroy_event(e);
             }
             t.ack_leave(c, token);
+            left += 1;
         }
-        Ok(leaving.len())
+        Ok(left)
     }
 
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes

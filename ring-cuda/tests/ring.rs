@@ -465,3 +465,71 @@ fn registration_opens_every_slot() {
     assert_eq!(c.device().ledger().totals().mappings.live, 3);
     teardown(p, c);
 }
+
+/// Teardown with an importer that died: a consumer process (this test binary re-run as a
+/// child, on the strict default device) registers, opening the buffers, and exits without
+/// dropping anything. The producer's drop sees the row's owner dead and frees its buffers at
+/// once instead of waiting out the teardown bound (which would fail the 5 s check).
+#[test]
+fn the_producer_does_not_wait_for_a_dead_importer() {
+    use std::sync::Arc;
+
+    use ring_core::{Config, DeliveryClass, OwnerId};
+    use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
+    use ring_cuda::Device;
+
+    const ROLE: &str = "RING_CUDA_TEST_ROLE";
+    let t = Duration::from_secs(10);
+    if std::env::var(ROLE).as_deref() == Ok("dying-consumer") {
+        let name = std::env::var("RING_CUDA_TEST_RING").unwrap();
+        let ring = Arc::new(SharedRing::open(&name).unwrap());
+        let c = DeviceConsumer::new(
+            Arc::new(EmulatedDevice::new()),
+            Arc::clone(&ring),
+            Arc::clone(&ring),
+            DeliveryClass::Gating,
+            ring_os::owner::current().unwrap(),
+            t,
+        )
+        .unwrap();
+        assert_eq!(c.mapping_stats().opens, 2);
+        println!("REGISTERED");
+        // Dies: no destructor runs, the table row stays.
+        std::process::exit(0);
+    }
+    let name = format!("ring-cuda-dead-importer-{}", std::process::id());
+    let ring = Arc::new(SharedRing::create(&name, &Config::new(2, 16).with_consumers(1)).unwrap());
+    let owner: OwnerId = ring_os::owner::current().unwrap();
+    let pdev = Arc::new(EmulatedDevice::new());
+    let p = DeviceProducer::new(
+        Arc::clone(&pdev),
+        Arc::clone(&ring),
+        Arc::clone(&ring),
+        owner,
+        64,
+    )
+    .unwrap();
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "the_producer_does_not_wait_for_a_dead_importer",
+            "--exact",
+            "--nocapture",
+        ])
+        .env(ROLE, "dying-consumer")
+        .env("RING_CUDA_TEST_RING", &name)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && text.contains("REGISTERED"),
+        "{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let start = std::time::Instant::now();
+    drop(p);
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "the producer waited for a dead importer"
+    );
+    assert_eq!(pdev.ledger().totals().live_total(), 0);
+}

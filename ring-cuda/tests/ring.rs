@@ -468,8 +468,10 @@ fn registration_opens_every_slot() {
 
 /// Teardown with an importer that died: a consumer process (this test binary re-run as a
 /// child, on the strict default device) registers, opening the buffers, and exits without
-/// dropping anything. The producer's drop sees the row's owner dead and frees its buffers at
-/// once instead of waiting out the teardown bound (which would fail the 5 s check).
+/// dropping anything. Publishing then refuses with `ReadEvent` naming it (its events are gone),
+/// `reclaim_dead_consumer` frees its row and ring entry so publishing goes on, and the
+/// producer's drop frees its buffers at once instead of waiting out the teardown bound (which
+/// would fail the 5 s check).
 #[test]
 fn the_producer_does_not_wait_for_a_dead_importer() {
     use std::sync::Arc;
@@ -525,6 +527,21 @@ fn the_producer_does_not_wait_for_a_dead_importer() {
         "{text}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    // Its read events died with it: publishing names it, and reclaiming it lets the producer
+    // go on.
+    let fill = |d: &EmulatedDevice, s, buf| d.fill(s, buf, 0, 16, 1);
+    let mut p = p;
+    let r = p.try_publish_with(16, fill);
+    assert!(
+        matches!(
+            r,
+            Err(ring_cuda::ring::RingError::ReadEvent { consumer: 0, .. })
+        ),
+        "{r:?}"
+    );
+    assert!(p.reclaim_dead_consumer(0).unwrap());
+    assert!(!p.reclaim_dead_consumer(0).unwrap(), "the row is empty now");
+    p.publish_with(16, t, fill).unwrap();
     let start = std::time::Instant::now();
     drop(p);
     assert!(

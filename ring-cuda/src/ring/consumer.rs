@@ -315,10 +315,6 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         dev.wait_event(stream, wev)?;
         #[cfg(ring_mutant = "cuda_skip_write_wait")]
         let _ = wev;
-        if self.held.is_some() {
-            // Unreachable: a consumer holding a pin refuses reads before pinning again.
-            return Err(RingError::PinHeld { seq });
-        }
         let value = read(dev, stream, Mem::Mapping(mapping), len);
         // Recorded whatever `read` did: the producer must wait for any work it enqueued.
         if let Err(source) = dev.record(self.read_events[buffer], stream) {

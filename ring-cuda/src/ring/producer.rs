@@ -280,6 +280,40 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         Ok(left)
     }
 
+    /// Frees consumer row `c` — its table row, the producer's copies of its read events and
+    /// its ring-core entry — if the process that registered it is dead. A consumer that died
+    /// cannot leave by the teardown protocol, and its read events can no longer be opened
+    /// (publishing then fails with [`RingError::ReadEvent`] naming it), so this is how a
+    /// producer goes on without it. Returns whether the row was freed (`false`: empty, or its
+    /// owner is alive).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOperation`] for a row past the table; [`RingError::Ring`] if ring-core
+    /// refused to reclaim the entry.
+    pub fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
+        if c >= self.consumers {
+            return Err(RingError::Device(Error::InvalidOperation(
+                "reclaim_dead_consumer: no such consumer row",
+            )));
+        }
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        let token = t.consumer_token(c);
+        let dead = |word: u64| ring_os::owner::liveness_raw(word) == ring_os::owner::Liveness::Dead;
+        if token == 0 || !dead(t.consumer_owner(c)) {
+            return Ok(false);
+        }
+        let entry = self.ring.consumer_info(c).map_or(0, |i| i.owner);
+        if let Some(o) = OwnerId::new(entry).filter(|o| dead(o.get())) {
+            reclaim_entry(&mut self.ring, c, o)?;
+        }
+        t.withdraw_consumer(c, token);
+        for e in self.readers.events.remove_where(|k| k.0 == c) {
+            let _ = self.dev.destroy_event(e);
+        }
+        Ok(true)
+    }
+
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
     /// on the producer's stream into the slot's buffer, records the slot's write event and
     /// publishes `(buffer, len)`. Returns the sequence number.
@@ -422,6 +456,16 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
             let _ = dev.destroy_stream(s, TEARDOWN_TIMEOUT);
         }
     }
+}
+
+/// The one call into ring-core's `Producer::reclaim` (kept in one place: its signature is
+/// about to change), for an entry whose owner process is dead.
+fn reclaim_entry<M: Memory>(
+    ring: &mut Producer<M>,
+    c: usize,
+    dead: OwnerId,
+) -> Result<(), RingError> {
+    ring.reclaim(c, dead).map(drop).map_err(RingError::Ring)
 }
 
 /// Bound on each wait of the teardown protocol (and on a departure's host sync).

@@ -548,3 +548,75 @@ fn baselines_need_a_warm_up_cycle() {
     d.free(buf).unwrap();
     assert_eq!(d.mem_info().unwrap().free, warm);
 }
+
+/// Churn across two processes on the strict device: the parent allocates, exports and frees
+/// 300 buffers one by one; for each, a child process (this binary, role `churn-opener`) opens
+/// and closes the handle it reads on stdin and answers on stdout. Both sides' live counts and
+/// the parent's free memory (baseline after a warm-up cycle) come back; every handle of a
+/// freed buffer is stale in the child.
+#[test]
+fn ipc_churn_across_two_processes() {
+    use std::io::{BufRead, BufReader, Write};
+
+    const NAME: &str = "ipc_churn_across_two_processes";
+    if std::env::var(ROLE).as_deref() == Ok("churn-opener") {
+        let b = EmulatedDevice::new();
+        let mut stale = None;
+        for line in std::io::stdin().lock().lines() {
+            let raw = unhex(&line.unwrap());
+            let mut h = IpcMemHandle {
+                raw: [0; 64],
+                len: u64::from_le_bytes(raw[64..72].try_into().unwrap()),
+            };
+            h.raw.copy_from_slice(&raw[..64]);
+            if let Some(old) = stale.replace(h) {
+                let r = b.open(Owner(2), &MemHandle::Ipc(old));
+                assert!(matches!(r, Err(Error::StaleHandle)), "{r:?}");
+            }
+            let m = b.open(Owner(2), &MemHandle::Ipc(h)).unwrap();
+            b.close(m).unwrap();
+            println!("CHURN-OK");
+        }
+        let t = b.ledger().totals();
+        assert_eq!((t.live_total(), t.mappings.acquired), (0, 300 + 1));
+        println!("CHILD OK");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "churn-opener")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = BufReader::new(child.stdout.take().unwrap()).lines();
+    let a = EmulatedDevice::new();
+    let mut cycle = |i: u32| {
+        let buf = a.alloc(Owner(1), 64 << 10, ExportKind::Ipc).unwrap();
+        let MemHandle::Ipc(h) = a.export(buf, ExportKind::Ipc).unwrap() else {
+            panic!("an Ipc export produced an fd");
+        };
+        let mut raw = h.raw.to_vec();
+        raw.extend_from_slice(&h.len.to_le_bytes());
+        writeln!(to_child, "{}", hex(&raw)).unwrap();
+        // The child's test harness prints its own text too (the first answer shares a line
+        // with "test ... "): look for the marker at the end of a line.
+        let answer = from_child.find(|l| l.as_deref().is_ok_and(|l| l.ends_with("CHURN-OK")));
+        assert!(answer.is_some(), "cycle {i}: the child stopped answering");
+        a.free(buf).unwrap();
+    };
+    cycle(0);
+    let base = a.mem_info().unwrap().free;
+    for i in 1..=300 {
+        cycle(i);
+    }
+    drop(to_child);
+    assert!(
+        from_child.any(|l| l.as_deref().is_ok_and(|l| l.contains("CHILD OK"))),
+        "the child's checks failed"
+    );
+    assert!(child.wait().unwrap().success());
+    assert_eq!(a.mem_info().unwrap().free, base);
+    assert_eq!(a.ledger().totals().live_total(), 0);
+}

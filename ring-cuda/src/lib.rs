@@ -49,12 +49,14 @@
 
 pub mod accounting;
 mod cache;
+#[cfg(feature = "harness")]
 pub mod conformance;
 mod cuda;
 mod device;
 mod emulated;
 mod error;
 mod handle;
+#[cfg(feature = "harness")]
 pub mod pipeline;
 pub mod ring;
 

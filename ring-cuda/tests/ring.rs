@@ -438,12 +438,21 @@ fn a_consumer_waits_for_frames_on_the_futex() {
         let f = c.read_with(t, |_, _, _, _| Ok(())).map(|f| f.seq);
         (f, c)
     });
-    std::thread::sleep(Duration::from_millis(150));
-    let waiters = ring
+    // Relaxed: a counter read for the check only. Polled, so a loaded machine cannot make the
+    // test fail by starting the reader late; a polling reader never counts as a waiter.
+    let start = std::time::Instant::now();
+    while ring
         .producer_line()
         .consumer_waiters
-        .load(Ordering::Relaxed);
-    assert_eq!(waiters, 1, "the consumer is not parked on the futex");
+        .load(Ordering::Relaxed)
+        != 1
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "the consumer is not parked on the futex"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     p.publish_with(16, t, |d, s, buf| d.fill(s, buf, 0, 16, 1))
         .unwrap();
     let (seq, c) = reader.join().unwrap();

@@ -15,7 +15,32 @@ use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::handle::{Owner, ResourceKind};
+use crate::handle::{ExportKind, Owner, ResourceKind};
+
+/// The granularity the driver rounds big `cuMemAlloc` allocations and VMM allocations to on
+/// every current NVIDIA GPU (a large page; `cuMemGetAllocationGranularity` reports it for VMM).
+pub const LARGE_PAGE: u64 = 2 << 20;
+
+/// The bytes the driver really takes for a buffer of `len` bytes allocated for `kind`, which
+/// is what the ledger charges (`None` on overflow).
+///
+/// - VMM (`cuMemCreate`): the size must be a multiple of the allocation granularity
+///   (`cuMemGetAllocationGranularity`, 2 MiB on current GPUs), so a 4 KiB buffer takes 2 MiB.
+/// - Legacy (`cuMemAlloc`): the API documents only the alignment (suitable for any type, at
+///   least 256 bytes), but the driver backs allocations of a large page or more with whole
+///   2 MiB pages, so an NV12 1080p frame (3,110,400 bytes) takes 4 MiB. Smaller allocations
+///   are sub-allocated from shared 2 MiB pages; they are charged at 512-byte multiples, an
+///   estimate that at least never under-counts the documented alignment. Charging big
+///   buffers this way makes the ledger's bytes comparable with `cuMemGetInfo`.
+#[must_use]
+pub fn padded_len(len: u64, kind: ExportKind, vmm_granularity: u64) -> Option<u64> {
+    let to = match kind {
+        ExportKind::Fd => vmm_granularity.max(1),
+        ExportKind::Ipc if len >= LARGE_PAGE / 2 => LARGE_PAGE,
+        ExportKind::Ipc => 512,
+    };
+    len.checked_next_multiple_of(to)
+}
 
 /// Ceilings enforced at allocation time.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,17 +51,20 @@ pub struct Limits {
     pub max_buffers: u32,
     /// Most live opened mappings.
     pub max_mappings: u32,
+    /// Most bytes in live opened mappings (what the opener maps into its address space).
+    pub max_mapped_bytes: u64,
     /// Most live events (created plus opened).
     pub max_events: u32,
 }
 
 impl Default for Limits {
-    /// 4 GiB, 4094 buffers, 4094 mappings, 16384 events.
+    /// 4 GiB, 4094 buffers, 4094 mappings, 16 GiB mapped, 16384 events.
     fn default() -> Self {
         Self {
             max_bytes: 4 << 30,
             max_buffers: 4094,
             max_mappings: 4094,
+            max_mapped_bytes: 16 << 30,
             max_events: 16384,
         }
     }
@@ -249,41 +277,34 @@ impl Ledger {
         let mut g = self.lock();
         let limits = g.limits;
         let total = *g.totals.get(kind);
-        let refuse = match kind {
-            ResourceKind::Buffer => {
-                if total
-                    .live_bytes
-                    .checked_add(bytes)
-                    .is_none_or(|b| b > limits.max_bytes)
-                {
-                    Some(Error::BytesCeiling {
-                        requested: bytes,
-                        live: total.live_bytes,
-                        limit: limits.max_bytes,
-                    })
-                } else if total.live >= limits.max_buffers {
-                    Some(Error::CountCeiling {
-                        kind,
-                        live: total.live,
-                        limit: limits.max_buffers,
-                    })
-                } else {
-                    None
-                }
-            }
-            ResourceKind::Mapping if total.live >= limits.max_mappings => {
-                Some(Error::CountCeiling {
+        let bytes_over = |limit: u64| {
+            total
+                .live_bytes
+                .checked_add(bytes)
+                .is_none_or(|b| b > limit)
+                .then_some(Error::BytesCeiling {
                     kind,
-                    live: total.live,
-                    limit: limits.max_mappings,
+                    requested: bytes,
+                    live: total.live_bytes,
+                    limit,
                 })
-            }
-            ResourceKind::Event if total.live >= limits.max_events => Some(Error::CountCeiling {
+        };
+        let count_over = |limit: u32| {
+            (total.live >= limit).then_some(Error::CountCeiling {
                 kind,
                 live: total.live,
-                limit: limits.max_events,
-            }),
-            _ => None,
+                limit,
+            })
+        };
+        let refuse = match kind {
+            ResourceKind::Buffer => {
+                count_over(limits.max_buffers).or_else(|| bytes_over(limits.max_bytes))
+            }
+            ResourceKind::Mapping => {
+                count_over(limits.max_mappings).or_else(|| bytes_over(limits.max_mapped_bytes))
+            }
+            ResourceKind::Event => count_over(limits.max_events),
+            ResourceKind::Stream => None,
         };
         if let Some(e) = refuse {
             g.totals.get_mut(kind).ceiling_hits += 1;
@@ -442,6 +463,7 @@ mod tests {
         assert!(matches!(
             l.charge(ResourceKind::Buffer, o, 41),
             Err(Error::BytesCeiling {
+                kind: ResourceKind::Buffer,
                 requested: 41,
                 live: 60,
                 limit: 100
@@ -477,6 +499,40 @@ mod tests {
         assert_eq!(report.leaks.len(), 1);
         assert_eq!((report.leaks[0].id, report.leaks[0].bytes), (2, 40));
         assert!(report.to_string().contains("owner#0x7"));
+    }
+
+    #[test]
+    fn charges_are_padded_as_the_driver_pads() {
+        let g = LARGE_PAGE;
+        assert_eq!(padded_len(3_110_400, ExportKind::Ipc, g), Some(4 << 20));
+        assert_eq!(padded_len(4096, ExportKind::Fd, g), Some(2 << 20));
+        assert_eq!(padded_len(4096, ExportKind::Ipc, g), Some(4096));
+        assert_eq!(padded_len(100, ExportKind::Ipc, g), Some(512));
+        assert_eq!(padded_len(2 << 20, ExportKind::Ipc, g), Some(2 << 20));
+        assert_eq!(padded_len(u64::MAX, ExportKind::Fd, g), None);
+    }
+
+    #[test]
+    fn mapped_bytes_have_a_ceiling() {
+        let l = Ledger::new(Limits {
+            max_mapped_bytes: 8 << 20,
+            ..Limits::default()
+        });
+        l.charge(ResourceKind::Mapping, Owner(1), 4 << 20).unwrap();
+        l.track(ResourceKind::Mapping, 1, Owner(1), 4 << 20);
+        let r = l.charge(ResourceKind::Mapping, Owner(1), 5 << 20);
+        assert!(
+            matches!(
+                r,
+                Err(Error::BytesCeiling {
+                    kind: ResourceKind::Mapping,
+                    limit: 0x80_0000,
+                    ..
+                })
+            ),
+            "{r:?}"
+        );
+        assert_eq!(l.totals().mappings.ceiling_hits, 1);
     }
 
     #[test]

@@ -71,9 +71,10 @@ pub fn roundtrip<D: Device>(d: &D, kind: ExportKind) -> Check {
         live.buffers.live == before.buffers.live + 2,
         "live count not 2 more: {live:?}"
     );
+    // Charges are padded as the driver pads them: at least the bytes asked for.
     ensure!(
-        live.buffers.live_bytes == before.buffers.live_bytes + 8192,
-        "live bytes wrong"
+        live.buffers.live_bytes >= before.buffers.live_bytes + 8192,
+        "live bytes below the bytes allocated"
     );
     ok("free a", d.free(a))?;
     ensure!(
@@ -109,12 +110,13 @@ pub fn ceilings<D: Device>(d: &D, kind: ExportKind) -> Check {
     let saved = d.ledger().limits();
     let live = d.ledger().totals().buffers;
     let mut limits = saved;
-    limits.max_bytes = live.live_bytes + (3 << 20);
+    // Room for 2 MiB + one more small buffer however the device pads (2 MiB VMM granules).
+    limits.max_bytes = live.live_bytes + (5 << 20);
     limits.max_buffers = live.live + 2;
     d.ledger().set_limits(limits);
     let result = (|| {
         let a = ok("alloc 1", d.alloc(o, 2 << 20, kind))?;
-        let big = d.alloc(o, 2 << 20, kind);
+        let big = d.alloc(o, 4 << 20, kind);
         ensure!(
             matches!(big, Err(Error::BytesCeiling { .. })),
             "byte ceiling not enforced: {big:?}"
@@ -252,21 +254,31 @@ pub fn ipc_pair<D: Device>(a: &D, b: &D, kind: ExportKind, share_events: bool) -
     Ok(())
 }
 
-/// Many alloc/export/open/close/free cycles: live counts and device memory return to baseline.
+/// Bytes of each churn buffer.
+const CHURN_BYTES: u64 = 64 << 10;
+
+fn churn_cycle<D: Device>(a: &D, b: Option<&D>, kind: ExportKind, o: Owner) -> Check {
+    let buf = ok("alloc", a.alloc(o, CHURN_BYTES, kind))?;
+    if let Some(b) = b {
+        let h = ok("export", a.export(buf, kind))?;
+        let m = ok("open", b.open(o, &h))?;
+        ok("close", b.close(m))?;
+    }
+    let ev = ok("event", a.create_event(o))?;
+    ok("destroy event", a.destroy_event(ev))?;
+    ok("free", a.free(buf))
+}
+
+/// Many alloc/export/open/close/free cycles (`cycles` after one warm-up cycle): live counts
+/// and device memory return to the baseline taken after the warm-up (the driver's one-time
+/// allocations are not leaks), within less than one buffer.
 pub fn churn<D: Device>(a: &D, b: Option<&D>, cycles: u32, kind: ExportKind) -> Check {
     let o = Owner(0x66);
+    churn_cycle(a, b, kind, o)?;
     let base_a = a.ledger().totals();
     let base_mem = ok("mem_info", a.mem_info())?;
     for i in 0..cycles {
-        let buf = ok("alloc", a.alloc(o, 64 << 10, kind))?;
-        if let Some(b) = b {
-            let h = ok("export", a.export(buf, kind))?;
-            let m = ok("open", b.open(o, &h))?;
-            ok("close", b.close(m))?;
-        }
-        let ev = ok("event", a.create_event(o))?;
-        ok("destroy event", a.destroy_event(ev))?;
-        ok("free", a.free(buf))?;
+        churn_cycle(a, b, kind, o)?;
         ensure!(
             a.ledger().totals().buffers.live == base_a.buffers.live,
             "cycle {i}: buffer leaked"
@@ -295,9 +307,9 @@ pub fn churn<D: Device>(a: &D, b: Option<&D>, cycles: u32, kind: ExportKind) -> 
         );
     }
     let mem = ok("mem_info", a.mem_info())?;
-    // The driver may keep a little for itself; 2 MiB slack is one VMM granule.
+    // Slack below one buffer: one leaked buffer fails.
     ensure!(
-        mem.free + (2 << 20) >= base_mem.free,
+        mem.free + (CHURN_BYTES - 1) >= base_mem.free,
         "device memory not back: {base_mem:?} -> {mem:?}"
     );
     Ok(())
@@ -381,6 +393,9 @@ pub fn device_ring_with<D: Device + 'static>(
     }
     let produced =
         produce(&mut producer, frames, len, None, T).map_err(|e| format!("producer: {e}"));
+    // The teardown protocol: the producer stops (sync, then `stopped` in the table) while the
+    // consumers drain; its drop returns once they closed their mappings.
+    drop(producer);
     let mut results = Vec::new();
     for h in handles {
         results.push(
@@ -388,7 +403,6 @@ pub fn device_ring_with<D: Device + 'static>(
                 .map_err(|_| "a consumer thread panicked".to_string())?,
         );
     }
-    drop(producer);
     produced?;
     for (c, r) in results.into_iter().enumerate() {
         let (s, opens) = r?;

@@ -30,9 +30,13 @@ pub enum Error {
         /// The `CUresult` code.
         code: u32,
     },
-    /// The allocation would take the device bytes in use past the configured ceiling.
+    /// The allocation (buffers) or open (mappings) would take the bytes of that kind past its
+    /// configured ceiling.
     BytesCeiling {
-        /// Bytes asked for.
+        /// Buffers ([`Limits::max_bytes`](crate::Limits::max_bytes)) or mappings
+        /// ([`Limits::max_mapped_bytes`](crate::Limits::max_mapped_bytes)).
+        kind: ResourceKind,
+        /// Bytes asked for (padded as the driver pads them).
         requested: u64,
         /// Bytes live now.
         live: u64,
@@ -122,14 +126,22 @@ impl fmt::Display for Error {
                 cu_result_name(*code)
             ),
             Self::BytesCeiling {
+                kind,
                 requested,
                 live,
                 limit,
-            } => write!(
-                f,
-                "device byte ceiling: {requested} bytes requested with {live} live, limit \
-                 {limit} (free buffers or raise Limits::max_bytes)"
-            ),
+            } => {
+                let knob = if *kind == ResourceKind::Mapping {
+                    "close mappings or raise Limits::max_mapped_bytes"
+                } else {
+                    "free buffers or raise Limits::max_bytes"
+                };
+                write!(
+                    f,
+                    "{kind} byte ceiling: {requested} bytes requested with {live} live, limit \
+                     {limit} ({knob})"
+                )
+            }
             Self::CountCeiling { kind, live, limit } => write!(
                 f,
                 "{kind} count ceiling: {live} live, limit {limit} (free some or raise the limit)"

@@ -150,6 +150,15 @@ impl MemHandle {
         }
     }
 
+    /// How the buffer was exported.
+    #[must_use]
+    pub const fn kind(&self) -> ExportKind {
+        match self {
+            Self::Ipc(_) => ExportKind::Ipc,
+            Self::Fd { .. } => ExportKind::Fd,
+        }
+    }
+
     /// Whether the exported buffer is empty (never true for a handle a device issued).
     #[must_use]
     pub const fn is_empty(&self) -> bool {

@@ -15,11 +15,13 @@
 //! # Examples
 //!
 //! ```
-//! use ring_cuda::{Device, EmulatedDevice, ExportKind, Owner};
+//! use ring_cuda::{Device, EmulatedDevice, EmulatedOptions, ExportKind, Owner};
 //! use std::time::Duration;
 //!
 //! let producer = EmulatedDevice::new();
-//! let consumer = EmulatedDevice::new(); // stands in for another process
+//! // Stands in for another process (CUDA, and the emulation by default, refuse to open an
+//! // IPC handle in the process that exported it).
+//! let consumer = EmulatedDevice::with_options(EmulatedOptions::in_process());
 //! let buf = producer.alloc(Owner(1), 4096, ExportKind::Ipc)?;
 //! let stream = producer.create_stream(Owner(1))?;
 //! producer.write(stream, buf.into(), 0, b"frame")?;
@@ -47,16 +49,20 @@
 
 pub mod accounting;
 mod cache;
+#[cfg(feature = "harness")]
 pub mod conformance;
 mod cuda;
 mod device;
 mod emulated;
 mod error;
 mod handle;
+#[cfg(feature = "harness")]
 pub mod pipeline;
 pub mod ring;
 
-pub use accounting::{Counters, Leak, LeakHook, LeakReport, Ledger, Limits, OwnerStats};
+pub use accounting::{
+    padded_len, Counters, Leak, LeakHook, LeakReport, Ledger, Limits, OwnerStats, LARGE_PAGE,
+};
 pub use cache::{CacheStats, EventCache, MappingCache, OpenCache};
 pub use cuda::{probe, CudaDevice};
 pub use device::Device;

@@ -42,22 +42,37 @@ pub struct ConsumerStats {
     pub torn: u64,
     /// Frames skipped (reported missed, plus gaps in the sequence).
     pub skipped: u64,
-    /// Publish-to-verified latency of every frame, nanoseconds.
+    /// Latency of every frame after the first `slots` ones, nanoseconds: from the producer
+    /// beginning the frame (before its writes) to the consumer's host seeing its copy done.
     pub latencies_ns: Vec<u64>,
+    /// The same for the first `slots` frames, reported apart (each is the first use of its
+    /// slot: first waits on each event, caches warming up).
+    pub first_ns: Vec<u64>,
 }
 
 impl ConsumerStats {
-    /// The `q` quantile (0.0..=1.0) of the latencies, nanoseconds (0 when empty).
+    /// The `q` quantile (0.0..=1.0) of the latencies after the first `slots` frames,
+    /// nanoseconds (0 when empty).
     #[must_use]
     pub fn quantile_ns(&self, q: f64) -> u64 {
-        let mut v = self.latencies_ns.clone();
-        v.sort_unstable();
-        if v.is_empty() {
-            return 0;
-        }
-        let i = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
-        v[i.min(v.len() - 1)]
+        quantile(&self.latencies_ns, q)
     }
+
+    /// The largest latency among the first `slots` frames, nanoseconds (0 when empty).
+    #[must_use]
+    pub fn first_max_ns(&self) -> u64 {
+        quantile(&self.first_ns, 1.0)
+    }
+}
+
+fn quantile(samples: &[u64], q: f64) -> u64 {
+    let mut v = samples.to_vec();
+    v.sort_unstable();
+    if v.is_empty() {
+        return 0;
+    }
+    let i = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
+    v[i.min(v.len() - 1)]
 }
 
 /// Publishes `frames` patterned frames of `len` bytes, one per `interval` (or as fast as the
@@ -71,6 +86,23 @@ pub fn produce<D: Device, M: Memory, T: TableMemory>(
     len: u64,
     interval: Option<Duration>,
     timeout: Duration,
+) -> Result<ProducerStats, RingError> {
+    produce_with(p, frames, len, interval, timeout, false)
+}
+
+/// [`produce`], optionally host-synced: with `host_sync`, the producer waits on the host for
+/// each frame's writes before publishing it (how pipelines without interprocess events hand
+/// frames over; the baseline a latency with events is compared with).
+///
+/// # Errors
+/// The first ring or device error.
+pub fn produce_with<D: Device, M: Memory, T: TableMemory>(
+    p: &mut DeviceProducer<D, M, T>,
+    frames: u64,
+    len: u64,
+    interval: Option<Duration>,
+    timeout: Duration,
+    host_sync: bool,
 ) -> Result<ProducerStats, RingError> {
     if len < 16 {
         return Err(RingError::Device(Error::InvalidLength { len }));
@@ -88,7 +120,11 @@ pub fn produce<D: Device, M: Memory, T: TableMemory>(
         p.publish_with(len, timeout, |d, s, buf| {
             d.fill(s, buf, 0, len, pattern_byte(seq))?;
             d.write(s, buf, 0, &seq.to_le_bytes())?;
-            d.write(s, buf, len - 8, &seq.to_le_bytes())
+            d.write(s, buf, len - 8, &seq.to_le_bytes())?;
+            if host_sync {
+                d.sync_stream(s, timeout)?;
+            }
+            Ok(())
         })?;
     }
     p.sync(timeout)?;
@@ -125,6 +161,7 @@ fn consume_into<D: Device, M: Memory, T: TableMemory>(
     frames: u64,
     timeout: Duration,
 ) -> Result<ConsumerStats, RingError> {
+    let slots = c.ring().memory().geometry().slots() as u64;
     let mut st = ConsumerStats::default();
     let mut expect: Option<u64> = None;
     while st.received < frames {
@@ -136,11 +173,14 @@ fn consume_into<D: Device, M: Memory, T: TableMemory>(
             Err(e) => return Err(e),
         };
         let stream = c.stream()?;
+        // Latency ends when the host sees the copy done (one host sync); the checks after it
+        // are not part of it.
+        dev.sync_stream(stream, timeout)?;
+        let done = monotonic_ns();
         let (mut head, mut tail, mut mid) = ([0u8; 8], [0u8; 8], [0u8; 1]);
         dev.read(stream, private, 0, &mut head, timeout)?;
         dev.read(stream, private, frame.len - 8, &mut tail, timeout)?;
         dev.read(stream, private, frame.len / 2, &mut mid, timeout)?;
-        let done = monotonic_ns();
         let ok = u64::from_le_bytes(head) == frame.seq
             && u64::from_le_bytes(tail) == frame.seq
             && mid[0] == pattern_byte(frame.seq);
@@ -151,8 +191,12 @@ fn consume_into<D: Device, M: Memory, T: TableMemory>(
         }
         expect = Some(frame.seq + 1);
         st.received += 1;
-        st.latencies_ns
-            .push(done.saturating_sub(frame.published_ns));
+        let latency = done.saturating_sub(frame.published_ns);
+        if st.received <= slots {
+            st.first_ns.push(latency);
+        } else {
+            st.latencies_ns.push(latency);
+        }
     }
     Ok(st)
 }

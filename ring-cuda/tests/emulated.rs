@@ -16,8 +16,13 @@ const T: Duration = Duration::from_secs(10);
 fn slow(delay_ms: u64) -> EmulatedDevice {
     EmulatedDevice::with_options(EmulatedOptions {
         op_delay: Duration::from_millis(delay_ms),
-        ..EmulatedOptions::default()
+        ..EmulatedOptions::in_process()
     })
+}
+
+/// A device that opens handles exported by this process (a stand-in for another process).
+fn inproc() -> EmulatedDevice {
+    EmulatedDevice::with_options(EmulatedOptions::in_process())
 }
 
 #[test]
@@ -44,20 +49,21 @@ fn conformance_event_ordering_on_a_slow_device() {
 #[test]
 fn conformance_pair_ipc_and_fd() {
     for kind in [ExportKind::Ipc, ExportKind::Fd] {
-        let (a, b) = (slow(2), EmulatedDevice::new());
+        let (a, b) = (slow(2), inproc());
         conformance::ipc_pair(&a, &b, kind, true).unwrap();
     }
 }
 
 #[test]
 fn churn_returns_to_baseline() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     conformance::churn(&a, Some(&b), 2000, ExportKind::Ipc).unwrap();
     conformance::churn(&a, Some(&b), 500, ExportKind::Fd).unwrap();
+    // Each run adds one warm-up cycle.
     let t = a.ledger().totals().buffers;
-    assert_eq!(t.acquired, 2500);
-    assert_eq!(t.released, 2500);
-    assert_eq!(b.ledger().totals().mappings.acquired, 2500);
+    assert_eq!(t.acquired, 2502);
+    assert_eq!(t.released, 2502);
+    assert_eq!(b.ledger().totals().mappings.acquired, 2502);
 }
 
 /// The negative control: without the event wait, a slow producer's write is not visible yet.
@@ -107,13 +113,20 @@ fn query_and_bounded_synchronize() {
     d.free(buf).unwrap();
 }
 
+/// A sticky fault poisons the whole device, as a CUDA context is poisoned: every stream and
+/// every later call fails, and nothing is released (the leak report shows what was live).
+/// Checked failing before the change: only the faulted stream failed.
 #[test]
-fn a_device_wait_past_its_bound_faults_the_stream() {
+fn a_fault_poisons_the_whole_device() {
+    let seen = Arc::new(Mutex::new(0usize));
     let d = EmulatedDevice::with_options(EmulatedOptions {
         op_delay: Duration::from_millis(400),
-        wait_bound: Duration::from_millis(30),
+        watchdog: Some(Duration::from_millis(30)),
         ..EmulatedOptions::default()
     });
+    let sink = Arc::clone(&seen);
+    d.ledger()
+        .set_leak_hook(Box::new(move |r| *sink.lock().unwrap() = r.leaks.len()));
     let o = Owner(3);
     let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
     let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
@@ -128,39 +141,156 @@ fn a_device_wait_past_its_bound_faults_the_stream() {
     ));
     assert!(
         start.elapsed() < Duration::from_millis(390),
-        "the wait was not bounded"
+        "the watchdog did not fire"
     );
     let mut out = [0u8; 1];
-    assert!(matches!(
-        d.read(waiter, buf.into(), 0, &mut out, T),
-        Err(Error::StreamFault(_))
-    ));
-    // The other stream is unaffected.
-    d.read(slow_stream, buf.into(), 0, &mut out, T).unwrap();
-    assert_eq!(out, [1]);
-    d.destroy_event(ev).unwrap();
-    assert!(matches!(
-        d.destroy_stream(waiter, T),
-        Err(Error::StreamFault(_))
-    ));
-    d.destroy_stream(slow_stream, T).unwrap();
-    d.free(buf).unwrap();
+    let other = d.read(slow_stream, buf.into(), 0, &mut out, T);
     assert!(
-        d.ledger().leak_report().is_empty(),
-        "a faulted stream is still released"
+        matches!(other, Err(Error::StreamFault(_))),
+        "the other stream survived: {other:?}"
     );
+    assert!(matches!(
+        d.alloc(o, 64, ExportKind::Ipc),
+        Err(Error::StreamFault(_))
+    ));
+    assert!(matches!(d.free(buf), Err(Error::StreamFault(_))));
+    assert_eq!(
+        d.ledger().totals().buffers.live,
+        1,
+        "a failed free releases nothing"
+    );
+    drop(d);
+    assert_eq!(
+        *seen.lock().unwrap(),
+        4,
+        "buffer, two streams, event reported"
+    );
+}
+
+/// An injected fault (an illegal address) is sticky in the same way.
+#[test]
+fn an_injected_fault_is_sticky() {
+    let d = EmulatedDevice::new();
+    d.ledger().set_leak_hook(Box::new(|_| {}));
+    let o = Owner(9);
+    let (s1, s2) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    d.inject_fault(s1).unwrap();
+    assert!(matches!(d.sync_stream(s1, T), Err(Error::StreamFault(_))));
+    assert!(matches!(d.sync_stream(s2, T), Err(Error::StreamFault(_))));
+    assert!(matches!(d.create_event(o), Err(Error::StreamFault(_))));
+}
+
+/// No watchdog by default: a stream waits for an event as long as it takes (CUDA never times
+/// out a stream wait). Checked failing before the change (default bound 10 s: the emulation
+/// had a bound, now `watchdog` is `None`), and here with a wait longer than a tight bound.
+#[test]
+fn stream_waits_have_no_bound_by_default() {
+    assert!(EmulatedOptions::default().watchdog.is_none());
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(300),
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(8);
+    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
+    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    let ev = d.create_event(o).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, 5).unwrap();
+    d.record(ev, slow_stream).unwrap();
+    d.wait_event(waiter, ev).unwrap();
+    let mut out = [0u8; 1];
+    d.read(waiter, buf.into(), 0, &mut out, T).unwrap();
+    assert_eq!(out, [5]);
+    // A wait that can never end does not hang the stream's destruction.
+    let never = d.create_event(o).unwrap();
+    d.record(never, slow_stream).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, 6).unwrap();
+    d.destroy_stream(slow_stream, Duration::from_millis(10))
+        .unwrap_err();
+    d.destroy_event(ev).unwrap();
+    d.destroy_event(never).unwrap();
+    d.destroy_stream(waiter, T).unwrap();
+    d.free(buf).unwrap();
+}
+
+/// A free that cannot finish (work still queued on the buffer past `host_wait`) releases
+/// nothing: the buffer stays live, charged and freeable. Checked failing before the change:
+/// the ledger entry left before the wait, so the timed-out buffer was not in any report.
+#[test]
+fn a_failed_free_keeps_the_ledger_entry() {
+    let d = EmulatedDevice::with_options(EmulatedOptions {
+        op_delay: Duration::from_millis(300),
+        host_wait: Duration::from_millis(20),
+        ..EmulatedOptions::default()
+    });
+    let o = Owner(12);
+    let buf = d.alloc(o, 4096, ExportKind::Ipc).unwrap();
+    let s = d.create_stream(o).unwrap();
+    d.fill(s, buf.into(), 0, 4096, 1).unwrap();
+    assert!(matches!(d.free(buf), Err(Error::Timeout { .. })));
+    assert_eq!(d.ledger().totals().buffers.live, 1);
+    assert_eq!(d.ledger().leak_report().leaks.len(), 2, "buffer and stream");
+    d.sync_stream(s, T).unwrap();
+    d.free(buf).unwrap();
+    d.destroy_stream(s, T).unwrap();
+    assert!(d.ledger().leak_report().is_empty());
+}
+
+/// Charges are the padded sizes: an NV12 1080p frame takes 4 MiB, a 4 KiB VMM buffer 2 MiB
+/// (checked failing before the change: the requested length was charged).
+#[test]
+fn buffers_and_mappings_are_charged_padded() {
+    let (a, b) = (EmulatedDevice::new(), inproc());
+    let nv12 = a.alloc(Owner(1), 3_110_400, ExportKind::Ipc).unwrap();
+    let small = a.alloc(Owner(1), 4096, ExportKind::Fd).unwrap();
+    assert_eq!(a.ledger().totals().buffers.live_bytes, 6 << 20);
+    assert_eq!(
+        a.size(nv12.into()).unwrap(),
+        3_110_400,
+        "size() is the asked length"
+    );
+    let m = b
+        .open(Owner(2), &a.export(nv12, ExportKind::Ipc).unwrap())
+        .unwrap();
+    assert_eq!(b.ledger().totals().mappings.live_bytes, 4 << 20);
+    b.close(m).unwrap();
+    a.free(nv12).unwrap();
+    a.free(small).unwrap();
+}
+
+/// The emulation refuses to open IPC handles (buffers and events) exported by this same
+/// process, as CUDA does (`CUDA_ERROR_INVALID_CONTEXT`). Checked failing before the change.
+#[test]
+fn same_process_ipc_opens_are_refused() {
+    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let buf = a.alloc(Owner(1), 4096, ExportKind::Ipc).unwrap();
+    let ev = a.create_event(Owner(1)).unwrap();
+    let r = b.open(Owner(2), &a.export(buf, ExportKind::Ipc).unwrap());
+    assert!(matches!(r, Err(Error::Driver { code: 201, .. })), "{r:?}");
+    let r = b.open_event(Owner(2), &a.export_event(ev).unwrap());
+    assert!(matches!(r, Err(Error::Driver { code: 201, .. })), "{r:?}");
+    assert_eq!(b.ledger().totals().live_total(), 0);
+    // VMM fds may be imported in the exporting process (the driver allows it).
+    let fd_buf = a.alloc(Owner(1), 4096, ExportKind::Fd).unwrap();
+    let m = b
+        .open(Owner(2), &a.export(fd_buf, ExportKind::Fd).unwrap())
+        .unwrap();
+    b.close(m).unwrap();
+    a.destroy_event(ev).unwrap();
+    a.free(buf).unwrap();
+    a.free(fd_buf).unwrap();
 }
 
 #[test]
 fn out_of_memory_and_mapping_ceiling() {
     let d = EmulatedDevice::with_options(EmulatedOptions {
-        total_bytes: 1 << 20,
+        total_bytes: 8 << 20,
         ..EmulatedOptions::default()
     });
     let o = Owner(4);
-    let a = d.alloc(o, 768 << 10, ExportKind::Ipc).unwrap();
+    // 5 MiB + 1 is charged 6 MiB (2 MiB pages); 1 MiB is charged 2 MiB: 8 MiB fit, not more.
+    let a = d.alloc(o, (5 << 20) + 1, ExportKind::Ipc).unwrap();
     assert!(matches!(
-        d.alloc(o, 512 << 10, ExportKind::Ipc),
+        d.alloc(o, (2 << 20) + 1, ExportKind::Ipc),
         Err(Error::OutOfMemory { .. })
     ));
     assert_eq!(
@@ -168,9 +298,9 @@ fn out_of_memory_and_mapping_ceiling() {
         1,
         "a refused allocation stays uncounted"
     );
-    assert_eq!(d.mem_info().unwrap().free, 256 << 10);
+    assert_eq!(d.mem_info().unwrap().free, 2 << 20);
 
-    let b = EmulatedDevice::new();
+    let b = inproc();
     let mut limits = b.ledger().limits();
     limits.max_mappings = 1;
     b.ledger().set_limits(limits);
@@ -191,7 +321,7 @@ fn out_of_memory_and_mapping_ceiling() {
 
 #[test]
 fn hostile_handles_are_refused() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     let buf = a.alloc(Owner(6), 4096, ExportKind::Ipc).unwrap();
     let MemHandle::Ipc(h) = a.export(buf, ExportKind::Ipc).unwrap() else {
         panic!("an Ipc export produced an fd");
@@ -251,7 +381,8 @@ fn leak_report_on_drop_names_owner_size_and_age() {
     assert_eq!(leaks.len(), 2);
     assert_eq!(
         (leaks[0].kind, leaks[0].owner, leaks[0].bytes),
-        (ResourceKind::Buffer, Owner(0xBEEF), 12345)
+        (ResourceKind::Buffer, Owner(0xBEEF), 12800),
+        "charged padded to 512 bytes"
     );
     assert!(leaks[0].age >= Duration::from_millis(5));
     assert_eq!(
@@ -277,7 +408,7 @@ fn a_clean_drop_reports_nothing() {
 
 #[test]
 fn per_owner_peaks_and_the_mapping_cache_opens_once() {
-    let (a, b) = (EmulatedDevice::new(), EmulatedDevice::new());
+    let (a, b) = (EmulatedDevice::new(), inproc());
     let bufs: Vec<_> = (0..4)
         .map(|_| a.alloc(Owner(10), 1024, ExportKind::Ipc).unwrap())
         .collect();
@@ -303,4 +434,189 @@ fn per_owner_peaks_and_the_mapping_cache_opens_once() {
     }
     let p = a.ledger().owner(Owner(10)).buffers;
     assert_eq!((p.live, p.peak, p.peak_bytes), (0, 4, 4096));
+}
+
+/// The environment variable that makes this test binary a child in a two-process test.
+const ROLE: &str = "RING_CUDA_TEST_ROLE";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len() / 2)
+        .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// Runs this test binary's test `name` in a child process with `ROLE=role` and `env`, and
+/// returns its stdout once it exited successfully.
+fn child(name: &str, role: &str, env: &[(&str, String)]) -> String {
+    let mut cmd = std::process::Command::new(std::env::current_exe().unwrap());
+    cmd.args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, role);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("spawn the child test");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "child {role} failed: {text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+/// The IPC pair with the strict default device, across two processes (same-process opens are
+/// refused, as by CUDA): the parent exports a buffer and an event and queues a slow write;
+/// the child opens both, makes its stream wait for the event, reads, writes a reply. The
+/// replacement of the in-process pair for `ExportKind::Ipc` with events.
+#[test]
+fn ipc_pair_across_two_processes() {
+    const NAME: &str = "ipc_pair_across_two_processes";
+    if std::env::var(ROLE).as_deref() == Ok("opener") {
+        let raw = unhex(&std::env::var("RING_CUDA_TEST_HANDLES").unwrap());
+        let b = EmulatedDevice::new();
+        let mut mh = IpcMemHandle {
+            raw: [0; 64],
+            len: u64::from_le_bytes(raw[64..72].try_into().unwrap()),
+        };
+        mh.raw.copy_from_slice(&raw[..64]);
+        let mut eh = ring_cuda::IpcEventHandle { raw: [0; 64] };
+        eh.raw.copy_from_slice(&raw[72..136]);
+        let o = Owner(2);
+        let m = b.open(o, &MemHandle::Ipc(mh)).unwrap();
+        let ev = b.open_event(o, &eh).unwrap();
+        let s = b.create_stream(o).unwrap();
+        b.wait_event(s, ev).unwrap();
+        let mut out = [0u8; 6];
+        b.read(s, m.into(), 4096, &mut out, T).unwrap();
+        assert_eq!(&out, b"across", "the child read before the parent's write");
+        b.write(s, m.into(), 0, b"reply").unwrap();
+        b.sync_stream(s, T).unwrap();
+        b.destroy_stream(s, T).unwrap();
+        b.destroy_event(ev).unwrap();
+        b.close(m).unwrap();
+        assert_eq!(b.ledger().totals().live_total(), 0);
+        println!("CHILD OK");
+        return;
+    }
+    let a = slow(100);
+    let o = Owner(1);
+    let buf = a.alloc(o, 8192, ExportKind::Ipc).unwrap();
+    let ev = a.create_event(o).unwrap();
+    let s = a.create_stream(o).unwrap();
+    a.fill(s, buf.into(), 0, 8192, 0).unwrap();
+    a.write(s, buf.into(), 4096, b"across").unwrap();
+    a.record(ev, s).unwrap();
+    let MemHandle::Ipc(mh) = a.export(buf, ExportKind::Ipc).unwrap() else {
+        panic!("an Ipc export produced an fd");
+    };
+    let eh = a.export_event(ev).unwrap();
+    let mut raw = mh.raw.to_vec();
+    raw.extend_from_slice(&mh.len.to_le_bytes());
+    raw.extend_from_slice(&eh.raw);
+    let text = child(NAME, "opener", &[("RING_CUDA_TEST_HANDLES", hex(&raw))]);
+    assert!(text.contains("CHILD OK"), "{text}");
+    let mut back = [0u8; 5];
+    a.read(s, buf.into(), 0, &mut back, T).unwrap();
+    assert_eq!(&back, b"reply");
+    a.destroy_stream(s, T).unwrap();
+    a.destroy_event(ev).unwrap();
+    a.free(buf).unwrap();
+}
+
+/// The emulated device's free memory is the device's, not the ledger's: the context's
+/// one-time memory shows on first use and stays, so a baseline taken on a fresh context would
+/// call it a leak (checked failing before the change: `mem_info` was computed from the ledger
+/// and never moved).
+#[test]
+fn baselines_need_a_warm_up_cycle() {
+    let d = EmulatedDevice::new();
+    let fresh = d.mem_info().unwrap().free;
+    let ev = d.create_event(Owner(1)).unwrap();
+    d.destroy_event(ev).unwrap();
+    let warm = d.mem_info().unwrap().free;
+    assert_eq!(fresh - warm, EmulatedOptions::default().context_bytes);
+    let buf = d.alloc(Owner(1), 3_110_400, ExportKind::Ipc).unwrap();
+    assert_eq!(
+        warm - d.mem_info().unwrap().free,
+        4 << 20,
+        "a padded buffer"
+    );
+    d.free(buf).unwrap();
+    assert_eq!(d.mem_info().unwrap().free, warm);
+}
+
+/// Churn across two processes on the strict device: the parent allocates, exports and frees
+/// 300 buffers one by one; for each, a child process (this binary, role `churn-opener`) opens
+/// and closes the handle it reads on stdin and answers on stdout. Both sides' live counts and
+/// the parent's free memory (baseline after a warm-up cycle) come back; every handle of a
+/// freed buffer is stale in the child.
+#[test]
+fn ipc_churn_across_two_processes() {
+    use std::io::{BufRead, BufReader, Write};
+
+    const NAME: &str = "ipc_churn_across_two_processes";
+    if std::env::var(ROLE).as_deref() == Ok("churn-opener") {
+        let b = EmulatedDevice::new();
+        let mut stale = None;
+        for line in std::io::stdin().lock().lines() {
+            let raw = unhex(&line.unwrap());
+            let mut h = IpcMemHandle {
+                raw: [0; 64],
+                len: u64::from_le_bytes(raw[64..72].try_into().unwrap()),
+            };
+            h.raw.copy_from_slice(&raw[..64]);
+            if let Some(old) = stale.replace(h) {
+                let r = b.open(Owner(2), &MemHandle::Ipc(old));
+                assert!(matches!(r, Err(Error::StaleHandle)), "{r:?}");
+            }
+            let m = b.open(Owner(2), &MemHandle::Ipc(h)).unwrap();
+            b.close(m).unwrap();
+            println!("CHURN-OK");
+        }
+        let t = b.ledger().totals();
+        assert_eq!((t.live_total(), t.mappings.acquired), (0, 300 + 1));
+        println!("CHILD OK");
+        return;
+    }
+    let mut child = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([NAME, "--exact", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "churn-opener")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut to_child = child.stdin.take().unwrap();
+    let mut from_child = BufReader::new(child.stdout.take().unwrap()).lines();
+    let a = EmulatedDevice::new();
+    let mut cycle = |i: u32| {
+        let buf = a.alloc(Owner(1), 64 << 10, ExportKind::Ipc).unwrap();
+        let MemHandle::Ipc(h) = a.export(buf, ExportKind::Ipc).unwrap() else {
+            panic!("an Ipc export produced an fd");
+        };
+        let mut raw = h.raw.to_vec();
+        raw.extend_from_slice(&h.len.to_le_bytes());
+        writeln!(to_child, "{}", hex(&raw)).unwrap();
+        // The child's test harness prints its own text too (the first answer shares a line
+        // with "test ... "): look for the marker at the end of a line.
+        let answer = from_child.find(|l| l.as_deref().is_ok_and(|l| l.ends_with("CHURN-OK")));
+        assert!(answer.is_some(), "cycle {i}: the child stopped answering");
+        a.free(buf).unwrap();
+    };
+    cycle(0);
+    let base = a.mem_info().unwrap().free;
+    for i in 1..=300 {
+        cycle(i);
+    }
+    drop(to_child);
+    assert!(
+        from_child.any(|l| l.as_deref().is_ok_and(|l| l.contains("CHILD OK"))),
+        "the child's checks failed"
+    );
+    assert!(child.wait().unwrap().success());
+    assert_eq!(a.mem_info().unwrap().free, base);
+    assert_eq!(a.ledger().totals().live_total(), 0);
 }

@@ -56,10 +56,17 @@ fn emulated_pipeline_paced_nv12() {
 
 #[test]
 fn emulated_leak_run_returns_to_baseline() {
+    // Three consumer processes, each measuring its own device memory after a warm-up cycle
+    // (the emulated context's one-time 2 MiB is not a leak), the producer its own.
     let text = run(&["--leak-cycles", "1000", "--width", "64", "--height", "64"]);
-    assert!(text.contains("received=1000 torn=0 skipped=0"), "{text}");
+    let lines = consumer_lines(&text);
+    assert_eq!(lines.len(), 3, "{text}");
+    for l in lines {
+        assert!(l.contains("received=1000 torn=0 skipped=0"), "{l}");
+        assert!(l.contains("live_after=0 mem_drift=0"), "{l}");
+    }
     assert!(text.contains("live resources after 0"), "{text}");
-    assert!(text.contains("(drift 0 bytes)"), "{text}");
+    assert!(text.contains("(drift 0 bytes, slack 6143)"), "{text}");
 }
 
 #[test]
@@ -96,4 +103,72 @@ fn emulated_pipeline_with_vmm_fd_export() {
         assert!(l.contains("received=40 torn=0 skipped=0"), "{l}");
     }
     assert!(text.contains("\nOK"), "{text}");
+}
+
+/// The latency check: the scenario runs with events and again host-synced in the same
+/// invocation, the first `slots` frames are reported apart, and the events run's p99 is
+/// checked as a ratio to the host-synced one (checked failing before the change: the flags
+/// did not exist and nothing was compared). A bound of 0 must fail, which shows the check
+/// can.
+#[test]
+fn emulated_latency_is_checked_against_a_host_synced_run() {
+    let small = [
+        "--frames", "30", "--fps", "200", "--width", "128", "--height", "64",
+    ];
+    let mut args = small.to_vec();
+    args.extend(["--compare-host-sync", "--max-p99-ratio", "1000"]);
+    let text = run(&args);
+    assert!(text.contains("host-synced |"), "{text}");
+    assert_eq!(consumer_lines(&text).len(), 6, "{text}");
+    assert!(text.contains("first4_max_us="), "{text}");
+    assert!(text.contains("latency: p99 with events"), "{text}");
+    let bounds: [&[&str]; 2] = [
+        &["--compare-host-sync", "--max-p99-ratio", "0"],
+        &["--max-p99-us", "0", "--consumers", "1"],
+    ];
+    for bound in bounds {
+        let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+            .arg("--emulated")
+            .args(small)
+            .args(bound)
+            .output()
+            .expect("spawn gpu-pipeline");
+        assert!(!out.status.success(), "a bound of 0 passed: {bound:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("p99"), "{err}");
+    }
+}
+
+/// The tearing check across processes on the strict emulated device (the in-process version
+/// is `tests/ring.rs::slow_peers_never_tear`): slow consumers with a fast producer, then a
+/// slow producer with fast consumers, 2 slots; any copy not ordered by the events reads a
+/// torn frame and the run fails.
+#[test]
+fn emulated_slow_peers_never_tear_across_processes() {
+    let base = [
+        "--frames",
+        "40",
+        "--full-speed",
+        "--slots",
+        "2",
+        "--consumers",
+        "2",
+        "--width",
+        "64",
+        "--height",
+        "32",
+    ];
+    for delay in [
+        ["--consumer-delay-us", "2000"],
+        ["--producer-delay-us", "2000"],
+    ] {
+        let mut args = base.to_vec();
+        args.extend(delay);
+        let text = run(&args);
+        let lines = consumer_lines(&text);
+        assert_eq!(lines.len(), 2, "{text}");
+        for l in lines {
+            assert!(l.contains("received=40 torn=0 skipped=0"), "{delay:?}: {l}");
+        }
+    }
 }

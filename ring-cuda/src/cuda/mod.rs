@@ -338,23 +338,42 @@ impl CudaDevice {
         Ok(ptr)
     }
 
-    /// Releases device memory (buffer or mapping) described by `m`.
-    fn release_mem(&self, m: DevMem, mapping: bool) -> Result<()> {
-        self.bind()?;
+    /// Releases device memory (buffer or mapping) described by `m`. For VMM memory every
+    /// step runs even if an earlier one failed (a failed `cuMemUnmap` must not also leak the
+    /// address range and the allocation handle); the first failure is reported.
+    fn release_mem(&self, m: &DevMem, mapping: bool) -> core::result::Result<(), ops::Failed> {
         match m.vmm {
-            // SAFETY: `m` was removed from the tables, so no id refers to it any more; the
-            // range was mapped by `map_vmm` and the handle came from cuMemCreate/Import.
-            Some((handle, padded)) => unsafe {
-                check("cuMemUnmap", sys::cuMemUnmap(m.ptr, padded))?;
-                check("cuMemAddressFree", sys::cuMemAddressFree(m.ptr, padded))?;
-                check("cuMemRelease", sys::cuMemRelease(handle))
-            },
-            // SAFETY: as above; legacy pointers came from cuIpcOpenMemHandle or cuMemAlloc.
-            None if mapping => check("cuIpcCloseMemHandle", unsafe {
-                sys::cuIpcCloseMemHandle(m.ptr)
-            }),
-            // SAFETY: as above.
-            None => check("cuMemFree", unsafe { sys::cuMemFree_v2(m.ptr) }),
+            // SAFETY (all three): `m` was removed from the tables, so no id refers to it any
+            // more; the range was reserved and mapped by `map_vmm` with this size, and the
+            // handle came from cuMemCreate/Import. Each call is valid whatever the previous
+            // one returned: freeing a reservation whose unmap failed and releasing the handle
+            // are both allowed (the driver frees the memory when its last mapping goes).
+            Some((handle, padded)) => {
+                let steps = [
+                    // SAFETY: see above.
+                    check("cuMemUnmap", unsafe { sys::cuMemUnmap(m.ptr, padded) }),
+                    // SAFETY: see above.
+                    check("cuMemAddressFree", unsafe {
+                        sys::cuMemAddressFree(m.ptr, padded)
+                    }),
+                    // SAFETY: see above.
+                    check("cuMemRelease", unsafe { sys::cuMemRelease(handle) }),
+                ];
+                match steps.into_iter().find_map(core::result::Result::err) {
+                    None => Ok(()),
+                    Some(e) => Err(ops::Failed::Partly(e)),
+                }
+            }
+            None if mapping => {
+                // SAFETY: as above; legacy mapping pointers came from cuIpcOpenMemHandle.
+                let r = unsafe { sys::cuIpcCloseMemHandle(m.ptr) };
+                check("cuIpcCloseMemHandle", r).map_err(ops::Failed::Kept)
+            }
+            None => {
+                // SAFETY: as above; the pointer came from cuMemAlloc.
+                let r = unsafe { sys::cuMemFree_v2(m.ptr) };
+                check("cuMemFree", r).map_err(ops::Failed::Kept)
+            }
         }
     }
 }
@@ -383,10 +402,10 @@ impl Drop for CudaDevice {
             unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) };
         }
         for (_, m) in t.mappings {
-            let _ = self.release_mem(m, true);
+            let _ = self.release_mem(&m, true);
         }
         for (_, b) in t.buffers {
-            let _ = self.release_mem(b, false);
+            let _ = self.release_mem(&b, false);
         }
         // SAFETY: balances the retain in `new`.
         unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };

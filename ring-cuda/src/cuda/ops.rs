@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use cudarc::driver::sys;
 
 use super::{check, not_ready, poll, round_up, CudaDevice, DevMem};
-use crate::accounting::Ledger;
+use crate::accounting::{padded_len, Ledger};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
@@ -22,6 +22,20 @@ fn to_raw(bytes: &[core::ffi::c_char; IPC_HANDLE_SIZE]) -> [u8; IPC_HANDLE_SIZE]
 
 fn from_raw(bytes: &[u8; IPC_HANDLE_SIZE]) -> [core::ffi::c_char; IPC_HANDLE_SIZE] {
     bytes.map(|b| b as core::ffi::c_char)
+}
+
+/// How a release failed: nothing was released (the resource is still whole and usable), or
+/// part of it was (a VMM mapping whose unmap failed after the rest was released).
+pub(super) enum Failed {
+    /// Nothing released.
+    Kept(Error),
+    /// Partly released: the resource cannot be used or released again.
+    Partly(Error),
+}
+
+/// A release call's result: on failure nothing was released.
+fn kept(call: &'static str, r: sys::CUresult) -> core::result::Result<(), Failed> {
+    check(call, r).map_err(Failed::Kept)
 }
 
 fn usize_len(len: u64) -> Result<usize> {
@@ -45,11 +59,32 @@ impl CudaDevice {
         })
     }
 
-    fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {
-        self.ledger
-            .release(kind, id)
-            .map(drop)
-            .ok_or(Error::UnknownId { kind, id })
+    /// Releases resource `id` of `kind`: takes it out of its table (so no id names it during
+    /// the call), runs the driver call, and only then drops the ledger entry. On failure the
+    /// entry stays (the leak report shows it); if nothing was released (`Failed::Kept`), the
+    /// resource also goes back into its table, so the caller may retry.
+    fn retire<T>(
+        &self,
+        kind: ResourceKind,
+        id: u64,
+        table: fn(&mut super::Tables) -> &mut std::collections::HashMap<u64, T>,
+        driver: impl FnOnce(&T) -> core::result::Result<(), Failed>,
+    ) -> Result<()> {
+        let v = table(&mut self.lock())
+            .remove(&id)
+            .ok_or(Error::UnknownId { kind, id })?;
+        match self.bind().map_err(Failed::Kept).and_then(|()| driver(&v)) {
+            Ok(()) => self
+                .ledger
+                .release(kind, id)
+                .map(drop)
+                .ok_or(Error::UnknownId { kind, id }),
+            Err(Failed::Kept(e)) => {
+                table(&mut self.lock()).insert(id, v);
+                Err(e)
+            }
+            Err(Failed::Partly(e)) => Err(e),
+        }
     }
 
     fn alloc_vmm(&self, len: u64) -> Result<DevMem> {
@@ -111,19 +146,21 @@ impl Device for CudaDevice {
             }
             ExportKind::Fd => self.alloc_vmm(len),
         };
-        let id = self.acquire(ResourceKind::Buffer, owner, len, make, |t, id, m| {
+        let charged =
+            padded_len(len, export, self.granularity as u64).ok_or(Error::InvalidLength { len })?;
+        let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, m| {
             t.buffers.insert(id, m);
         })?;
         Ok(BufferId(id))
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        let m = self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
-            kind: ResourceKind::Buffer,
-            id: buf.0,
-        })?;
-        self.release(ResourceKind::Buffer, buf.0)?;
-        self.release_mem(m, false)
+        self.retire(
+            ResourceKind::Buffer,
+            buf.0,
+            |t| &mut t.buffers,
+            |m| self.release_mem(m, false),
+        )
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
@@ -240,23 +277,21 @@ impl Device for CudaDevice {
                 }
             }
         };
-        let id = self.acquire(ResourceKind::Mapping, owner, len, make, |t, id, m| {
+        let charged = padded_len(len, handle.kind(), self.granularity as u64)
+            .ok_or(Error::InvalidHandle("length overflows"))?;
+        let id = self.acquire(ResourceKind::Mapping, owner, charged, make, |t, id, m| {
             t.mappings.insert(id, m);
         })?;
         Ok(MappingId(id))
     }
 
     fn close(&self, mapping: MappingId) -> Result<()> {
-        let m = self
-            .lock()
-            .mappings
-            .remove(&mapping.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Mapping,
-                id: mapping.0,
-            })?;
-        self.release(ResourceKind::Mapping, mapping.0)?;
-        self.release_mem(m, true)
+        self.retire(
+            ResourceKind::Mapping,
+            mapping.0,
+            |t| &mut t.mappings,
+            |m| self.release_mem(m, true),
+        )
     }
 
     fn size(&self, mem: Mem) -> Result<u64> {
@@ -283,20 +318,17 @@ impl Device for CudaDevice {
 
     fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let synced = self.sync_stream(stream, timeout);
-        let s = self
-            .lock()
-            .streams
-            .remove(&stream.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Stream,
-                id: stream.0,
-            })?;
-        self.release(ResourceKind::Stream, stream.0)?;
-        self.bind()?;
-        // SAFETY: removed from the table, so no id refers to it; queued work still completes.
-        check("cuStreamDestroy", unsafe {
-            sys::cuStreamDestroy_v2(s as sys::CUstream)
-        })?;
+        self.retire(
+            ResourceKind::Stream,
+            stream.0,
+            |t| &mut t.streams,
+            |&s| {
+                // SAFETY: removed from the table, so no id refers to it; queued work still
+                // completes (cuStreamDestroy does not wait for it, nor cancel it).
+                let r = unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) };
+                kept("cuStreamDestroy", r)
+            },
+        )?;
         synced
     }
 
@@ -413,20 +445,16 @@ impl Device for CudaDevice {
     }
 
     fn destroy_event(&self, event: EventId) -> Result<()> {
-        let e = self
-            .lock()
-            .events
-            .remove(&event.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Event,
-                id: event.0,
-            })?;
-        self.release(ResourceKind::Event, event.0)?;
-        self.bind()?;
-        // SAFETY: removed from the table, so no id refers to it.
-        check("cuEventDestroy", unsafe {
-            sys::cuEventDestroy_v2(e as sys::CUevent)
-        })
+        self.retire(
+            ResourceKind::Event,
+            event.0,
+            |t| &mut t.events,
+            |&e| {
+                // SAFETY: removed from the table, so no id refers to it.
+                let r = unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) };
+                kept("cuEventDestroy", r)
+            },
+        )
     }
 
     fn record(&self, event: EventId, stream: StreamId) -> Result<()> {

@@ -17,7 +17,7 @@ mod stream;
 use core::sync::atomic::{AtomicU64, Ordering};
 use core::time::Duration;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 
 use self::shm::Region;
 use self::stream::{Stream, Timing};
@@ -34,18 +34,47 @@ pub struct EmulatedOptions {
     pub total_bytes: u64,
     /// Delay before each queued write, fill or copy executes (emulates a slow device).
     pub op_delay: Duration,
-    /// Bound on a device-side event wait; past it the stream faults ([`Error::StreamFault`]).
-    pub wait_bound: Duration,
+    /// A watchdog on device-side event waits. `None` (the default) is what CUDA does: a stream
+    /// waits for an event for ever. With `Some(bound)`, a wait past the bound is a sticky
+    /// fault that poisons the whole device (a test aid, like a GPU watchdog timeout).
+    pub watchdog: Option<Duration>,
+    /// Bound on the host waits the driver makes without one (`free` waiting for work queued
+    /// on the buffer); past it the call fails with [`Error::Timeout`] and releases nothing.
+    pub host_wait: Duration,
+    /// Device memory the driver takes once, on a context's first stream, event or open, and
+    /// keeps until the device is dropped (CUDA's context and pool allocations): why a memory
+    /// baseline must be taken after a warm-up cycle. Counted in [`Device::mem_info`](crate::Device::mem_info) only.
+    pub context_bytes: u64,
+    /// Lets a device open IPC handles exported by this same process. CUDA refuses that
+    /// (`CUDA_ERROR_INVALID_CONTEXT`), and so does the emulation by default; in-process tests
+    /// in which threads stand in for processes set it explicitly.
+    pub same_process_ipc: bool,
 }
 
 impl Default for EmulatedOptions {
-    /// Default limits, 8 GiB of capacity, no delay, 10 s wait bound.
+    /// Default limits, 8 GiB of capacity, no delay, no watchdog, 10 s host waits, 2 MiB of
+    /// one-time context memory, no same-process IPC.
     fn default() -> Self {
         Self {
             limits: Limits::default(),
             total_bytes: 8 << 30,
             op_delay: Duration::ZERO,
-            wait_bound: Duration::from_secs(10),
+            watchdog: None,
+            host_wait: Duration::from_secs(10),
+            context_bytes: 2 << 20,
+            same_process_ipc: false,
+        }
+    }
+}
+
+impl EmulatedOptions {
+    /// The defaults with [`same_process_ipc`](Self::same_process_ipc) set: for tests in which
+    /// threads, each with its own device, stand in for processes.
+    #[must_use]
+    pub fn in_process() -> Self {
+        Self {
+            same_process_ipc: true,
+            ..Self::default()
         }
     }
 }
@@ -61,6 +90,14 @@ struct Tables {
 /// A host-memory device with the [`Device`] semantics of a CUDA GPU.
 pub struct EmulatedDevice {
     options: EmulatedOptions,
+    /// Set once by the first sticky fault (a watchdog expiry, [`EmulatedDevice::inject_fault`]);
+    /// from then on every call fails, as every driver call does after a sticky CUDA error.
+    poison: Arc<OnceLock<&'static str>>,
+    /// Device memory in use: live buffers (padded, until their last reference goes, however
+    /// the ledger counts them) plus the context's one-time memory. `mem_info` reports this.
+    resident: Arc<AtomicU64>,
+    /// Whether the context's one-time memory was taken.
+    warm: std::sync::Once,
     ledger: Ledger,
     next_id: AtomicU64,
     tables: Mutex<Tables>,
@@ -96,15 +133,37 @@ impl EmulatedDevice {
     pub fn with_options(options: EmulatedOptions) -> Self {
         Self {
             options,
+            poison: Arc::new(OnceLock::new()),
+            resident: Arc::new(AtomicU64::new(0)),
+            warm: std::sync::Once::new(),
             ledger: Ledger::new(options.limits),
             next_id: AtomicU64::new(1),
             tables: Mutex::new(Tables::default()),
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, Tables> {
+    /// The tables, or the sticky fault if the device is poisoned (every call goes through
+    /// here, so every call fails after a fault).
+    fn lock(&self) -> Result<MutexGuard<'_, Tables>> {
+        self.healthy()?;
         // Table updates are single inserts/removes: a panic cannot leave them half done.
-        self.tables.lock().unwrap_or_else(PoisonError::into_inner)
+        Ok(self.tables.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    fn healthy(&self) -> Result<()> {
+        self.poison
+            .get()
+            .map_or(Ok(()), |f| Err(Error::StreamFault(f)))
+    }
+
+    /// Enqueues a sticky fault on `stream` (what a kernel touching an illegal address does):
+    /// when the stream reaches it, the whole device is poisoned and every later call fails
+    /// with [`Error::StreamFault`]. A test aid.
+    ///
+    /// # Errors
+    /// [`Error::UnknownId`], or the fault if the device is already poisoned.
+    pub fn inject_fault(&self, stream: StreamId) -> Result<()> {
+        self.stream(stream)?.push(stream::Op::Fault)
     }
 
     fn id(&self) -> u64 {
@@ -115,12 +174,12 @@ impl EmulatedDevice {
     fn timing(&self) -> Timing {
         Timing {
             op_delay: self.options.op_delay,
-            wait_bound: self.options.wait_bound,
+            watchdog: self.options.watchdog,
         }
     }
 
     fn region(&self, mem: Mem) -> Result<Arc<Region>> {
-        let t = self.lock();
+        let t = self.lock()?;
         match mem {
             Mem::Buffer(b) => t
                 .buffers
@@ -138,7 +197,7 @@ impl EmulatedDevice {
     }
 
     fn event(&self, e: EventId) -> Result<Arc<Region>> {
-        self.lock()
+        self.lock()?
             .events
             .get(&e.0)
             .cloned()
@@ -149,7 +208,7 @@ impl EmulatedDevice {
     }
 
     fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
-        self.lock()
+        self.lock()?
             .streams
             .get(&s.0)
             .cloned()
@@ -168,12 +227,33 @@ impl EmulatedDevice {
         make: impl FnOnce() -> Result<T>,
         insert: impl FnOnce(&mut Tables, u64, T),
     ) -> Result<u64> {
+        if kind != ResourceKind::Buffer {
+            // Relaxed: a statistic (see `resident`).
+            self.warm.call_once(|| {
+                self.resident
+                    .fetch_add(self.options.context_bytes, Ordering::Relaxed);
+            });
+        }
         self.ledger.admit(kind, owner, bytes, || {
+            self.healthy()?;
             let v = make()?;
             let id = self.id();
-            insert(&mut self.lock(), id, v);
+            insert(&mut *self.lock()?, id, v);
             Ok(id)
         })
+    }
+
+    /// Refuses a handle that this process exported, as the CUDA driver does
+    /// (`CUDA_ERROR_INVALID_CONTEXT`), unless [`EmulatedOptions::same_process_ipc`] is set.
+    fn not_own(
+        &self,
+        call: &'static str,
+        raw: &[u8; crate::handle::IPC_HANDLE_SIZE],
+    ) -> Result<()> {
+        if !self.options.same_process_ipc && shm::exporter_pid(raw) == shm::own_pid() {
+            return Err(Error::Driver { call, code: 201 });
+        }
+        Ok(())
     }
 
     fn release(&self, kind: ResourceKind, id: u64) -> Result<()> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use super::shm::{Region, EVENT_BYTES, EVENT_MAGIC, MEM_MAGIC};
 use super::stream::{wait_counter, Op, Stream, COMPLETED, RECORDED};
 use super::{range, EmulatedDevice};
-use crate::accounting::Ledger;
+use crate::accounting::{padded_len, Ledger, LARGE_PAGE};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
@@ -29,45 +29,55 @@ impl Device for EmulatedDevice {
         if len == 0 {
             return Err(Error::InvalidLength { len });
         }
+        // Charged as the driver pads it (the memfd itself keeps the asked length: host memory
+        // need not pay for the padding).
+        let charged = padded_len(len, export, LARGE_PAGE).ok_or(Error::InvalidLength { len })?;
         let total = self.options.total_bytes;
         let make = || {
-            // The charge already counts `len`.
-            if self.ledger.totals().buffers.live_bytes > total {
+            // Relaxed: a statistic; a race between two allocations may let both in, as two
+            // cuMemAlloc calls racing for the last bytes may.
+            if self.resident.load(Ordering::Relaxed) + charged > total {
                 return Err(Error::OutOfMemory { requested: len });
             }
-            Region::create("mem", len)
+            Ok(Region::create("mem", len)?.count_in(&self.resident, charged))
         };
-        let id = self.acquire(ResourceKind::Buffer, owner, len, make, |t, id, r| {
+        let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, r| {
             t.buffers.insert(id, (Arc::new(r), export));
         })?;
         Ok(BufferId(id))
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        let (region, _) = self.lock().buffers.remove(&buf.0).ok_or(Error::UnknownId {
-            kind: ResourceKind::Buffer,
-            id: buf.0,
-        })?;
-        self.release(ResourceKind::Buffer, buf.0)?;
-        // Queued work holds its own references to the region. Like cuMemFree, wait (bounded)
-        // for it to finish, so the memfd is closed — and the exported handle stale — on return.
+        let (region, kind) = self
+            .lock()?
+            .buffers
+            .remove(&buf.0)
+            .ok_or(Error::UnknownId {
+                kind: ResourceKind::Buffer,
+                id: buf.0,
+            })?;
+        // Queued work holds its own references to the region. Like cuMemFree, wait for it to
+        // finish (bounded: `host_wait`), so the memfd is closed — and the exported handle
+        // stale — on return. Only then does the ledger entry go; on a timeout the buffer goes
+        // back into the table, still live and charged, and may be freed again later.
         let start = std::time::Instant::now();
         let mut region = region;
         loop {
             match Arc::try_unwrap(region) {
                 Ok(r) => {
                     drop(r);
-                    return Ok(());
+                    return self.release(ResourceKind::Buffer, buf.0);
                 }
-                Err(r) if start.elapsed() < self.options.wait_bound => {
+                Err(r) if start.elapsed() < self.options.host_wait => {
                     region = r;
                     std::thread::sleep(Duration::from_micros(50));
                 }
-                Err(_) => {
+                Err(r) => {
+                    self.lock()?.buffers.insert(buf.0, (r, kind));
                     return Err(Error::Timeout {
-                        what: "work queued on a freed buffer",
-                        after: self.options.wait_bound,
-                    })
+                        what: "work queued on a buffer being freed",
+                        after: self.options.host_wait,
+                    });
                 }
             }
         }
@@ -75,7 +85,7 @@ impl Device for EmulatedDevice {
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
         let (r, allocated_as) =
-            self.lock()
+            self.lock()?
                 .buffers
                 .get(&buf.0)
                 .cloned()
@@ -101,9 +111,14 @@ impl Device for EmulatedDevice {
     }
 
     fn open(&self, owner: Owner, handle: &MemHandle) -> Result<MappingId> {
+        let charged = padded_len(handle.len(), handle.kind(), LARGE_PAGE)
+            .ok_or(Error::InvalidHandle("length overflows"))?;
         let make = || {
             let r = match handle {
-                MemHandle::Ipc(h) => Region::open_handle(&h.raw, MEM_MAGIC, "mem")?,
+                MemHandle::Ipc(h) => {
+                    self.not_own("cuIpcOpenMemHandle", &h.raw)?;
+                    Region::open_handle(&h.raw, MEM_MAGIC, "mem")?
+                }
                 MemHandle::Fd { fd, len } => Region::open_fd(fd, *len)?,
             };
             if r.len() != handle.len() {
@@ -113,20 +128,14 @@ impl Device for EmulatedDevice {
             }
             Ok(r)
         };
-        let id = self.acquire(
-            ResourceKind::Mapping,
-            owner,
-            handle.len(),
-            make,
-            |t, id, r| {
-                t.mappings.insert(id, Arc::new(r));
-            },
-        )?;
+        let id = self.acquire(ResourceKind::Mapping, owner, charged, make, |t, id, r| {
+            t.mappings.insert(id, Arc::new(r));
+        })?;
         Ok(MappingId(id))
     }
 
     fn close(&self, mapping: MappingId) -> Result<()> {
-        self.lock()
+        self.lock()?
             .mappings
             .remove(&mapping.0)
             .ok_or(Error::UnknownId {
@@ -141,12 +150,12 @@ impl Device for EmulatedDevice {
     }
 
     fn create_stream(&self, owner: Owner) -> Result<StreamId> {
-        let timing = self.timing();
+        let (timing, poison) = (self.timing(), Arc::clone(&self.poison));
         let id = self.acquire(
             ResourceKind::Stream,
             owner,
             0,
-            || Stream::spawn(timing),
+            || Stream::spawn(timing, poison),
             |t, id, s| {
                 t.streams.insert(id, Arc::new(s));
             },
@@ -157,7 +166,7 @@ impl Device for EmulatedDevice {
     fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let s = self.stream(stream)?;
         let synced = s.sync(timeout);
-        self.lock().streams.remove(&stream.0);
+        self.lock()?.streams.remove(&stream.0);
         self.release(ResourceKind::Stream, stream.0)?;
         synced
     }
@@ -240,6 +249,7 @@ impl Device for EmulatedDevice {
 
     fn open_event(&self, owner: Owner, handle: &IpcEventHandle) -> Result<EventId> {
         let make = || {
+            self.not_own("cuIpcOpenEventHandle", &handle.raw)?;
             let r = Region::open_handle(&handle.raw, EVENT_MAGIC, "evt")?;
             if r.len() != EVENT_BYTES {
                 return Err(Error::InvalidHandle("event region of the wrong size"));
@@ -253,7 +263,7 @@ impl Device for EmulatedDevice {
     }
 
     fn destroy_event(&self, event: EventId) -> Result<()> {
-        self.lock()
+        self.lock()?
             .events
             .remove(&event.0)
             .ok_or(Error::UnknownId {
@@ -292,7 +302,7 @@ impl Device for EmulatedDevice {
         let e = self.event(event)?;
         // Acquire: as in `wait_event`.
         let target = e.counter(RECORDED).load(Ordering::Acquire);
-        if wait_counter(&e, target, timeout) {
+        if wait_counter(&e, target, Some(timeout), || self.poison.get().is_some()) {
             Ok(())
         } else {
             Err(Error::Timeout {
@@ -307,9 +317,11 @@ impl Device for EmulatedDevice {
     }
 
     fn mem_info(&self) -> Result<MemInfo> {
-        let live = self.ledger.totals().buffers.live_bytes;
+        self.healthy()?;
+        // Relaxed: a snapshot, as cuMemGetInfo is.
+        let used = self.resident.load(Ordering::Relaxed);
         Ok(MemInfo {
-            free: self.options.total_bytes.saturating_sub(live),
+            free: self.options.total_bytes.saturating_sub(used),
             total: self.options.total_bytes,
         })
     }

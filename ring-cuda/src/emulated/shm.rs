@@ -10,6 +10,7 @@
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -33,6 +34,18 @@ pub(crate) struct Region {
     file: File,
     nonce: u64,
     len: u64,
+    /// The device-memory counter this region is counted in, and by how much (buffers only:
+    /// what the exporter's device really holds until the last reference goes).
+    resident: Option<(Arc<AtomicU64>, u64)>,
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        if let Some((counter, bytes)) = self.resident.take() {
+            // Relaxed: a statistic read by `mem_info`; nothing is published through it.
+            counter.fetch_sub(bytes, Ordering::Relaxed);
+        }
+    }
 }
 
 impl core::fmt::Debug for Region {
@@ -51,12 +64,7 @@ fn next_nonce() -> u64 {
         let t = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64);
-        t ^ (u64::from(
-            rustix::process::getpid()
-                .as_raw_nonzero()
-                .get()
-                .unsigned_abs(),
-        ) << 40)
+        t ^ (u64::from(own_pid()) << 40)
     });
     // Relaxed: only uniqueness matters, not ordering with other memory.
     base.wrapping_add(
@@ -64,6 +72,19 @@ fn next_nonce() -> u64 {
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15),
     )
+}
+
+/// This process's pid, as handles carry it.
+pub(crate) fn own_pid() -> u32 {
+    rustix::process::getpid()
+        .as_raw_nonzero()
+        .get()
+        .unsigned_abs()
+}
+
+/// The exporter's pid recorded in handle bytes (untrusted: only compared).
+pub(crate) fn exporter_pid(raw: &[u8; IPC_HANDLE_SIZE]) -> u32 {
+    read_u32(raw, 8)
 }
 
 fn memfd_name(kind: &str, nonce: u64) -> String {
@@ -107,7 +128,16 @@ impl Region {
             file,
             nonce,
             len,
+            resident: None,
         })
+    }
+
+    /// Counts `bytes` in `counter` for as long as this region lives.
+    pub(crate) fn count_in(mut self, counter: &Arc<AtomicU64>, bytes: u64) -> Self {
+        // Relaxed: see `Drop`.
+        counter.fetch_add(bytes, Ordering::Relaxed);
+        self.resident = Some((Arc::clone(counter), bytes));
+        self
     }
 
     /// Checks that `fd` is a sealed memfd of exactly `len` bytes, so that mapping it can never
@@ -132,11 +162,7 @@ impl Region {
         use std::os::fd::AsRawFd;
         let mut raw = [0u8; IPC_HANDLE_SIZE];
         raw[0..8].copy_from_slice(&magic);
-        let pid = rustix::process::getpid()
-            .as_raw_nonzero()
-            .get()
-            .unsigned_abs();
-        raw[8..12].copy_from_slice(&pid.to_le_bytes());
+        raw[8..12].copy_from_slice(&own_pid().to_le_bytes());
         raw[12..16].copy_from_slice(&self.file.as_raw_fd().unsigned_abs().to_le_bytes());
         raw[16..24].copy_from_slice(&self.nonce.to_le_bytes());
         raw[24..32].copy_from_slice(&self.len.to_le_bytes());

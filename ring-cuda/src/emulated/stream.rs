@@ -2,8 +2,9 @@
 //! copies really are asynchronous to the host and a missing event wait shows up as stale data.
 
 use core::time::Duration;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
@@ -51,12 +52,20 @@ pub(crate) enum Op {
     Marker {
         reply: Sender<Result<()>>,
     },
+    /// A sticky fault (see `EmulatedDevice::inject_fault`).
+    Fault,
 }
+
+/// The device-wide sticky fault, shared by every stream of a device.
+pub(crate) type Poison = Arc<OnceLock<&'static str>>;
 
 /// Handle to a worker thread.
 pub(crate) struct Stream {
     tx: Option<Sender<Op>>,
     worker: Option<JoinHandle<()>>,
+    /// Set when the stream is destroyed: an event wait that would never end (CUDA waits for
+    /// ever) gives up, so the worker can be joined.
+    stop: Arc<AtomicBool>,
 }
 
 /// Timing knobs of the emulation.
@@ -64,12 +73,18 @@ pub(crate) struct Stream {
 pub(crate) struct Timing {
     /// Sleep before each data operation (emulates a slow device).
     pub op_delay: Duration,
-    /// Bound on each device-side event wait; past it the stream faults.
-    pub wait_bound: Duration,
+    /// Watchdog on each device-side event wait (`None`: wait for ever, as CUDA does).
+    pub watchdog: Option<Duration>,
 }
 
-/// Waits until `counter >= target`, spinning briefly and then sleeping; false on timeout.
-pub(crate) fn wait_counter(event: &Region, target: u64, bound: Duration) -> bool {
+/// Waits until `counter >= target`, spinning briefly and then sleeping; false when `bound`
+/// (if any) ran out or `give_up` says so.
+pub(crate) fn wait_counter(
+    event: &Region,
+    target: u64,
+    bound: Option<Duration>,
+    give_up: impl Fn() -> bool,
+) -> bool {
     let start = Instant::now();
     let mut spins = 0u32;
     loop {
@@ -82,7 +97,7 @@ pub(crate) fn wait_counter(event: &Region, target: u64, bound: Duration) -> bool
         {
             return true;
         }
-        if start.elapsed() >= bound {
+        if bound.is_some_and(|b| start.elapsed() >= b) || give_up() {
             return false;
         }
         spins += 1;
@@ -96,9 +111,14 @@ pub(crate) fn wait_counter(event: &Region, target: u64, bound: Duration) -> bool
     }
 }
 
-fn run(rx: &Receiver<Op>, timing: Timing) {
-    let mut fault: Option<&'static str> = None;
+fn run(rx: &Receiver<Op>, timing: Timing, poison: &Poison, stop: &AtomicBool) {
     while let Ok(op) = rx.recv() {
+        // Relaxed: a request to stop, publishing nothing; the join in `Drop` orders the
+        // worker's end with the destroyer. A destroyed stream's remaining work is dropped.
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let fault = poison.get().copied();
         if matches!(op, Op::Write { .. } | Op::Fill { .. } | Op::Copy { .. })
             && !timing.op_delay.is_zero()
         {
@@ -170,9 +190,18 @@ fn run(rx: &Receiver<Op>, timing: Timing) {
                     .fetch_max(target, core::sync::atomic::Ordering::Release);
             }
             Op::Wait { event, target } => {
-                if !wait_counter(&event, target, timing.wait_bound) {
-                    fault = Some("a device-side event wait ran past its bound");
+                // Relaxed: as above.
+                let give_up = || stop.load(Ordering::Relaxed) || poison.get().is_some();
+                if !wait_counter(&event, target, timing.watchdog, give_up) {
+                    if stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    let _ = poison.set("a device-side event wait ran past the watchdog");
                 }
+            }
+            Op::Fault => {
+                let _ =
+                    poison.set("a fault was injected on a stream (sticky, as an illegal address)");
             }
         }
     }
@@ -180,14 +209,17 @@ fn run(rx: &Receiver<Op>, timing: Timing) {
 
 impl Stream {
     /// Starts a worker thread.
-    pub(crate) fn spawn(timing: Timing) -> Result<Self> {
+    pub(crate) fn spawn(timing: Timing, poison: Poison) -> Result<Self> {
         let (tx, rx) = mpsc::channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&stop);
         let worker = std::thread::Builder::new()
             .name("ring-cuda-emu-stream".into())
-            .spawn(move || run(&rx, timing))?;
+            .spawn(move || run(&rx, timing, &poison, &flag))?;
         Ok(Self {
             tx: Some(tx),
             worker: Some(worker),
+            stop,
         })
     }
 
@@ -245,8 +277,11 @@ impl Stream {
 
 impl Drop for Stream {
     fn drop(&mut self) {
-        // Closing the channel ends the worker after the queued work; every queued wait is
-        // bounded, so the join is too.
+        // The stop flag ends the worker at its next operation, or in a wait that would never
+        // end (CUDA waits for ever), so the join is bounded; queued work is dropped (callers
+        // that want it done sync first, as `destroy_stream` does).
+        // Relaxed: see the load in `run`.
+        self.stop.store(true, Ordering::Relaxed);
         drop(self.tx.take());
         if let Some(w) = self.worker.take() {
             let _ = w.join();

@@ -7,12 +7,13 @@ use std::time::Instant;
 
 use ring_core::{Consumer, DeliveryClass, Memory, OwnerId};
 
-use super::table::{Table, TableMemory};
+use super::producer::TEARDOWN_TIMEOUT;
+use super::table::{Table, TableHeader, TableMemory};
 use super::{backoff, new_token, RingError};
 use crate::cache::{EventCache, MappingCache};
 use crate::device::Device;
 use crate::error::Error;
-use crate::handle::{EventId, ExportKind, Mem, MemHandle, Owner, StreamId};
+use crate::handle::{EventId, ExportKind, MappingId, Mem, MemHandle, Owner, StreamId};
 
 /// One message read by a [`DeviceConsumer`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -25,7 +26,8 @@ pub struct Frame<R> {
     pub buffer: usize,
     /// Its length in bytes.
     pub len: u64,
-    /// The producer's monotonic clock when it published ([`monotonic_ns`](super::monotonic_ns)).
+    /// The producer's monotonic clock ([`monotonic_ns`](super::monotonic_ns)) when it began
+    /// the message (before enqueueing its writes).
     pub published_ns: u64,
     /// What the read closure returned.
     pub value: R,
@@ -49,7 +51,13 @@ pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
     mappings: MappingCache<(u64, usize)>,
     /// Opened write events, keyed by (producer token, slot).
     write_events: EventCache<(u64, usize)>,
+    /// A message left pinned on purpose (see [`RingError::PinHeld`]); reads are refused after.
+    held: Option<u64>,
 }
+
+/// How long a consumer whose read-event record failed waits on the host for its own copy
+/// before it gives up and keeps the message pinned.
+const UNPIN_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
 impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceConsumer<D, M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
@@ -107,6 +115,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             kind: header.kind,
             mappings: MappingCache::new(),
             write_events: EventCache::new(),
+            held: None,
         };
         this.stream = Some(this.dev.create_stream(this.owner)?);
         let mut handles = Vec::with_capacity(slots);
@@ -117,9 +126,24 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         }
         let t = Table::new(this.table.table(), slots, consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
+        // Open every slot's buffer and write event now (milliseconds each on a GPU), not on
+        // the first frame that uses them; before the row is published, so a failure leaves
+        // nothing for the producer to wait on.
+        for s in 0..slots {
+            open_slot(
+                &mut this.mappings,
+                &mut this.write_events,
+                &*this.dev,
+                &t,
+                this.owner,
+                &header,
+                s,
+            )?;
+        }
         // Published before the first pin: the producer's scan after claiming a slot this
         // consumer has read is ordered after this (pin, unpin, claim), so it sees the row.
-        t.publish_consumer(this.ring.index(), this.token, &handles);
+        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        t.publish_consumer(this.ring.index(), this.token, me, &handles);
         Ok(this)
     }
 
@@ -202,12 +226,17 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         Ok(())
     }
 
-    /// Forgets mappings and events of a previous producer (its table token changed).
-    fn resync(&mut self, token: u64) {
+    /// Forgets mappings and events of a previous producer (its table token changed), once the
+    /// work this consumer queued on them has finished.
+    fn resync(&mut self, token: u64) -> Result<(), RingError> {
         let dev = &*self.dev;
+        if let Some(s) = self.stream {
+            dev.sync_stream(s, TEARDOWN_TIMEOUT)?;
+        }
         let _ = self.mappings.close_all(dev);
         let _ = self.write_events.destroy_all(dev);
         self.producer_token = token;
+        Ok(())
     }
 
     /// Pins the next message without blocking, makes the consumer's stream wait for the
@@ -218,11 +247,17 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     /// # Errors
     /// [`RingError::Read`] (`Empty` is transient; `Closed` at the end), [`RingError::NotReady`],
     /// [`RingError::Corrupt`] (a message names a buffer or length that cannot be), device errors
-    /// and what `read` returned (the read event is recorded in every case).
+    /// and what `read` returned (the read event is recorded in every case). If recording the
+    /// read event fails, the message is unpinned only after a host sync of the stream shows
+    /// the copy finished ([`RingError::ReadEvent`]); if that fails too it stays pinned for good
+    /// ([`RingError::PinHeld`], also returned by every later call).
     pub fn try_read_with<R>(
         &mut self,
         read: impl FnOnce(&D, StreamId, Mem, u64) -> Result<R, Error>,
     ) -> Result<Frame<R>, RingError> {
+        if let Some(seq) = self.held {
+            return Err(RingError::PinHeld { seq });
+        }
         let stream = self.stream.ok_or(RingError::NotReady)?;
         let header = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?
@@ -230,7 +265,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         match header {
             Some(h) if h.token == self.producer_token => {}
             Some(h) if h.buffer_len == self.buffer_len && h.kind == self.kind => {
-                self.resync(h.token)
+                self.resync(h.token)?;
             }
             Some(_) => {
                 return Err(RingError::Corrupt(
@@ -258,25 +293,23 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         let (owner, ptoken, buffer_len) = (self.owner, self.producer_token, self.buffer_len);
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        let kind = self.kind;
-        let mapping = self.mappings.get_or_open((ptoken, buffer), || {
-            if kind == ExportKind::Fd {
-                return Err(Error::InvalidOperation(
-                    "the producer exports fds: call receive_buffers before reading",
-                ));
-            }
-            let (mh, _) = t.slot(buffer);
-            if mh.len != buffer_len {
-                return Err(Error::InvalidHandle(
-                    "slot buffer length differs from the header",
-                ));
-            }
-            dev.open(owner, &MemHandle::Ipc(mh))
-        })?;
-        let wev = self.write_events.get_or_open((ptoken, buffer), || {
-            let (_, eh) = t.slot(buffer);
-            dev.open_event(owner, &eh)
-        })?;
+        let h = TableHeader {
+            token: ptoken,
+            kind: self.kind,
+            buffer_len,
+        };
+        let (mapping, wev) = open_slot(
+            &mut self.mappings,
+            &mut self.write_events,
+            dev,
+            &t,
+            owner,
+            &h,
+            buffer,
+        )?;
+        let mapping = mapping.ok_or(Error::InvalidOperation(
+            "the producer exports fds: call receive_buffers before reading",
+        ))?;
         // The mutation check removes this wait: the ring tests must then see torn frames.
         #[cfg(not(ring_mutant = "cuda_skip_write_wait"))]
         dev.wait_event(stream, wev)?;
@@ -284,9 +317,21 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         let _ = wev;
         let value = read(dev, stream, Mem::Mapping(mapping), len);
         // Recorded whatever `read` did: the producer must wait for any work it enqueued.
-        let recorded = dev.record(self.read_events[buffer], stream);
+        if let Err(source) = dev.record(self.read_events[buffer], stream) {
+            // Without the record, the producer's next wait on this slot would not cover the
+            // work just enqueued: unpin only once the host has seen that work finish.
+            if dev.sync_stream(stream, UNPIN_SYNC_TIMEOUT).is_err() {
+                core::mem::forget(pinned);
+                self.held = Some(seq);
+                return Err(RingError::PinHeld { seq });
+            }
+            drop(pinned);
+            return Err(RingError::ReadEvent {
+                consumer: self.ring.index(),
+                source,
+            });
+        }
         drop(pinned);
-        recorded?;
         Ok(Frame {
             seq,
             missed,
@@ -297,8 +342,11 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         })
     }
 
-    /// [`try_read_with`](Self::try_read_with), retrying while the ring is empty, for at most
-    /// `timeout`.
+    /// [`try_read_with`](Self::try_read_with), waiting while the ring is empty, for at most
+    /// `timeout`: parked on the ring's futex word (ring-core `wait_ready` with ring-os
+    /// [`FutexWait`](ring_os::FutexWait)) when the ring wakes waiters
+    /// ([`TableMemory::wakes_waiters`]: a [`SharedRing`](super::SharedRing)), with a short
+    /// back-off otherwise (in-process heap rings).
     ///
     /// # Errors
     /// As `try_read_with`; `Read(Empty)` when the timeout ran out.
@@ -307,30 +355,114 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         timeout: Duration,
         mut read: impl FnMut(&D, StreamId, Mem, u64) -> Result<R, Error>,
     ) -> Result<Frame<R>, RingError> {
-        let start = Instant::now();
+        let deadline = ring_os::deadline_after(timeout);
         let mut round = 0;
         loop {
             match self.try_read_with(&mut read) {
-                Err(e) if e.is_transient() && start.elapsed() < timeout => backoff(&mut round),
+                Err(RingError::Read(ring_core::ReadError::Empty))
+                    if self.table.wakes_waiters() && Instant::now() < deadline =>
+                {
+                    // Park on the ring's futex word until the producer's publish wakes us (or
+                    // the deadline): no polling, no sleep back-off. A timeout or an eviction
+                    // is reported by the next `try_read_with`.
+                    let _ = self
+                        .ring
+                        .wait_ready(&mut ring_os::FutexWait::until(deadline));
+                }
+                Err(e) if e.is_transient() && Instant::now() < deadline => backoff(&mut round),
                 other => return other,
             }
         }
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
-    fn drop(&mut self) {
+/// Opens (once) slot `s`'s write event and, for an IPC-exported ring, its buffer mapping; an
+/// fd-exported ring's mapping is the one [`DeviceConsumer::receive_buffers`] opened, if any.
+fn open_slot<D: Device>(
+    mappings: &mut MappingCache<(u64, usize)>,
+    write_events: &mut EventCache<(u64, usize)>,
+    dev: &D,
+    t: &Table<'_>,
+    owner: Owner,
+    h: &TableHeader,
+    s: usize,
+) -> Result<(Option<MappingId>, EventId), Error> {
+    let (mh, eh) = t.slot(s);
+    let mapping = if h.kind == ExportKind::Fd {
+        mappings.get(&(h.token, s))
+    } else {
+        Some(mappings.get_or_open((h.token, s), || {
+            if mh.len != h.buffer_len {
+                return Err(Error::InvalidHandle(
+                    "slot buffer length differs from the header",
+                ));
+            }
+            dev.open(owner, &MemHandle::Ipc(mh))
+        })?)
+    };
+    let wev = write_events.get_or_open((h.token, s), || dev.open_event(owner, &eh))?;
+    Ok((mapping, wev))
+}
+
+impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
+    /// The consumer's half of the teardown protocol (`docs/CUDA.md`), run on drop: sync the
+    /// stream (every copy done), ask to leave, and destroy the read events only once the
+    /// producer acknowledged, stopped, went away or died; then close the mappings and empty
+    /// the row, which lets the producer free its buffers. Returns whether the read events
+    /// could be destroyed (false: the producer did not answer within `timeout`, and they are
+    /// left to the device's drop, or the process's exit, rather than destroyed under a wait).
+    fn leave(&mut self, timeout: Duration) -> bool {
         let dev = &*self.dev;
-        if let Some(s) = self.stream.take() {
-            let _ = dev.destroy_stream(s, Duration::from_secs(10));
+        let synced = self
+            .stream
+            .is_some_and(|s| dev.sync_stream(s, timeout).is_ok());
+        let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) else {
+            return false;
+        };
+        let (c, token, ptoken) = (self.ring.index(), self.token, self.producer_token);
+        // A row never published (registration failed) has nothing the producer waits on.
+        let mut released = t.consumer_token(c) != token;
+        if !released && synced && self.held.is_none() {
+            t.request_leave(c, token);
+            let start = Instant::now();
+            let mut round = 0;
+            released = loop {
+                let gone = t.header().is_none_or(|h| h.token != ptoken)
+                    || OwnerId::new(t.producer_owner()).is_some_and(|o| {
+                        ring_os::owner::liveness(o) == ring_os::owner::Liveness::Dead
+                    });
+                if t.leave_acked(c, token) || t.producer_stopped(ptoken) || gone {
+                    break true;
+                }
+                if start.elapsed() >= timeout {
+                    break false;
+                }
+                backoff(&mut round);
+            };
         }
-        if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
-            t.withdraw_consumer(self.ring.index(), self.token);
+        if released {
+            for e in self.read_events.drain(..) {
+                let _ = dev.destroy_event(e);
+            }
         }
         let _ = self.mappings.close_all(dev);
         let _ = self.write_events.destroy_all(dev);
-        for e in self.read_events.drain(..) {
-            let _ = dev.destroy_event(e);
+        t.withdraw_consumer(c, token);
+        released
+    }
+}
+
+impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
+    fn drop(&mut self) {
+        if !self.leave(TEARDOWN_TIMEOUT) {
+            eprintln!(
+                "ring-cuda: consumer {} left without the producer's acknowledgement; its read \
+                 events are kept until its device is dropped",
+                self.ring.index()
+            );
+        }
+        if let Some(s) = self.stream.take() {
+            let _ = self.dev.destroy_stream(s, TEARDOWN_TIMEOUT);
         }
     }
 }

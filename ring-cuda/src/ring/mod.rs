@@ -51,6 +51,21 @@ pub enum RingError {
     Corrupt(&'static str),
     /// The shared-memory segment could not be created or opened, or fd passing failed (ring-os).
     Segment(ring_os::Error),
+    /// A consumer's read event could not be used: the producer could not open it, or the
+    /// consumer could not record it. Nothing was written without the wait it requires.
+    ReadEvent {
+        /// The consumer's ring index (its table row).
+        consumer: usize,
+        /// What the device said.
+        source: Error,
+    },
+    /// This consumer could neither record its read event nor confirm on the host that its
+    /// copy finished, so it keeps the message pinned (the producer cannot overwrite a buffer
+    /// a copy may still be reading). Drop the consumer; the producer reclaims its entry.
+    PinHeld {
+        /// The sequence number left pinned.
+        seq: u64,
+    },
 }
 
 impl fmt::Display for RingError {
@@ -65,6 +80,16 @@ impl fmt::Display for RingError {
             ),
             Self::Corrupt(what) => write!(f, "corrupt shared state: {what}"),
             Self::Segment(e) => write!(f, "ring-os: {e}"),
+            Self::ReadEvent { consumer, source } => write!(
+                f,
+                "the read event of consumer {consumer} cannot be used ({source}); the slot was \
+                 not written. If that consumer died, reclaim its entry; otherwise fix its device"
+            ),
+            Self::PinHeld { seq } => write!(
+                f,
+                "message {seq} stays pinned: its read event was not recorded and the copy could \
+                 not be confirmed finished; drop this consumer and let the producer reclaim it"
+            ),
         }
     }
 }
@@ -72,7 +97,7 @@ impl fmt::Display for RingError {
 impl std::error::Error for RingError {
     fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
         match self {
-            Self::Device(e) => Some(e),
+            Self::Device(e) | Self::ReadEvent { source: e, .. } => Some(e),
             _ => None,
         }
     }

@@ -16,6 +16,78 @@ use crate::handle::{
     BufferId, EventId, ExportKind, IpcMemHandle, Mem, MemHandle, Owner, StreamId, IPC_HANDLE_SIZE,
 };
 
+/// The consumers' read events as the producer opened them.
+struct Readers {
+    /// Opened read events, keyed by (consumer row, its token, slot).
+    events: EventCache<(usize, u64, usize)>,
+    /// The token last seen in each consumer row.
+    rows: Vec<u64>,
+}
+
+impl Readers {
+    /// Makes the producer's stream wait for consumer row `c`'s last read of slot `s` (nothing
+    /// to wait for if the row is empty). The row's token is re-read if a consumer replaced it
+    /// while its handle was being read (the table's seqlock); a handle that does not open is
+    /// [`RingError::ReadEvent`].
+    fn wait<D: Device>(
+        &mut self,
+        dev: &D,
+        t: &Table<'_>,
+        owner: Owner,
+        stream: StreamId,
+        (c, s): (usize, usize),
+    ) -> Result<(), RingError> {
+        // A row changes hands only on a (rare) re-registration; two re-reads are plenty, and a
+        // row that keeps changing is reported rather than skipped.
+        for _ in 0..3 {
+            let token = t.consumer_token(c);
+            if token != self.rows[c] {
+                for e in self.events.remove_where(|k| k.0 == c) {
+                    let _ = dev.destroy_event(e);
+                }
+                self.rows[c] = token;
+                // A new registration: open all its read events now rather than one per slot
+                // on later publishes (an error here comes back when that slot needs it).
+                for other in (0..t.slots()).filter(|&o| o != s && token != 0) {
+                    let _ = self.events.get_or_open((c, token, other), || {
+                        let h = t
+                            .consumer_event(c, other, token)
+                            .ok_or(Error::StaleHandle)?;
+                        dev.open_event(owner, &h)
+                    });
+                }
+            }
+            // A leaving consumer synced its stream before asking: no copy of it is left to wait
+            // for (see `serve_departures`).
+            if token == 0 || t.leave_request(c) == token {
+                return Ok(());
+            }
+            let opened = self.events.get_or_open((c, token, s), || {
+                let h = t.consumer_event(c, s, token).ok_or(Error::StaleHandle)?;
+                dev.open_event(owner, &h)
+            });
+            match opened {
+                // The mutation check removes this wait: the ring tests must then see torn frames.
+                #[cfg(not(ring_mutant = "cuda_skip_read_waits"))]
+                Ok(ev) => return dev.wait_event(stream, ev).map_err(RingError::from),
+                #[cfg(ring_mutant = "cuda_skip_read_waits")]
+                Ok(_) => return Ok(()),
+                Err(_) if t.consumer_token(c) != token => continue,
+                Err(source) => {
+                    return Err(RingError::ReadEvent {
+                        consumer: c,
+                        source,
+                    })
+                }
+            }
+        }
+        Err(RingError::ReadEvent {
+            consumer: c,
+            source: Error::StaleHandle,
+        })
+    }
+}
+
 /// Publishes device-memory messages: see the [module docs](super).
 pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     dev: Arc<D>,
@@ -28,12 +100,8 @@ pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     stream: Option<StreamId>,
     buffers: Vec<BufferId>,
     write_events: Vec<EventId>,
-    /// Opened read events, keyed by (consumer row, its token, slot).
-    read_events: EventCache<(usize, u64, usize)>,
-    /// The token last seen in each consumer row.
-    rows: Vec<u64>,
-    /// Read-event handles that could not be opened (a consumer that died or is hostile).
-    unusable_events: u64,
+    /// The consumers' read events opened so far.
+    readers: Readers,
     /// How the buffers are exported.
     kind: ExportKind,
     /// The table token published (identifies this producer's buffers to consumers).
@@ -103,9 +171,10 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             stream: None,
             buffers: Vec::with_capacity(slots),
             write_events: Vec::with_capacity(slots),
-            read_events: EventCache::new(),
-            rows: vec![0; consumers],
-            unusable_events: 0,
+            readers: Readers {
+                events: EventCache::new(),
+                rows: vec![0; consumers],
+            },
             kind,
             token: new_token(),
         };
@@ -114,7 +183,8 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         let t = Table::new(this.table.table(), slots, consumers).ok_or(RingError::Corrupt(
             "the device table is smaller than the geometry needs",
         ))?;
-        t.init_header(kind, buffer_len);
+        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        t.init_header(kind, buffer_len, me);
         for s in 0..slots {
             let b = this.dev.alloc(this.owner, buffer_len, kind)?;
             this.buffers.push(b);
@@ -179,10 +249,69 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         self.buffer_len
     }
 
-    /// Read-event handles that could not be opened so far (dead or hostile consumers).
-    #[must_use]
-    pub const fn unusable_events(&self) -> u64 {
-        self.unusable_events
+    /// Acknowledges consumers that asked to leave: makes sure (one host sync of the producer's
+    /// stream, only when someone leaves) that the stream has passed every wait it enqueued on
+    /// their read events, closes its copies of those events and tells each consumer it may
+    /// destroy its own (the table's `ack`). Called by every publish; call it when idle so
+    /// departing consumers need not wait. Returns how many left.
+    ///
+    /// # Errors
+    /// [`Error::Timeout`] if the stream does not drain within 10 s (nothing acknowledged).
+    pub fn serve_departures(&mut self) -> Result<usize, RingError> {
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        // No allocation and no host sync unless someone is leaving: this runs on every publish.
+        let mut left = 0;
+        for c in 0..self.consumers {
+            let token = t.consumer_token(c);
+            if token == 0 || t.leave_request(c) != token || t.leave_acked(c, token) {
+                continue;
+            }
+            if left == 0 {
+                let stream = self.stream.ok_or(RingError::NotReady)?;
+                self.dev.sync_stream(stream, TEARDOWN_TIMEOUT)?;
+            }
+            for e in self.readers.events.remove_where(|k| k.0 == c) {
+                let _ = self.dev.destroy_event(e);
+            }
+            t.ack_leave(c, token);
+            left += 1;
+        }
+        Ok(left)
+    }
+
+    /// Frees consumer row `c` — its table row, the producer's copies of its read events and
+    /// its ring-core entry — if the process that registered it is dead. A consumer that died
+    /// cannot leave by the teardown protocol, and its read events can no longer be opened
+    /// (publishing then fails with [`RingError::ReadEvent`] naming it), so this is how a
+    /// producer goes on without it. Returns whether the row was freed (`false`: empty, or its
+    /// owner is alive).
+    ///
+    /// # Errors
+    /// [`Error::InvalidOperation`] for a row past the table; [`RingError::Ring`] if ring-core
+    /// refused to reclaim the entry.
+    pub fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
+        if c >= self.consumers {
+            return Err(RingError::Device(Error::InvalidOperation(
+                "reclaim_dead_consumer: no such consumer row",
+            )));
+        }
+        let t = Table::new(self.table.table(), self.slots, self.consumers)
+            .ok_or(RingError::Corrupt("the device table shrank"))?;
+        let token = t.consumer_token(c);
+        let dead = |word: u64| ring_os::owner::liveness_raw(word) == ring_os::owner::Liveness::Dead;
+        if token == 0 || !dead(t.consumer_owner(c)) {
+            return Ok(false);
+        }
+        let entry = self.ring.consumer_info(c).map_or(0, |i| i.owner);
+        if let Some(o) = OwnerId::new(entry).filter(|o| dead(o.get())) {
+            reclaim_entry(&mut self.ring, c, o)?;
+        }
+        t.withdraw_consumer(c, token);
+        for e in self.readers.events.remove_where(|k| k.0 == c) {
+            let _ = self.dev.destroy_event(e);
+        }
+        Ok(true)
     }
 
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
@@ -202,41 +331,27 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             return Err(RingError::Device(Error::InvalidLength { len }));
         }
         let stream = self.stream.ok_or(RingError::NotReady)?;
+        self.serve_departures()?;
         let mut slot = self.ring.try_claim()?;
         let s = (slot.seq() % self.slots as u64) as usize;
-        let dev = &*self.dev;
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        // Wait (on the device) for every registered consumer's last read of this slot.
+        // Wait (on the device) for every registered consumer's last read of this slot. A read
+        // event that cannot be used refuses the publish: writing without the wait could
+        // overwrite a copy still queued on that consumer's stream.
         for c in 0..self.consumers {
-            let token = t.consumer_token(c);
-            if token != self.rows[c] {
-                for e in self.read_events.remove_where(|k| k.0 == c) {
-                    let _ = dev.destroy_event(e);
-                }
-                self.rows[c] = token;
-            }
-            if token == 0 {
-                continue;
-            }
-            let owner = self.owner;
-            let opened = self.read_events.get_or_open((c, token, s), || {
-                let h = t.consumer_event(c, s, token).ok_or(Error::StaleHandle)?;
-                dev.open_event(owner, &h)
-            });
-            // The mutation check removes this wait: the ring tests must then see torn frames.
-            #[cfg(ring_mutant = "cuda_skip_read_waits")]
-            let opened: Result<EventId, Error> = opened.and(Err(Error::StaleHandle));
-            match opened {
-                Ok(ev) => {
-                    if let Err(e) = dev.wait_event(stream, ev) {
-                        slot.abort();
-                        return Err(e.into());
-                    }
-                }
-                Err(_) => self.unusable_events += u64::from(cfg!(not(ring_mutant))),
+            if let Err(e) = self
+                .readers
+                .wait(&*self.dev, &t, self.owner, stream, (c, s))
+            {
+                slot.abort();
+                return Err(e);
             }
         }
+        let dev = &*self.dev;
+        // The frame's timestamp is taken before its writes are enqueued, so a latency measured
+        // from it covers the writes whether they are ordered by events or by a host sync.
+        let begun = monotonic_ns();
         let done = write(dev, stream, Mem::Buffer(self.buffers[s]))
             .and_then(|()| dev.record(self.write_events[s], stream));
         if let Err(e) = done {
@@ -244,7 +359,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             return Err(e.into());
         }
         slot.set_meta([s as u64, len]);
-        if slot.write(&monotonic_ns().to_le_bytes()).is_err() {
+        if slot.write(&begun.to_le_bytes()).is_err() {
             slot.abort();
             return Err(RingError::Corrupt(
                 "the ring's slots cannot hold an 8-byte timestamp",
@@ -290,21 +405,68 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
 }
 
 impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
+    /// The producer's half of the teardown protocol (`docs/CUDA.md`): close the ring; sync
+    /// the stream, so it waits on no read event any more, and say so in the table; then free
+    /// the buffers only once every importer closed its mappings (its row is empty) or died,
+    /// at most [`TEARDOWN_TIMEOUT`] (past it the buffers are freed anyway and the fact is
+    /// printed: the alternative is to leak them until the process exits).
     fn drop(&mut self) {
         self.ring.close();
+        let dev = &*self.dev;
+        let synced = self
+            .stream
+            .is_some_and(|s| dev.sync_stream(s, TEARDOWN_TIMEOUT).is_ok());
+        let _ = self.readers.events.destroy_all(dev);
         if let Some(t) = Table::new(self.table.table(), self.slots, self.consumers) {
+            if synced {
+                t.mark_stopped(self.token);
+            }
+            let start = Instant::now();
+            let mut round = 0;
+            let importers = |t: &Table<'_>| {
+                (0..self.consumers)
+                    .filter(|&c| {
+                        t.consumer_token(c) != 0
+                            && OwnerId::new(t.consumer_owner(c)).is_none_or(|o| {
+                                ring_os::owner::liveness(o) == ring_os::owner::Liveness::Alive
+                            })
+                    })
+                    .count()
+            };
+            while importers(&t) > 0 {
+                if start.elapsed() >= TEARDOWN_TIMEOUT {
+                    eprintln!(
+                        "ring-cuda: producer freeing its buffers with {} importers still \
+                         registered after {TEARDOWN_TIMEOUT:?}",
+                        importers(&t)
+                    );
+                    break;
+                }
+                backoff(&mut round);
+            }
             t.withdraw();
         }
-        let dev = &*self.dev;
-        if let Some(s) = self.stream.take() {
-            let _ = dev.destroy_stream(s, Duration::from_secs(10));
-        }
-        let _ = self.read_events.destroy_all(dev);
         for e in self.write_events.drain(..) {
             let _ = dev.destroy_event(e);
         }
         for b in self.buffers.drain(..) {
             let _ = dev.free(b);
         }
+        if let Some(s) = self.stream.take() {
+            let _ = dev.destroy_stream(s, TEARDOWN_TIMEOUT);
+        }
     }
 }
+
+/// The one call into ring-core's `Producer::reclaim` (kept in one place: its signature is
+/// about to change), for an entry whose owner process is dead.
+fn reclaim_entry<M: Memory>(
+    ring: &mut Producer<M>,
+    c: usize,
+    dead: OwnerId,
+) -> Result<(), RingError> {
+    ring.reclaim(c, dead).map(drop).map_err(RingError::Ring)
+}
+
+/// Bound on each wait of the teardown protocol (and on a departure's host sync).
+pub(crate) const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);

@@ -85,6 +85,11 @@ unsafe impl Memory for SharedRing {
 }
 
 impl TableMemory for SharedRing {
+    /// The ring is a [`ring_os::Mapping`]: every publish wakes the futex waiters.
+    fn wakes_waiters(&self) -> bool {
+        true
+    }
+
     fn table(&self) -> &[AtomicU64] {
         let base: NonNull<u8> = self.map.segment().as_ptr();
         // SAFETY:

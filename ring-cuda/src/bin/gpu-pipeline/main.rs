@@ -20,66 +20,44 @@ use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clap::Parser;
 use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
-use ring_cuda::pipeline::{consume, produce};
+use ring_cuda::pipeline::{consume, produce_with};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
-use ring_cuda::{CudaDevice, Device, EmulatedDevice, ExportKind, Limits};
+use ring_cuda::{
+    padded_len, CudaDevice, Device, EmulatedDevice, EmulatedOptions, ExportKind, Limits, MemInfo,
+    Owner, LARGE_PAGE,
+};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
-/// Command-line options.
-#[derive(Parser, Debug, Clone)]
-#[command(about = "Cross-process device-ring frame pipeline (CUDA, or --emulated)")]
-struct Args {
-    /// Use the emulated device (host memory) instead of GPU 0.
-    #[arg(long)]
-    emulated: bool,
-    /// Frames to publish.
-    #[arg(long, default_value_t = 500)]
-    frames: u64,
-    /// Consumer processes.
-    #[arg(long, default_value_t = 3)]
-    consumers: usize,
-    /// Frame width (NV12: width * height * 3 / 2 bytes).
-    #[arg(long, default_value_t = 1920)]
-    width: u64,
-    /// Frame height.
-    #[arg(long, default_value_t = 1080)]
-    height: u64,
-    /// Frames per second (ignored with --full-speed).
-    #[arg(long, default_value_t = 30.0)]
-    fps: f64,
-    /// Publish as fast as the ring allows.
-    #[arg(long)]
-    full_speed: bool,
-    /// Ring slots.
-    #[arg(long, default_value_t = 4)]
-    slots: u32,
-    /// Leak run: this many publish/consume cycles with one consumer, then check that device
-    /// memory and live counts are back to baseline.
-    #[arg(long)]
-    leak_cycles: Option<u64>,
-    /// How the slot buffers are exported: `ipc` (legacy handles in the shared table) or `fd`
-    /// (VMM file descriptors, passed to each consumer over an abstract Unix socket).
-    #[arg(long, default_value = "ipc", value_parser = ["ipc", "fd"])]
-    export: String,
-    /// Per-operation timeout in seconds.
-    #[arg(long, default_value_t = 30)]
-    timeout: u64,
-    /// Internal: `producer` (default) or `consumer`.
-    #[arg(long, default_value = "producer", hide = true)]
-    role: String,
-    /// Internal: the segment name a consumer opens.
-    #[arg(long, hide = true)]
-    name: Option<String>,
-}
+mod args;
+
+use args::Args;
 
 fn main() -> ExitCode {
-    let args = Args::parse();
+    let args = match Args::from_env() {
+        Ok(a) => a,
+        Err(args::Exit::Help) => {
+            println!("{}", args::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(args::Exit::Bad(e)) => {
+            eprintln!("gpu-pipeline: {e}\n\n{}", args::USAGE);
+            return ExitCode::from(2);
+        }
+    };
     let result = if args.emulated {
-        run(Arc::new(EmulatedDevice::new()), &args)
+        let delay_us = if args.role == "consumer" {
+            args.consumer_delay_us
+        } else {
+            args.producer_delay_us
+        };
+        let options = EmulatedOptions {
+            op_delay: Duration::from_micros(delay_us),
+            ..EmulatedOptions::default()
+        };
+        run(Arc::new(EmulatedDevice::with_options(options)), &args)
     } else {
         match CudaDevice::new(0, Limits::default()) {
             Ok(d) => run(Arc::new(d), &args),
@@ -109,10 +87,41 @@ fn frame_len(args: &Args) -> u64 {
     args.width * args.height * 3 / 2
 }
 
-/// Device-memory drift a leak run tolerates: the driver may keep pools it grew (event and
-/// stream pools, IPC bookkeeping). A leak of one 4 KiB page per cycle over 10,000 cycles is
-/// 40 MiB and fails.
-const LEAK_SLACK: i128 = 32 << 20;
+/// Device-memory drift a leak run tolerates: less than one slot buffer as the driver pads it,
+/// so a single leaked buffer fails. The baselines are taken after one warm-up cycle
+/// ([`warm_up`]), so the driver's one-time allocations are not counted as leaks.
+fn leak_slack(len: u64, kind: ExportKind) -> i128 {
+    i128::from(padded_len(len, kind, LARGE_PAGE).unwrap_or(len)) - 1
+}
+
+/// One cycle of everything a process of the pipeline uses (a buffer of `len` bytes, a stream,
+/// an interprocess event), created and released, so that the driver's one-time allocations
+/// (context, pools) happen before a memory baseline is taken.
+fn warm_up<D: Device>(dev: &D, len: u64, kind: ExportKind) -> Result<MemInfo, String> {
+    let o = Owner(0xA11);
+    let t = Duration::from_secs(10);
+    let run = || -> Result<(), ring_cuda::Error> {
+        let b = dev.alloc(o, len, kind)?;
+        let s = dev.create_stream(o)?;
+        let e = dev.create_event(o)?;
+        dev.fill(s, b.into(), 0, len, 0)?;
+        dev.record(e, s)?;
+        dev.synchronize(e, t)?;
+        dev.destroy_event(e)?;
+        dev.destroy_stream(s, t)?;
+        dev.free(b)
+    };
+    run().map_err(|e| format!("warm-up: {e}"))?;
+    dev.mem_info().map_err(|e| e.to_string())
+}
+
+fn export_kind(args: &Args) -> ExportKind {
+    if args.export == "fd" {
+        ExportKind::Fd
+    } else {
+        ExportKind::Ipc
+    }
+}
 
 fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
     let t = Duration::from_secs(args.timeout);
@@ -123,6 +132,7 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let ring = Arc::new(SharedRing::open(name).map_err(|e| e.to_string())?);
     let frames = args.leak_cycles.unwrap_or(args.frames);
+    let mem_before = warm_up(&*dev, frame_len(args), export_kind(args))?;
     let base = dev.ledger().totals();
     let mut c = DeviceConsumer::new(
         Arc::clone(&dev),
@@ -143,14 +153,18 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let opens = c.mapping_stats().opens;
     drop(c);
     let live = dev.ledger().totals().live_total() - base.live_total();
+    let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
+    let drift = i128::from(mem_before.free) - i128::from(mem_after.free);
     println!(
-        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} opens={} live_after={}",
+        "RESULT received={} torn={} skipped={} p50_us={:.1} p99_us={:.1} max_us={:.1} first{}_max_us={:.1} opens={} live_after={} mem_drift={drift}",
         st.received,
         st.torn,
         st.skipped,
         st.quantile_ns(0.5) as f64 / 1e3,
         st.quantile_ns(0.99) as f64 / 1e3,
         st.quantile_ns(1.0) as f64 / 1e3,
+        st.first_ns.len(),
+        st.first_max_ns() as f64 / 1e3,
         opens,
         live
     );
@@ -180,7 +194,8 @@ fn spawn_consumers(args: &Args, name: &str, n: usize) -> Result<Vec<Child>, Stri
             cmd.args(["--leak-cycles", &c.to_string()]);
         }
         if args.emulated {
-            cmd.arg("--emulated");
+            cmd.arg("--emulated")
+                .args(["--consumer-delay-us", &args.consumer_delay_us.to_string()]);
         }
         cmd.args(["--export", &args.export]);
         children.push(cmd.spawn().map_err(|e| format!("spawn consumer: {e}"))?);
@@ -254,23 +269,60 @@ fn field(line: &str, key: &str) -> Option<f64> {
 }
 
 fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String> {
+    let with_events = pipeline_once(&dev, args, false)?;
+    let worst = |v: &[f64]| v.iter().copied().fold(0.0f64, f64::max);
+    if let Some(bound) = args.max_p99_us {
+        if worst(&with_events) > bound {
+            return Err(format!(
+                "p99 latency {:.1} us exceeds the bound of {bound} us",
+                worst(&with_events)
+            ));
+        }
+    }
+    if args.compare_host_sync {
+        let host = pipeline_once(&dev, args, true)?;
+        let ratio = worst(&with_events) / worst(&host).max(1e-3);
+        println!(
+            "latency: p99 with events {:.1} us, host-synced {:.1} us, ratio {ratio:.2} (bound {})",
+            worst(&with_events),
+            worst(&host),
+            args.max_p99_ratio
+        );
+        if ratio > args.max_p99_ratio {
+            return Err(format!(
+                "p99 with events is {ratio:.2}x the host-synced p99 (bound {})",
+                args.max_p99_ratio
+            ));
+        }
+    }
+    println!("OK");
+    Ok(())
+}
+
+/// One run of the scenario; returns each consumer's p99 latency in microseconds, or an error
+/// after printing what failed.
+fn pipeline_once<D: Device + 'static>(
+    dev: &Arc<D>,
+    args: &Args,
+    host_sync: bool,
+) -> Result<Vec<f64>, String> {
+    let dev = Arc::clone(dev);
     let t = Duration::from_secs(args.timeout);
     let len = frame_len(args);
-    let (n, frames) = match args.leak_cycles {
-        Some(c) => (1, c),
-        None => (args.consumers, args.frames),
-    };
-    let mem_before = dev.mem_info().map_err(|e| e.to_string())?;
+    let frames = args.leak_cycles.unwrap_or(args.frames);
+    let n = args.consumers;
+    let kind = export_kind(args);
+    let mem_before = warm_up(&*dev, len, kind)?;
+    let slack = leak_slack(len, kind);
     let base = dev.ledger().totals();
     let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
-    let name = format!("ring-cuda-pipe-{}", std::process::id());
+    let name = format!(
+        "ring-cuda-pipe-{}-{}",
+        std::process::id(),
+        u8::from(host_sync)
+    );
     let cfg = Config::new(args.slots, 16).with_consumers(u32::try_from(n.max(1)).unwrap_or(32));
     let ring = Arc::new(SharedRing::create(&name, &cfg).map_err(|e| e.to_string())?);
-    let kind = if args.export == "fd" {
-        ExportKind::Fd
-    } else {
-        ExportKind::Ipc
-    };
     // Bound before the consumers start, so their connects find it.
     let listener = if kind == ExportKind::Fd {
         let addr = SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| e.to_string())?;
@@ -321,9 +373,12 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     }
     let interval = (!args.full_speed && args.leak_cycles.is_none() && args.fps > 0.0)
         .then(|| Duration::from_secs_f64(1.0 / args.fps));
-    let stats = produce(&mut p, frames, len, interval, t).map_err(|e| format!("produce: {e}"));
-    let results: Vec<_> = children.into_iter().map(|c| finish(c, t * 4)).collect();
+    let stats = produce_with(&mut p, frames, len, interval, t, host_sync)
+        .map_err(|e| format!("produce: {e}"));
+    // The teardown protocol: the producer syncs and says it stopped waiting on the consumers'
+    // events; its drop returns once they closed their mappings (or died).
     drop(p);
+    let results: Vec<_> = children.into_iter().map(|c| finish(c, t * 4)).collect();
     drop(ring);
     let stats = stats?;
     let export = if kind == ExportKind::Fd {
@@ -331,13 +386,16 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     } else {
         "IPC handles"
     };
-    let mode = if args.leak_cycles.is_some() {
+    let mut mode = if args.leak_cycles.is_some() {
         "leak run".to_string()
     } else if let Some(iv) = interval {
         format!("{:.0} fps", 1.0 / iv.as_secs_f64())
     } else {
         "full speed".to_string()
     };
+    if host_sync {
+        mode.push_str(", host-synced");
+    }
     println!(
         "{} | {export} | {} bytes/frame | {} frames | {} consumers | {mode} | {:.2} s ({:.0} frames/s) | {}",
         dev.describe(),
@@ -349,14 +407,19 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         name
     );
     let mut failed = false;
+    let mut p99s = Vec::new();
     for (i, r) in results.iter().enumerate() {
         match r {
             Ok(line) => {
                 println!("consumer {i}: {}", line.trim_start_matches("RESULT "));
+                p99s.extend(field(line, "p99_us"));
+                let leaked = args.leak_cycles.is_some()
+                    && field(line, "mem_drift").is_none_or(|d| d > slack as f64);
                 let bad = field(line, "torn") != Some(0.0)
                     || field(line, "skipped") != Some(0.0)
                     || field(line, "received") != Some(frames as f64)
-                    || field(line, "live_after") != Some(0.0);
+                    || field(line, "live_after") != Some(0.0)
+                    || leaked;
                 failed |= bad;
             }
             Err(e) => {
@@ -369,17 +432,16 @@ fn producer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
     let mem_after = dev.mem_info().map_err(|e| e.to_string())?;
     let drift = mem_before.free as i128 - mem_after.free as i128;
     println!(
-        "producer: live resources after {live}; device free memory before {} after {} (drift {drift} bytes)",
+        "producer: live resources after {live}; device free memory before {} after {} (drift {drift} bytes, slack {slack})",
         mem_before.free, mem_after.free
     );
-    if args.leak_cycles.is_some() && (live != 0 || drift > LEAK_SLACK) {
+    if args.leak_cycles.is_some() && (live != 0 || drift > slack) {
         failed = true;
         println!("LEAK: device memory or live counts did not return to baseline");
     }
     if failed {
         Err("the pipeline check failed (see above)".into())
     } else {
-        println!("OK");
-        Ok(())
+        Ok(p99s)
     }
 }

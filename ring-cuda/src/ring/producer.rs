@@ -290,7 +290,14 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
     /// # Errors
     /// [`Error::InvalidOperation`] for a row past the table; [`RingError::Ring`] if ring-core
     /// refused to reclaim the entry.
-    pub fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
+    ///
+    /// # Safety
+    /// The consumer of row `c` is dead (inside no call, holding no pin). ring-cuda's device
+    /// table holds no kernel liveness lock yet, so the pid check below is only a guess: it is
+    /// wrong for a consumer in another pid namespace, and a wrong guess would break that
+    /// consumer's live pins. The caller vouches for the death (for example: it reaped the
+    /// process).
+    pub unsafe fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
         if c >= self.consumers {
             return Err(RingError::Device(Error::InvalidOperation(
                 "reclaim_dead_consumer: no such consumer row",
@@ -299,13 +306,17 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
         let token = t.consumer_token(c);
-        let dead = |word: u64| ring_os::owner::liveness_raw(word) == ring_os::owner::Liveness::Dead;
+        let dead = |word: u64| {
+            OwnerId::new(word)
+                .is_none_or(|o| ring_os::owner::seen(o) == ring_os::owner::Seen::NotHere)
+        };
         if token == 0 || !dead(t.consumer_owner(c)) {
             return Ok(false);
         }
         let entry = self.ring.consumer_info(c).map_or(0, |i| i.owner);
         if let Some(o) = OwnerId::new(entry).filter(|o| dead(o.get())) {
-            reclaim_entry(&mut self.ring, c, o)?;
+            // SAFETY: the caller of `reclaim_dead_consumer` promised the consumer is dead.
+            unsafe { reclaim_entry(&mut self.ring, c, o) }?;
         }
         t.withdraw_consumer(c, token);
         for e in self.readers.events.remove_where(|k| k.0 == c) {
@@ -428,7 +439,8 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
                     .filter(|&c| {
                         t.consumer_token(c) != 0
                             && OwnerId::new(t.consumer_owner(c)).is_none_or(|o| {
-                                ring_os::owner::liveness(o) == ring_os::owner::Liveness::Alive
+                                // A pid guess: it only bounds how long we wait (see above).
+                                ring_os::owner::seen(o) != ring_os::owner::Seen::NotHere
                             })
                     })
                     .count()
@@ -460,12 +472,18 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
 
 /// The one call into ring-core's `Producer::reclaim` (kept in one place: its signature is
 /// about to change), for an entry whose owner process is dead.
-fn reclaim_entry<M: Memory>(
+///
+/// # Safety
+/// As `Producer::reclaim`: the entry's consumer is inside no call and holds no pin.
+unsafe fn reclaim_entry<M: Memory>(
     ring: &mut Producer<M>,
     c: usize,
     dead: OwnerId,
 ) -> Result<(), RingError> {
-    ring.reclaim(c, dead).map(drop).map_err(RingError::Ring)
+    // SAFETY: the caller's promise is `reclaim`'s.
+    unsafe { ring.reclaim(c, dead) }
+        .map(drop)
+        .map_err(RingError::Ring)
 }
 
 /// Bound on each wait of the teardown protocol (and on a departure's host sync).

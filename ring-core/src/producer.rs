@@ -169,6 +169,13 @@ impl<M: Memory> Producer<M> {
     /// process holds none). A live producer's `WriteSlot` would keep writing payload words that
     /// readers of the new producer's messages may have pinned as `&[u8]`.
     ///
+    /// ```compile_fail,E0133
+    /// use ring_core::{Config, HeapSegment, OwnerId, Producer};
+    /// let seg = HeapSegment::new(&Config::new(2, 16), OwnerId::new(1).unwrap()).unwrap();
+    /// let id = |n| OwnerId::new(n).unwrap();
+    /// let _ = Producer::take_over(&seg, id(2), id(1)); // error[E0133]: requires unsafe
+    /// ```
+    ///
     /// # Errors
     /// [`Error::OwnerMismatch`] when `dead` is not the current producer.
     pub unsafe fn take_over(mem: M, owner: OwnerId, dead: OwnerId) -> Result<Self, Error> {
@@ -600,6 +607,16 @@ impl<M: Memory> Producer<M> {
     /// The consumer registered in entry `index` is not inside a call on this ring and holds no
     /// [`Pinned`](crate::Pinned) (a dead process holds none). Clearing a live pin would let
     /// the next claim rewrite bytes behind its `&[u8]`.
+    ///
+    /// Safe code cannot reach it (the old safe `reclaim` let a live `Pinned`'s bytes be
+    /// rewritten):
+    ///
+    /// ```compile_fail,E0133
+    /// use ring_core::{Config, HeapSegment, OwnerId, Producer};
+    /// let seg = HeapSegment::new(&Config::new(2, 16), OwnerId::new(1).unwrap()).unwrap();
+    /// let mut p = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let _ = p.reclaim(0, OwnerId::new(2).unwrap()); // error[E0133]: requires unsafe
+    /// ```
     ///
     /// # Errors
     /// [`Error::NoSuchConsumer`], [`Error::OwnerMismatch`].

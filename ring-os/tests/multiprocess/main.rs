@@ -119,52 +119,41 @@ fn main() {
     if let Ok(role) = std::env::var(support::ROLE) {
         std::process::exit(roles::run(&role));
     }
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.iter().any(|a| a == "--list") {
-        for (name, _, _) in SCENARIOS {
-            println!("{name}: test");
-        }
-        return;
-    }
-    if args.iter().any(|a| a == "--ignored") {
-        // None of these is #[ignore]d: like libtest, run nothing.
-        println!("running 0 multi-process tests");
-        return;
-    }
-    let filter: Vec<&String> = args.iter().filter(|a| !a.starts_with('-')).collect();
-    let chosen: Vec<&Scenario> = SCENARIOS
+    let mut args = libtest_mimic::Arguments::from_args();
+    // The scenarios spawn process trees and time their recoveries: one at a time, unless the
+    // caller asks otherwise.
+    args.test_threads.get_or_insert(1);
+    let trials = SCENARIOS
         .iter()
-        .filter(|(name, _, _)| {
-            filter.is_empty() || filter.iter().any(|f| name.contains(f.as_str()))
+        .map(|&(name, body, budget)| {
+            libtest_mimic::Trial::test(name, move || watchdog(name, body, budget))
         })
         .collect();
-    println!("running {} multi-process tests", chosen.len());
-    let mut failed = Vec::new();
-    for &(name, body, budget) in chosen {
-        let start = Instant::now();
-        let (tx, rx) = std::sync::mpsc::channel();
-        let handle = std::thread::spawn(move || {
-            let ok = std::panic::catch_unwind(body).is_ok();
-            let _ = tx.send(ok);
-        });
-        match rx.recv_timeout(budget) {
-            Ok(true) => println!("test {name} ... ok ({:.2?})", start.elapsed()),
-            Ok(false) => {
-                println!("test {name} ... FAILED");
-                failed.push(name);
-            }
-            Err(_) => {
-                println!("test {name} ... FAILED (watchdog: over {budget:?})");
-                // Children have their own deadlines; the scenario thread cannot be stopped.
-                std::process::exit(101);
-            }
+    libtest_mimic::run(&args, trials).exit();
+}
+
+/// Runs `body` with a time budget; a scenario past it ends the whole binary (its thread cannot
+/// be stopped, and its children have their own deadlines).
+fn watchdog(name: &str, body: fn(), budget: Duration) -> Result<(), libtest_mimic::Failed> {
+    let start = Instant::now();
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let ok = std::panic::catch_unwind(body).is_ok();
+        let _ = tx.send(ok);
+    });
+    match rx.recv_timeout(budget) {
+        Ok(true) => {
+            let _ = handle.join();
+            println!("  {name}: {:.2?}", start.elapsed());
+            Ok(())
         }
-        let _ = handle.join();
-    }
-    if failed.is_empty() {
-        println!("test result: ok.");
-    } else {
-        println!("test result: FAILED. {failed:?}");
-        std::process::exit(101);
+        Ok(false) => {
+            let _ = handle.join();
+            Err("the scenario panicked (see above)".into())
+        }
+        Err(_) => {
+            println!("test {name} ... FAILED (watchdog: over {budget:?})");
+            std::process::exit(101);
+        }
     }
 }

@@ -157,12 +157,8 @@ impl RawMemory {
             });
         }
         let this = Self { base, geometry };
+        // Formats, then opens the init barrier (the Release store `attach` pairs with).
         crate::init::format(&this, creator);
-        // Release: the init barrier. Synchronises with the Acquire load in `attach`, which then
-        // sees every word `format` wrote.
-        this.header()
-            .init_state
-            .store(INIT_READY, Ordering::Release);
         Ok(this)
     }
 

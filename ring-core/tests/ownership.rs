@@ -120,6 +120,28 @@ fn a_leaked_pin_is_taken_back_by_the_next_read() {
     }
 }
 
+/// A leaked pin of a message the read reached by skipping others: the read that takes the pin
+/// back re-reads that message but must not count the skipped ones a second time.
+#[test]
+fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    // Four messages in two slots: 0 and 1 are overwritten before the consumer reads.
+    (0..4u8).for_each(|i| assert_eq!(p.try_publish(&[i]), Ok(u64::from(i))));
+    let m = c.try_pin().unwrap();
+    assert_eq!((m.seq(), m.missed()), (2, 2));
+    core::mem::forget(m);
+    let m = c.try_pin().unwrap();
+    assert_eq!(
+        (m.seq(), m.missed()),
+        (2, 0),
+        "the skipped messages were counted already"
+    );
+    drop(m);
+    assert_eq!((c.received(), c.missed(), c.cursor()), (1, 2, 3));
+}
+
 /// Bits of free entries (a peer's garbage, or a leak no drop cleaned) are cleared by the
 /// producer; bits of registered entries are not.
 #[test]

@@ -333,3 +333,72 @@ fn new_at_registers_into_the_given_entry_or_says_why_not() {
     let (_, e) = Consumer::new_at(&s, 4, DeliveryClass::Gating, id(3)).unwrap_err();
     assert_eq!(e, ring_core::Error::NoSuchConsumer { index: 4 });
 }
+
+/// Leaked pins taken back while the producer keeps claiming the slot, with no other
+/// synchronisation: the take-back (by the next read, `last` false, or by the drop, `last`
+/// true) must order the leaked pin's reads of the bytes before the producer's rewrite. Under
+/// Miri a Relaxed take-back is a data race on the pinned bytes.
+fn leaked_pins_race_the_producer(last: bool) {
+    let rounds: u8 = if cfg!(miri) { 6 } else { 200 };
+    let s = Arc::new(seg(1, 16));
+    let msg = |seq: u64| [seq as u8; 16];
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let reader_seg = Arc::clone(&s);
+    // Registered before the first publish, so the reader has something to read.
+    let mut c = Consumer::new(Arc::clone(&reader_seg), DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = 0u32;
+        for _ in 0..10_000_000u64 {
+            // Reads the pinned bytes, then leaks the pin.
+            let read = c.try_pin().map(|m| {
+                let whole = m.bytes() == msg(m.seq());
+                core::mem::forget(m);
+                whole
+            });
+            match read {
+                Ok(whole) => {
+                    assert!(whole, "pinned message torn");
+                    seen += 1;
+                    if last {
+                        // The drop takes the pin back; a new consumer reads on.
+                        drop(c);
+                        c = Consumer::new(Arc::clone(&reader_seg), DeliveryClass::SkipOnLag, id(2))
+                            .unwrap();
+                    }
+                }
+                Err(ReadError::Closed) => break,
+                Err(ReadError::Empty | ReadError::Lagging) => std::thread::yield_now(),
+                Err(e) => panic!("reader: {e}"),
+            }
+        }
+        seen
+    });
+    let mut seq = 0u64;
+    for _ in 0..10_000_000u64 {
+        if seq == u64::from(rounds) {
+            break;
+        }
+        match p.try_publish(&msg(seq)) {
+            Ok(_) => seq += 1,
+            Err(ClaimError::Pinned { .. }) => std::thread::yield_now(),
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+    assert_eq!(
+        seq,
+        u64::from(rounds),
+        "the producer was held back for good"
+    );
+    p.close();
+    assert!(reader.join().unwrap() > 0, "the reader saw nothing");
+}
+
+#[test]
+fn a_leaked_pin_taken_back_by_the_next_read_races_nothing() {
+    leaked_pins_race_the_producer(false);
+}
+
+#[test]
+fn a_leaked_pin_taken_back_by_the_drop_races_nothing() {
+    leaked_pins_race_the_producer(true);
+}

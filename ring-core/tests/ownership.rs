@@ -364,6 +364,15 @@ fn leaked_pins_race_the_producer(last: bool) {
                         drop(c);
                         c = Consumer::new(Arc::clone(&reader_seg), DeliveryClass::SkipOnLag, id(2))
                             .unwrap();
+                    } else {
+                        // The next read takes the pin back, then consumes the message by copy
+                        // (a pin would re-pin the same message and starve the producer).
+                        let mut buf = [0u8; 16];
+                        match c.try_copy(&mut buf) {
+                            Ok(_) | Err(ReadError::Empty | ReadError::Lagging) => {}
+                            Err(ReadError::Closed) => break,
+                            Err(e) => panic!("reader: {e}"),
+                        }
                     }
                 }
                 Err(ReadError::Closed) => break,

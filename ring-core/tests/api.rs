@@ -187,12 +187,10 @@ fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
     // SAFETY: as above.
     let r = unsafe { p.reclaim(dead_index, id(2)) }.unwrap();
     assert_eq!((r.pins_cleared, r.was_registered, r.cursor), (1, true, 0));
-    // Idempotent. SAFETY: as above.
-    assert!(
-        !unsafe { p.reclaim(dead_index, id(2)) }
-            .unwrap()
-            .was_registered
-    );
+    // Idempotent.
+    // SAFETY: as above.
+    let again = unsafe { p.reclaim(dead_index, id(2)) }.unwrap();
+    assert!(!again.was_registered);
     assert_eq!(
         consumer_info(&s, dead_index).unwrap().state,
         EntryState::Free

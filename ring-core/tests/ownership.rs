@@ -376,7 +376,7 @@ fn leaked_pins_race_the_producer(last: bool) {
                     }
                 }
                 Err(ReadError::Closed) => break,
-                Err(ReadError::Empty | ReadError::Lagging) => std::thread::yield_now(),
+                Err(ReadError::Empty | ReadError::Lagging) => spin_loop(),
                 Err(e) => panic!("reader: {e}"),
             }
         }
@@ -389,7 +389,7 @@ fn leaked_pins_race_the_producer(last: bool) {
         }
         match p.try_publish(&msg(seq)) {
             Ok(_) => seq += 1,
-            Err(ClaimError::Pinned { .. }) => std::thread::yield_now(),
+            Err(ClaimError::Pinned { .. }) => spin_loop(),
             Err(e) => panic!("producer: {e}"),
         }
     }

@@ -161,7 +161,11 @@ pub enum Op {
     },
     /// The adversarial liveness oracle, producer side: a new producer takes over from the
     /// current one, which is in fact alive (holding no claim) and keeps its handle.
-    TakeOverLive,
+    TakeOverLive {
+        /// The new producer has the same owner id (a second handle of one process): only the
+        /// epoch tells them apart.
+        same_owner: bool,
+    },
     /// A displaced producer makes a call: claims and publishes fail with `Displaced`, close
     /// and drop do nothing; the ring does not change.
     Displaced {
@@ -585,10 +589,10 @@ impl Model {
                 n => self.register(class, self.victims[which as usize % n]),
             },
             // The live producer holds a claim: the contract forbids taking over then.
-            Op::TakeOverLive if self.claim.is_some() => Outcome::Skipped,
-            Op::TakeOverLive => {
+            Op::TakeOverLive { .. } if self.claim.is_some() => Outcome::Skipped,
+            Op::TakeOverLive { same_owner } => {
                 self.closed = false;
-                self.producer_owner += 1;
+                self.producer_owner += u64::from(!same_owner);
                 self.epoch = self.epoch.wrapping_add(1);
                 self.displaced += 1;
                 Outcome::TookOver

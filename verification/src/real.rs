@@ -217,7 +217,7 @@ impl<'s, M: Memory> Real<'s, M> {
             },
             Op::ReclaimLive { consumer } => self.reclaim_live(self.index(consumer), model),
             Op::Victim { which, call } => self.victim(which, call),
-            Op::TakeOverLive => self.take_over_live(),
+            Op::TakeOverLive { same_owner } => self.take_over_live(same_owner),
             Op::Displaced { which, call } => self.displaced(which, call),
             Op::ForgetPin { consumer } => {
                 let i = self.index(consumer);
@@ -379,20 +379,20 @@ impl<'s, M: Memory> Real<'s, M> {
     }
 
     /// [`Op::TakeOverLive`]: the current producer keeps its handle; a new one takes over.
-    fn take_over_live(&mut self) -> Outcome {
+    fn take_over_live(&mut self, same_owner: bool) -> Outcome {
         match self.producer.as_ref() {
             Some(p) if p.guard.is_none() => {}
             // A held claim: the contract forbids the take-over (the model skips too).
             _ => return Outcome::Skipped,
         }
-        let dead = owner(self.producer_owner);
-        let new = owner(self.producer_owner + 1);
+        let next = self.producer_owner + u64::from(!same_owner);
+        let (dead, new) = (owner(self.producer_owner), owner(next));
         // SAFETY: the displaced producer is between calls (this thread makes them all) and
         // holds no `WriteSlot` (checked above).
         match unsafe { Producer::take_over(self.mem, new, dead) } {
             Ok(p) => {
                 self.displaced.extend(self.producer.replace(Held::new(p)));
-                self.producer_owner += 1;
+                self.producer_owner = next;
                 Outcome::TookOver
             }
             Err(e) => Outcome::RegisterFailed(e),

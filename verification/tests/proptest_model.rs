@@ -54,7 +54,7 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         1 => c.clone().prop_map(|consumer| Op::ReclaimLive { consumer }),
         2 => (any::<u8>(), victim_call()).prop_map(|(which, call)| Op::Victim { which, call }),
         1 => (class(), any::<u8>()).prop_map(|(class, which)| Op::RegisterAs { class, which }),
-        1 => Just(Op::TakeOverLive),
+        1 => any::<bool>().prop_map(|same_owner| Op::TakeOverLive { same_owner }),
         1 => (any::<u8>(), displaced_call())
             .prop_map(|(which, call)| Op::Displaced { which, call }),
         2 => c.prop_map(|consumer| Op::ForgetPin { consumer }),

@@ -272,6 +272,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
     // segment's, e.g. ABI version 0 while the creator is still writing the header, a hard
     // error where "not initialised yet" (retry) is the truth.
     let state = h.init_state.load(Ordering::Acquire);
+    // Relaxed: ordered by the barrier load above when it read READY; otherwise only compared.
     let magic = h.magic.load(Ordering::Relaxed);
     if magic != MAGIC {
         return Err(AttachError::BadMagic { found: magic });

@@ -170,7 +170,9 @@ fn sweep_of_free_bits_races_a_registering_pinner() {
         }
         let (mut p, r) = t.join().unwrap();
         match r {
-            Ok(1) => {}
+            // Published, or refused while the sweep cleared a bit a free entry held (the
+            // consumer had left by then): a transient refusal, retried below.
+            Ok(1) | Err(ClaimError::Pinned { readers: 0, .. }) => {}
             // Held off twice by the registered consumer's bit (its pin, or the garbage bit its
             // entry now owns until its drop takes it back).
             Err(ClaimError::Pinned { readers: 1, .. }) => {

@@ -2,7 +2,8 @@
 # Mutation check: proves the verification suite can fail.
 #
 # Copies the workspace to a scratch directory (target/mutants/src), then for each mutant in
-# verification/mutants.txt applies ONE textual change to the scratch copy of ring-core, runs
+# verification/mutants.txt applies ONE textual change to the scratch copy of ring-core or
+# ring-os (both are restored from pristine copies before every mutant), runs
 # the test layers the mutant names, and counts it caught when any of them fails. The real tree
 # is never modified. Prints caught/total and names every survivor; exits non-zero if any
 # mutant survived or could not be applied.
@@ -22,7 +23,9 @@
 #   conformance     conformance suite (heap, owned, ring-os memfd)
 #   miri[=FILTER]   conformance under Miri (threaded_stress, data races)
 #   miri-alloc      tests/alloc_race.rs under Miri (weak-memory emulation of the allocator snapshot)
-#   core            ring-core's own unit and integration tests
+#   miri-core=FILTER  ring-core's tests/ownership.rs under Miri, tests matching FILTER
+#   core[=TEST]     ring-core's own unit and integration tests (only tests/TEST.rs when given)
+#   os=TEST         ring-os's tests/TEST.rs
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
 
@@ -40,8 +43,11 @@ rm -rf "$src"
 mkdir -p "$src"
 # Everything cargo needs to load the workspace; no target, no git, no fuzz (excluded).
 tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -C "$src" -xf -
-rm -rf "$work/ring-core.orig"
-cp -a "$src/ring-core" "$work/ring-core.orig"
+mutable=(ring-core ring-os)
+for crate in "${mutable[@]}"; do
+    rm -rf "$work/$crate.orig"
+    cp -a "$src/$crate" "$work/$crate.orig"
+done
 
 run_layer() {
     local layer=$1 name=${1%%=*} arg=
@@ -50,7 +56,7 @@ run_layer() {
         loom)
             RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$work/t-loom" \
                 cargo test -q -j "$jobs" -p ring-verification --release \
-                --test loom_ring --test loom_alloc_wait -- ${arg:+"$arg"} ;;
+                --test loom_ring --test loom_alloc_wait --test loom_ownership -- ${arg:+"$arg"} ;;
         shuttle)
             RUSTFLAGS="--cfg ring_shuttle" SHUTTLE_SILENCE_WARNINGS=1 SHUTTLE_ITERATIONS=300 \
                 CARGO_TARGET_DIR="$work/t-shuttle" \
@@ -68,8 +74,15 @@ run_layer() {
         miri-alloc)
             MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
                 cargo +nightly miri test -q -j "$jobs" -p ring-verification --test alloc_race ;;
+        miri-core)
+            MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
+                cargo +nightly miri test -q -j "$jobs" -p ring-core --test ownership -- "$arg" ;;
         core)
-            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-core --release ;;
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-core --release \
+                ${arg:+--test "$arg"} ;;
+        os)
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-os --release \
+                --test "$arg" ;;
         clippy)
             CARGO_TARGET_DIR="$work/t-clippy" cargo clippy -q -j "$jobs" -p ring-core -- -D warnings ;;
         *) echo "unknown layer $name" >&2; return 2 ;;
@@ -84,7 +97,9 @@ while IFS= read -r line; do
     id=$(awk -F' ;; ' '{print $1}' <<<"$line")
     [[ $id =~ $filter ]] || continue
     total=$((total + 1))
-    rm -rf "$src/ring-core" && cp -a "$work/ring-core.orig" "$src/ring-core"
+    for crate in "${mutable[@]}"; do
+        rm -rf "${src:?}/$crate" && cp -a "$work/$crate.orig" "$src/$crate"
+    done
     if ! python3 - "$src" "$line" <<'EOF'
 import sys
 src, line = sys.argv[1], sys.argv[2]

@@ -379,6 +379,9 @@ impl<M: Memory> Consumer<M> {
             match attempt(self, seq) {
                 Ok(got) => {
                     self.missed_total += missed;
+                    // The skipped messages are counted: step past them now, so a read after a
+                    // leaked pin (which never advances) does not count them a second time.
+                    self.next = seq;
                     return Ok((seq, missed, got));
                 }
                 Err(Miss::Overrun) => {

@@ -1,13 +1,15 @@
 //! Formatting a fresh segment (the creator's side of the init barrier).
 
-use crate::layout::{ABI_VERSION, LAYOUT_FINGERPRINT, MAGIC};
+use crate::layout::{ABI_VERSION, INIT_READY, LAYOUT_FINGERPRINT, MAGIC};
 use crate::memory::Memory;
 use crate::owner::OwnerId;
 use crate::sync::Ordering;
 
-/// Writes every shared word of a new segment. The caller opens the init barrier afterwards with
-/// a Release store of `INIT_READY`; until then no attacher reads these words, so Relaxed stores
-/// suffice here.
+/// Writes every shared word of a new segment, then opens the init barrier with a Release store
+/// of `INIT_READY`; until then no attacher reads these words, so Relaxed stores suffice here.
+/// The one copy of the creator's side of the barrier: `RawMemory::initialize` and
+/// `OwnedSegment` (the loom backend) both call it, so the loom model of the barrier
+/// (`verification/tests/loom_ownership.rs`) checks the production code.
 pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     let g = *mem.geometry();
     let h = mem.header();
@@ -86,4 +88,7 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
             "allocator region sized by region_len must format"
         );
     }
+    // Release: the init barrier. Synchronises with the Acquire load of `init_state` in
+    // `memory::validate_header`, after which an attacher sees every word written above.
+    h.init_state.store(INIT_READY, Ordering::Release);
 }

@@ -157,12 +157,8 @@ impl RawMemory {
             });
         }
         let this = Self { base, geometry };
+        // Formats, then opens the init barrier (the Release store `attach` pairs with).
         crate::init::format(&this, creator);
-        // Release: the init barrier. Synchronises with the Acquire load in `attach`, which then
-        // sees every word `format` wrote.
-        this.header()
-            .init_state
-            .store(INIT_READY, Ordering::Release);
         Ok(this)
     }
 
@@ -270,22 +266,27 @@ unsafe impl Memory for RawMemory {
 
 /// Validates untrusted header fields against `len` available bytes and returns the geometry.
 pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry, AttachError> {
+    // Acquire: the init barrier; synchronises with the creator's Release store at the end of
+    // `init::format`, so every field read below is the creator's. Loaded before every other
+    // field (though checked after the magic): a field loaded first could be a half-formatted
+    // segment's, e.g. ABI version 0 while the creator is still writing the header, a hard
+    // error where "not initialised yet" (retry) is the truth.
+    let state = h.init_state.load(Ordering::Acquire);
+    // Relaxed: ordered by the barrier load above when it read READY; otherwise only compared.
     let magic = h.magic.load(Ordering::Relaxed);
     if magic != MAGIC {
         return Err(AttachError::BadMagic { found: magic });
     }
+    if state != INIT_READY {
+        return Err(AttachError::NotInitialized { state });
+    }
+    // Relaxed (this and every load below): ordered by the init barrier above.
     let abi = h.abi_version.load(Ordering::Relaxed);
     if abi != ABI_VERSION {
         return Err(AttachError::AbiMismatch {
             found: abi,
             expected: ABI_VERSION,
         });
-    }
-    // Acquire: the init barrier; synchronises with the creator's Release store in `initialize`,
-    // so the geometry fields read below are the creator's.
-    let state = h.init_state.load(Ordering::Acquire);
-    if state != INIT_READY {
-        return Err(AttachError::NotInitialized { state });
     }
     let fingerprint = h.fingerprint.load(Ordering::Relaxed);
     if fingerprint != LAYOUT_FINGERPRINT {

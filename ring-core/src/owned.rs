@@ -1,12 +1,12 @@
 //! A segment made of typed values in ordinary collections: the backend loom can model, and a
 //! second in-process backend for the conformance suite.
 
-use crate::error::LayoutError;
+use crate::error::{AttachError, LayoutError};
 use crate::geometry::{Config, Geometry};
-use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader, INIT_READY};
+use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use crate::memory::Memory;
 use crate::owner::OwnerId;
-use crate::sync::{new_u32, new_u64, AtomicU64, Ordering};
+use crate::sync::{new_u32, new_u64, AtomicU64};
 use alloc_crate::boxed::Box;
 use alloc_crate::vec::Vec;
 
@@ -67,6 +67,19 @@ impl OwnedSegment {
     /// # Errors
     /// [`LayoutError`] when the config is invalid.
     pub fn new(config: &Config, creator: OwnerId) -> Result<Self, LayoutError> {
+        let this = Self::unformatted(config)?;
+        this.initialize(creator);
+        Ok(this)
+    }
+
+    /// Builds a segment for `config` that is not formatted yet: every word is zero (no magic,
+    /// `init_state` is [`INIT_NONE`](crate::layout::INIT_NONE)), as a fresh mapping looks to an
+    /// attacher before its creator formats it. [`initialize`](Self::initialize) formats it.
+    /// For models of the init barrier (a creator formatting while another thread attaches).
+    ///
+    /// # Errors
+    /// [`LayoutError`] when the config is invalid.
+    pub fn unformatted(config: &Config) -> Result<Self, LayoutError> {
         let geometry = Geometry::new(config)?;
         let header = Box::new(SegmentHeader {
             magic: new_u64(0),
@@ -111,10 +124,24 @@ impl OwnedSegment {
             alloc: words(geometry.alloc_region().1 / 8),
             geometry,
         };
-        crate::init::format(&this, creator);
-        // Release: the init barrier (see `RawMemory::initialize`).
-        this.header.init_state.store(INIT_READY, Ordering::Release);
         Ok(this)
+    }
+
+    /// Formats the segment for `creator` and opens the init barrier: the same code
+    /// [`RawMemory::initialize`](crate::RawMemory::initialize) runs. Call it once, on a segment
+    /// from [`unformatted`](Self::unformatted) (on a segment in use it resets every word).
+    pub fn initialize(&self, creator: OwnerId) {
+        crate::init::format(self, creator);
+    }
+
+    /// Validates the header as [`RawMemory::attach`](crate::RawMemory::attach) does (the same
+    /// function, every word untrusted) and returns the geometry it describes.
+    ///
+    /// # Errors
+    /// [`AttachError`] names the first thing found wrong (`BadMagic` or `NotInitialized` while
+    /// the creator has not opened the init barrier yet).
+    pub fn attach_check(&self) -> Result<Geometry, AttachError> {
+        crate::memory::validate_header(&self.header, self.geometry.total_len)
     }
 }
 

@@ -1,7 +1,7 @@
 //! Attaching to corrupt bytes: each header field corrupted in turn gives its specific error.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
-use ring_core::layout::{SegmentHeader, ABI_VERSION, LAYOUT_FINGERPRINT, MAGIC};
+use ring_core::layout::{SegmentHeader, ABI_VERSION, INIT_BUSY, LAYOUT_FINGERPRINT, MAGIC};
 use ring_core::{AttachError, Config, HeapSegment, LayoutError, Memory, OwnerId};
 use std::mem::offset_of;
 
@@ -282,5 +282,19 @@ fn random_garbage_never_panics() {
     assert!(
         refused > rounds / 2,
         "only {refused} of {rounds} corrupt headers were refused"
+    );
+}
+
+/// A header caught while its creator formats it (magic written, ABI version not yet, the init
+/// barrier closed) is "not initialised yet", which openers retry, not an ABI mismatch: the
+/// barrier is loaded before every other field.
+#[test]
+fn a_half_formatted_header_is_not_initialized_yet() {
+    let mut b = good();
+    put_u32(&mut b, offset_of!(SegmentHeader, abi_version), 0);
+    put_u32(&mut b, offset_of!(SegmentHeader, init_state), INIT_BUSY);
+    assert_eq!(
+        attach(&b).err(),
+        Some(AttachError::NotInitialized { state: INIT_BUSY })
     );
 }

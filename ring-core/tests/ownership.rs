@@ -120,6 +120,28 @@ fn a_leaked_pin_is_taken_back_by_the_next_read() {
     }
 }
 
+/// A leaked pin of a message the read reached by skipping others: the read that takes the pin
+/// back re-reads that message but must not count the skipped ones a second time.
+#[test]
+fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
+    let s = seg(2, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    // Four messages in two slots: 0 and 1 are overwritten before the consumer reads.
+    (0..4u8).for_each(|i| assert_eq!(p.try_publish(&[i]), Ok(u64::from(i))));
+    let m = c.try_pin().unwrap();
+    assert_eq!((m.seq(), m.missed()), (2, 2));
+    core::mem::forget(m);
+    let m = c.try_pin().unwrap();
+    assert_eq!(
+        (m.seq(), m.missed()),
+        (2, 0),
+        "the skipped messages were counted already"
+    );
+    drop(m);
+    assert_eq!((c.received(), c.missed(), c.cursor()), (1, 2, 3));
+}
+
 /// Bits of free entries (a peer's garbage, or a leak no drop cleaned) are cleared by the
 /// producer; bits of registered entries are not.
 #[test]
@@ -440,4 +462,82 @@ fn loans_are_sound_in_pin_only_rings_and_refused_elsewhere() {
         Some(n - 1),
         "the gating copy reader saw every message"
     );
+}
+
+/// Leaked pins taken back while the producer keeps claiming the slot, with no other
+/// synchronisation: the take-back (by the next read, `last` false, or by the drop, `last`
+/// true) must order the leaked pin's reads of the bytes before the producer's rewrite. Under
+/// Miri a Relaxed take-back is a data race on the pinned bytes.
+fn leaked_pins_race_the_producer(last: bool) {
+    let rounds: u8 = if cfg!(miri) { 6 } else { 200 };
+    let s = Arc::new(seg(1, 16));
+    let msg = |seq: u64| [seq as u8; 16];
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let reader_seg = Arc::clone(&s);
+    // Registered before the first publish, so the reader has something to read.
+    let mut c = Consumer::new(Arc::clone(&reader_seg), DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut seen = 0u32;
+        for _ in 0..10_000_000u64 {
+            // Reads the pinned bytes, then leaks the pin.
+            let read = c.try_pin().map(|m| {
+                let whole = m.bytes() == msg(m.seq());
+                core::mem::forget(m);
+                whole
+            });
+            match read {
+                Ok(whole) => {
+                    assert!(whole, "pinned message torn");
+                    seen += 1;
+                    if last {
+                        // The drop takes the pin back; a new consumer reads on.
+                        drop(c);
+                        c = Consumer::new(Arc::clone(&reader_seg), DeliveryClass::SkipOnLag, id(2))
+                            .unwrap();
+                    } else {
+                        // The next read takes the pin back, then consumes the message by copy
+                        // (a pin would re-pin the same message and starve the producer).
+                        let mut buf = [0u8; 16];
+                        match c.try_copy(&mut buf) {
+                            Ok(_) | Err(ReadError::Empty | ReadError::Lagging) => {}
+                            Err(ReadError::Closed) => break,
+                            Err(e) => panic!("reader: {e}"),
+                        }
+                    }
+                }
+                Err(ReadError::Closed) => break,
+                Err(ReadError::Empty | ReadError::Lagging) => spin_loop(),
+                Err(e) => panic!("reader: {e}"),
+            }
+        }
+        seen
+    });
+    let mut seq = 0u64;
+    for _ in 0..10_000_000u64 {
+        if seq == u64::from(rounds) {
+            break;
+        }
+        match p.try_publish(&msg(seq)) {
+            Ok(_) => seq += 1,
+            Err(ClaimError::Pinned { .. }) => spin_loop(),
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+    assert_eq!(
+        seq,
+        u64::from(rounds),
+        "the producer was held back for good"
+    );
+    p.close();
+    assert!(reader.join().unwrap() > 0, "the reader saw nothing");
+}
+
+#[test]
+fn a_leaked_pin_taken_back_by_the_next_read_races_nothing() {
+    leaked_pins_race_the_producer(false);
+}
+
+#[test]
+fn a_leaked_pin_taken_back_by_the_drop_races_nothing() {
+    leaked_pins_race_the_producer(true);
 }

@@ -48,6 +48,30 @@ pub enum FreeMode {
     Stale,
 }
 
+/// A call made by a consumer that was reclaimed while alive ([`Op::ReclaimLive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub enum VictimCall {
+    /// `try_pin`.
+    Pin,
+    /// `try_copy` into a slot-sized buffer.
+    Copy,
+    /// Drops the handle.
+    Drop,
+}
+
+/// A call made by a producer that was taken over while alive ([`Op::TakeOverLive`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
+pub enum DisplacedCall {
+    /// `try_claim`.
+    Claim,
+    /// `try_publish`.
+    Publish,
+    /// `close`.
+    Close,
+    /// Drops the handle.
+    Drop,
+}
+
 /// One step of a test: an operation of the producer, a consumer or the allocator.
 ///
 /// Consumer operations name a consumer-table index (`consumer % consumers`); an operation that
@@ -112,6 +136,50 @@ pub enum Op {
     Close,
     /// The producer dies (claim and all) and a new one takes over.
     TakeOver,
+    /// The adversarial liveness oracle: the producer reclaims a consumer that is in fact alive
+    /// (between calls, holding no `Pinned`; a leaked pin is allowed), as its right owner. The
+    /// victim keeps its handle; the entry is free for others.
+    ReclaimLive {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// A reclaimed-while-alive consumer makes a call: it must fail with `Evicted` (or, for a
+    /// drop, do nothing) and change nothing in the ring.
+    Victim {
+        /// Which victim (index into the victims, modulo their number).
+        which: u8,
+        /// The call.
+        call: VictimCall,
+    },
+    /// A consumer registers with a victim's owner id (two consumers of one process): no call
+    /// of the victim may disturb it.
+    RegisterAs {
+        /// Its delivery class.
+        class: Class,
+        /// Which victim's owner id.
+        which: u8,
+    },
+    /// The adversarial liveness oracle, producer side: a new producer takes over from the
+    /// current one, which is in fact alive (holding no claim) and keeps its handle.
+    TakeOverLive {
+        /// The new producer has the same owner id (a second handle of one process): only the
+        /// epoch tells them apart.
+        same_owner: bool,
+    },
+    /// A displaced producer makes a call: claims and publishes fail with `Displaced`, close
+    /// and drop do nothing; the ring does not change.
+    Displaced {
+        /// Which displaced producer (modulo their number).
+        which: u8,
+        /// The call.
+        call: DisplacedCall,
+    },
+    /// Consumer leaks its pin (`mem::forget`): the bit stays until its next read or its drop
+    /// takes it back.
+    ForgetPin {
+        /// Consumer-table index.
+        consumer: u8,
+    },
     /// Allocates `len` bytes for `owner % 4`.
     Alloc {
         /// Requested bytes.
@@ -184,6 +252,8 @@ pub enum Outcome {
     Closed,
     /// A new producer took over.
     TookOver,
+    /// A pin was leaked.
+    Leaked,
     /// An allocation.
     Alloc(Result<Allocation, AllocError>),
     /// A bounded write: the in-bounds part's result, then the overflowing part's.
@@ -280,6 +350,8 @@ pub struct ModelConsumer {
     pub missed: u64,
     /// The held pin: (slot, seq).
     pub pin: Option<(usize, u64)>,
+    /// The pin was leaked (`mem::forget`): its bit stays, but no `Pinned` exists.
+    pub leaked: bool,
 }
 
 /// The producer's claim in the model.
@@ -315,6 +387,12 @@ pub struct Model {
     pub closed: bool,
     /// Current producer owner id.
     pub producer_owner: u64,
+    /// The producer line's epoch (bumped by every producer start).
+    pub epoch: u32,
+    /// Owner ids of consumers reclaimed while alive that still hold their handles.
+    pub victims: Vec<u64>,
+    /// Producers taken over while alive that still hold their handles.
+    pub displaced: usize,
     /// The claim in progress.
     pub claim: Option<ModelClaim>,
     /// Slots.
@@ -367,6 +445,9 @@ impl Model {
             head: 0,
             closed: false,
             producer_owner: PRODUCER_OWNER,
+            epoch: 1,
+            victims: Vec::new(),
+            displaced: 0,
             claim: None,
             slots: (0..cfg.slots)
                 .map(|_| ModelSlot {
@@ -447,7 +528,7 @@ impl Model {
             Op::Unpin { consumer } => {
                 let i = self.index(consumer);
                 match &mut self.consumers[i] {
-                    Some(c) if c.alive && c.pin.is_some() => {
+                    Some(c) if c.alive && c.pin.is_some() && !c.leaked => {
                         let (_, seq) = c.pin.take().unwrap_or_default();
                         advance(c, seq);
                         Outcome::Unpinned
@@ -455,7 +536,7 @@ impl Model {
                     _ => Outcome::Skipped,
                 }
             }
-            Op::Register { class } => self.register(class),
+            Op::Register { class } => self.register(class, self.next_consumer_owner()),
             Op::Deregister { consumer } => {
                 let i = self.index(consumer);
                 match &self.consumers[i] {
@@ -487,7 +568,58 @@ impl Model {
                 self.claim = None;
                 self.closed = false;
                 self.producer_owner += 1;
+                self.epoch = self.epoch.wrapping_add(1);
                 Outcome::TookOver
+            }
+            Op::ReclaimLive { consumer } => self.reclaim_live(self.index(consumer)),
+            Op::Victim { which, call } => {
+                if self.victims.is_empty() {
+                    return Ok(Outcome::Skipped);
+                }
+                match call {
+                    VictimCall::Pin | VictimCall::Copy => Outcome::ReadFailed(ReadError::Evicted),
+                    VictimCall::Drop => {
+                        self.victims.remove(which as usize % self.victims.len());
+                        Outcome::Gone
+                    }
+                }
+            }
+            Op::RegisterAs { class, which } => match self.victims.len() {
+                0 => Outcome::Skipped,
+                n => self.register(class, self.victims[which as usize % n]),
+            },
+            // The live producer holds a claim: the contract forbids taking over then.
+            Op::TakeOverLive { .. } if self.claim.is_some() => Outcome::Skipped,
+            Op::TakeOverLive { same_owner } => {
+                self.closed = false;
+                self.producer_owner += u64::from(!same_owner);
+                self.epoch = self.epoch.wrapping_add(1);
+                self.displaced += 1;
+                Outcome::TookOver
+            }
+            Op::Displaced { .. } if self.displaced == 0 => Outcome::Skipped,
+            Op::Displaced { call, .. } => match call {
+                DisplacedCall::Claim | DisplacedCall::Publish => {
+                    Outcome::ClaimFailed(ClaimError::Displaced {
+                        owner: self.producer_owner,
+                        epoch: self.epoch,
+                    })
+                }
+                DisplacedCall::Close => Outcome::Closed,
+                DisplacedCall::Drop => {
+                    self.displaced -= 1;
+                    Outcome::Gone
+                }
+            },
+            Op::ForgetPin { consumer } => {
+                let i = self.index(consumer);
+                match &mut self.consumers[i] {
+                    Some(c) if c.alive && c.pin.is_some() && !c.leaked => {
+                        c.leaked = true;
+                        Outcome::Leaked
+                    }
+                    _ => Outcome::Skipped,
+                }
             }
             Op::Alloc { len, owner } => self.alloc(u64::from(len), owner, observed)?,
             Op::AllocWrite { which, seed, extra } => self.alloc_write(which, seed, extra),
@@ -572,8 +704,13 @@ impl Model {
 
     /// A pin (`buf == None`) or a copy into `buf` bytes.
     fn read(&mut self, i: usize, buf: Option<usize>) -> Outcome {
-        match &self.consumers[i] {
+        match &mut self.consumers[i] {
             Some(c) if c.alive && c.pin.is_none() => {}
+            Some(c) if c.alive && c.leaked => {
+                // The read takes the leaked pin back first (the message is not consumed).
+                c.pin = None;
+                c.leaked = false;
+            }
             _ => return Outcome::Skipped,
         }
         let n = self.slots.len() as u64;
@@ -622,6 +759,8 @@ impl Model {
             if buf.is_some() {
                 advance(c, seq);
             } else {
+                // The skipped messages are counted: a read after a leak starts at `seq`.
+                c.next = seq;
                 c.pin = Some((slot, seq));
             }
             return out;
@@ -632,14 +771,14 @@ impl Model {
         Outcome::ReadFailed(ReadError::Lagging)
     }
 
-    fn register(&mut self, class: Class) -> Outcome {
+    fn register(&mut self, class: Class, owner: u64) -> Outcome {
         let Some(i) = self.consumers.iter().position(Option::is_none) else {
             return Outcome::RegisterFailed(Error::ConsumerTableFull {
                 capacity: self.cfg.consumers,
             });
         };
         self.consumers[i] = Some(ModelConsumer {
-            owner: self.next_consumer_owner(),
+            owner,
             class,
             alive: true,
             next: self.head,
@@ -648,6 +787,7 @@ impl Model {
             received: 0,
             missed: 0,
             pin: None,
+            leaked: false,
         });
         self.registrations += 1;
         Outcome::Registered(i)
@@ -667,17 +807,36 @@ impl Model {
                 was_registered: false,
             })),
             Some(c) if c.alive => Outcome::Reclaim(Err(Error::OwnerMismatch { found: c.owner })),
-            Some(c) => {
-                let r = Reclaimed {
-                    index: i,
-                    owner: c.owner,
-                    pins_cleared: u32::from(c.pin.is_some()),
-                    cursor: c.cursor,
-                    was_registered: true,
-                };
-                self.consumers[i] = None;
-                Outcome::Reclaim(Ok(r))
+            Some(_) => self.free_reclaimed(i),
+        }
+    }
+
+    /// Frees taken entry `i` as a reclaim does and reports what the reclaim returns.
+    fn free_reclaimed(&mut self, i: usize) -> Outcome {
+        let Some(c) = self.consumers[i].take() else {
+            return Outcome::Skipped;
+        };
+        Outcome::Reclaim(Ok(Reclaimed {
+            index: i,
+            owner: c.owner,
+            pins_cleared: u32::from(c.pin.is_some()),
+            cursor: c.cursor,
+            was_registered: true,
+        }))
+    }
+
+    /// [`Op::ReclaimLive`]: a live consumer that holds no `Pinned` (a leaked pin is allowed),
+    /// reclaimed as its right owner. The victim keeps its handle.
+    fn reclaim_live(&mut self, i: usize) -> Outcome {
+        if self.claim.is_some() {
+            return Outcome::Skipped;
+        }
+        match &self.consumers[i] {
+            Some(c) if c.alive && (c.pin.is_none() || c.leaked) => {
+                self.victims.push(c.owner);
+                self.free_reclaimed(i)
             }
+            _ => Outcome::Skipped,
         }
     }
 

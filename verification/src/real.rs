@@ -2,7 +2,9 @@
 //! the segment's allocator, over any [`Memory`], driven by [`Op`]s.
 
 use crate::ensure;
-use crate::model::{pattern, Model, Op, Outcome, CONSUMER_OWNER_BASE, PRODUCER_OWNER};
+use crate::model::{
+    pattern, DisplacedCall, Model, Op, Outcome, VictimCall, CONSUMER_OWNER_BASE, PRODUCER_OWNER,
+};
 use crate::model::{Failure, ALLOC_OWNERS};
 use ring_core::alloc::{AllocError, Allocator};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
@@ -101,6 +103,10 @@ pub struct Real<'s, M: Memory> {
     producer_owner: u64,
     consumers: Vec<Option<ConsumerCell<'s, M>>>,
     registrations: u64,
+    /// Consumers reclaimed while alive, still holding their handles ([`Op::ReclaimLive`]).
+    victims: Vec<ConsumerCell<'s, M>>,
+    /// Producers taken over while alive, still holding their handles ([`Op::TakeOverLive`]).
+    displaced: Vec<ProducerCell<'s, M>>,
     alloc: Option<Allocator<'s>>,
 }
 
@@ -128,6 +134,8 @@ impl<'s, M: Memory> Real<'s, M> {
             producer_owner: PRODUCER_OWNER,
             consumers: (0..mem.geometry().consumers()).map(|_| None).collect(),
             registrations: 0,
+            victims: Vec::new(),
+            displaced: Vec::new(),
             alloc,
         })
     }
@@ -201,20 +209,24 @@ impl<'s, M: Memory> Real<'s, M> {
                 }
             }
             Op::Register { class } => {
-                let id = owner(CONSUMER_OWNER_BASE + self.registrations);
-                match Consumer::new(self.mem, class.into(), id) {
-                    Ok(c) => {
-                        self.registrations += 1;
-                        let i = c.index();
-                        if self.consumers[i].is_some() {
-                            // The model will disagree; keep the old handle to report it.
-                            std::mem::forget(c);
-                        } else {
-                            self.consumers[i] = Some(Held::new(c));
-                        }
-                        Outcome::Registered(i)
+                self.register(class, owner(CONSUMER_OWNER_BASE + self.registrations))
+            }
+            Op::RegisterAs { class, which } => match model.victims.len() {
+                0 => Outcome::Skipped,
+                n => self.register(class, owner(model.victims[which as usize % n])),
+            },
+            Op::ReclaimLive { consumer } => self.reclaim_live(self.index(consumer), model),
+            Op::Victim { which, call } => self.victim(which, call),
+            Op::TakeOverLive { same_owner } => self.take_over_live(same_owner),
+            Op::Displaced { which, call } => self.displaced(which, call),
+            Op::ForgetPin { consumer } => {
+                let i = self.index(consumer);
+                match self.consumers[i].as_mut().and_then(|c| c.guard.take()) {
+                    Some(pin) => {
+                        std::mem::forget(pin);
+                        Outcome::Leaked
                     }
-                    Err(e) => Outcome::RegisterFailed(e),
+                    None => Outcome::Skipped,
                 }
             }
             Op::Deregister { consumer } => match self.take_consumer(consumer) {
@@ -298,6 +310,123 @@ impl<'s, M: Memory> Real<'s, M> {
                         .map(|f| (f.count, f.bytes)),
                 ),
             },
+        }
+    }
+
+    fn register(&mut self, class: crate::model::Class, id: OwnerId) -> Outcome {
+        match Consumer::new(self.mem, class.into(), id) {
+            Ok(c) => {
+                self.registrations += 1;
+                let i = c.index();
+                if self.consumers[i].is_some() {
+                    // The model will disagree; keep the old handle to report it.
+                    std::mem::forget(c);
+                } else {
+                    self.consumers[i] = Some(Held::new(c));
+                }
+                Outcome::Registered(i)
+            }
+            Err(e) => Outcome::RegisterFailed(e),
+        }
+    }
+
+    /// [`Op::ReclaimLive`]: as the model, a live consumer without a `Pinned` (its pin, if
+    /// any, leaked), by its right owner; the victim keeps its handle.
+    fn reclaim_live(&mut self, i: usize, model: &Model) -> Outcome {
+        let Some(victim) = self.consumers[i].take_if(|c| c.guard.is_none()) else {
+            return Outcome::Skipped;
+        };
+        // The right owner, as the model knows it (a wrong one shows as a mismatch).
+        let id = owner(model.consumers[i].as_ref().map_or(1, |c| c.owner));
+        self.victims.push(victim);
+        match self.producer.as_mut().and_then(Held::get) {
+            // SAFETY: the victim is between calls (this thread makes them all) and holds no
+            // `Pinned` (its guard is empty: none held, or leaked with `mem::forget`).
+            Some(p) => Outcome::Reclaim(unsafe { p.reclaim(i, id) }),
+            None => {
+                // A held claim borrows the producer: the model skips, so give the handle back.
+                self.consumers[i] = self.victims.pop();
+                Outcome::Skipped
+            }
+        }
+    }
+
+    /// [`Op::Victim`]: every read fails with `Evicted`, a drop writes nothing (the check after
+    /// the step compares the whole ring with the model, which did not change).
+    fn victim(&mut self, which: u8, call: VictimCall) -> Outcome {
+        if self.victims.is_empty() {
+            return Outcome::Skipped;
+        }
+        let k = which as usize % self.victims.len();
+        if call == VictimCall::Drop {
+            drop(self.victims.remove(k));
+            return Outcome::Gone;
+        }
+        let Some(c) = self.victims[k].get() else {
+            return Outcome::Skipped;
+        };
+        let r = match call {
+            VictimCall::Pin => c.try_pin().map(|m| m.seq()),
+            _ => {
+                let mut buf = vec![0u8; self.mem.geometry().config().slot_capacity as usize];
+                c.try_copy(&mut buf).map(|got| got.seq)
+            }
+        };
+        match r {
+            Ok(seq) => Outcome::Claimed(seq), // a read that should not exist: reported as such
+            Err(e) => Outcome::ReadFailed(e),
+        }
+    }
+
+    /// [`Op::TakeOverLive`]: the current producer keeps its handle; a new one takes over.
+    fn take_over_live(&mut self, same_owner: bool) -> Outcome {
+        match self.producer.as_ref() {
+            Some(p) if p.guard.is_none() => {}
+            // A held claim: the contract forbids the take-over (the model skips too).
+            _ => return Outcome::Skipped,
+        }
+        let next = self.producer_owner + u64::from(!same_owner);
+        let (dead, new) = (owner(self.producer_owner), owner(next));
+        // SAFETY: the displaced producer is between calls (this thread makes them all) and
+        // holds no `WriteSlot` (checked above).
+        match unsafe { Producer::take_over(self.mem, new, dead) } {
+            Ok(p) => {
+                self.displaced.extend(self.producer.replace(Held::new(p)));
+                self.producer_owner = next;
+                Outcome::TookOver
+            }
+            Err(e) => Outcome::RegisterFailed(e),
+        }
+    }
+
+    /// [`Op::Displaced`]: claims and publishes fail with `Displaced`, close and drop do
+    /// nothing to the ring.
+    fn displaced(&mut self, which: u8, call: DisplacedCall) -> Outcome {
+        if self.displaced.is_empty() {
+            return Outcome::Skipped;
+        }
+        let k = which as usize % self.displaced.len();
+        if call == DisplacedCall::Drop {
+            drop(self.displaced.remove(k));
+            return Outcome::Gone;
+        }
+        let Some(p) = self.displaced[k].get() else {
+            return Outcome::Skipped;
+        };
+        match call {
+            DisplacedCall::Claim => match p.try_claim() {
+                // A claim that should not exist: reported (and aborted) so the model disagrees.
+                Ok(slot) => Outcome::Claimed(slot.seq()),
+                Err(e) => Outcome::ClaimFailed(e),
+            },
+            DisplacedCall::Publish => match p.try_publish(b"x") {
+                Ok(seq) => Outcome::Published(seq),
+                Err(e) => Outcome::ClaimFailed(e),
+            },
+            _ => {
+                p.close();
+                Outcome::Closed
+            }
         }
     }
 
@@ -436,6 +565,27 @@ impl<'s, M: Memory> Real<'s, M> {
         for (i, mc) in model.consumers.iter().enumerate() {
             self.check_consumer(i, mc.as_ref(), model)?;
         }
+        // The adversarial oracle's victims know they lost their entry or the ring.
+        for (k, v) in self.victims.iter().enumerate() {
+            ensure!(
+                v.peek().is_some_and(|c| !c.is_registered()),
+                "victim {k} still counts itself registered"
+            );
+        }
+        for (k, d) in self.displaced.iter().enumerate() {
+            ensure!(
+                d.peek().is_some_and(Producer::is_displaced),
+                "displaced producer {k} does not know it"
+            );
+        }
+        ensure!(
+            self.victims.len() == model.victims.len() && self.displaced.len() == model.displaced,
+            "{} victims, {} displaced != model {} {}",
+            self.victims.len(),
+            self.displaced.len(),
+            model.victims.len(),
+            model.displaced
+        );
         self.check_alloc(model)
     }
 

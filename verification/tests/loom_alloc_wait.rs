@@ -95,6 +95,56 @@ fn reader_vs_reuse(yield_first: bool) {
     });
 }
 
+/// The allocator's cycle of one entry (allocate, free, allocate again with another length)
+/// runs in its own thread while a reader looks up the *new* allocation's handle: the lookup
+/// returns that allocation exactly or `InvalidHandle`, never the new meta word with the old
+/// allocation's fields. The entry's meta store (Release) is what publishes the fields written
+/// before it; the reader has seen none of the mutator's stores and yields first (see
+/// `reader_never_sees_a_reused_allocation`), so loom can offer it the old fields.
+///
+/// Ignored: loom reports a lookup of the new handle with the old length (16 for 8) on the
+/// unmutated code, which the meta word's Release/Acquire pair should forbid; whether that is
+/// an allocator bug or a loom artifact is open (issue 13 follow-up). Without the reader's first
+/// yield it passes (loom then only runs the reader first), so the yield rule (a thread is not
+/// offered again a store it saw before its last yield) is a suspect. Run it with `--ignored`.
+#[test]
+#[ignore = "fails on the unmutated code: open question, see the doc comment"]
+fn reader_never_sees_a_half_published_allocation() {
+    let cfg = AllocConfig {
+        arena_bytes: 64,
+        max_live: 1,
+        byte_ceiling: 64,
+    };
+    let cycle = |alloc: &mut Allocator<'_>| {
+        let a = alloc.alloc(16, 1, 0).unwrap();
+        alloc.free(a.handle, 1).unwrap();
+        alloc.alloc(8, 2, 1).unwrap()
+    };
+    model(move || {
+        // The handle the cycle ends with, from a dry run on a region of its own.
+        let dry = region(64, 1);
+        let want = cycle(&mut Allocator::init(&dry, cfg).unwrap());
+        let words = region(64, 1);
+        drop(Allocator::init(&words, cfg).unwrap());
+        let w2 = words.clone();
+        let t = thread::spawn(move || {
+            assert_eq!(cycle(&mut Allocator::attach(&w2).unwrap()), want);
+        });
+        thread::yield_now();
+        let reader = Allocator::attach(&words).unwrap();
+        match reader.lookup(want.handle) {
+            Ok(got) => assert_eq!(got, want, "lookup saw the new meta with old fields"),
+            Err(e) => assert_eq!(
+                e,
+                AllocError::InvalidHandle {
+                    handle: want.handle
+                }
+            ),
+        }
+        t.join().unwrap();
+    });
+}
+
 /// Reclaiming a dead owner's allocations (`free_all_of`) racing a reader's lookup and leak
 /// report: the reader sees each allocation live or gone, never a half-freed one, and the
 /// accounting ends exact.

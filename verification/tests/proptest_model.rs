@@ -5,7 +5,7 @@
 
 use proptest::prelude::*;
 use ring_core::{HeapSegment, OwnedSegment, OwnerId};
-use ring_verification::model::{Class, FreeMode, ModelConfig, Op};
+use ring_verification::model::{Class, DisplacedCall, FreeMode, ModelConfig, Op, VictimCall};
 use ring_verification::real::run_on;
 
 fn class() -> impl Strategy<Value = Class> {
@@ -13,6 +13,23 @@ fn class() -> impl Strategy<Value = Class> {
         Just(Class::Gating),
         Just(Class::LatestOnly),
         Just(Class::SkipOnLag)
+    ]
+}
+
+fn victim_call() -> impl Strategy<Value = VictimCall> {
+    prop_oneof![
+        Just(VictimCall::Pin),
+        Just(VictimCall::Copy),
+        Just(VictimCall::Drop)
+    ]
+}
+
+fn displaced_call() -> impl Strategy<Value = DisplacedCall> {
+    prop_oneof![
+        Just(DisplacedCall::Claim),
+        Just(DisplacedCall::Publish),
+        Just(DisplacedCall::Close),
+        Just(DisplacedCall::Drop)
     ]
 }
 
@@ -31,8 +48,16 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         3 => class().prop_map(|class| Op::Register { class }),
         1 => c.clone().prop_map(|consumer| Op::Deregister { consumer }),
         1 => c.clone().prop_map(|consumer| Op::Kill { consumer }),
-        2 => c.prop_map(|consumer| Op::Reclaim { consumer }),
+        2 => c.clone().prop_map(|consumer| Op::Reclaim { consumer }),
         1 => Just(Op::TakeOver),
+        // The adversarial liveness oracle and leaked pins.
+        1 => c.clone().prop_map(|consumer| Op::ReclaimLive { consumer }),
+        2 => (any::<u8>(), victim_call()).prop_map(|(which, call)| Op::Victim { which, call }),
+        1 => (class(), any::<u8>()).prop_map(|(class, which)| Op::RegisterAs { class, which }),
+        1 => any::<bool>().prop_map(|same_owner| Op::TakeOverLive { same_owner }),
+        1 => (any::<u8>(), displaced_call())
+            .prop_map(|(which, call)| Op::Displaced { which, call }),
+        2 => c.prop_map(|consumer| Op::ForgetPin { consumer }),
         3 => (0u16..400, any::<u8>()).prop_map(|(len, owner)| Op::Alloc { len, owner }),
         2 => (any::<u8>(), any::<u8>(), prop_oneof![Just(0u8), 1u8..9])
             .prop_map(|(which, seed, extra)| Op::AllocWrite { which, seed, extra }),

@@ -229,3 +229,214 @@ fn whole_ring_random_schedules() {
 fn whole_ring_pct_schedules() {
     shuttle::check_pct(whole_ring, iterations(), 3);
 }
+
+/// Waits (yielding) until `flag` is set; false if it never was within the bound.
+fn wait_for(flag: &AtomicBool) -> bool {
+    for _ in 0..10_000 {
+        // Acquire: pairs with the Release store that set it (the "idle" or "done" handshake).
+        if flag.load(Ordering::Acquire) {
+            return true;
+        }
+        thread::yield_now();
+    }
+    false
+}
+
+/// Pins the next message and checks its bytes twice, a scheduling point apart: a pinned
+/// message never changes. Returns its sequence.
+fn pin_and_recheck(c: &mut Consumer<Seg>) -> Result<u64, ReadError> {
+    let m = c.try_pin()?;
+    let mut a = [0u8; 16];
+    assert_eq!(m.copy_to(&mut a), 16);
+    assert_eq!(a, msg(m.seq()), "pinned read of {} torn", m.seq());
+    thread::yield_now();
+    let mut b = [0u8; 16];
+    m.copy_to(&mut b);
+    assert_eq!(a, b, "pinned message {} changed under the pin", m.seq());
+    Ok(m.seq())
+}
+
+/// The adversarial liveness oracle: the verdict "dead" is wrong. A consumer that is alive (and,
+/// as the contract asks, between calls and holding no `Pinned`; it may have leaked one) is
+/// reclaimed, and a second consumer of the same owner id registers into the freed entry; the
+/// live producer is taken over (same owner id) while it holds no claim. From then on every
+/// call of the victims fails (`Evicted`, `Displaced`) and writes nothing: the same-owner
+/// consumer's pins never change, the gating consumer loses nothing, and no sequence number is
+/// published twice.
+fn lying_liveness_oracle() {
+    const SPLIT: u64 = 10;
+    let seg: Seg =
+        Arc::new(OwnedSegment::new(&Config::new(4, 16).with_consumers(2), id(1)).expect("config"));
+    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let mut gating = Consumer::new(seg.clone(), DeliveryClass::Gating, id(30)).expect("room");
+    let victim = Consumer::new(seg.clone(), DeliveryClass::SkipOnLag, id(20)).expect("room");
+    let victim_index = victim.index();
+    let flags = || Arc::new(AtomicBool::new(false));
+    let (idle, reclaimed, p_idle, taken) = (flags(), flags(), flags(), flags());
+    // The victim: reads (leaking some pins), goes idle, and after its reclaim only fails.
+    let v = {
+        let (idle, reclaimed) = (idle.clone(), reclaimed.clone());
+        thread::spawn(move || {
+            let mut c = victim;
+            let mut rng = thread_rng();
+            for _ in 0..6 {
+                if rng.gen_bool(0.3) {
+                    // A leaked pin: the next read (or the reclaim) takes it back.
+                    if let Ok(m) = c.try_pin() {
+                        std::mem::forget(m);
+                    }
+                } else {
+                    let _ = pin_and_recheck(&mut c);
+                }
+                thread::yield_now();
+            }
+            // Release: the "idle, no Pinned" verdict the reclaimer relies on.
+            idle.store(true, Ordering::Release);
+            assert!(wait_for(&reclaimed), "never reclaimed");
+            assert!(!c.is_registered());
+            let mut buf = [0u8; 16];
+            for _ in 0..3 {
+                assert_eq!(c.try_pin().err(), Some(ReadError::Evicted));
+                assert_eq!(c.try_copy(&mut buf).err(), Some(ReadError::Evicted));
+                thread::yield_now();
+            }
+            drop(c);
+        })
+    };
+    // The same process's second consumer: same owner id, registered into the freed entry.
+    let twin = {
+        let (seg, reclaimed) = (seg.clone(), reclaimed.clone());
+        thread::spawn(move || {
+            assert!(wait_for(&reclaimed), "never reclaimed");
+            let mut c = Consumer::new(seg, DeliveryClass::SkipOnLag, id(20)).expect("room");
+            assert_eq!(c.index(), victim_index, "the twin takes the freed entry");
+            let mut last = None;
+            for _ in 0..400 {
+                match pin_and_recheck(&mut c) {
+                    Ok(seq) => {
+                        assert!(last.is_none_or(|l| seq > l), "twin went backwards");
+                        last = Some(seq);
+                    }
+                    Err(ReadError::Closed) => break,
+                    Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
+                    Err(e) => panic!("twin: {e}"),
+                }
+            }
+        })
+    };
+    // The successor producer: takes over once the first one is idle, publishes the rest.
+    let successor = {
+        let (seg, p_idle, taken) = (seg.clone(), p_idle.clone(), taken.clone());
+        thread::spawn(move || {
+            assert!(wait_for(&p_idle), "the first producer never went idle");
+            // SAFETY: the first producer announced it is between calls and holds no claim;
+            // it is alive (the lying verdict) and must be fenced out by the epoch.
+            let mut p2 = unsafe { Producer::take_over(seg, id(1), id(1)) }.expect("take over");
+            // Release: the displaced producer now makes its calls.
+            taken.store(true, Ordering::Release);
+            let mut seq = SPLIT;
+            for _ in 0..4000 {
+                if seq == MESSAGES {
+                    break;
+                }
+                match p2.try_publish(&msg(seq)) {
+                    Ok(s) => {
+                        assert_eq!(s, seq, "a sequence number published twice");
+                        seq += 1;
+                    }
+                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
+                        thread::yield_now();
+                    }
+                    Err(e) => panic!("successor: {e}"),
+                }
+            }
+            assert_eq!(seq, MESSAGES, "the successor was held back for good");
+            p2.close();
+            p2
+        })
+    };
+    // The gating reader, in its own thread: lossless across the take-over.
+    let reader = thread::spawn(move || {
+        let mut buf = [0u8; 16];
+        let mut seqs = Vec::new();
+        for _ in 0..4000 {
+            match gating.try_copy(&mut buf) {
+                Ok(got) => {
+                    assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
+                    seqs.push(got.seq);
+                }
+                Err(ReadError::Closed) => break,
+                Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
+                Err(e) => panic!("gating: {e}"),
+            }
+        }
+        assert_eq!(
+            seqs,
+            (0..MESSAGES).collect::<Vec<_>>(),
+            "gating lost or repeated"
+        );
+    });
+    let mut seq = 0;
+    let mut reclaim_done = false;
+    for _ in 0..4000 {
+        // Acquire: pairs with the victim's Release "idle" store.
+        if !reclaim_done && idle.load(Ordering::Acquire) {
+            // SAFETY: the victim announced it is between calls and holds no `Pinned`; it is
+            // alive (the lying verdict) and must be fenced out by the generation.
+            let r = unsafe { p.reclaim(victim_index, id(20)) }.expect("reclaim");
+            assert!(r.was_registered && r.pins_cleared <= 1);
+            reclaim_done = true;
+            // Release: the victim and its twin go on.
+            reclaimed.store(true, Ordering::Release);
+        }
+        if seq == SPLIT && reclaim_done {
+            break;
+        }
+        if seq < SPLIT {
+            match p.try_publish(&msg(seq)) {
+                Ok(_) => seq += 1,
+                Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {}
+                Err(e) => panic!("producer: {e}"),
+            }
+        }
+        thread::yield_now();
+    }
+    assert!(
+        seq == SPLIT && reclaim_done,
+        "the first producer was held back"
+    );
+    // Release: idle, no claim: the take-over may happen.
+    p_idle.store(true, Ordering::Release);
+    assert!(wait_for(&taken), "never taken over");
+    assert!(p.is_displaced());
+    for _ in 0..3 {
+        assert!(matches!(
+            p.try_publish(&msg(99)),
+            Err(ClaimError::Displaced { .. })
+        ));
+        assert!(matches!(p.try_claim(), Err(ClaimError::Displaced { .. })));
+        p.close();
+        thread::yield_now();
+    }
+    drop(p);
+    v.join().expect("victim");
+    twin.join().expect("twin");
+    reader.join().expect("gating reader");
+    let p2 = successor.join().expect("successor");
+    assert!(
+        !p2.is_displaced(),
+        "the displaced producer's drop touched the ring"
+    );
+    drop(p2);
+    assert_eq!(total_pins(&*seg), 0, "a pin outlived its consumer");
+}
+
+#[test]
+fn lying_liveness_oracle_random_schedules() {
+    shuttle::check_random(lying_liveness_oracle, iterations());
+}
+
+#[test]
+fn lying_liveness_oracle_pct_schedules() {
+    shuttle::check_pct(lying_liveness_oracle, iterations(), 3);
+}

@@ -2,7 +2,8 @@
 //! `memmap2`, futex waits on the shared mapping, liveness from kernel-held role locks ([`lock`]),
 //! descriptor passing over Unix sockets, crash recovery and cleanup of stale segments.
 //!
-//! Start with [`ShmRing`]. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
+//! Start with the front door: `use ring_os::prelude::*` ([`Ring`], [`Publisher`],
+//! [`Subscriber`]); [`ShmRing`] is the plumbing underneath, for ring-core's lower-level API. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
 //! container notes and crash semantics.
 #![allow(
     clippy::std_instead_of_core,

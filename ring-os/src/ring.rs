@@ -83,7 +83,10 @@ impl<T: Memory> core::ops::DerefMut for ShmConsumer<T> {
     }
 }
 
-/// Creating and opening rings in OS shared memory (see `docs/OS.md` for the segment kinds).
+/// The plumbing under [`Ring`](crate::Ring): creating and opening rings in OS shared memory as
+/// bare mappings, for code that uses ring-core's producer and consumer directly (ringctl,
+/// ring-cuda, the benches). Programs should start with `use ring_os::prelude::*` (see
+/// `docs/OS.md` for the segment kinds).
 ///
 /// Each constructor returns an `Arc<Mapping>`; make a producer with [`ShmRing::producer`] (which
 /// takes over a dead producer's ring) and consumers with [`ShmRing::consumer`].

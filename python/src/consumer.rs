@@ -443,8 +443,17 @@ impl Drop for Message {
     fn drop(&mut self) {
         // A message that goes away releases its pin, unless a later pin replaced it (or a
         // view is alive, which cannot be: each export holds a reference to the message).
+        // No Python call here (no error objects either): a destructor may run while an
+        // exception is propagating, and calling into Python then would clobber it.
         Python::with_gil(|py| {
-            let _ = self.with_pin(py, |h| h.unpin("release the message"));
+            let Ok(mut c) = self.consumer.bind(py).try_borrow_mut() else {
+                return;
+            };
+            if let Some(h) = c.held.as_mut() {
+                if h.pin_id == self.pin_id && !export::live(&h.exports) {
+                    h.pin = None;
+                }
+            }
         });
     }
 }

@@ -368,7 +368,8 @@ impl Producer {
 /// A slot claimed for writing in place (`Producer.claim`). Exports exactly `nbytes` writable
 /// bytes of the slot through the buffer protocol; `publish()` or `abort()` ends it (the `with`
 /// block does one of them). Neither runs while a view of the buffer is alive (`BufferError`):
-/// the slot stays claimed until the views are released.
+/// the slot stays claimed until the views are released; a claim that is garbage-collected
+/// unpublished gives its slot back.
 #[pyclass(module = "shmring", frozen)]
 pub(crate) struct Claim {
     producer: Py<Producer>,
@@ -395,16 +396,13 @@ impl Claim {
 
     /// Releases the memoryview handed out by `__enter__` (raises if views of it are alive).
     fn release_view(&self, py: Python<'_>) -> PyResult<()> {
+        // Taken even when the release fails: a reference kept here would form a cycle with the
+        // view (which references this claim) and keep the slot claimed forever.
         let taken = self.view.lock().map_or(None, |mut v| v.take());
-        if let Some(v) = taken {
-            if let Err(e) = v.bind(py).call_method0("release") {
-                if let Ok(mut slot) = self.view.lock() {
-                    *slot = Some(v);
-                }
-                return Err(e);
-            }
+        match taken {
+            Some(v) => v.bind(py).call_method0("release").map(|_| ()),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// Ends the loan: publishes it (`publish`) or gives the slot back.
@@ -516,5 +514,24 @@ impl Claim {
     /// Called by the interpreter for a view this object filled.
     unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
         export::release(&slf.get().exports);
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // A claim that goes away unpublished gives its slot back (no view can be alive: each
+        // holds a reference to the claim).
+        // No Python call here (no error objects either): a destructor may run while an
+        // exception is propagating, and calling into Python then would clobber it.
+        Python::with_gil(|py| {
+            let Ok(mut p) = self.producer.bind(py).try_borrow_mut() else {
+                return;
+            };
+            if let Some(l) = p.lent.as_mut() {
+                if l.loan_id == self.loan_id && !export::live(&l.exports) {
+                    l.loan = None;
+                }
+            }
+        });
     }
 }

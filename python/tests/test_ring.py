@@ -160,3 +160,16 @@ def test_a_truncated_segment(name):
             bytes(msg)
         with pytest.raises(shmring.Corrupt):
             shmring.Ring.open(name, timeout=0.2)
+
+
+def test_segments_are_not_registered_with_the_resource_tracker(name):
+    from multiprocessing import resource_tracker
+
+    with shmring.Ring.create(name, slots=2, slot_size=64) as ring:
+        ring.producer().publish(b"x")
+        s, r = shmring.create_pair(2, max_message=1024, name=name + "-q")
+        with s, r:
+            s.put(b"y")
+            assert r.get(timeout=1) == b"y"
+    # Nothing started the tracker (whose unlinking of live segments is the CPython complaint).
+    assert resource_tracker._resource_tracker._pid is None

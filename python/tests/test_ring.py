@@ -163,13 +163,22 @@ def test_a_truncated_segment(name):
 
 
 def test_segments_are_not_registered_with_the_resource_tracker(name):
-    from multiprocessing import resource_tracker
+    # In a fresh interpreter: other tests start the tracker for multiprocessing's semaphores.
+    import subprocess
+    import sys
 
-    with shmring.Ring.create(name, slots=2, slot_size=64) as ring:
-        ring.producer().publish(b"x")
-        s, r = shmring.create_pair(2, max_message=1024, name=name + "-q")
-        with s, r:
-            s.put(b"y")
-            assert r.get(timeout=1) == b"y"
-    # Nothing started the tracker (whose unlinking of live segments is the CPython complaint).
-    assert resource_tracker._resource_tracker._pid is None
+    code = f"""
+import shmring
+from multiprocessing import resource_tracker
+with shmring.Ring.create({name!r}, slots=2, slot_size=64) as ring:
+    ring.producer().publish(b"x")
+    s, r = shmring.create_pair(2, max_message=1024, name={name + "-q"!r})
+    with s, r:
+        s.put(b"y")
+        assert r.get(timeout=1) == b"y"
+# Nothing started the tracker (whose unlinking of live segments is the CPython complaint).
+print(resource_tracker._resource_tracker._pid)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "None"

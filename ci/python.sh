@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# The Python package the way a user installs it: a fresh virtualenv under target/pyvenv,
+# `pip install ./python pytest numpy pyarrow`, then pytest on python/tests. Needs Python >= 3.11
+# and network access to PyPI (maturin is the build backend). pytest's exit code 5 (no tests
+# collected) fails this script like any other non-zero code.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# The crate is outside the workspace (see python/Cargo.toml): format and lint it here.
+cargo fmt --manifest-path python/Cargo.toml -- --check
+cargo clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+PY=${PYTHON:-python3}
+VENV=target/pyvenv
+rm -rf "$VENV"
+"$PY" -m venv "$VENV"
+"$VENV/bin/pip" install --quiet --upgrade pip
+"$VENV/bin/pip" install --quiet ./python pytest numpy pyarrow
+# Run from outside the source tree so the installed package (not python/pysrc) is imported.
+cd python/tests
+../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider .

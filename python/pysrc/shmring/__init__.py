@@ -1,0 +1,25 @@
+"""shmring: a shared-memory single-producer / multi-consumer ring for Python.
+
+Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
+
+* :class:`Ring` with :meth:`Ring.producer` and :meth:`Ring.consumer` — pub/sub with gating,
+  latest-only or skip-on-lag consumers;
+* zero-copy reads (:meth:`Consumer.pin` returns a :class:`Message` exporting the slot through the
+  buffer protocol and DLPack) and in-place writes (:meth:`Producer.claim`);
+* :func:`create_pair` — a ``multiprocessing.Queue``-shaped queue that pickles with protocol 5
+  and writes out-of-band buffers straight into the ring.
+"""
+
+from . import errors
+from ._shmring import Claim, Consumer, Message, Producer, Ring
+from .errors import (
+    Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
+    Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
+    PermissionDenied, Timeout, TooLarge, Truncated,
+)
+from .queue import Receiver, Sender, create_pair
+
+__all__ = [
+    "Ring", "Producer", "Consumer", "Message", "Claim", "create_pair", "Sender", "Receiver",
+    "errors", *errors.__all__,
+]

@@ -1,0 +1,102 @@
+"""The ``shmring`` exception hierarchy: every ring-os error maps to exactly one class here.
+
+All derive from :class:`Error`; several also derive from the builtin a caller would catch
+without knowing this package (``TimeoutError``, ``FileNotFoundError``, ``queue.Full``...).
+"""
+
+import queue as _queue
+
+__all__ = [
+    "Error", "Timeout", "Disconnected", "Aborted", "Closed", "Full", "Empty", "TooLarge",
+    "Corrupt", "Truncated", "NotFound", "AlreadyExists", "PermissionDenied", "InvalidName",
+    "InvalidConfig", "ConfigMismatch", "Busy", "Lagging", "Evicted", "Displaced", "NotPinOnly",
+]
+
+
+class Error(Exception):
+    """Base class of every error this package raises (besides ``BufferError``, ``TypeError``
+    and ``ValueError`` for bad arguments)."""
+
+
+class Timeout(Error, TimeoutError):
+    """A blocking call ran out of time."""
+
+
+class Disconnected(Error):
+    """No message will come: the producer closed the stream (and it was drained) or died."""
+
+
+class Aborted(Error):
+    """The producer ended the stream as aborted (dropped without ``close()``); ``code`` says
+    why (0 for a dropped producer)."""
+
+    code: int = 0
+
+
+class Closed(Error):
+    """This handle, or the ring's stream, is closed."""
+
+
+class Full(Error, _queue.Full):
+    """The ring is full: a gating consumer or a pin holds the next slot."""
+
+
+class Empty(Error, _queue.Empty):
+    """Nothing to read yet."""
+
+
+class TooLarge(Error, ValueError):
+    """A message does not fit in a slot."""
+
+
+class Corrupt(Error):
+    """The segment is not a valid ring (not a ring at all, a foreign version, or damaged)."""
+
+
+class Truncated(Corrupt):
+    """A peer truncated the segment under this mapping."""
+
+
+class NotFound(Error, FileNotFoundError):
+    """No ring has this name."""
+
+
+class AlreadyExists(Error, FileExistsError):
+    """A ring with this name exists already."""
+
+
+class PermissionDenied(Error, PermissionError):
+    """The segment belongs to another user or is writable by others."""
+
+
+class InvalidName(Error, ValueError):
+    """A ring name breaks the naming rules (1-200 characters from [A-Za-z0-9._-])."""
+
+
+class InvalidConfig(Error, ValueError):
+    """The geometry asked for is invalid (slots, slot size, consumers)."""
+
+
+class ConfigMismatch(Error, ValueError):
+    """An existing ring's geometry is not the one asked for."""
+
+
+class Busy(Error):
+    """The role is taken: a live producer owns the ring, the consumer table is full, or a
+    claimed slot is still open."""
+
+
+class Lagging(Error):
+    """The producer overwrote the message again and again while it was being read."""
+
+
+class Evicted(Error):
+    """This consumer was reclaimed (taken for dead) and is no longer registered."""
+
+
+class Displaced(Error):
+    """Another producer took the ring over."""
+
+
+class NotPinOnly(Error, ValueError):
+    """In-place writes (``Producer.claim``) need a ring created with ``pin_only=True``."""

@@ -1,0 +1,31 @@
+//! `shmring._shmring`: the native half of the `shmring` Python package (PyO3). It wraps
+//! ring-os's front door — `Ring`, its producer and consumers, pinned zero-copy reads and
+//! in-place writes — and never re-implements the protocol. The Python half
+//! (`pysrc/shmring/`) holds the exception classes and the queue.
+#![allow(
+    clippy::std_instead_of_core,
+    clippy::std_instead_of_alloc,
+    reason = "std crate"
+)]
+
+mod consumer;
+mod dlpack;
+mod errors;
+mod export;
+mod producer;
+mod ring;
+mod wait;
+
+use pyo3::prelude::*;
+
+/// The native module.
+#[pymodule]
+fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ring::Ring>()?;
+    m.add_class::<producer::Producer>()?;
+    m.add_class::<producer::Claim>()?;
+    m.add_class::<consumer::Consumer>()?;
+    m.add_class::<consumer::Message>()?;
+    m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
+    Ok(())
+}

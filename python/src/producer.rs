@@ -1,0 +1,537 @@
+//! `shmring.Producer` and `shmring.Claim`: copying publishes and in-place writes.
+//!
+//! In-place writes follow ring-core's rule for `WriteSlot::loan`: a writable view of a claimed
+//! slot is sound only in a pin-only ring, where no consumer reads a slot optimistically while it
+//! is written. `claim` refuses other rings with `NotPinOnly` (use `publish`, which copies).
+//! As with pins, the loan borrows the publisher: [`Lent`] owns the publisher on the heap and
+//! the loan next to it, and the export count of the loan's buffer keeps the slot claimed while
+//! any view of it lives, so a stale view can never write into a later message.
+
+use core::ffi::c_int;
+use core::ptr::NonNull;
+use core::time::Duration;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use ring_core::Memory as _;
+use ring_os::{Loan, Mapping, Publisher, SendTimeoutError};
+
+use crate::errors::{self, exported, Fail};
+use crate::export;
+use crate::wait::{deadline, sliced};
+
+/// A loan with its borrow of the publisher extended to `'static` (see [`Lent`]).
+type StaticLoan = Loan<'static>;
+
+/// The publisher, the current loan and the buffer exports of that loan.
+struct Lent {
+    /// From `Box::leak`; freed in `Drop`, after `loan`.
+    publisher: NonNull<Publisher>,
+    loan: Option<StaticLoan>,
+    loan_id: u64,
+    bytes: (usize, usize),
+    /// Live buffer exports of the current loan (shared with its `Claim`); fresh per loan.
+    exports: Arc<AtomicUsize>,
+}
+
+// SAFETY: `Lent` owns the publisher (as a `Box` would) and a loan that borrows only it; both
+// are `Send`, and nothing in `Lent` is shared with another owner.
+unsafe impl Send for Lent {}
+
+// SAFETY: a shared `&Lent` reaches no method that dereferences `publisher` or uses the loan
+// (all take `&mut self`, which PyO3 hands out to one borrower at a time).
+unsafe impl Sync for Lent {}
+
+impl Lent {
+    fn publisher(&mut self) -> PyResult<&mut Publisher> {
+        if self.loan.is_some() {
+            return Err(Fail::new(
+                "Busy",
+                "a claimed slot is still open: publish or abort it first",
+            )
+            .into());
+        }
+        // SAFETY: the box is alive until `Drop`, and no loan borrows it (checked above).
+        Ok(unsafe { self.publisher.as_mut() })
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        // The loan borrows the publisher: it goes first (a dropped loan gives its slot back).
+        self.loan = None;
+        // SAFETY: from `Box::leak` in `Producer::new`, freed only here; the loan is gone.
+        drop(unsafe { Box::from_raw(self.publisher.as_ptr()) });
+    }
+}
+
+/// The publisher's address, sent into the GIL-free closure.
+#[derive(Clone, Copy)]
+struct PubPtr(NonNull<Publisher>);
+// SAFETY: dereferenced only by the one call that holds the producer mutably.
+unsafe impl Send for PubPtr {}
+
+/// A loan carried out of the GIL-free closure.
+struct SendLoan(StaticLoan);
+// SAFETY: as for `Lent`.
+unsafe impl Send for SendLoan {}
+
+/// The ring's one producer (see `Ring.producer`). `close()` ends the stream as finished;
+/// dropping it (or `abort()`) ends it as aborted: consumers drain, then get `Aborted`.
+#[pyclass(module = "shmring")]
+pub(crate) struct Producer {
+    lent: Option<Lent>,
+    capacity: usize,
+    pin_only: bool,
+}
+
+/// A contiguous buffer-protocol view of a Python object, released on drop.
+struct View(ffi::Py_buffer);
+
+impl View {
+    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        let mut v = core::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
+        // SAFETY: `v` is writable storage for one `Py_buffer`; on success the interpreter
+        // filled it and we release it exactly once in `Drop`.
+        let rc =
+            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), v.as_mut_ptr(), ffi::PyBUF_SIMPLE) };
+        if rc != 0 {
+            let e = PyErr::fetch(obj.py());
+            return Err(PyTypeError::new_err(format!(
+                "expected a C-contiguous object supporting the buffer protocol (bytes, \
+                 bytearray, memoryview, numpy array), got {}: {e}",
+                obj.get_type()
+                    .name()
+                    .map_or_else(|_| "?".into(), |n| n.to_string())
+            )));
+        }
+        // SAFETY: filled by `PyObject_GetBuffer` above.
+        Ok(Self(unsafe { v.assume_init() }))
+    }
+
+    fn bytes(&self) -> &[u8] {
+        let len = usize::try_from(self.0.len).unwrap_or(0);
+        if len == 0 {
+            return &[];
+        }
+        // SAFETY: a PyBUF_SIMPLE view is `len` contiguous bytes at `buf`, alive until released.
+        unsafe { core::slice::from_raw_parts(self.0.buf.cast::<u8>(), len) }
+    }
+}
+
+impl Drop for View {
+    fn drop(&mut self) {
+        // SAFETY: the view was filled by `PyObject_GetBuffer` and is released once; every
+        // `View` is dropped with the GIL held (it never leaves a GIL-holding scope).
+        unsafe { ffi::PyBuffer_Release(&mut self.0) };
+    }
+}
+
+/// The view's bytes, sent into the GIL-free closure (the view outlives the call).
+#[derive(Clone, Copy)]
+struct Bytes(*const u8, usize);
+// SAFETY: the bytes stay valid for the call (the `View` is held across it).
+unsafe impl Send for Bytes {}
+
+impl Producer {
+    pub(crate) fn new(publisher: Publisher, mapping: &Arc<Mapping>) -> Self {
+        let g = mapping.geometry();
+        Self {
+            lent: Some(Lent {
+                publisher: NonNull::from(Box::leak(Box::new(publisher))),
+                loan: None,
+                loan_id: 0,
+                bytes: (0, 0),
+                exports: Arc::new(AtomicUsize::new(0)),
+            }),
+            capacity: g.slot_capacity(),
+            pin_only: g.config().pin_only,
+        }
+    }
+
+    fn lent(&mut self) -> PyResult<&mut Lent> {
+        self.lent
+            .as_mut()
+            .ok_or_else(|| Fail::new("Closed", "this producer is closed").into())
+    }
+
+    fn too_large(&self, len: usize) -> PyErr {
+        Fail::new(
+            "TooLarge",
+            format!(
+                "a {len}-byte message does not fit in a {}-byte slot",
+                self.capacity
+            ),
+        )
+        .into()
+    }
+
+    /// Sends the bytes, waiting as `timeout` says.
+    fn send(&mut self, py: Python<'_>, data: Bytes, timeout: Option<f64>) -> PyResult<u64> {
+        if data.1 > self.capacity {
+            return Err(self.too_large(data.1));
+        }
+        let end = deadline(timeout)?;
+        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
+        let sent = sliced(py, end, move |slice| {
+            let (p, data) = (p, data);
+            // SAFETY: the producer is mutably borrowed for this call and no loan is open
+            // (checked by `publisher()`), so this is the one reference to the live box; the
+            // view behind `data` is held by our caller across this call.
+            let (publisher, bytes) = unsafe {
+                (
+                    &mut *p.0.as_ptr(),
+                    core::slice::from_raw_parts(data.0, data.1),
+                )
+            };
+            match publisher.send_timeout(bytes, slice) {
+                Ok(seq) => Ok(Some(seq)),
+                Err(SendTimeoutError::Timeout) => Ok(None),
+                Err(e) => Err(errors::send(e)),
+            }
+        })?;
+        sent.ok_or_else(|| Fail::new("Full", "the ring stayed full for the whole timeout").into())
+    }
+}
+
+#[pymethods]
+impl Producer {
+    /// Copies any C-contiguous buffer-protocol object into the next slot and publishes it;
+    /// returns its sequence number. Waits while gating consumers (or pins) hold the ring full:
+    /// up to `timeout` seconds (`None`: as long as it takes), then raises `Full`.
+    #[pyo3(signature = (data, timeout = None))]
+    fn publish(
+        &mut self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<u64> {
+        let view = View::get(data)?;
+        let b = view.bytes();
+        let r = self.send(py, Bytes(b.as_ptr(), b.len()), timeout);
+        drop(view);
+        r
+    }
+
+    /// Publishes only if a slot is free now; raises `Full` otherwise.
+    fn try_publish(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+        self.publish(py, data, Some(0.0))
+    }
+
+    /// Claims the next slot for writing `nbytes` in place (pin-only rings only). Use as
+    /// `with producer.claim(n) as buf:` — `buf` is a writable memoryview of exactly `n` bytes
+    /// of the slot; leaving the block publishes, an exception aborts. Waits up to `timeout`.
+    #[pyo3(signature = (nbytes, timeout = None))]
+    fn claim(slf: &Bound<'_, Self>, nbytes: usize, timeout: Option<f64>) -> PyResult<Claim> {
+        let py = slf.py();
+        let mut me = slf.try_borrow_mut()?;
+        if !me.pin_only {
+            return Err(Fail::new(
+                "NotPinOnly",
+                "in-place writes need a pin-only ring (Ring.create(..., pin_only=True)): in \
+                 other rings a consumer may read a slot while it is written; use publish(), \
+                 which copies",
+            )
+            .into());
+        }
+        if nbytes > me.capacity {
+            return Err(me.too_large(nbytes));
+        }
+        let end = deadline(timeout)?;
+        let p = PubPtr(NonNull::from(me.lent()?.publisher()?));
+        let got = sliced(py, end, move |slice| {
+            let p = p;
+            // SAFETY: as in `send`; the loan is stored in `Lent`, which drops it before the box.
+            let publisher: &'static mut Publisher = unsafe { &mut *p.0.as_ptr() };
+            match publisher.loan(nbytes, slice) {
+                Ok(loan) => Ok(Some(SendLoan(loan))),
+                Err(SendTimeoutError::Timeout) => Ok(None),
+                Err(e) => Err(errors::send(e)),
+            }
+        })?;
+        let Some(SendLoan(mut loan)) = got else {
+            return Err(Fail::new("Full", "the ring stayed full for the whole timeout").into());
+        };
+        let bytes = loan.bytes();
+        let lent = me.lent()?;
+        lent.bytes = (bytes.as_mut_ptr() as usize, bytes.len());
+        lent.loan = Some(loan);
+        lent.loan_id += 1;
+        lent.exports = Arc::new(AtomicUsize::new(0));
+        Ok(Claim {
+            producer: slf.clone().unbind(),
+            exports: Arc::clone(&lent.exports),
+            loan_id: lent.loan_id,
+            nbytes,
+            view: Mutex::new(None),
+        })
+    }
+
+    /// Waits up to `timeout` seconds until `n` consumers are registered and will receive
+    /// everything published after this returns; False on timeout.
+    #[pyo3(signature = (n = 1, timeout = None))]
+    fn wait_for_consumers(
+        &mut self,
+        py: Python<'_>,
+        n: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<bool> {
+        let end = deadline(timeout)?;
+        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
+        let done = sliced(py, end, move |slice| {
+            let p = p;
+            // SAFETY: as in `send`.
+            let publisher = unsafe { &mut *p.0.as_ptr() };
+            Ok(publisher.wait_for_subscribers(n, slice).then_some(()))
+        })?;
+        Ok(done.is_some())
+    }
+
+    /// Waits up to `timeout` seconds until every gating consumer consumed everything
+    /// published (reclaiming dead ones); False on timeout.
+    #[pyo3(signature = (timeout = None))]
+    fn wait_drained(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let end = deadline(timeout)?;
+        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
+        let done = sliced(py, end, move |slice| {
+            let p = p;
+            // SAFETY: as in `send`.
+            let publisher = unsafe { &mut *p.0.as_ptr() };
+            Ok(publisher
+                .wait_drained(slice.max(Duration::from_millis(1)))
+                .then_some(()))
+        })?;
+        Ok(done.is_some())
+    }
+
+    /// Messages published so far (the next sequence number).
+    #[getter]
+    fn sent(&mut self) -> PyResult<u64> {
+        Ok(self.lent()?.publisher()?.sent())
+    }
+
+    /// Payload bytes per slot.
+    #[getter]
+    fn slot_size(&self) -> usize {
+        self.capacity
+    }
+
+    /// Whether the producer is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.lent.is_none()
+    }
+
+    /// Ends the stream as finished: consumers drain, then get `Disconnected`.
+    fn close(&mut self) -> PyResult<()> {
+        if self.lent.is_some() {
+            self.lent()?.publisher()?.close();
+            self.lent = None;
+        }
+        Ok(())
+    }
+
+    /// Ends the stream as aborted with `code`: consumers drain, then get `Aborted`.
+    #[pyo3(signature = (code = 0))]
+    fn abort(&mut self, code: u16) -> PyResult<()> {
+        if self.lent.is_some() {
+            self.lent()?.publisher()?.abort(code);
+            self.lent = None;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    /// A clean exit closes (finished); an exception aborts.
+    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
+    fn __exit__(
+        &mut self,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        if exc_type.is_some_and(|t| !t.is_none()) {
+            self.abort(0)?;
+        } else {
+            self.close()?;
+        }
+        Ok(false)
+    }
+}
+
+/// A slot claimed for writing in place (`Producer.claim`). Exports exactly `nbytes` writable
+/// bytes of the slot through the buffer protocol; `publish()` or `abort()` ends it (the `with`
+/// block does one of them). Neither runs while a view of the buffer is alive (`BufferError`):
+/// the slot stays claimed until the views are released; a claim that is garbage-collected
+/// unpublished gives its slot back.
+#[pyclass(module = "shmring", frozen)]
+pub(crate) struct Claim {
+    producer: Py<Producer>,
+    /// The loan's export count (see [`Lent::exports`]).
+    exports: Arc<AtomicUsize>,
+    loan_id: u64,
+    nbytes: usize,
+    /// The memoryview `__enter__` handed out, released at `__exit__`.
+    view: Mutex<Option<Py<PyAny>>>,
+}
+
+impl Claim {
+    fn with_loan<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Lent) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let mut p = self.producer.bind(py).try_borrow_mut()?;
+        match p.lent.as_mut() {
+            Some(l) if l.loan.is_some() && l.loan_id == self.loan_id => f(l),
+            _ => Err(Fail::new("Closed", "this claim was already published or aborted").into()),
+        }
+    }
+
+    /// Releases the memoryview handed out by `__enter__` (raises if views of it are alive).
+    fn release_view(&self, py: Python<'_>) -> PyResult<()> {
+        // Taken even when the release fails: a reference kept here would form a cycle with the
+        // view (which references this claim) and keep the slot claimed forever.
+        let taken = self.view.lock().map_or(None, |mut v| v.take());
+        match taken {
+            Some(v) => v.bind(py).call_method0("release").map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the loan: publishes it (`publish`) or gives the slot back.
+    fn finish(&self, py: Python<'_>, publish: bool) -> PyResult<Option<u64>> {
+        self.release_view(py).map_err(|_| {
+            exported(if publish {
+                "publish the claim"
+            } else {
+                "abort the claim"
+            })
+        })?;
+        let loan = self.with_loan(py, |l| {
+            if export::live(&l.exports) {
+                return Err(exported(if publish {
+                    "publish the claim"
+                } else {
+                    "abort the claim"
+                }));
+            }
+            Ok(l.loan.take())
+        })?;
+        match loan {
+            Some(loan) if publish => loan
+                .send()
+                .map(Some)
+                .map_err(|e| errors::send(e).into_py(py)),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[pymethods]
+impl Claim {
+    /// The reserved length.
+    #[getter]
+    fn nbytes(&self) -> usize {
+        self.nbytes
+    }
+
+    fn __len__(&self) -> usize {
+        self.nbytes
+    }
+
+    /// Publishes the written bytes; returns the sequence number.
+    fn publish(&self, py: Python<'_>) -> PyResult<u64> {
+        self.finish(py, true)?.ok_or_else(|| {
+            Fail::new("Closed", "this claim was already published or aborted").into()
+        })
+    }
+
+    /// Gives the slot back unpublished.
+    fn abort(&self, py: Python<'_>) -> PyResult<()> {
+        self.finish(py, false).map(|_| ())
+    }
+
+    /// A writable memoryview of exactly `nbytes` bytes of the slot.
+    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
+        let py = slf.py();
+        let mv = py
+            .import("builtins")?
+            .getattr("memoryview")?
+            .call1((slf,))?;
+        if let Ok(mut v) = slf.get().view.lock() {
+            *v = Some(mv.clone().unbind());
+        }
+        Ok(mv.unbind())
+    }
+
+    /// Publishes on a clean exit, aborts on an exception.
+    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<Bound<'_, PyAny>>,
+        _exc: Option<Bound<'_, PyAny>>,
+        _tb: Option<Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let failed = exc_type.is_some_and(|t| !t.is_none());
+        match self.finish(py, !failed) {
+            Err(e) if !failed => Err(e),
+            // An exception is already propagating: do not replace it.
+            _ => Ok(false),
+        }
+    }
+
+    /// Exports the claimed bytes, writable.
+    ///
+    /// # Safety
+    ///
+    /// Called by the interpreter with a valid `view` to fill.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let py = slf.py();
+        let me = slf.get();
+        let bytes = me.with_loan(py, |l| Ok(l.bytes))?;
+        // SAFETY: `view` is the interpreter's; the loan's bytes (exactly `nbytes`: a view cannot
+        // reach past the reservation) stay ours to write while the export count keeps the loan
+        // open (`finish` refuses).
+        unsafe { export::fill(slf.as_any(), view, bytes, false, flags, &me.exports) }
+    }
+
+    /// Drops one export.
+    ///
+    /// # Safety
+    ///
+    /// Called by the interpreter for a view this object filled.
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+        export::release(&slf.get().exports);
+    }
+}
+
+impl Drop for Claim {
+    fn drop(&mut self) {
+        // A claim that goes away unpublished gives its slot back (no view can be alive: each
+        // holds a reference to the claim).
+        // No Python call here (no error objects either): a destructor may run while an
+        // exception is propagating, and calling into Python then would clobber it.
+        Python::with_gil(|py| {
+            let Ok(mut p) = self.producer.bind(py).try_borrow_mut() else {
+                return;
+            };
+            if let Some(l) = p.lent.as_mut() {
+                if l.loan_id == self.loan_id && !export::live(&l.exports) {
+                    l.loan = None;
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,106 @@
+"""Child-process bodies for the cross-process tests (spawned: importable, top level)."""
+
+import os
+import struct
+import time
+import zlib
+
+import shmring
+
+HEAD = struct.Struct("<QI")  # seq, crc32 of the rest
+
+
+def payload(seq: int) -> bytes:
+    """Message `seq`: its number, a checksum, then 16..~4000 deterministic bytes."""
+    n = 16 + (seq * 7919) % 4000
+    body = bytes((seq + i) & 0xFF for i in range(n))
+    return HEAD.pack(seq, zlib.crc32(body)) + body
+
+
+def check(buf) -> int:
+    """The sequence number in a message; raises if it is torn."""
+    mv = memoryview(buf)
+    seq, crc = HEAD.unpack_from(mv)
+    body = bytes(mv[HEAD.size:])
+    if zlib.crc32(body) != crc or body != payload(seq)[HEAD.size:]:
+        raise AssertionError(f"torn message {seq}")
+    return seq
+
+
+def consume(name, mode, ready, results, delay):
+    """Reads every message until the stream ends; reports (seq, missed) pairs and torn count."""
+    ring = shmring.Ring.open(name, timeout=10)
+    c = ring.consumer(mode)
+    ready.set()
+    got, torn = [], 0
+    while True:
+        try:
+            with c.pin(timeout=20) as msg:
+                try:
+                    seq = check(msg)
+                except AssertionError:
+                    torn += 1
+                    continue
+                got.append((seq, msg.missed, msg.seq))
+        except shmring.Disconnected:
+            break
+        if delay:
+            time.sleep(delay)
+    results.put((got, torn, c.received, c.missed))
+
+
+def hold_pinned(name, ready, pinned):
+    """Pins a message, views it with numpy, and waits to be killed."""
+    import numpy as np
+
+    ring = shmring.Ring.open(name, timeout=10)
+    c = ring.consumer("gating")
+    ready.set()
+    msg = c.pin(timeout=20)
+    view = np.frombuffer(msg, np.uint8)
+    assert view.sum() >= 0
+    pinned.set()
+    time.sleep(600)
+
+
+def queue_echo(receiver, sender):
+    """Gets objects and puts them back until it gets None."""
+    while True:
+        obj = receiver.get(timeout=30)
+        sender.put(obj)
+        if obj is None:
+            break
+    sender.wait_for_all_ack(timeout=30)
+    sender.close()
+    receiver.close()
+
+
+def queue_sum(receiver, out):
+    """Sums the arrays it gets, zero-copy, until None."""
+    total = 0
+    while True:
+        arr = receiver.get(timeout=30, zero_copy=True)
+        if arr is None:
+            break
+        total += int(arr.sum())
+        del arr
+    out.put(total)
+
+
+def arrow_reader(name, ready, out):
+    """Reads one Arrow IPC stream zero-copy out of a pinned message."""
+    import pyarrow as pa
+
+    ring = shmring.Ring.open(name, timeout=10)
+    c = ring.consumer("gating")
+    ready.set()
+    msg = c.pin(timeout=20)
+    buf = pa.py_buffer(msg)
+    table = pa.ipc.open_stream(buf).read_all()
+    col = table.column("x").chunks[0]
+    addr = col.buffers()[1].address
+    lo, hi = ring.address_range()
+    out.put((table.num_rows, sum(table.column("x").to_pylist()), lo <= addr < hi,
+             os.getpid()))
+    del table, col, buf
+    msg.close()

@@ -10,9 +10,8 @@ fn message(i: u64) -> Vec<u8> {
 
 fn publish(name: &str) -> Result {
     let ring = Ring::builder(name).slots(16).slot_size(4096).create()?;
-    let mut child = std::process::Command::new(std::env::current_exe()?)
-        .arg(name)
-        .spawn()?;
+    let mut child = std::process::Command::new(std::env::current_exe()?);
+    let mut child = child.arg(name).spawn()?;
     let mut publisher = ring.publisher()?;
     if !publisher.wait_for_subscribers(1, core::time::Duration::from_secs(10)) {
         return Err("no subscriber came".into());
@@ -20,10 +19,7 @@ fn publish(name: &str) -> Result {
     (0..N).try_for_each(|i| publisher.send(&message(i)).map(drop))?;
     publisher.close(); // complete: the subscriber drains the ring, then is disconnected
     let ok = child.wait()?.success();
-    println!(
-        "published {N}; subscriber: {}",
-        ["FAILED", "OK"][ok as usize]
-    );
+    println!("published {N}; subscriber ok: {ok}");
     ok.then_some(())
         .ok_or_else(|| "the subscriber failed".into())
 }
@@ -38,9 +34,8 @@ fn subscribe(name: &str) -> Result {
         }
         seq += 1;
     }
-    (seq == N)
-        .then_some(())
-        .ok_or_else(|| format!("{seq} of {N} messages").into())
+    let done = (seq == N).then_some(());
+    done.ok_or_else(|| format!("{seq} of {N} messages").into())
 }
 
 fn main() {

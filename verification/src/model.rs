@@ -4,7 +4,7 @@
 //! stamp, bytes and a pin set; a consumer table; the producer's claim; the allocator's live set
 //! and granule map. [`Real`](crate::real::Real) drives a real ring over any
 //! [`Memory`](ring_core::Memory) with the same [`Op`]s. [`run`] applies a sequence to both,
-//! compares every [`Outcome`], and after every step checks every DESIGN invariant
+//! compares every [`Outcome`], and after every step checks every invariant of `docs/DESIGN.md`
 //! ([`Real::check`](crate::real::Real::check) against the model). The proptest state machine,
 //! the conformance suite and the fuzz targets all go through it.
 //!

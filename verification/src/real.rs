@@ -483,7 +483,7 @@ impl<'s, M: Memory> Real<'s, M> {
         }
     }
 
-    /// Checks every DESIGN invariant on the real ring against `model`.
+    /// Checks every invariant of `docs/DESIGN.md` on the real ring against `model`.
     ///
     /// # Errors
     /// The first [`Failure`] found.

@@ -1,5 +1,5 @@
 //! The proptest state machine: random operation sequences on a real ring and on the reference
-//! model, outcomes compared and every DESIGN invariant checked after every step (see
+//! model, outcomes compared and every `docs/DESIGN.md` invariant checked after every step (see
 //! `ring_verification::real::run_on`). Failing sequences shrink to a minimal one.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 

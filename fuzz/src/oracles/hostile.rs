@@ -5,7 +5,7 @@
 //! run stays free of data races; it can write any word of the segment header, the producer line,
 //! any consumer entry, any slot header, payload words and the allocator region. After its first
 //! write the model is switched off (the peer's words have no specified meaning) and the oracle
-//! checks what DESIGN invariant 6 promises instead: every call returns (the harness only uses
+//! checks what invariant 6 of `docs/DESIGN.md` promises instead: every call returns (the harness only uses
 //! bounded waits, and libFuzzer's `-timeout` catches a loop that does not end), nothing panics
 //! or reads out of bounds (AddressSanitizer), every error is one the call documents and displays
 //! a message, reads never return more than the slot or the buffer holds, and the corrupted

@@ -1,7 +1,7 @@
 //! A reference model of one ring driven from one thread: what every producer and consumer
 //! call must return, and what every shared word must hold afterwards.
 //!
-//! It is written from the protocol's rules (DESIGN.md and `docs/PROTOCOL.md`), not from the
+//! It is written from the protocol's rules (`docs/DESIGN.md` and `docs/PROTOCOL.md`), not from the
 //! implementation's data structures: a slot is a stamp, a writer flag, a reader mask and its
 //! bytes; a consumer is a cursor and two counters. Two rules are spelled out here because the
 //! implementation has to get them exactly right:

@@ -164,7 +164,7 @@ typedef struct shmring_subscriber shmring_subscriber;
 // A ring's geometry. For create: a zero field takes the default (8 slots of 65536 bytes, 8
 // subscribers). For open: a zero field is not checked; a non-zero one must match the ring
 // (else `SHMRING_E_MISMATCH`), and `pin_only` is not checked (read it with
-// `shmring_ring_info`).
+// `shmring_ring_get_info`).
 typedef struct {
   // Number of slots (messages in flight).
   uint32_t slots;
@@ -180,7 +180,7 @@ typedef struct {
   uint32_t open_timeout_ms;
 } shmring_config;
 
-// What `shmring_ring_info` reports.
+// What `shmring_ring_get_info` reports.
 typedef struct {
   // Number of slots.
   uint32_t slots;
@@ -290,7 +290,7 @@ int shmring_ring_connect(const char *name,
 // Reports the ring's geometry in `*info`.
 //
 // Errors: `SHMRING_E_INVALID_ARGUMENT`.
-int shmring_ring_info(const shmring_ring *ring, shmring_ring_info *info);
+int shmring_ring_get_info(const shmring_ring *ring, shmring_ring_info *info);
 
 // Keeps the name when this (creating) handle is freed, for rings meant to outlive their
 // creator.

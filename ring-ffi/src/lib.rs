@@ -146,7 +146,7 @@ const fn parse(s: &str) -> u32 {
 /// A ring's geometry. For create: a zero field takes the default (8 slots of 65536 bytes, 8
 /// subscribers). For open: a zero field is not checked; a non-zero one must match the ring
 /// (else `SHMRING_E_MISMATCH`), and `pin_only` is not checked (read it with
-/// `shmring_ring_info`).
+/// `shmring_ring_get_info`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct shmring_config {
@@ -164,7 +164,7 @@ pub struct shmring_config {
     pub open_timeout_ms: u32,
 }
 
-/// What `shmring_ring_info` reports.
+/// What `shmring_ring_get_info` reports.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct shmring_ring_info {
@@ -845,7 +845,7 @@ pub unsafe extern "C" fn shmring_ring_connect(
 ///
 /// Errors: `SHMRING_E_INVALID_ARGUMENT`.
 #[no_mangle]
-pub unsafe extern "C" fn shmring_ring_info(
+pub unsafe extern "C" fn shmring_ring_get_info(
     ring: *const shmring_ring,
     info: *mut shmring_ring_info,
 ) -> c_int {

@@ -30,13 +30,14 @@
               header's documentation"
 )]
 
+use core::cell::RefCell;
 use core::ffi::{c_char, c_int, CStr};
+use core::panic::AssertUnwindSafe;
 use core::ptr;
 use core::time::Duration;
-use std::cell::RefCell;
 use std::ffi::CString;
 use std::os::fd::{BorrowedFd, OwnedFd};
-use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::panic::catch_unwind;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 

@@ -2,11 +2,11 @@
 //! system compiler against the built `libshmring.so` (plainly, and with
 //! `-fsanitize=address,undefined`) and run against a Rust peer (ring-os) in another process.
 
+use core::time::Duration;
 use std::io::{BufRead as _, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
-use std::time::Duration;
 
 use ring_os::prelude::*;
 use ring_os::ProducerExt as _;

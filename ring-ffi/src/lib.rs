@@ -215,9 +215,7 @@ pub struct shmring_ring {
 ///
 /// Thread safety: one thread at a time (it may move between threads).
 pub struct shmring_publisher {
-    publisher: *mut Publisher,
-    /// The outstanding loan (at most one), or null.
-    loan: *mut shmring_loan,
+    lender: Lender<Publisher, shmring_loan>,
 }
 
 /// A registered subscriber. Owned by the caller; release with `shmring_subscriber_free` (which
@@ -226,9 +224,70 @@ pub struct shmring_publisher {
 ///
 /// Thread safety: one thread at a time (it may move between threads).
 pub struct shmring_subscriber {
-    subscriber: *mut Subscriber,
-    /// The outstanding pin (at most one), or null.
-    pin: *mut shmring_pinned,
+    lender: Lender<Subscriber, shmring_pinned>,
+}
+
+/// A value at a stable heap address, lent to at most one child handle at a time: a publisher
+/// and its loan, a subscriber and its pin (both borrow their parent mutably in ring-core).
+/// While the child lives, the parent refuses every call (`SHMRING_E_BUSY`); dropping the lender
+/// drops the child first.
+struct Lender<T, C> {
+    /// From `Box::into_raw`; freed in `drop`.
+    value: *mut T,
+    /// The outstanding child (from `Box::into_raw`), or null.
+    child: *mut C,
+    /// What to say when a call comes while the child lives.
+    busy: &'static str,
+}
+
+impl<T, C> Lender<T, C> {
+    fn new(value: T, busy: &'static str) -> Self {
+        Self {
+            value: Box::into_raw(Box::new(value)),
+            child: ptr::null_mut(),
+            busy,
+        }
+    }
+
+    /// The value, unless it is lent.
+    fn get(&mut self) -> Res<&mut T> {
+        if !self.child.is_null() {
+            return Err(fail(SHMRING_E_BUSY, self.busy));
+        }
+        // SAFETY: `value` came from `Box::into_raw` and lives as long as `self`; with no child
+        // out, nothing else refers to it, and `&mut self` makes this borrow unique.
+        Ok(unsafe { &mut *self.value })
+    }
+
+    /// Records `child` as the outstanding child.
+    fn lend(&mut self, child: C) -> *mut C {
+        self.child = Box::into_raw(Box::new(child));
+        self.child
+    }
+
+    /// Takes the outstanding child back, if `child` is it.
+    fn take(&mut self, child: *mut C, what: &str) -> Res<Box<C>> {
+        if self.child != child {
+            return Err(fail(
+                SHMRING_E_INVALID_ARGUMENT,
+                format!("this {what} is not the outstanding one of its parent"),
+            ));
+        }
+        self.child = ptr::null_mut();
+        // SAFETY: made by `Box::into_raw` in `lend`, and detached from `self` just now.
+        Ok(unsafe { Box::from_raw(child) })
+    }
+}
+
+impl<T, C> Drop for Lender<T, C> {
+    fn drop(&mut self) {
+        if !self.child.is_null() {
+            // SAFETY: the outstanding child (from `lend`), dropped before the value it borrows.
+            drop(unsafe { Box::from_raw(self.child) });
+        }
+        // SAFETY: from `Box::into_raw` in `new`; no child refers to it any more.
+        drop(unsafe { Box::from_raw(self.value) });
+    }
 }
 
 /// A pinned message: a zero-copy view the publisher cannot overwrite until it is released
@@ -915,10 +974,11 @@ pub unsafe extern "C" fn shmring_ring_publisher(
         unsafe { out_handle(out) }?;
         // SAFETY: as in `shmring_ring_fd`.
         let ring = unsafe { arg(ring, "ring") }?;
-        let publisher = Box::into_raw(Box::new(ring.ring.publisher()?));
         let handle = Box::into_raw(Box::new(shmring_publisher {
-            publisher,
-            loan: ptr::null_mut(),
+            lender: Lender::new(
+                ring.ring.publisher()?,
+                "the publisher holds a loan: send or abort it first",
+            ),
         }));
         // SAFETY: checked by `out_handle`.
         unsafe { out.write(handle) };
@@ -933,16 +993,7 @@ pub unsafe extern "C" fn shmring_ring_publisher(
 /// `p` is null or a live publisher handle used by nobody else now.
 unsafe fn publisher<'a>(p: *mut shmring_publisher) -> Res<&'a mut Publisher> {
     // SAFETY: the caller's contract.
-    let handle = unsafe { arg_mut(p, "publisher") }?;
-    if !handle.loan.is_null() {
-        return Err(fail(
-            SHMRING_E_BUSY,
-            "the publisher holds a loan: send or abort it first",
-        ));
-    }
-    // SAFETY: `publisher` came from `Box::into_raw` and lives as long as the handle; with no
-    // loan out, nothing else refers to it.
-    Ok(unsafe { &mut *handle.publisher })
+    unsafe { arg_mut(p, "publisher") }?.lender.get()
 }
 
 /// Claims a slot (once `deadline` is reached, the ring's last refusal), waiting with reclaim.
@@ -1033,18 +1084,19 @@ pub unsafe extern "C" fn shmring_publisher_loan(
         // SAFETY: as in `shmring_ring_create`.
         unsafe { out_handle(out) }?;
         // SAFETY: as in `shmring_publisher_send`.
-        let p = unsafe { self::publisher(publisher) }?;
+        let handle = unsafe { arg_mut(publisher, "publisher") }?;
+        let p = handle.lender.get()?;
         // Wait (reclaiming dead subscribers) until a slot can be claimed, give it back, and
         // claim it again outside the wait, as the front door's `Publisher::loan` does: one
         // producer, so the second claim succeeds.
         claim_loop(p, timeout_ms, |slot| slot.abort())?;
         let pin_only = p.inner().memory().geometry().config().pin_only;
         let slot = p.inner().try_claim()?;
-        // SAFETY: the slot borrows the `Publisher` behind `handle.publisher`, a box at a stable
-        // address that lives until `shmring_publisher_free`; that function aborts an outstanding
-        // loan before it drops the publisher, and every other publisher call refuses to touch
-        // the publisher while `handle.loan` is set (`SHMRING_E_BUSY`). So the borrow is unique
-        // and outlived by its referent, as `'static` claims for this handle's life.
+        // SAFETY: the slot borrows the `Publisher` in `handle.lender`, a box at a stable address
+        // that lives until `shmring_publisher_free`, whose lender drops an outstanding loan
+        // before the publisher; every other publisher call refuses to touch the publisher while
+        // the loan is out (`Lender::get`: `SHMRING_E_BUSY`). So the borrow stays unique and is
+        // outlived by its referent, as `'static` claims for the loan's life.
         let mut slot: WriteSlot<'static, Arc<Mapping>> = unsafe { core::mem::transmute(slot) };
         let capacity = slot.capacity();
         let data = if pin_only {
@@ -1058,15 +1110,12 @@ pub unsafe extern "C" fn shmring_publisher_loan(
         } else {
             ptr::null_mut()
         };
-        let loan = Box::into_raw(Box::new(shmring_loan {
+        let loan = handle.lender.lend(shmring_loan {
             slot,
             owner: publisher,
             data,
             capacity,
-        }));
-        // SAFETY: `publisher` was checked non-null and live above (the `&mut` made there is no
-        // longer used).
-        unsafe { (*publisher).loan = loan };
+        });
         // SAFETY: checked by `out_handle`.
         unsafe { out.write(loan) };
         Ok(())
@@ -1203,15 +1252,9 @@ pub unsafe extern "C" fn shmring_publisher_free(publisher: *mut shmring_publishe
         if publisher.is_null() {
             return Ok(());
         }
-        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_publisher`, freed once.
-        let handle = unsafe { Box::from_raw(publisher) };
-        if !handle.loan.is_null() {
-            // SAFETY: the outstanding loan (a `Box::into_raw` of `shmring_publisher_loan`),
-            // dropped before the publisher it borrows.
-            drop(unsafe { Box::from_raw(handle.loan) });
-        }
-        // SAFETY: made by `Box::into_raw` in `shmring_ring_publisher`; no loan refers to it now.
-        drop(unsafe { Box::from_raw(handle.publisher) });
+        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_publisher`, freed once (its
+        // lender aborts an outstanding loan first).
+        drop(unsafe { Box::from_raw(publisher) });
         Ok(())
     })
 }
@@ -1335,19 +1378,10 @@ unsafe fn take_loan(loan: *mut shmring_loan) -> Res<Box<shmring_loan>> {
     if loan.is_null() {
         return Err(null("loan"));
     }
-    // SAFETY: live by the caller's contract.
-    let owner = unsafe { (*loan).owner };
-    // SAFETY: the owner outlives its loan (freeing it frees the loan); unique per thread rule.
-    let owner = unsafe { &mut *owner };
-    if owner.loan != loan {
-        return Err(fail(
-            SHMRING_E_INVALID_ARGUMENT,
-            "this loan is not its publisher's outstanding loan",
-        ));
-    }
-    owner.loan = ptr::null_mut();
-    // SAFETY: made by `Box::into_raw` in `shmring_publisher_loan`, detached from its owner.
-    Ok(unsafe { Box::from_raw(loan) })
+    // SAFETY: live by the caller's contract; its owner outlives it (freeing the owner frees
+    // the loan) and is used by this thread only.
+    let owner = unsafe { &mut *(*loan).owner };
+    owner.lender.take(loan, "loan")
 }
 
 /// Publishes the loaned slot and stores its sequence number in `*seq` (NULL: not wanted). The
@@ -1400,10 +1434,12 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
         unsafe { out_handle(out) }?;
         // SAFETY: as in `shmring_ring_fd`.
         let ring = unsafe { arg(ring, "ring") }?;
-        let subscriber = Box::into_raw(Box::new(ring.ring.subscriber(self::class(class)?)?));
+        let subscriber = ring.ring.subscriber(self::class(class)?)?;
         let handle = Box::into_raw(Box::new(shmring_subscriber {
-            subscriber,
-            pin: ptr::null_mut(),
+            lender: Lender::new(
+                subscriber,
+                "the subscriber holds a pin: release it first (shmring_pinned_release)",
+            ),
         }));
         // SAFETY: checked by `out_handle`.
         unsafe { out.write(handle) };
@@ -1418,16 +1454,7 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
 /// `s` is null or a live subscriber handle used by nobody else now.
 unsafe fn subscriber<'a>(s: *mut shmring_subscriber) -> Res<&'a mut Subscriber> {
     // SAFETY: the caller's contract.
-    let handle = unsafe { arg_mut(s, "subscriber") }?;
-    if !handle.pin.is_null() {
-        return Err(fail(
-            SHMRING_E_BUSY,
-            "the subscriber holds a pin: release it first (shmring_pinned_release)",
-        ));
-    }
-    // SAFETY: `subscriber` came from `Box::into_raw` and lives as long as the handle; with no
-    // pin out, nothing else refers to it.
-    Ok(unsafe { &mut *handle.subscriber })
+    unsafe { arg_mut(s, "subscriber") }?.lender.get()
 }
 
 fn message(data: *const u8, c: Copied) -> shmring_message {
@@ -1499,28 +1526,27 @@ pub unsafe extern "C" fn shmring_subscriber_pin(
         // SAFETY: as in `shmring_ring_create`.
         unsafe { out_handle(out) }?;
         // SAFETY: as in `shmring_subscriber_recv`.
-        let s = unsafe { self::subscriber(subscriber) }?;
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        let s = handle.lender.get()?;
         let pin = match timeout_ms {
             0 => s.try_recv_pinned()?,
             SHMRING_FOREVER => s.recv_pinned()?,
             t => s.recv_pinned_timeout(millis(t))?,
         };
-        // SAFETY: the pin borrows the `Subscriber` behind `handle.subscriber`, a box at a stable
-        // address that lives until `shmring_subscriber_free`; that function releases an
-        // outstanding pin before it drops the subscriber, and every other subscriber call
-        // refuses to touch the subscriber while `handle.pin` is set (`SHMRING_E_BUSY`). So the
-        // borrow is unique and outlived by its referent, as `'static` claims here.
+        // SAFETY: the pin borrows the `Subscriber` in `handle.lender`, a box at a stable address
+        // that lives until `shmring_subscriber_free`, whose lender drops an outstanding pin
+        // before the subscriber; every other subscriber call refuses to touch the subscriber
+        // while the pin is out (`Lender::get`: `SHMRING_E_BUSY`). So the borrow stays unique
+        // and is outlived by its referent, as `'static` claims for the pin's life.
         let pin: Pinned<'static, Arc<Mapping>> = unsafe { core::mem::transmute(pin) };
         let info = pinned_message(&pin);
-        let handle = Box::into_raw(Box::new(shmring_pinned {
+        let pinned = handle.lender.lend(shmring_pinned {
             pin,
             owner: subscriber,
-        }));
-        // SAFETY: `subscriber` was checked non-null and live above.
-        unsafe { (*subscriber).pin = handle };
+        });
         // SAFETY: checked by `out_handle`; `msg` null or writable (header contract).
         unsafe {
-            out.write(handle);
+            out.write(pinned);
             put(msg, info);
         }
         Ok(())
@@ -1567,19 +1593,10 @@ pub unsafe extern "C" fn shmring_pinned_release(pinned: *mut shmring_pinned) -> 
         if pinned.is_null() {
             return Err(null("pinned"));
         }
-        // SAFETY: a live pin (header contract).
-        let owner = unsafe { (*pinned).owner };
-        // SAFETY: the owner outlives its pin (freeing it frees the pin).
-        let owner = unsafe { &mut *owner };
-        if owner.pin != pinned {
-            return Err(fail(
-                SHMRING_E_INVALID_ARGUMENT,
-                "this pin is not its subscriber's outstanding pin",
-            ));
-        }
-        owner.pin = ptr::null_mut();
-        // SAFETY: made by `Box::into_raw` in `shmring_subscriber_pin`, detached from its owner.
-        drop(unsafe { Box::from_raw(pinned) });
+        // SAFETY: a live pin (header contract); its owner outlives it (freeing the owner frees
+        // the pin) and is used by this thread only.
+        let owner = unsafe { &mut *(*pinned).owner };
+        drop(owner.lender.take(pinned, "pin")?);
         Ok(())
     })
 }
@@ -1614,14 +1631,9 @@ pub unsafe extern "C" fn shmring_subscriber_free(subscriber: *mut shmring_subscr
         if subscriber.is_null() {
             return Ok(());
         }
-        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_subscriber`, freed once.
-        let handle = unsafe { Box::from_raw(subscriber) };
-        if !handle.pin.is_null() {
-            // SAFETY: the outstanding pin, dropped before the subscriber it borrows.
-            drop(unsafe { Box::from_raw(handle.pin) });
-        }
-        // SAFETY: made by `Box::into_raw` in `shmring_ring_subscriber`; no pin refers to it.
-        drop(unsafe { Box::from_raw(handle.subscriber) });
+        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_subscriber`, freed once (its
+        // lender releases an outstanding pin first).
+        drop(unsafe { Box::from_raw(subscriber) });
         Ok(())
     })
 }

@@ -576,6 +576,19 @@ unsafe fn bytes<'a>(data: *const u8, len: usize, what: &str) -> Res<&'a [u8]> {
     Ok(unsafe { core::slice::from_raw_parts(data, len) })
 }
 
+/// Drops the handle `p` (NULL: nothing).
+///
+/// # Safety
+///
+/// `p` is null or came from `Box::into_raw` and is freed only now.
+unsafe fn free_handle<T>(p: *mut T) -> Res {
+    if !p.is_null() {
+        // SAFETY: the caller's contract.
+        drop(unsafe { Box::from_raw(p) });
+    }
+    Ok(())
+}
+
 fn millis(timeout_ms: u64) -> Duration {
     Duration::from_millis(timeout_ms)
 }
@@ -948,14 +961,9 @@ pub unsafe extern "C" fn shmring_ring_keep_name(ring: *mut shmring_ring) -> c_in
 /// from it is left. NULL is allowed (nothing happens). `ring` is invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_ring_free(ring: *mut shmring_ring) -> c_int {
-    guard(|| {
-        if !ring.is_null() {
-            // SAFETY: a handle made by `Box::into_raw` in `new_ring`, freed once (header
-            // contract: invalid afterwards).
-            drop(unsafe { Box::from_raw(ring) });
-        }
-        Ok(())
-    })
+    // SAFETY: null or a handle made by `Box::into_raw` in `new_ring`, freed once (header
+    // contract: invalid afterwards).
+    guard(|| unsafe { free_handle(ring) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1248,15 +1256,9 @@ pub unsafe extern "C" fn shmring_publisher_abort(
 /// `publisher` (and its loan) are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_publisher_free(publisher: *mut shmring_publisher) -> c_int {
-    guard(|| {
-        if publisher.is_null() {
-            return Ok(());
-        }
-        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_publisher`, freed once (its
-        // lender aborts an outstanding loan first).
-        drop(unsafe { Box::from_raw(publisher) });
-        Ok(())
-    })
+    // SAFETY: null or a handle made by `Box::into_raw` in `shmring_ring_publisher`, freed once
+    // (header contract); its lender aborts an outstanding loan first.
+    guard(|| unsafe { free_handle(publisher) })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1627,15 +1629,9 @@ pub unsafe extern "C" fn shmring_subscriber_counters(
 /// `subscriber` (and its pin) are invalid afterwards.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_subscriber_free(subscriber: *mut shmring_subscriber) -> c_int {
-    guard(|| {
-        if subscriber.is_null() {
-            return Ok(());
-        }
-        // SAFETY: a handle made by `Box::into_raw` in `shmring_ring_subscriber`, freed once (its
-        // lender releases an outstanding pin first).
-        drop(unsafe { Box::from_raw(subscriber) });
-        Ok(())
-    })
+    // SAFETY: null or a handle made by `Box::into_raw` in `shmring_ring_subscriber`, freed once
+    // (header contract); its lender releases an outstanding pin first.
+    guard(|| unsafe { free_handle(subscriber) })
 }
 
 /// The library's version as a static string (`"0.1.0"`): never NULL, never freed.

@@ -22,6 +22,7 @@ echo "--- C and C++ tests against Rust peers (cargo test -p ring-ffi)"
 cargo test -p ring-ffi
 
 echo "--- static link"
+cargo build -p ring-ffi
 cc -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -Iinclude ring-ffi/tests/c/peer.c \
   target/debug/libshmring.a -lpthread -ldl -lm -o "$tmp/peer-static"
 "$tmp/peer-static" errors "ffi-static-$$"

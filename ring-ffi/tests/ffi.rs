@@ -33,7 +33,7 @@ struct Peers {
 }
 
 fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) {
-    let lib = target_dir();
+    let lib = library_dir();
     assert!(
         lib.join("libshmring.so").exists(),
         "libshmring.so not found in {}",
@@ -59,6 +59,28 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) {
         status.success(),
         "{compiler} failed to build {source}: {cmd:?}"
     );
+}
+
+/// The directory holding a `libshmring.so` built from the sources as they are now. A test
+/// build does not reliably rebuild (or copy up) the cdylib, so build it explicitly, in the same
+/// target directory and profile as this test binary.
+fn library_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir();
+        let root = dir.parent().expect("<target>/<profile>");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "ring-ffi", "--lib", "--target-dir"])
+            .arg(root)
+            .current_dir(manifest_dir());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build");
+        assert!(status.success(), "cargo build -p ring-ffi failed");
+        dir
+    })
+    .clone()
 }
 
 fn peers() -> &'static Peers {

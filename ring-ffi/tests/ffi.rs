@@ -151,13 +151,25 @@ fn run(peer: &Path, args: &[&str]) -> Output {
     out
 }
 
-fn spawn(peer: &Path, args: &[&str]) -> (Child, BufReader<std::process::ChildStdout>) {
+/// A peer process, killed if a failing test drops it before it exited.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn(peer: &Path, args: &[&str]) -> (Peer, BufReader<std::process::ChildStdout>) {
     let mut child = command(peer, args)
         .stdout(Stdio::piped())
         .spawn()
         .expect("spawn peer");
     let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-    (child, stdout)
+    (Peer(child), stdout)
 }
 
 fn line(out: &mut BufReader<std::process::ChildStdout>) -> String {
@@ -166,8 +178,8 @@ fn line(out: &mut BufReader<std::process::ChildStdout>) -> String {
     s.trim_end().to_owned()
 }
 
-fn wait_ok(mut child: Child, what: &str) {
-    let status = child.wait().expect("wait");
+fn wait_ok(mut child: Peer, what: &str) {
+    let status = child.0.wait().expect("wait");
     assert!(status.success(), "{what}: {status}");
 }
 
@@ -311,8 +323,8 @@ fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
         publisher.send(b"first").expect("send");
         assert_eq!(line(&mut out), "pinned 0");
         // SAFETY: kill(2) on our own child's pid.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
-        let _ = child.wait();
+        assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGKILL) }, 0);
+        let _ = child.0.wait();
         // A gating subscriber that holds a pin would stop the ring after 4 messages; its
         // death is noticed and it is reclaimed.
         for n in 0..40u32 {

@@ -39,6 +39,8 @@ if command -v cmake >/dev/null; then
   cmake --build "$tmp/build" >/dev/null
   "$tmp/build/hello-c"
   "$tmp/build/hello-cpp"
+  cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
+  cmake --build "$tmp/build-fs" >/dev/null
 else
   echo "cmake not installed: skipped the CMake example (apt-get install cmake)"
 fi

@@ -30,6 +30,7 @@ struct Peers {
     c_asan: PathBuf,
     cpp: PathBuf,
     cpp_asan: PathBuf,
+    frame_server: PathBuf,
 }
 
 fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) {
@@ -45,7 +46,7 @@ fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) {
         .args(["-g", "-Wall", "-Wextra", "-Werror", "-D_DEFAULT_SOURCE"])
         .arg("-I")
         .arg(&include)
-        .arg(manifest_dir().join("tests/c").join(source))
+        .arg(manifest_dir().join(source))
         .arg("-L")
         .arg(&lib)
         .arg("-lshmring")
@@ -94,21 +95,28 @@ fn peers() -> &'static Peers {
             c_asan: dir.join("peer-asan"),
             cpp: dir.join("peer-cpp"),
             cpp_asan: dir.join("peer-cpp-asan"),
+            frame_server: dir.join("frame-server"),
         };
         let c = std::env::var("CC").unwrap_or_else(|_| "cc".into());
         let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-        compile(&c, "peer.c", &peers.c, &["-std=c11"]);
+        compile(&c, "tests/c/peer.c", &peers.c, &["-std=c11"]);
         compile(
             &c,
-            "peer.c",
+            "tests/c/peer.c",
             &peers.c_asan,
             &[&["-std=c11"][..], &asan].concat(),
         );
-        compile(&cxx, "peer.cpp", &peers.cpp, &["-std=c++17"]);
+        compile(&cxx, "tests/c/peer.cpp", &peers.cpp, &["-std=c++17"]);
         compile(
             &cxx,
-            "peer.cpp",
+            "tests/c/peer.cpp",
             &peers.cpp_asan,
+            &[&["-std=c++17"][..], &asan].concat(),
+        );
+        compile(
+            &cxx,
+            "../examples/frame-server/frame_server.cpp",
+            &peers.frame_server,
             &[&["-std=c++17"][..], &asan].concat(),
         );
         peers
@@ -334,4 +342,55 @@ fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
         }
         assert_eq!(publisher.sent(), 41);
     }
+}
+
+#[test]
+fn the_frame_server_renders_checkable_frames_in_place() {
+    use std::io::Write as _;
+    use std::os::unix::net::UnixStream;
+    let (w, h) = (320u32, 240u32);
+    let name = name("frames");
+    let socket = target_dir().join(format!("{name}.sock"));
+    let (child, mut out) = spawn(
+        &peers().frame_server,
+        &[
+            &name,
+            socket.to_str().unwrap(),
+            &w.to_string(),
+            &h.to_string(),
+        ],
+    );
+    assert!(line(&mut out).starts_with("serving"));
+    let ring = Ring::builder(&name).open().expect("open");
+    let mut sub = ring
+        .subscriber(DeliveryClass::LatestOnly)
+        .expect("subscribe");
+    let stream = UnixStream::connect(&socket).expect("connect");
+    let mut replies = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    for n in 0..5u64 {
+        stream.write_all(b"frame\n").unwrap();
+        let mut reply = String::new();
+        replies.read_line(&mut reply).unwrap();
+        let want = format!(
+            "{{\"ring\":\"{name}\",\"width\":{w},\"height\":{h},\"seq\":{n},\"format\":\"BGRA8\"}}"
+        );
+        assert_eq!(reply.trim_end(), want);
+        let frame = sub
+            .recv_pinned_timeout(Duration::from_secs(5))
+            .expect("pin");
+        assert_eq!(frame.seq(), n);
+        assert_eq!(frame.meta(), [n, u64::from(w) << 32 | u64::from(h)]);
+        let px = frame.bytes();
+        assert_eq!(px.len(), (w * h * 4) as usize);
+        assert_eq!(u64::from_le_bytes(px[..8].try_into().unwrap()), n);
+        let (x, y) = (17usize, 101usize);
+        let at = (y * w as usize + x) * 4;
+        assert_eq!(
+            &px[at..at + 4],
+            &[(x as u64 + n) as u8, (y as u64 + n) as u8, n as u8, 255]
+        );
+    }
+    stream.write_all(b"quit\n").unwrap();
+    wait_ok(child, "frame-server");
 }

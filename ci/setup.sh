@@ -8,3 +8,17 @@ rustup component add --toolchain nightly miri rust-src llvm-tools-preview
 if ! cargo fuzz --version >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked
 fi
+# The C ABI checks (ci/ffi.sh) build a CMake example against pkg-config; the multi-process
+# tests use unshare (util-linux).
+need=()
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
+command -v c++ >/dev/null 2>&1 || need+=(g++)
+command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+if [ ${#need[@]} -gt 0 ]; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"
+fi
+if ! command -v cbindgen >/dev/null 2>&1; then
+    cargo install cbindgen --locked
+fi

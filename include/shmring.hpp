@@ -1,0 +1,420 @@
+// shmring.hpp: a header-only C++17 RAII layer over the C ABI in shmring.h.
+//
+// - Move-only handles: shmring::Ring, Publisher, Subscriber, Pinned, Loan. Each frees its C
+//   handle in its destructor; a moved-from object holds nothing.
+// - Errors are exceptions: every failing call throws shmring::error, which carries the C
+//   status code (code(), a SHMRING_E_* value) and the library's message (what()). Destructors
+//   never throw. Calls that may legitimately find nothing (a timed-out or non-blocking
+//   read, a full ring with timeout 0) return std::optional / bool instead of throwing for
+//   SHMRING_E_EMPTY, SHMRING_E_TIMEOUT and SHMRING_E_FULL; the end of a stream
+//   (SHMRING_E_DISCONNECTED, SHMRING_E_ABORTED) throws, so it is never mistaken for "no data".
+// - Byte views: C++17 has no std::span, so the layer uses two small views, shmring::bytes
+//   (const, for what is read) and shmring::mutable_bytes (for a loan's writable slot): a
+//   pointer and a size, with begin()/end()/operator[] and a std::string_view conversion.
+// - Thread safety: as in shmring.h (a Ring may be shared between threads; a Publisher or
+//   Subscriber, with its Loan or Pinned, is used by one thread at a time).
+//
+// A Pinned borrows its Subscriber and a Loan its Publisher: destroy (or release / send /
+// abort) them first; the C library refuses other calls on the parent meanwhile
+// (SHMRING_E_BUSY), and destroying the parent first releases them.
+#ifndef SHMRING_HPP
+#define SHMRING_HPP
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "shmring.h"
+
+namespace shmring {
+
+/// A failed call: the C status code and the library's message.
+class error : public std::runtime_error {
+ public:
+  error(int code, const std::string &message)
+      : std::runtime_error(std::string(shmring_code_name(code)) + ": " + message), code_(code) {}
+  /// The SHMRING_E_* code.
+  int code() const noexcept { return code_; }
+
+ private:
+  int code_;
+};
+
+namespace detail {
+inline void check(int rc) {
+  if (rc != SHMRING_OK) throw error(rc, shmring_last_error());
+}
+/// OK: true; one of the "nothing now" codes: false; anything else throws.
+inline bool check_soft(int rc) {
+  if (rc == SHMRING_OK) return true;
+  if (rc == SHMRING_E_EMPTY || rc == SHMRING_E_TIMEOUT || rc == SHMRING_E_FULL) return false;
+  throw error(rc, shmring_last_error());
+}
+/// A timeout for the C API: `forever` is SHMRING_FOREVER, negative is 0.
+inline uint64_t millis(std::chrono::milliseconds d) {
+  if (d == std::chrono::milliseconds::max()) return SHMRING_FOREVER;
+  return d.count() <= 0 ? 0 : static_cast<uint64_t>(d.count());
+}
+}  // namespace detail
+
+/// Wait as long as it takes.
+inline constexpr std::chrono::milliseconds forever = std::chrono::milliseconds::max();
+
+/// A read-only byte view (pointer + size; C++17 has no std::span).
+struct bytes {
+  const std::byte *data = nullptr;
+  std::size_t size = 0;
+  const std::byte *begin() const noexcept { return data; }
+  const std::byte *end() const noexcept { return data + size; }
+  std::byte operator[](std::size_t i) const noexcept { return data[i]; }
+  bool empty() const noexcept { return size == 0; }
+  std::string_view str() const noexcept {
+    return {reinterpret_cast<const char *>(data), size};
+  }
+};
+
+/// A writable byte view (a loan's slot in a pin-only ring).
+struct mutable_bytes {
+  std::byte *data = nullptr;
+  std::size_t size = 0;
+  std::byte *begin() const noexcept { return data; }
+  std::byte *end() const noexcept { return data + size; }
+  std::byte &operator[](std::size_t i) const noexcept { return data[i]; }
+};
+
+inline bytes as_bytes(std::string_view s) noexcept {
+  return {reinterpret_cast<const std::byte *>(s.data()), s.size()};
+}
+
+/// What a read reports (the bytes are in the caller's buffer for a copy, in the ring for a pin).
+struct message {
+  bytes data;
+  uint64_t seq = 0;
+  uint64_t missed = 0;
+  uint64_t meta[2] = {0, 0};
+  static message from(const shmring_message &m) {
+    message out;
+    out.data = {reinterpret_cast<const std::byte *>(m.data), m.len};
+    out.seq = m.seq;
+    out.missed = m.missed;
+    out.meta[0] = m.meta[0];
+    out.meta[1] = m.meta[1];
+    return out;
+  }
+};
+
+/// Subscriber classes.
+enum class delivery : uint32_t {
+  gating = SHMRING_GATING,
+  latest_only = SHMRING_LATEST_ONLY,
+  skip_on_lag = SHMRING_SKIP_ON_LAG,
+};
+
+/// A ring's geometry (zero fields: defaults for create, unchecked for open).
+struct config {
+  uint32_t slots = 0;
+  uint32_t slot_size = 0;
+  uint32_t consumers = 0;
+  bool pin_only = false;
+  std::chrono::milliseconds open_timeout{0};
+  shmring_config c() const {
+    shmring_config out{};
+    out.slots = slots;
+    out.slot_size = slot_size;
+    out.consumers = consumers;
+    out.pin_only = pin_only ? 1 : 0;
+    out.open_timeout_ms = static_cast<uint32_t>(open_timeout.count());
+    return out;
+  }
+};
+
+/// A slot claimed for writing in place (Publisher::loan). Destroying it unsent aborts it.
+class Loan {
+ public:
+  Loan() = default;
+  explicit Loan(shmring_loan *h) noexcept : h_(h) {}
+  Loan(Loan &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Loan &operator=(Loan &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Loan(const Loan &) = delete;
+  Loan &operator=(const Loan &) = delete;
+  ~Loan() { reset(); }
+
+  /// The slot's writable bytes (pin-only rings; else throws SHMRING_E_NOT_PIN_ONLY).
+  mutable_bytes data() {
+    uint8_t *p = nullptr;
+    std::size_t cap = 0;
+    detail::check(shmring_loan_data(h_, &p, &cap));
+    return {reinterpret_cast<std::byte *>(p), cap};
+  }
+  /// Copies `b` in at `offset` (every ring).
+  void write(std::size_t offset, bytes b) {
+    detail::check(
+        shmring_loan_write(h_, offset, reinterpret_cast<const uint8_t *>(b.data), b.size));
+  }
+  void set_len(std::size_t len) { detail::check(shmring_loan_set_len(h_, len)); }
+  void set_meta(uint64_t m0, uint64_t m1) { detail::check(shmring_loan_set_meta(h_, m0, m1)); }
+  /// Publishes; returns the sequence number. The loan is spent whatever happens.
+  uint64_t send() {
+    uint64_t seq = 0;
+    int rc = shmring_loan_send(std::exchange(h_, nullptr), &seq);
+    detail::check(rc);
+    return seq;
+  }
+  /// Gives the slot back unpublished.
+  void abort() noexcept { reset(); }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+ private:
+  void reset() noexcept {
+    if (h_ != nullptr) (void)shmring_loan_abort(std::exchange(h_, nullptr));
+  }
+  shmring_loan *h_ = nullptr;
+};
+
+/// The ring's one publisher. Destroying it without close() aborts the stream (code 0).
+class Publisher {
+ public:
+  Publisher() = default;
+  explicit Publisher(shmring_publisher *h) noexcept : h_(h) {}
+  Publisher(Publisher &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Publisher &operator=(Publisher &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Publisher(const Publisher &) = delete;
+  Publisher &operator=(const Publisher &) = delete;
+  ~Publisher() { reset(); }
+
+  /// Copies `b` into the next slot; waits at most `timeout` while the ring is full. Returns
+  /// the sequence number, or nullopt when the ring stayed full.
+  std::optional<uint64_t> send(bytes b, std::chrono::milliseconds timeout = forever, uint64_t m0 = 0, uint64_t m1 = 0) {
+    uint64_t meta[2] = {m0, m1};
+    uint64_t seq = 0;
+    uint64_t ms = detail::millis(timeout);
+    if (!detail::check_soft(shmring_publisher_send(
+            h_, reinterpret_cast<const uint8_t *>(b.data), b.size, meta, ms, &seq)))
+      return std::nullopt;
+    return seq;
+  }
+  /// Claims the next slot for writing in place, or nullopt when the ring stayed full.
+  std::optional<Loan> loan(std::chrono::milliseconds timeout = forever) {
+    shmring_loan *l = nullptr;
+    uint64_t ms = detail::millis(timeout);
+    if (!detail::check_soft(shmring_publisher_loan(h_, ms, &l))) return std::nullopt;
+    return Loan(l);
+  }
+  bool wait_for_subscribers(std::size_t n, std::chrono::milliseconds timeout) {
+    return detail::check_soft(
+        shmring_publisher_wait_for_subscribers(h_, n, detail::millis(timeout)));
+  }
+  bool wait_drained(std::chrono::milliseconds timeout) {
+    return detail::check_soft(shmring_publisher_wait_drained(h_, detail::millis(timeout)));
+  }
+  uint64_t published() {
+    uint64_t p = 0;
+    detail::check(shmring_publisher_counters(h_, &p, nullptr));
+    return p;
+  }
+  void close() { detail::check(shmring_publisher_close(h_)); }
+  void abort(uint16_t code) { detail::check(shmring_publisher_abort(h_, code)); }
+  shmring_publisher *handle() const noexcept { return h_; }
+
+ private:
+  void reset() noexcept {
+    if (h_ != nullptr) (void)shmring_publisher_free(std::exchange(h_, nullptr));
+  }
+  shmring_publisher *h_ = nullptr;
+};
+
+/// A pinned message (Subscriber::pin): its bytes stay valid until it is destroyed or released.
+class Pinned {
+ public:
+  Pinned() = default;
+  Pinned(shmring_pinned *h, const shmring_message &m) noexcept
+      : h_(h), msg_(message::from(m)) {}
+  Pinned(Pinned &&o) noexcept : h_(std::exchange(o.h_, nullptr)), msg_(o.msg_) {}
+  Pinned &operator=(Pinned &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+      msg_ = o.msg_;
+    }
+    return *this;
+  }
+  Pinned(const Pinned &) = delete;
+  Pinned &operator=(const Pinned &) = delete;
+  ~Pinned() { reset(); }
+
+  const message &msg() const noexcept { return msg_; }
+  bytes data() const noexcept { return msg_.data; }
+  uint64_t seq() const noexcept { return msg_.seq; }
+  void release() noexcept { reset(); }
+
+ private:
+  void reset() noexcept {
+    if (h_ != nullptr) (void)shmring_pinned_release(std::exchange(h_, nullptr));
+  }
+  shmring_pinned *h_ = nullptr;
+  message msg_;
+};
+
+/// A registered subscriber.
+class Subscriber {
+ public:
+  Subscriber() = default;
+  explicit Subscriber(shmring_subscriber *h) noexcept : h_(h) {}
+  Subscriber(Subscriber &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Subscriber &operator=(Subscriber &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Subscriber(const Subscriber &) = delete;
+  Subscriber &operator=(const Subscriber &) = delete;
+  ~Subscriber() { reset(); }
+
+  /// Pins the next message, or nullopt when none came within `timeout`. Throws at the end of
+  /// the stream (SHMRING_E_DISCONNECTED, SHMRING_E_ABORTED).
+  std::optional<Pinned> pin(std::chrono::milliseconds timeout = forever) {
+    shmring_pinned *p = nullptr;
+    shmring_message m{};
+    uint64_t ms = detail::millis(timeout);
+    if (!detail::check_soft(shmring_subscriber_pin(h_, ms, &p, &m))) return std::nullopt;
+    return Pinned(p, m);
+  }
+  /// Copies the next message into `buf`, or nullopt when none came within `timeout`.
+  std::optional<message> recv(mutable_bytes buf, std::chrono::milliseconds timeout = forever) {
+    shmring_message m{};
+    uint64_t ms = detail::millis(timeout);
+    if (!detail::check_soft(shmring_subscriber_recv(
+            h_, reinterpret_cast<uint8_t *>(buf.data), buf.size, ms, &m)))
+      return std::nullopt;
+    return message::from(m);
+  }
+  uint64_t received() {
+    uint64_t r = 0;
+    detail::check(shmring_subscriber_counters(h_, &r, nullptr));
+    return r;
+  }
+  uint64_t missed() {
+    uint64_t m = 0;
+    detail::check(shmring_subscriber_counters(h_, nullptr, &m));
+    return m;
+  }
+  shmring_subscriber *handle() const noexcept { return h_; }
+
+ private:
+  void reset() noexcept {
+    if (h_ != nullptr) (void)shmring_subscriber_free(std::exchange(h_, nullptr));
+  }
+  shmring_subscriber *h_ = nullptr;
+};
+
+/// A ring mapping (named or memfd). The creator's handle removes the name when destroyed.
+class Ring {
+ public:
+  Ring() = default;
+  explicit Ring(shmring_ring *h) noexcept : h_(h) {}
+  Ring(Ring &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+  Ring &operator=(Ring &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = std::exchange(o.h_, nullptr);
+    }
+    return *this;
+  }
+  Ring(const Ring &) = delete;
+  Ring &operator=(const Ring &) = delete;
+  ~Ring() { reset(); }
+
+  static Ring create(const std::string &name, const config &cfg = {}) {
+    shmring_config c = cfg.c();
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_create(name.c_str(), &c, &h));
+    return Ring(h);
+  }
+  static Ring open(const std::string &name, const config &cfg = {}) {
+    shmring_config c = cfg.c();
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_open(name.c_str(), &c, &h));
+    return Ring(h);
+  }
+  static Ring open_or_create(const std::string &name, const config &cfg = {}) {
+    shmring_config c = cfg.c();
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_open_or_create(name.c_str(), &c, &h));
+    return Ring(h);
+  }
+  static Ring memfd(const config &cfg = {}) {
+    shmring_config c = cfg.c();
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_create_memfd(&c, &h));
+    return Ring(h);
+  }
+  /// Maps a memfd ring from `fd` (duplicated: the caller keeps `fd`).
+  static Ring from_fd(int fd) {
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_from_fd(fd, &h));
+    return Ring(h);
+  }
+  /// Receives a memfd ring from its rendezvous server (`dir` empty: the abstract socket).
+  static Ring connect(const std::string &name, std::chrono::milliseconds timeout, const std::string &dir = {}) {
+    shmring_ring *h = nullptr;
+    detail::check(shmring_ring_connect(name.c_str(), dir.empty() ? nullptr : dir.c_str(),
+                                       detail::millis(timeout), &h));
+    return Ring(h);
+  }
+  /// Serves this memfd ring's descriptor under `name` until destroyed.
+  void serve(const std::string &name, const std::string &dir = {}) {
+    detail::check(shmring_ring_serve(h_, name.c_str(), dir.empty() ? nullptr : dir.c_str()));
+  }
+  Publisher publisher() const {
+    shmring_publisher *p = nullptr;
+    detail::check(shmring_ring_publisher(h_, &p));
+    return Publisher(p);
+  }
+  Subscriber subscriber(delivery d = delivery::gating) const {
+    shmring_subscriber *s = nullptr;
+    detail::check(shmring_ring_subscriber(h_, static_cast<uint32_t>(d), &s));
+    return Subscriber(s);
+  }
+  shmring_ring_info info() const {
+    shmring_ring_info i{};
+    detail::check(shmring_ring_get_info(h_, &i));
+    return i;
+  }
+  /// The ring's descriptor (owned by the ring: do not close it).
+  int fd() const {
+    int fd = -1;
+    detail::check(shmring_ring_fd(h_, &fd));
+    return fd;
+  }
+  void keep_name() { detail::check(shmring_ring_keep_name(h_)); }
+  shmring_ring *handle() const noexcept { return h_; }
+
+ private:
+  void reset() noexcept {
+    if (h_ != nullptr) (void)shmring_ring_free(std::exchange(h_, nullptr));
+  }
+  shmring_ring *h_ = nullptr;
+};
+
+}  // namespace shmring
+
+#endif  // SHMRING_HPP

@@ -1,0 +1,377 @@
+/*
+ * The C peer of ring-ffi's tests (tests/ffi.rs compiles it with the system cc, plain and with
+ * -fsanitize=address,undefined, and runs it against a Rust peer).
+ *
+ *   peer errors <name>        every error path below gives its documented code and message
+ *   peer pub <name> <n>       opens ring <name>, publishes n messages (copy-in), closes
+ *   peer loan-pub <name> <n>  the same through loans written in place (a pin-only ring)
+ *   peer sub <name> <n>       creates nothing: opens <name>, subscribes (gating), prints
+ *                             "ready", reads until DISCONNECTED and checks n messages
+ *   peer pin-hold <name>      subscribes, prints "ready", pins one message, prints "pinned",
+ *                             then sleeps until killed
+ *   peer memfd <name> <n>     serves a memfd ring on the abstract socket, publishes n messages
+ *                             once a subscriber is there, closes and waits for it to drain
+ *
+ * Messages are "msg <i>" with metadata {i, 7}.
+ */
+#include "shmring.h"
+
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static int failures = 0;
+
+#define CHECK(cond)                                                                   \
+  do {                                                                                \
+    if (!(cond)) {                                                                    \
+      fprintf(stderr, "%s:%d: check failed: %s (last error: %s)\n", __FILE__, __LINE__, \
+              #cond, shmring_last_error());                                           \
+      failures++;                                                                     \
+    }                                                                                 \
+  } while (0)
+
+/* `call` returns `code` and the thread's message contains `needle`. */
+#define EXPECT(call, code, needle)                                                      \
+  do {                                                                                  \
+    int rc_ = (call);                                                                   \
+    if (rc_ != (code) || strstr(shmring_last_error(), (needle)) == NULL) {              \
+      fprintf(stderr, "%s:%d: %s returned %s (%d), wanted %s; message: %s (wanted %s)\n", \
+              __FILE__, __LINE__, #call, shmring_code_name(rc_), rc_, #code,            \
+              shmring_last_error(), needle);                                            \
+      failures++;                                                                       \
+    }                                                                                   \
+  } while (0)
+
+#define OK(call)                                                                        \
+  do {                                                                                  \
+    int rc_ = (call);                                                                   \
+    if (rc_ != SHMRING_OK) {                                                            \
+      fprintf(stderr, "%s:%d: %s failed: %s: %s\n", __FILE__, __LINE__, #call,          \
+              shmring_code_name(rc_), shmring_last_error());                            \
+      exit(1);                                                                          \
+    }                                                                                   \
+  } while (0)
+
+static shmring_config config(uint32_t slots, uint32_t slot_size, uint32_t pin_only) {
+  shmring_config c;
+  memset(&c, 0, sizeof c);
+  c.slots = slots;
+  c.slot_size = slot_size;
+  c.pin_only = pin_only;
+  c.open_timeout_ms = 2000;
+  return c;
+}
+
+static int errors(const char *base) {
+  char name[200], other[200], path[300];
+  snprintf(name, sizeof name, "%s-err", base);
+  shmring_ring *ring = (shmring_ring *)1;
+  shmring_publisher *pub = NULL;
+  shmring_subscriber *sub = NULL;
+  shmring_config cfg = config(4, 64, 0);
+  uint8_t buf[256];
+  shmring_message msg;
+
+  CHECK(shmring_version() == (SHMRING_VERSION_MAJOR << 16 | SHMRING_VERSION_MINOR << 8 |
+                              SHMRING_VERSION_PATCH));
+  CHECK(strlen(shmring_version_string()) > 0);
+
+  /* Null handles and pointers. */
+  EXPECT(shmring_ring_create(NULL, &cfg, &ring), SHMRING_E_INVALID_ARGUMENT, "name is NULL");
+  CHECK(ring == NULL); /* an out-handle is NULL after a failure */
+  EXPECT(shmring_ring_create(name, &cfg, NULL), SHMRING_E_INVALID_ARGUMENT, "out-handle");
+  EXPECT(shmring_ring_publisher(NULL, &pub), SHMRING_E_INVALID_ARGUMENT, "ring is NULL");
+  EXPECT(shmring_ring_subscriber(NULL, SHMRING_GATING, &sub), SHMRING_E_INVALID_ARGUMENT,
+         "ring is NULL");
+  EXPECT(shmring_publisher_send(NULL, buf, 1, NULL, 0, NULL), SHMRING_E_INVALID_ARGUMENT,
+         "publisher is NULL");
+  EXPECT(shmring_publisher_loan(NULL, 0, NULL), SHMRING_E_INVALID_ARGUMENT, "out-handle");
+  EXPECT(shmring_publisher_close(NULL), SHMRING_E_INVALID_ARGUMENT, "publisher is NULL");
+  EXPECT(shmring_subscriber_recv(NULL, buf, sizeof buf, 0, &msg), SHMRING_E_INVALID_ARGUMENT,
+         "subscriber is NULL");
+  EXPECT(shmring_subscriber_counters(NULL, NULL, NULL), SHMRING_E_INVALID_ARGUMENT,
+         "subscriber is NULL");
+  EXPECT(shmring_pinned_release(NULL), SHMRING_E_INVALID_ARGUMENT, "pinned is NULL");
+  EXPECT(shmring_loan_send(NULL, NULL), SHMRING_E_INVALID_ARGUMENT, "loan is NULL");
+  EXPECT(shmring_loan_abort(NULL), SHMRING_E_INVALID_ARGUMENT, "loan is NULL");
+  EXPECT(shmring_ring_get_info(NULL, NULL), SHMRING_E_INVALID_ARGUMENT, "ring is NULL");
+  EXPECT(shmring_ring_from_fd(-1, &ring), SHMRING_E_INVALID_ARGUMENT, "not a descriptor");
+  CHECK(shmring_ring_free(NULL) == SHMRING_OK);
+  CHECK(shmring_publisher_free(NULL) == SHMRING_OK);
+  CHECK(shmring_subscriber_free(NULL) == SHMRING_OK);
+
+  /* Bad names and geometry. */
+  EXPECT(shmring_ring_create("../etc", &cfg, &ring), SHMRING_E_INVALID_ARGUMENT,
+         "invalid segment name");
+  shmring_config too_many = config(4, 64, 0);
+  too_many.consumers = 33;
+  EXPECT(shmring_ring_create(name, &too_many, &ring), SHMRING_E_INVALID_ARGUMENT, "");
+
+  /* Not found, exists, mismatch. */
+  snprintf(other, sizeof other, "%s-absent", base);
+  shmring_config quick = config(0, 0, 0);
+  quick.open_timeout_ms = 10;
+  EXPECT(shmring_ring_open(other, &quick, &ring), SHMRING_E_NOT_FOUND, "");
+  OK(shmring_ring_create(name, &cfg, &ring));
+  shmring_ring *again = NULL;
+  EXPECT(shmring_ring_create(name, &cfg, &again), SHMRING_E_EXISTS, "already exists");
+  shmring_config wrong = config(8, 64, 0);
+  EXPECT(shmring_ring_open(name, &wrong, &again), SHMRING_E_MISMATCH, "slots");
+  OK(shmring_ring_open_or_create(name, &cfg, &again));
+  OK(shmring_ring_free(again));
+
+  shmring_ring_info info;
+  OK(shmring_ring_get_info(ring, &info));
+  CHECK(info.slots == 4 && info.slot_size == 64 && info.pin_only == 0);
+  EXPECT(shmring_ring_subscriber(ring, 9, &sub), SHMRING_E_INVALID_ARGUMENT,
+         "unknown subscriber class 9");
+
+  /* Lengths above the slot; a loan's pointer in a ring that is not pin-only. */
+  OK(shmring_ring_publisher(ring, &pub));
+  shmring_publisher *second = NULL;
+  EXPECT(shmring_ring_publisher(ring, &second), SHMRING_E_PRODUCER_ALIVE, "");
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  EXPECT(shmring_publisher_send(pub, buf, 65, NULL, 0, NULL), SHMRING_E_TOO_LARGE,
+         "65 bytes does not fit in a 64-byte slot");
+  EXPECT(shmring_publisher_send(pub, NULL, 3, NULL, 0, NULL), SHMRING_E_INVALID_ARGUMENT,
+         "data is NULL");
+  shmring_loan *loan = NULL;
+  OK(shmring_publisher_loan(pub, 0, &loan));
+  uint8_t *data = NULL;
+  size_t cap = 0;
+  EXPECT(shmring_loan_data(loan, &data, &cap), SHMRING_E_NOT_PIN_ONLY, "pin-only");
+  EXPECT(shmring_loan_write(loan, 60, buf, 5), SHMRING_E_TOO_LARGE, "passes the end");
+  EXPECT(shmring_loan_set_len(loan, 65), SHMRING_E_TOO_LARGE, "does not fit");
+  EXPECT(shmring_publisher_send(pub, buf, 1, NULL, 0, NULL), SHMRING_E_BUSY, "holds a loan");
+  OK(shmring_loan_write(loan, 0, (const uint8_t *)"chunk", 5));
+  OK(shmring_loan_write(loan, 5, (const uint8_t *)"ed", 2));
+  OK(shmring_loan_set_meta(loan, 1, 2));
+  uint64_t seq = 99;
+  OK(shmring_loan_send(loan, &seq));
+  CHECK(seq == 0);
+
+  /* A buffer that is too small consumes nothing; then the message reads. */
+  EXPECT(shmring_subscriber_recv(sub, buf, 3, 0, &msg), SHMRING_E_BUFFER_TOO_SMALL, "7 bytes");
+  OK(shmring_subscriber_recv(sub, buf, sizeof buf, 0, &msg));
+  CHECK(msg.len == 7 && memcmp(msg.data, "chunked", 7) == 0 && msg.seq == 0);
+  CHECK(msg.meta[0] == 1 && msg.meta[1] == 2 && msg.data == buf);
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 0, &msg), SHMRING_E_EMPTY, "no message");
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 20, &msg), SHMRING_E_TIMEOUT,
+         "within the timeout");
+
+  /* A pin makes the subscriber busy until released. */
+  OK(shmring_publisher_send(pub, (const uint8_t *)"pinned", 6, NULL, 0, NULL));
+  shmring_pinned *pin = NULL;
+  OK(shmring_subscriber_pin(sub, 1000, &pin, &msg));
+  CHECK(msg.len == 6 && memcmp(msg.data, "pinned", 6) == 0 && msg.seq == 1);
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL), SHMRING_E_BUSY, "holds a pin");
+  OK(shmring_pinned_release(pin));
+
+  /* A full ring (gating subscriber not reading): FULL without a wait, TIMEOUT with one. */
+  for (int i = 0; i < 4; i++) OK(shmring_publisher_send(pub, buf, 8, NULL, 0, NULL));
+  EXPECT(shmring_publisher_send(pub, buf, 8, NULL, 0, NULL), SHMRING_E_FULL, "full");
+  EXPECT(shmring_publisher_send(pub, buf, 8, NULL, 30, NULL), SHMRING_E_TIMEOUT, "timeout");
+  EXPECT(shmring_publisher_wait_drained(pub, 20), SHMRING_E_TIMEOUT, "drain");
+  uint64_t published = 0, received = 0, missed = 0;
+  size_t subscribers = 0;
+  OK(shmring_publisher_counters(pub, &published, &subscribers));
+  CHECK(published == 6 && subscribers == 1);
+
+  /* A closed ring: sends fail, subscribers drain then are disconnected. */
+  OK(shmring_publisher_close(pub));
+  EXPECT(shmring_publisher_send(pub, buf, 1, NULL, 0, NULL), SHMRING_E_CLOSED, "closed");
+  for (int i = 0; i < 4; i++) OK(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL));
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL), SHMRING_E_DISCONNECTED,
+         "disconnected");
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 100, NULL), SHMRING_E_DISCONNECTED,
+         "disconnected");
+  OK(shmring_subscriber_counters(sub, &received, &missed));
+  CHECK(received == 6 && missed == 0);
+  OK(shmring_subscriber_free(sub));
+  OK(shmring_publisher_free(pub));
+  OK(shmring_ring_free(ring));
+
+  /* An aborted stream: ABORTED with its code, after draining. */
+  OK(shmring_ring_create_memfd(&cfg, &ring));
+  OK(shmring_ring_publisher(ring, &pub));
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  OK(shmring_publisher_send(pub, buf, 1, NULL, 0, NULL));
+  OK(shmring_publisher_abort(pub, 42));
+  OK(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL));
+  EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL), SHMRING_E_ABORTED, "code 42");
+  OK(shmring_publisher_free(pub));
+  EXPECT(shmring_ring_serve(ring, "../x", NULL), SHMRING_E_INVALID_ARGUMENT, "invalid");
+  /* A subscriber freed while it holds a pin releases it; so does a publisher with a loan. */
+  OK(shmring_subscriber_free(sub));
+  OK(shmring_ring_free(ring));
+
+  /* A corrupt segment: a garbage file in /dev/shm named like a ring. */
+  snprintf(other, sizeof other, "%s-garbage", base);
+  snprintf(path, sizeof path, "/dev/shm/shmring.%s", other);
+  int fd = open(path, O_CREAT | O_EXCL | O_WRONLY, 0600);
+  CHECK(fd >= 0);
+  memset(buf, 0xAB, sizeof buf);
+  for (int i = 0; i < 64; i++) CHECK(write(fd, buf, sizeof buf) == (ssize_t)sizeof buf);
+  close(fd);
+  EXPECT(shmring_ring_open(other, &quick, &ring), SHMRING_E_CORRUPT, "");
+  CHECK(ring == NULL);
+  unlink(path);
+
+  if (getenv("PEER_LEAK") != NULL) {
+    /* Proves the leak check can fail: a ring handle never freed. */
+    OK(shmring_ring_create_memfd(&cfg, &ring));
+  }
+  if (failures == 0) printf("errors: ok\n");
+  return failures == 0 ? 0 : 1;
+}
+
+static int publish(const char *name, long n, int in_place) {
+  shmring_ring *ring = NULL;
+  shmring_publisher *pub = NULL;
+  shmring_config cfg = config(0, 0, 0);
+  OK(shmring_ring_open(name, &cfg, &ring));
+  OK(shmring_ring_publisher(ring, &pub));
+  OK(shmring_publisher_wait_for_subscribers(pub, 1, 5000));
+  char text[64];
+  for (long i = 0; i < n; i++) {
+    int len = snprintf(text, sizeof text, "msg %ld", i);
+    uint64_t seq = 0;
+    if (in_place) {
+      shmring_loan *loan = NULL;
+      uint8_t *data = NULL;
+      size_t cap = 0;
+      OK(shmring_publisher_loan(pub, 5000, &loan));
+      OK(shmring_loan_data(loan, &data, &cap));
+      CHECK(cap >= (size_t)len);
+      memcpy(data, text, (size_t)len);
+      OK(shmring_loan_set_len(loan, (size_t)len));
+      OK(shmring_loan_set_meta(loan, (uint64_t)i, 7));
+      OK(shmring_loan_send(loan, &seq));
+    } else {
+      uint64_t meta[2] = {(uint64_t)i, 7};
+      OK(shmring_publisher_send(pub, (const uint8_t *)text, (size_t)len, meta, 5000, &seq));
+    }
+    CHECK(seq == (uint64_t)i);
+  }
+  OK(shmring_publisher_close(pub));
+  OK(shmring_publisher_wait_drained(pub, 10000));
+  OK(shmring_publisher_free(pub));
+  OK(shmring_ring_free(ring));
+  return failures == 0 ? 0 : 1;
+}
+
+static int check_msg(const shmring_message *msg, long i) {
+  char text[64];
+  int len = snprintf(text, sizeof text, "msg %ld", i);
+  return msg->len == (size_t)len && memcmp(msg->data, text, (size_t)len) == 0 &&
+         msg->seq == (uint64_t)i && msg->meta[0] == (uint64_t)i && msg->meta[1] == 7;
+}
+
+static int subscribe(shmring_ring *ring, long n, int pin) {
+  shmring_subscriber *sub = NULL;
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  printf("ready\n");
+  fflush(stdout);
+  uint8_t buf[4096];
+  long got = 0;
+  for (;;) {
+    shmring_message msg;
+    int rc;
+    if (pin) {
+      shmring_pinned *p = NULL;
+      rc = shmring_subscriber_pin(sub, 10000, &p, &msg);
+      if (rc == SHMRING_OK) {
+        CHECK(check_msg(&msg, got));
+        OK(shmring_pinned_release(p));
+      }
+    } else {
+      rc = shmring_subscriber_recv(sub, buf, sizeof buf, 10000, &msg);
+      if (rc == SHMRING_OK) CHECK(check_msg(&msg, got));
+    }
+    if (rc == SHMRING_E_DISCONNECTED) break;
+    if (rc != SHMRING_OK) {
+      fprintf(stderr, "read failed: %s: %s\n", shmring_code_name(rc), shmring_last_error());
+      return 1;
+    }
+    got++;
+  }
+  CHECK(got == n);
+  OK(shmring_subscriber_free(sub));
+  if (failures == 0) printf("sub: %ld ok\n", got);
+  return failures == 0 ? 0 : 1;
+}
+
+static int pin_hold(const char *name) {
+  shmring_ring *ring = NULL;
+  shmring_subscriber *sub = NULL;
+  shmring_pinned *pin = NULL;
+  shmring_message msg;
+  shmring_config cfg = config(0, 0, 0);
+  OK(shmring_ring_open(name, &cfg, &ring));
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  printf("ready\n");
+  fflush(stdout);
+  OK(shmring_subscriber_pin(sub, 10000, &pin, &msg));
+  printf("pinned %llu\n", (unsigned long long)msg.seq);
+  fflush(stdout);
+  for (;;) pause();
+}
+
+static int memfd_pub(const char *name, long n) {
+  shmring_ring *ring = NULL;
+  shmring_publisher *pub = NULL;
+  shmring_config cfg = config(4, 64, 1);
+  OK(shmring_ring_create_memfd(&cfg, &ring));
+  OK(shmring_ring_serve(ring, name, NULL));
+  EXPECT(shmring_ring_serve(ring, name, NULL), SHMRING_E_EXISTS, "serves");
+  printf("serving\n");
+  fflush(stdout);
+  OK(shmring_ring_publisher(ring, &pub));
+  OK(shmring_publisher_wait_for_subscribers(pub, 1, 10000));
+  for (long i = 0; i < n; i++) {
+    char text[64];
+    int len = snprintf(text, sizeof text, "msg %ld", i);
+    uint64_t meta[2] = {(uint64_t)i, 7};
+    OK(shmring_publisher_send(pub, (const uint8_t *)text, (size_t)len, meta, SHMRING_FOREVER,
+                              NULL));
+  }
+  OK(shmring_publisher_close(pub));
+  OK(shmring_publisher_wait_drained(pub, 10000));
+  OK(shmring_publisher_free(pub));
+  OK(shmring_ring_free(ring));
+  return failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: peer errors|pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
+    return 2;
+  }
+  const char *mode = argv[1], *name = argv[2];
+  long n = argc > 3 ? strtol(argv[3], NULL, 10) : 0;
+  if (strcmp(mode, "errors") == 0) return errors(name);
+  if (strcmp(mode, "pub") == 0) return publish(name, n, 0);
+  if (strcmp(mode, "loan-pub") == 0) return publish(name, n, 1);
+  if (strcmp(mode, "sub") == 0 || strcmp(mode, "pin-sub") == 0) {
+    shmring_ring *ring = NULL;
+    shmring_config cfg = config(0, 0, 0);
+    OK(shmring_ring_open(name, &cfg, &ring));
+    int rc = subscribe(ring, n, strcmp(mode, "pin-sub") == 0);
+    OK(shmring_ring_free(ring));
+    return rc;
+  }
+  if (strcmp(mode, "connect-sub") == 0) {
+    shmring_ring *ring = NULL;
+    OK(shmring_ring_connect(name, NULL, 10000, &ring));
+    int rc = subscribe(ring, n, 1);
+    OK(shmring_ring_free(ring));
+    return rc;
+  }
+  if (strcmp(mode, "pin-hold") == 0) return pin_hold(name);
+  if (strcmp(mode, "memfd") == 0) return memfd_pub(name, n);
+  fprintf(stderr, "unknown mode %s\n", mode);
+  return 2;
+}

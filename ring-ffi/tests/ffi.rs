@@ -1,0 +1,396 @@
+//! The C ABI from C and C++: `tests/c/peer.c` and `tests/c/peer.cpp` are compiled with the
+//! system compiler against the built `libshmring.so` (plainly, and with
+//! `-fsanitize=address,undefined`) and run against a Rust peer (ring-os) in another process.
+
+use core::time::Duration;
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::OnceLock;
+
+use ring_os::prelude::*;
+use ring_os::ProducerExt as _;
+
+/// `target/debug` (or the profile's directory): the test binary lives in its `deps/`.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current_exe");
+    exe.parent()
+        .and_then(Path::parent)
+        .expect("the test binary lives in <target>/<profile>/deps")
+        .to_path_buf()
+}
+
+fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The compiled peers: (C plain, C sanitized, C++ plain, C++ sanitized).
+struct Peers {
+    c: PathBuf,
+    c_asan: PathBuf,
+    cpp: PathBuf,
+    cpp_asan: PathBuf,
+    frame_server: PathBuf,
+}
+
+fn compile(compiler: &str, source: &str, out: &Path, extra: &[&str]) {
+    let lib = library_dir();
+    assert!(
+        lib.join("libshmring.so").exists(),
+        "libshmring.so not found in {}",
+        lib.display()
+    );
+    let include = manifest_dir().join("../include");
+    let mut cmd = Command::new(compiler);
+    cmd.args(extra)
+        .args(["-g", "-Wall", "-Wextra", "-Werror", "-D_DEFAULT_SOURCE"])
+        .arg("-I")
+        .arg(&include)
+        .arg(manifest_dir().join(source))
+        .arg("-L")
+        .arg(&lib)
+        .arg("-lshmring")
+        .arg(format!("-Wl,-rpath,{}", lib.display()))
+        .arg("-o")
+        .arg(out);
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("running {compiler}: {e}"));
+    assert!(
+        status.success(),
+        "{compiler} failed to build {source}: {cmd:?}"
+    );
+}
+
+/// The directory holding a `libshmring.so` built from the sources as they are now. A test
+/// build does not reliably rebuild (or copy up) the cdylib, so build it explicitly, in the same
+/// target directory and profile as this test binary.
+fn library_dir() -> PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = target_dir();
+        let root = dir.parent().expect("<target>/<profile>");
+        let mut cmd = Command::new(env!("CARGO"));
+        cmd.args(["build", "-p", "ring-ffi", "--lib", "--target-dir"])
+            .arg(root)
+            .current_dir(manifest_dir());
+        if dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        let status = cmd.status().expect("running cargo build");
+        assert!(status.success(), "cargo build -p ring-ffi failed");
+        dir
+    })
+    .clone()
+}
+
+fn peers() -> &'static Peers {
+    static PEERS: OnceLock<Peers> = OnceLock::new();
+    PEERS.get_or_init(|| {
+        let dir = target_dir().join("ffi-peers");
+        std::fs::create_dir_all(&dir).expect("mkdir");
+        let asan = ["-fsanitize=address,undefined", "-fno-omit-frame-pointer"];
+        let peers = Peers {
+            c: dir.join("peer"),
+            c_asan: dir.join("peer-asan"),
+            cpp: dir.join("peer-cpp"),
+            cpp_asan: dir.join("peer-cpp-asan"),
+            frame_server: dir.join("frame-server"),
+        };
+        let c = std::env::var("CC").unwrap_or_else(|_| "cc".into());
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        compile(&c, "tests/c/peer.c", &peers.c, &["-std=c11"]);
+        compile(
+            &c,
+            "tests/c/peer.c",
+            &peers.c_asan,
+            &[&["-std=c11"][..], &asan].concat(),
+        );
+        compile(&cxx, "tests/c/peer.cpp", &peers.cpp, &["-std=c++17"]);
+        compile(
+            &cxx,
+            "tests/c/peer.cpp",
+            &peers.cpp_asan,
+            &[&["-std=c++17"][..], &asan].concat(),
+        );
+        compile(
+            &cxx,
+            "../examples/frame-server/frame_server.cpp",
+            &peers.frame_server,
+            &[&["-std=c++17"][..], &asan].concat(),
+        );
+        peers
+    })
+}
+
+fn all_peers() -> [&'static Path; 4] {
+    let p = peers();
+    [&p.c, &p.c_asan, &p.cpp, &p.cpp_asan]
+}
+
+fn name(tag: &str) -> String {
+    format!("ffi-{}-{tag}", std::process::id())
+}
+
+fn command(peer: &Path, args: &[&str]) -> Command {
+    let mut cmd = Command::new(peer);
+    cmd.args(args)
+        // Leaks fail the run; UBSan findings too.
+        .env(
+            "ASAN_OPTIONS",
+            "detect_leaks=1:abort_on_error=0:exitcode=23",
+        )
+        .env(
+            "UBSAN_OPTIONS",
+            "halt_on_error=1:print_stacktrace=1:exitcode=24",
+        );
+    cmd
+}
+
+fn run(peer: &Path, args: &[&str]) -> Output {
+    let out = command(peer, args).output().expect("spawn peer");
+    eprintln!(
+        "{} {args:?}: {}\nstdout:\n{}\nstderr:\n{}",
+        peer.display(),
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// A peer process, killed if a failing test drops it before it exited.
+struct Peer(Child);
+
+impl Drop for Peer {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn spawn(peer: &Path, args: &[&str]) -> (Peer, BufReader<std::process::ChildStdout>) {
+    let mut child = command(peer, args)
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("spawn peer");
+    let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+    (Peer(child), stdout)
+}
+
+fn line(out: &mut BufReader<std::process::ChildStdout>) -> String {
+    let mut s = String::new();
+    out.read_line(&mut s).expect("read peer stdout");
+    s.trim_end().to_owned()
+}
+
+fn wait_ok(mut child: Peer, what: &str) {
+    let status = child.0.wait().expect("wait");
+    assert!(status.success(), "{what}: {status}");
+}
+
+#[test]
+fn error_paths_give_the_documented_codes_and_messages() {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        let out = run(peer, &["errors", &name(&format!("errors{i}"))]);
+        assert!(out.status.success(), "{}: {}", peer.display(), out.status);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("errors: ok"));
+    }
+}
+
+#[test]
+fn the_sanitizer_reports_a_leaked_handle() {
+    // The leak check above is only worth something if it can fail.
+    for peer in [&peers().c_asan, &peers().cpp_asan] {
+        let out = command(peer, &["errors", &name("leak")])
+            .env("PEER_LEAK", "1")
+            .output()
+            .expect("spawn");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(23), "{stderr}");
+        assert!(stderr.contains("detected memory leaks"), "{stderr}");
+    }
+}
+
+/// What the peers send: "msg <i>" with metadata {i, 7}.
+fn expected(i: u64) -> Vec<u8> {
+    format!("msg {i}").into_bytes()
+}
+
+/// A peer publishes `n` messages into a ring Rust created, Rust reads them (gating).
+fn peer_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
+    const N: u64 = 500;
+    let name = name(tag);
+    let ring = Ring::builder(&name)
+        .slots(8)
+        .slot_size(64)
+        .pin_only(pin_only)
+        .create()
+        .expect("create");
+    let mut sub = ring.subscriber(DeliveryClass::Gating).expect("subscribe");
+    let (child, _out) = spawn(peer, &[mode, &name, &N.to_string()]);
+    for i in 0..N {
+        let m = sub.recv_pinned().expect("recv");
+        assert_eq!(m.bytes(), expected(i), "message {i}");
+        assert_eq!((m.seq(), m.meta()), (i, [i, 7]));
+    }
+    assert!(matches!(sub.recv_pinned(), Err(RecvError::Disconnected)));
+    wait_ok(child, &format!("{} {mode}", peer.display()));
+}
+
+#[test]
+fn a_c_publisher_feeds_a_rust_subscriber() {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        peer_publishes(peer, &format!("pub{i}"), "pub", false);
+        peer_publishes(peer, &format!("loan{i}"), "loan-pub", true);
+    }
+}
+
+/// Rust publishes `n` messages (with metadata) to a peer that subscribed.
+fn rust_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
+    const N: u64 = 500;
+    let name = name(tag);
+    let ring = Ring::builder(&name)
+        .slots(4)
+        .slot_size(64)
+        .pin_only(pin_only)
+        .create()
+        .expect("create");
+    let mut publisher = ring.publisher().expect("publisher");
+    let (child, mut out) = spawn(peer, &[mode, &name, &N.to_string()]);
+    assert_eq!(line(&mut out), "ready");
+    assert!(publisher.wait_for_subscribers(1, Duration::from_secs(10)));
+    for i in 0..N {
+        let data = expected(i);
+        let seq = publisher
+            .inner()
+            .claim_with(Duration::from_secs(10), |mut slot| {
+                slot.write(&data).expect("fits");
+                slot.set_meta([i, 7]);
+                slot.publish()
+            })
+            .expect("claim")
+            .expect("publish");
+        assert_eq!(seq, i);
+    }
+    publisher.close();
+    assert!(publisher.wait_drained(Duration::from_secs(10)));
+    assert!(line(&mut out).contains(&format!("{N} ok")));
+    wait_ok(child, &format!("{} {mode}", peer.display()));
+}
+
+#[test]
+fn a_rust_publisher_feeds_a_c_subscriber() {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        rust_publishes(peer, &format!("sub{i}"), "sub", false);
+        rust_publishes(peer, &format!("pinsub{i}"), "pin-sub", true);
+    }
+}
+
+#[test]
+fn a_memfd_ring_served_by_c_reaches_rust() {
+    use ring_os::rendezvous::{Rendezvous, SocketPlace};
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        let name = name(&format!("memfd{i}"));
+        let (child, mut out) = spawn(peer, &["memfd", &name, "100"]);
+        assert_eq!(line(&mut out), "serving");
+        let place = Rendezvous::new(
+            &ring_os::SegmentName::new(&name).unwrap(),
+            SocketPlace::Abstract,
+        );
+        let mapping = place.connect(Duration::from_secs(10)).expect("connect");
+        let fd = mapping.segment().fd().try_clone_to_owned().unwrap();
+        let ring = Ring::from_fd(fd).expect("from_fd");
+        drop(mapping);
+        let mut sub = ring.subscriber(DeliveryClass::Gating).expect("subscribe");
+        for n in 0..100 {
+            let m = sub.recv_pinned().expect("recv");
+            assert_eq!(m.bytes(), expected(n));
+            assert_eq!(m.meta(), [n, 7]);
+        }
+        assert!(matches!(sub.recv_pinned(), Err(RecvError::Disconnected)));
+        wait_ok(child, "memfd");
+    }
+}
+
+#[test]
+fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
+    for (i, peer) in [&peers().c, &peers().cpp].into_iter().enumerate() {
+        let name = name(&format!("kill{i}"));
+        let ring = Ring::builder(&name)
+            .slots(4)
+            .slot_size(64)
+            .create()
+            .expect("create");
+        let mut publisher = ring.publisher().expect("publisher");
+        let (mut child, mut out) = spawn(peer, &["pin-hold", &name]);
+        assert_eq!(line(&mut out), "ready");
+        assert!(publisher.wait_for_subscribers(1, Duration::from_secs(10)));
+        publisher.send(b"first").expect("send");
+        assert_eq!(line(&mut out), "pinned 0");
+        // SAFETY: kill(2) on our own child's pid.
+        assert_eq!(unsafe { libc::kill(child.0.id() as i32, libc::SIGKILL) }, 0);
+        let _ = child.0.wait();
+        // A gating subscriber that holds a pin would stop the ring after 4 messages; its
+        // death is noticed and it is reclaimed.
+        for n in 0..40u32 {
+            publisher
+                .send_timeout(&n.to_le_bytes(), Duration::from_secs(10))
+                .unwrap_or_else(|e| panic!("send {n} after the kill: {e}"));
+        }
+        assert_eq!(publisher.sent(), 41);
+    }
+}
+
+#[test]
+fn the_frame_server_renders_checkable_frames_in_place() {
+    use std::io::Write as _;
+    use std::os::unix::net::UnixStream;
+    let (w, h) = (320u32, 240u32);
+    let name = name("frames");
+    let socket = target_dir().join(format!("{name}.sock"));
+    let (child, mut out) = spawn(
+        &peers().frame_server,
+        &[
+            &name,
+            socket.to_str().unwrap(),
+            &w.to_string(),
+            &h.to_string(),
+        ],
+    );
+    assert!(line(&mut out).starts_with("serving"));
+    let ring = Ring::builder(&name).open().expect("open");
+    let mut sub = ring
+        .subscriber(DeliveryClass::LatestOnly)
+        .expect("subscribe");
+    let stream = UnixStream::connect(&socket).expect("connect");
+    let mut replies = BufReader::new(stream.try_clone().unwrap());
+    let mut stream = stream;
+    for n in 0..5u64 {
+        stream.write_all(b"frame\n").unwrap();
+        let mut reply = String::new();
+        replies.read_line(&mut reply).unwrap();
+        let want = format!(
+            "{{\"ring\":\"{name}\",\"width\":{w},\"height\":{h},\"seq\":{n},\"format\":\"BGRA8\"}}"
+        );
+        assert_eq!(reply.trim_end(), want);
+        let frame = sub
+            .recv_pinned_timeout(Duration::from_secs(5))
+            .expect("pin");
+        assert_eq!(frame.seq(), n);
+        assert_eq!(frame.meta(), [n, u64::from(w) << 32 | u64::from(h)]);
+        let px = frame.bytes();
+        assert_eq!(px.len(), (w * h * 4) as usize);
+        assert_eq!(u64::from_le_bytes(px[..8].try_into().unwrap()), n);
+        let (x, y) = (17usize, 101usize);
+        let at = (y * w as usize + x) * 4;
+        assert_eq!(
+            &px[at..at + 4],
+            &[(x as u64 + n) as u8, (y as u64 + n) as u8, n as u8, 255]
+        );
+    }
+    stream.write_all(b"quit\n").unwrap();
+    wait_ok(child, "frame-server");
+}

@@ -17,6 +17,9 @@ const ROUND: Duration = Duration::from_secs(1);
 #[derive(Debug)]
 pub struct Subscriber {
     inner: ShmConsumer,
+    /// When the producer's liveness lock was last probed, and what the probe said: a probe is a
+    /// system call, so a polling `try_recv_pinned` asks at most once per liveness period.
+    probed: core::cell::Cell<Option<(std::time::Instant, bool)>>,
 }
 
 /// One message, copied out ([`Subscriber::iter`]).
@@ -42,7 +45,10 @@ pub struct Iter<'a> {
 
 impl Subscriber {
     pub(crate) fn new(inner: ShmConsumer) -> Self {
-        Self { inner }
+        Self {
+            inner,
+            probed: core::cell::Cell::new(None),
+        }
     }
 
     /// Copies the next message into `buf` if one is there.
@@ -197,8 +203,16 @@ impl Subscriber {
     }
 
     fn producer_dead(&self) -> bool {
+        let now = std::time::Instant::now();
+        if let Some((at, dead)) = self.probed.get() {
+            if now.duration_since(at) < LIVENESS_PERIOD {
+                return dead;
+            }
+        }
         let owner = self.inner.producer_owner();
-        owner != 0 && self.inner.producer_liveness() == crate::owner::Liveness::Dead
+        let dead = owner != 0 && self.inner.producer_liveness() == crate::owner::Liveness::Dead;
+        self.probed.set(Some((now, dead)));
+        dead
     }
 }
 

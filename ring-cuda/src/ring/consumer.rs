@@ -91,7 +91,9 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
         owner: OwnerId,
         timeout: Duration,
     ) -> Result<Self, RingError> {
-        let (ring, role) = register(mem, class, owner, timeout)?;
+        // Bound lock first: on an early return the consumer (declared after) drops first, so
+        // the lock is released only once the entry was left.
+        let (role, ring) = register(mem, class, owner, timeout)?;
         let g = ring.memory().geometry();
         let (slots, consumers) = (g.slots(), g.consumers());
         let corrupt = RingError::Corrupt("the device table is smaller than the geometry needs");
@@ -395,7 +397,7 @@ fn register<M: RoleFile>(
     class: DeliveryClass,
     owner: OwnerId,
     timeout: Duration,
-) -> Result<(Consumer<M>, RoleLock), RingError> {
+) -> Result<(RoleLock, Consumer<M>), RingError> {
     let start = Instant::now();
     let n = mem.geometry().consumers();
     loop {
@@ -412,7 +414,7 @@ fn register<M: RoleFile>(
                 continue; // A registrant or a reclaimer holds it right now.
             };
             match Consumer::new_at(mem, index, class, owner) {
-                Ok(c) => return Ok((c, role)),
+                Ok(c) => return Ok((role, c)),
                 // Taken between our look and our lock (a peer without the locks, or a producer
                 // sweeping its bits): try the next entry.
                 Err((m, ring_core::Error::EntryBusy { .. })) => mem = m,

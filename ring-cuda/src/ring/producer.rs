@@ -163,7 +163,9 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
         buffer_len: u64,
         kind: ExportKind,
     ) -> Result<Self, RingError> {
-        let (ring, role) = become_producer(mem, owner)?;
+        // Bound lock first: on an early return the producer (declared after) drops first, so
+        // the lock is released only once the producer line was left.
+        let (role, ring) = become_producer(mem, owner)?;
         let g = ring.memory().geometry();
         let (slots, consumers) = (g.slots(), g.consumers());
         if Table::new(table.table(), slots, consumers).is_none() {
@@ -569,7 +571,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> Drop for DeviceProducer<D, M, T> {
 fn become_producer<M: RoleFile>(
     mem: M,
     owner: OwnerId,
-) -> Result<(Producer<M>, RoleLock), RingError> {
+) -> Result<(RoleLock, Producer<M>), RingError> {
     let registered = |mem: &M| ring_core::inspect::producer_info(mem).owner;
     let Some(role) = mem.lock_role(Role::Producer).map_err(RingError::Segment)? else {
         return Err(RingError::Segment(ring_os::Error::ProducerAlive {
@@ -588,7 +590,7 @@ fn become_producer<M: RoleFile>(
         }
         _ => Producer::new(mem, owner),
     };
-    ring.map(|p| (p, role)).map_err(RingError::Ring)
+    ring.map(|p| (role, p)).map_err(RingError::Ring)
 }
 
 /// The one call into ring-core's `Producer::reclaim`, for an entry whose owner process is

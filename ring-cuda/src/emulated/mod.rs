@@ -70,7 +70,7 @@ struct Tables {
     streams: HashMap<u64, Arc<Stream>>,
 }
 
-/// A host-memory device with the [`Device`] semantics of a CUDA GPU.
+/// A host-memory device with the [`Device`](crate::Device) semantics of a CUDA GPU.
 pub struct EmulatedDevice {
     options: EmulatedOptions,
     /// Set once by the first sticky fault (a watchdog expiry, [`EmulatedDevice::inject_fault`]);

@@ -513,7 +513,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> Drop for DeviceProducer<D, M, T> {
     /// The producer's half of the teardown protocol (`docs/CUDA.md`): close the ring; sync
     /// the stream, so it waits on no read event any more, and say so in the table; then free
     /// the buffers only once every importer closed its mappings (its row is empty) or died,
-    /// at most [`TEARDOWN_TIMEOUT`] (past it the buffers are freed anyway and the fact is
+    /// at most `TEARDOWN_TIMEOUT` (10 s; past it the buffers are freed anyway and the fact is
     /// printed: the alternative is to leak them until the process exits).
     fn drop(&mut self) {
         self.ring.close();

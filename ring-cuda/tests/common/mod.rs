@@ -125,6 +125,17 @@ impl Child {
     }
 }
 
+/// A child still running when its test ends (a failed assertion unwinding) is killed — it is
+/// this test's own child, by its pid — so no process outlives the test.
+impl Drop for Child {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
 /// In a child: waits for the parent's next line on stdin (`None` once it closed).
 #[must_use]
 pub fn next_line() -> Option<String> {

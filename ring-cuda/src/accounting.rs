@@ -87,6 +87,10 @@ pub struct Counters {
     pub peak_bytes: u64,
     /// Requests refused by a ceiling.
     pub ceiling_hits: u64,
+    /// Releases that failed part-way (a VMM unmap that failed while the address range and the
+    /// handle were still released): the resource is gone from the device's tables but stays
+    /// live here, marked in the [`LeakReport`] with the failed call.
+    pub failed_releases: u64,
 }
 
 impl Counters {
@@ -160,6 +164,9 @@ pub struct Leak {
     pub bytes: u64,
     /// How long it has been live.
     pub age: Duration,
+    /// The driver call that failed while releasing it (see [`Counters::failed_releases`]);
+    /// `None` for a resource nobody tried to release.
+    pub release_failed: Option<&'static str>,
 }
 
 /// Every resource still live on a device, oldest first.
@@ -192,11 +199,15 @@ impl fmt::Display for LeakReport {
             self.bytes()
         )?;
         for l in &self.leaks {
-            writeln!(
+            write!(
                 f,
                 "  {} id {} of {}: {} bytes, live for {:.3?}",
                 l.kind, l.id, l.owner, l.bytes, l.age
             )?;
+            match l.release_failed {
+                Some(call) => writeln!(f, " (release failed in {call})")?,
+                None => writeln!(f)?,
+            }
         }
         Ok(())
     }
@@ -209,6 +220,7 @@ struct LiveEntry {
     owner: Owner,
     bytes: u64,
     since: Instant,
+    failed: Option<&'static str>,
 }
 
 struct Inner {
@@ -369,8 +381,32 @@ impl Ledger {
                 owner,
                 bytes,
                 since: Instant::now(),
+                failed: None,
             },
         );
+    }
+
+    /// Marks a tracked resource whose release failed part-way (see
+    /// [`Counters::failed_releases`]): it stays live, and the leak report names `error`'s call.
+    pub(crate) fn mark_failed(&self, kind: ResourceKind, id: u64, error: &Error) {
+        let call = match error {
+            Error::Driver { call, .. } => call,
+            _ => "release",
+        };
+        let mut g = self.lock();
+        let Some(e) = g.live.get_mut(&(kind, id)) else {
+            return;
+        };
+        if e.failed.replace(call).is_some() {
+            return;
+        }
+        let owner = e.owner;
+        g.totals.get_mut(kind).failed_releases += 1;
+        g.owners
+            .entry(owner)
+            .or_default()
+            .get_mut(kind)
+            .failed_releases += 1;
     }
 
     /// Releases a tracked resource; `None` if the id is not live (double release).
@@ -422,6 +458,7 @@ impl Ledger {
                         owner: e.owner,
                         bytes: e.bytes,
                         age,
+                        release_failed: e.failed,
                     },
                 )
             })

@@ -114,3 +114,19 @@ pub trait Device: Send + Sync {
     /// Free and total device memory.
     fn mem_info(&self) -> Result<MemInfo>;
 }
+
+/// Releases VMM memory (a buffer from `cuMemCreate`, or a mapping of an imported one) in the
+/// driver's order — unmap the range, free the address reservation, release the allocation
+/// handle — running every step even when an earlier one failed: a failed `cuMemUnmap` must not
+/// also leak the address range and the handle. Returns the first failure. Both devices release
+/// VMM memory through this function, so the emulated device's fault injection
+/// ([`EmulatedDevice::fail_release_step`](crate::EmulatedDevice::fail_release_step)) tests the
+/// same sequence the CUDA device runs.
+pub(crate) fn release_vmm(
+    unmap: impl FnOnce() -> Result<()>,
+    address_free: impl FnOnce() -> Result<()>,
+    release: impl FnOnce() -> Result<()>,
+) -> Result<()> {
+    let steps = [unmap(), address_free(), release()];
+    steps.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+}

@@ -15,19 +15,20 @@
 //! # Examples
 //!
 //! ```
-//! use ring_cuda::{Device, EmulatedDevice, EmulatedOptions, ExportKind, Owner};
+//! use ring_cuda::{Device, EmulatedDevice, ExportKind, Owner};
 //! use std::time::Duration;
 //!
 //! let producer = EmulatedDevice::new();
-//! // Stands in for another process (CUDA, and the emulation by default, refuse to open an
-//! // IPC handle in the process that exported it).
-//! let consumer = EmulatedDevice::with_options(EmulatedOptions::in_process());
-//! let buf = producer.alloc(Owner(1), 4096, ExportKind::Ipc)?;
+//! // A second device; in one process only a VMM (fd) export may be opened: CUDA, and the
+//! // emulation, refuse an IPC handle in the process that exported it (across processes,
+//! // `ExportKind::Ipc` works the same way).
+//! let consumer = EmulatedDevice::new();
+//! let buf = producer.alloc(Owner(1), 4096, ExportKind::Fd)?;
 //! let stream = producer.create_stream(Owner(1))?;
 //! producer.write(stream, buf.into(), 0, b"frame")?;
 //! producer.sync_stream(stream, Duration::from_secs(5))?;
 //!
-//! let handle = producer.export(buf, ExportKind::Ipc)?;
+//! let handle = producer.export(buf, ExportKind::Fd)?;
 //! let mapping = consumer.open(Owner(2), &handle)?;
 //! let cs = consumer.create_stream(Owner(2))?;
 //! let mut out = [0u8; 5];
@@ -49,15 +50,11 @@
 
 pub mod accounting;
 mod cache;
-#[cfg(feature = "harness")]
-pub mod conformance;
 mod cuda;
 mod device;
 mod emulated;
 mod error;
 mod handle;
-#[cfg(feature = "harness")]
-pub mod pipeline;
 pub mod ring;
 
 pub use accounting::{

@@ -4,7 +4,10 @@
 //! `RING_CUDA_REQUIRE_GPU=1` (set by `gpu-check.sh`) a missing GPU fails instead.
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
-use ring_cuda::{conformance, probe, CudaDevice, Device, Error, ExportKind, Limits};
+mod common;
+
+use common::conformance;
+use ring_cuda::{probe, CudaDevice, Device, Error, ExportKind, Limits};
 
 /// The device, or `None` after asserting that the probe reported no driver/device.
 fn gpu(test: &str) -> Option<CudaDevice> {

@@ -1,11 +1,33 @@
-//! The `gpu-pipeline` binary in `--emulated` mode: a real cross-process run (producer process,
+//! The `gpu-pipeline` example in `--emulated` mode: a real cross-process run (producer process,
 //! consumer processes, a ring-os named segment, emulated IPC handles opened through /proc).
+//!
+//! `cargo test -p ring-cuda` builds the example first; run alone (`--test pipeline`), this
+//! suite needs `cargo build -p ring-cuda --example gpu-pipeline` before.
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
+use std::path::PathBuf;
 use std::process::Command;
 
+/// The example's executable: `target/<profile>/examples/gpu-pipeline`, next to this test's
+/// `target/<profile>/deps/`.
+fn exe() -> PathBuf {
+    let me = std::env::current_exe().expect("current_exe");
+    let profile = me
+        .parent()
+        .and_then(std::path::Path::parent)
+        .expect("target/<profile>/deps/<test>");
+    let exe = profile.join("examples").join("gpu-pipeline");
+    assert!(
+        exe.is_file(),
+        "{} is missing: run `cargo build -p ring-cuda --example gpu-pipeline` (plain `cargo \
+         test -p ring-cuda` builds it)",
+        exe.display()
+    );
+    exe
+}
+
 fn run(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+    let out = Command::new(exe())
         .arg("--emulated")
         .args(["--timeout", "30"])
         .args(args)
@@ -75,7 +97,7 @@ fn without_a_gpu_the_binary_says_so() {
         eprintln!("a GPU is present: the no-GPU message cannot be checked here");
         return;
     }
-    let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+    let out = Command::new(exe())
         .args(["--frames", "1"])
         .output()
         .expect("spawn gpu-pipeline");
@@ -127,7 +149,7 @@ fn emulated_latency_is_checked_against_a_host_synced_run() {
         &["--max-p99-us", "0", "--consumers", "1"],
     ];
     for bound in bounds {
-        let out = Command::new(env!("CARGO_BIN_EXE_gpu-pipeline"))
+        let out = Command::new(exe())
             .arg("--emulated")
             .args(small)
             .args(bound)
@@ -139,8 +161,8 @@ fn emulated_latency_is_checked_against_a_host_synced_run() {
     }
 }
 
-/// The tearing check across processes on the strict emulated device (the in-process version
-/// is `tests/ring.rs::slow_peers_never_tear`): slow consumers with a fast producer, then a
+/// The tearing check of the whole pipeline on the strict emulated device (the ring's own is
+/// `tests/ring.rs::slow_peers_never_tear`): slow consumers with a fast producer, then a
 /// slow producer with fast consumers, 2 slots; any copy not ordered by the events reads a
 /// torn frame and the run fails.
 #[test]

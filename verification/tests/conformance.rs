@@ -1,7 +1,8 @@
 //! The conformance suite (`ring_verification::conformance`) instantiated for every backend
 //! that exists: the heap segment (the `RawMemory` path), the owned segment (the loom shape),
 //! a ring-os memfd mapping, and ring-cuda's shared ring (a named ring-os segment plus the device
-//! table); and ring-cuda's own device conformance checks on its emulated device.
+//! table). ring-cuda's device checks are its own tests (`ring-cuda/tests/common/conformance.rs`,
+//! run on the emulated device across processes and on a GPU by `gpu-check.sh`).
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
 use core::sync::atomic::{AtomicU32, Ordering};
@@ -75,28 +76,4 @@ fn ring_os_memfd_mapping_conforms() {
 #[cfg_attr(miri, ignore = "Miri cannot make shared-memory mappings")]
 fn ring_cuda_shared_ring_conforms() {
     run_all(&CudaShared).unwrap();
-}
-
-/// ring-cuda's device conformance checks (`ring_cuda::conformance`) on the emulated device,
-/// for both export kinds, and the whole device ring (a producer and two consumers, each on
-/// its own device).
-#[test]
-#[cfg_attr(
-    miri,
-    ignore = "the emulated device uses threads and clocks Miri is too slow for"
-)]
-fn ring_cuda_emulated_device_conforms() {
-    use ring_cuda::conformance as c;
-    use ring_cuda::{EmulatedDevice, EmulatedOptions, ExportKind};
-    // Peers in one process: the emulation (like CUDA) refuses same-process IPC opens unless
-    // told that threads stand in for processes.
-    let peer = || EmulatedDevice::with_options(EmulatedOptions::in_process());
-    for kind in [ExportKind::Ipc, ExportKind::Fd] {
-        let d = EmulatedDevice::new();
-        c::roundtrip(&d, kind).unwrap();
-        c::ceilings(&d, kind).unwrap();
-        c::event_ordering(&d, kind).unwrap();
-        c::ipc_pair(&peer(), &peer(), kind, true).unwrap();
-    }
-    c::device_ring(|_| peer(), 2, 64, 4096, 4).unwrap();
 }

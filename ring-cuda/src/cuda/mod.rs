@@ -348,22 +348,24 @@ impl CudaDevice {
             // handle came from cuMemCreate/Import. Each call is valid whatever the previous
             // one returned: freeing a reservation whose unmap failed and releasing the handle
             // are both allowed (the driver frees the memory when its last mapping goes).
-            Some((handle, padded)) => {
-                let steps = [
+            Some((handle, padded)) => crate::device::release_vmm(
+                || {
                     // SAFETY: see above.
-                    check("cuMemUnmap", unsafe { sys::cuMemUnmap(m.ptr, padded) }),
+                    let r = unsafe { sys::cuMemUnmap(m.ptr, padded) };
+                    check("cuMemUnmap", r)
+                },
+                || {
                     // SAFETY: see above.
-                    check("cuMemAddressFree", unsafe {
-                        sys::cuMemAddressFree(m.ptr, padded)
-                    }),
+                    let r = unsafe { sys::cuMemAddressFree(m.ptr, padded) };
+                    check("cuMemAddressFree", r)
+                },
+                || {
                     // SAFETY: see above.
-                    check("cuMemRelease", unsafe { sys::cuMemRelease(handle) }),
-                ];
-                match steps.into_iter().find_map(core::result::Result::err) {
-                    None => Ok(()),
-                    Some(e) => Err(ops::Failed::Partly(e)),
-                }
-            }
+                    let r = unsafe { sys::cuMemRelease(handle) };
+                    check("cuMemRelease", r)
+                },
+            )
+            .map_err(ops::Failed::Partly),
             None if mapping => {
                 // SAFETY: as above; legacy mapping pointers came from cuIpcOpenMemHandle.
                 let r = unsafe { sys::cuIpcCloseMemHandle(m.ptr) };

@@ -62,7 +62,9 @@ impl CudaDevice {
     /// Releases resource `id` of `kind`: takes it out of its table (so no id names it during
     /// the call), runs the driver call, and only then drops the ledger entry. On failure the
     /// entry stays (the leak report shows it); if nothing was released (`Failed::Kept`), the
-    /// resource also goes back into its table, so the caller may retry.
+    /// resource also goes back into its table, so the caller may retry; if part of it was
+    /// (`Failed::Partly`: a VMM release whose unmap failed still freed the range and released
+    /// the handle), the entry is marked with the failed call.
     fn retire<T>(
         &self,
         kind: ResourceKind,
@@ -83,7 +85,12 @@ impl CudaDevice {
                 table(&mut self.lock()).insert(id, v);
                 Err(e)
             }
-            Err(Failed::Partly(e)) => Err(e),
+            // The entry stays (what the failed step kept may still hold device memory), marked
+            // with the failure so the leak report says why.
+            Err(Failed::Partly(e)) => {
+                self.ledger.mark_failed(kind, id, &e);
+                Err(e)
+            }
         }
     }
 

@@ -45,15 +45,11 @@ pub struct EmulatedOptions {
     /// keeps until the device is dropped (CUDA's context and pool allocations): why a memory
     /// baseline must be taken after a warm-up cycle. Counted in [`Device::mem_info`](crate::Device::mem_info) only.
     pub context_bytes: u64,
-    /// Lets a device open IPC handles exported by this same process. CUDA refuses that
-    /// (`CUDA_ERROR_INVALID_CONTEXT`), and so does the emulation by default; in-process tests
-    /// in which threads stand in for processes set it explicitly.
-    pub same_process_ipc: bool,
 }
 
 impl Default for EmulatedOptions {
     /// Default limits, 8 GiB of capacity, no delay, no watchdog, 10 s host waits, 2 MiB of
-    /// one-time context memory, no same-process IPC.
+    /// one-time context memory.
     fn default() -> Self {
         Self {
             limits: Limits::default(),
@@ -62,19 +58,6 @@ impl Default for EmulatedOptions {
             watchdog: None,
             host_wait: Duration::from_secs(10),
             context_bytes: 2 << 20,
-            same_process_ipc: false,
-        }
-    }
-}
-
-impl EmulatedOptions {
-    /// The defaults with [`same_process_ipc`](Self::same_process_ipc) set: for tests in which
-    /// threads, each with its own device, stand in for processes.
-    #[must_use]
-    pub fn in_process() -> Self {
-        Self {
-            same_process_ipc: true,
-            ..Self::default()
         }
     }
 }
@@ -82,12 +65,12 @@ impl EmulatedOptions {
 #[derive(Default)]
 struct Tables {
     buffers: HashMap<u64, (Arc<Region>, ExportKind)>,
-    mappings: HashMap<u64, Arc<Region>>,
+    mappings: HashMap<u64, (Arc<Region>, ExportKind)>,
     events: HashMap<u64, Arc<Region>>,
     streams: HashMap<u64, Arc<Stream>>,
 }
 
-/// A host-memory device with the [`Device`] semantics of a CUDA GPU.
+/// A host-memory device with the [`Device`](crate::Device) semantics of a CUDA GPU.
 pub struct EmulatedDevice {
     options: EmulatedOptions,
     /// Set once by the first sticky fault (a watchdog expiry, [`EmulatedDevice::inject_fault`]);
@@ -101,6 +84,13 @@ pub struct EmulatedDevice {
     ledger: Ledger,
     next_id: AtomicU64,
     tables: Mutex<Tables>,
+    /// Emulated address reservations of VMM memory (`cuMemAddressReserve`): ranges, bytes.
+    reserved: (AtomicU64, AtomicU64),
+    /// The VMM release step the next VMM release fails at ([`Self::fail_release_step`]).
+    fail_step: Mutex<Option<&'static str>>,
+    /// Allocation handles whose release failed: kept (as the driver would keep them) until the
+    /// device is dropped.
+    stranded: Mutex<Vec<Arc<Region>>>,
 }
 
 impl core::fmt::Debug for EmulatedDevice {
@@ -139,7 +129,82 @@ impl EmulatedDevice {
             ledger: Ledger::new(options.limits),
             next_id: AtomicU64::new(1),
             tables: Mutex::new(Tables::default()),
+            reserved: (AtomicU64::new(0), AtomicU64::new(0)),
+            fail_step: Mutex::new(None),
+            stranded: Mutex::new(Vec::new()),
         }
+    }
+
+    /// Makes the next VMM release — freeing an [`ExportKind::Fd`] buffer or closing a mapping
+    /// of one — fail at `call` (`"cuMemUnmap"`, `"cuMemAddressFree"` or `"cuMemRelease"`) with
+    /// a driver error, as a driver failing that step would. The release runs the CUDA device's
+    /// sequence (every step, even after a failure): a test aid for the partial-release path.
+    pub fn fail_release_step(&self, call: &'static str) {
+        *self
+            .fail_step
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(call);
+    }
+
+    /// Emulated address reservations of VMM memory live now: `(ranges, bytes)` (each VMM
+    /// buffer and each mapping of one reserves its padded size until its release frees it).
+    #[must_use]
+    pub fn reserved_address_space(&self) -> (u64, u64) {
+        // Relaxed: a statistic.
+        (
+            self.reserved.0.load(Ordering::Relaxed),
+            self.reserved.1.load(Ordering::Relaxed),
+        )
+    }
+
+    /// Reserves an address range of `bytes` for VMM memory.
+    pub(crate) fn reserve(&self, bytes: u64) {
+        // Relaxed: a statistic.
+        self.reserved.0.fetch_add(1, Ordering::Relaxed);
+        self.reserved.1.fetch_add(bytes, Ordering::Relaxed);
+    }
+
+    /// One step of a VMM release: fails if it is the injected one.
+    fn step(&self, call: &'static str) -> Result<()> {
+        let mut f = self
+            .fail_step
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if *f == Some(call) {
+            *f = None;
+            // CUDA_ERROR_INVALID_VALUE, what the driver returns for a range it cannot unmap.
+            return Err(Error::Driver { call, code: 1 });
+        }
+        Ok(())
+    }
+
+    /// Releases VMM memory `r` (padded to `bytes`) with the CUDA device's sequence
+    /// ([`release_vmm`](crate::device::release_vmm)): unmap, free the reservation, release the
+    /// handle (the region: the memory goes when its last reference does).
+    pub(crate) fn release_vmm(&self, r: Arc<Region>, bytes: u64) -> Result<()> {
+        crate::device::release_vmm(
+            || self.step("cuMemUnmap"),
+            || {
+                self.step("cuMemAddressFree")?;
+                // Relaxed: a statistic.
+                self.reserved.0.fetch_sub(1, Ordering::Relaxed);
+                self.reserved.1.fetch_sub(bytes, Ordering::Relaxed);
+                Ok(())
+            },
+            || match self.step("cuMemRelease") {
+                Ok(()) => {
+                    drop(r);
+                    Ok(())
+                }
+                Err(e) => {
+                    self.stranded
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .push(r);
+                    Err(e)
+                }
+            },
+        )
     }
 
     /// The tables, or the sticky fault if the device is poisoned (every call goes through
@@ -189,10 +254,14 @@ impl EmulatedDevice {
                     kind: ResourceKind::Buffer,
                     id: b.0,
                 }),
-            Mem::Mapping(m) => t.mappings.get(&m.0).cloned().ok_or(Error::UnknownId {
-                kind: ResourceKind::Mapping,
-                id: m.0,
-            }),
+            Mem::Mapping(m) => t
+                .mappings
+                .get(&m.0)
+                .map(|m| m.0.clone())
+                .ok_or(Error::UnknownId {
+                    kind: ResourceKind::Mapping,
+                    id: m.0,
+                }),
         }
     }
 
@@ -244,13 +313,13 @@ impl EmulatedDevice {
     }
 
     /// Refuses a handle that this process exported, as the CUDA driver does
-    /// (`CUDA_ERROR_INVALID_CONTEXT`), unless [`EmulatedOptions::same_process_ipc`] is set.
+    /// (`CUDA_ERROR_INVALID_CONTEXT`): IPC peers are processes.
     fn not_own(
         &self,
         call: &'static str,
         raw: &[u8; crate::handle::IPC_HANDLE_SIZE],
     ) -> Result<()> {
-        if !self.options.same_process_ipc && shm::exporter_pid(raw) == shm::own_pid() {
+        if shm::exporter_pid(raw) == shm::own_pid() {
             return Err(Error::Driver { call, code: 201 });
         }
         Ok(())

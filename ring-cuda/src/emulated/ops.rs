@@ -39,7 +39,11 @@ impl Device for EmulatedDevice {
             if self.resident.load(Ordering::Relaxed) + charged > total {
                 return Err(Error::OutOfMemory { requested: len });
             }
-            Ok(Region::create("mem", len)?.count_in(&self.resident, charged))
+            let r = Region::create("mem", len)?.count_in(&self.resident, charged);
+            if export == ExportKind::Fd {
+                self.reserve(charged);
+            }
+            Ok(r)
         };
         let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, r| {
             t.buffers.insert(id, (Arc::new(r), export));
@@ -64,6 +68,17 @@ impl Device for EmulatedDevice {
         let mut region = region;
         loop {
             match Arc::try_unwrap(region) {
+                Ok(r) if kind == ExportKind::Fd => {
+                    let padded = padded_len(r.len(), kind, LARGE_PAGE).unwrap_or(0);
+                    return match self.release_vmm(Arc::new(r), padded) {
+                        Ok(()) => self.release(ResourceKind::Buffer, buf.0),
+                        // Part of it was released: the entry stays, marked (as on CUDA).
+                        Err(e) => {
+                            self.ledger.mark_failed(ResourceKind::Buffer, buf.0, &e);
+                            Err(e)
+                        }
+                    };
+                }
                 Ok(r) => {
                     drop(r);
                     return self.release(ResourceKind::Buffer, buf.0);
@@ -126,22 +141,36 @@ impl Device for EmulatedDevice {
                     "length does not match the exported buffer",
                 ));
             }
+            if handle.kind() == ExportKind::Fd {
+                self.reserve(charged);
+            }
             Ok(r)
         };
+        let kind = handle.kind();
         let id = self.acquire(ResourceKind::Mapping, owner, charged, make, |t, id, r| {
-            t.mappings.insert(id, Arc::new(r));
+            t.mappings.insert(id, (Arc::new(r), kind));
         })?;
         Ok(MappingId(id))
     }
 
     fn close(&self, mapping: MappingId) -> Result<()> {
-        self.lock()?
+        let (r, kind) = self
+            .lock()?
             .mappings
             .remove(&mapping.0)
             .ok_or(Error::UnknownId {
                 kind: ResourceKind::Mapping,
                 id: mapping.0,
             })?;
+        if kind == ExportKind::Fd {
+            let padded = padded_len(r.len(), kind, LARGE_PAGE).unwrap_or(0);
+            if let Err(e) = self.release_vmm(r, padded) {
+                // Part of it was released: the entry stays, marked (as on CUDA).
+                self.ledger
+                    .mark_failed(ResourceKind::Mapping, mapping.0, &e);
+                return Err(e);
+            }
+        }
         self.release(ResourceKind::Mapping, mapping.0)
     }
 

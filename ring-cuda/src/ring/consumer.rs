@@ -5,7 +5,9 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ring_core::{Consumer, DeliveryClass, Memory, OwnerId};
+use ring_core::{Consumer, DeliveryClass, OwnerId};
+use ring_os::lock::{Liveness, Role, RoleLock};
+use ring_os::RoleFile;
 
 use super::producer::TEARDOWN_TIMEOUT;
 use super::table::{Table, TableHeader, TableMemory};
@@ -34,7 +36,10 @@ pub struct Frame<R> {
 }
 
 /// Reads device-memory messages: see the [module docs](super).
-pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
+///
+/// Holds its ring-core entry's [`Role::Consumer`] lock (ring-os, kernel-held) from before it
+/// registers until after it left, so a producer reclaims it only once it is dead.
+pub struct DeviceConsumer<D: Device, M: RoleFile, T: TableMemory> {
     dev: Arc<D>,
     ring: Consumer<M>,
     table: T,
@@ -53,13 +58,16 @@ pub struct DeviceConsumer<D: Device, M: Memory, T: TableMemory> {
     write_events: EventCache<(u64, usize)>,
     /// A message left pinned on purpose (see [`RingError::PinHeld`]); reads are refused after.
     held: Option<u64>,
+    /// The entry's role lock; declared after `ring`, so it is released only once the
+    /// ring-core consumer left its entry (and `Drop` emptied the table row).
+    _role: RoleLock,
 }
 
 /// How long a consumer whose read-event record failed waits on the host for its own copy
 /// before it gives up and keeps the message pinned.
 const UNPIN_SYNC_TIMEOUT: Duration = Duration::from_secs(10);
 
-impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceConsumer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> core::fmt::Debug for DeviceConsumer<D, M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("DeviceConsumer")
             .field("index", &self.ring.index())
@@ -67,13 +75,14 @@ impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceConsumer<D
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
     /// Registers as a consumer of class `class`, waits (at most `timeout`) for the producer's
     /// table, and publishes this consumer's read events in its table row.
     ///
     /// # Errors
-    /// [`RingError::Ring`] (consumer table full), [`RingError::NotReady`] (no producer within
-    /// `timeout`), [`RingError::Corrupt`], [`RingError::Device`].
+    /// [`RingError::Ring`] (consumer table full), [`RingError::Segment`] (role locks),
+    /// [`RingError::NotReady`] (no producer within `timeout`), [`RingError::Corrupt`],
+    /// [`RingError::Device`].
     pub fn new(
         dev: Arc<D>,
         mem: M,
@@ -82,7 +91,9 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
         owner: OwnerId,
         timeout: Duration,
     ) -> Result<Self, RingError> {
-        let ring = Consumer::new(mem, class, owner).map_err(RingError::Ring)?;
+        // Bound lock first: on an early return the consumer (declared after) drops first, so
+        // the lock is released only once the entry was left.
+        let (role, ring) = register(mem, class, owner, timeout)?;
         let g = ring.memory().geometry();
         let (slots, consumers) = (g.slots(), g.consumers());
         let corrupt = RingError::Corrupt("the device table is smaller than the geometry needs");
@@ -116,6 +127,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             mappings: MappingCache::new(),
             write_events: EventCache::new(),
             held: None,
+            _role: role,
         };
         this.stream = Some(this.dev.create_stream(this.owner)?);
         let mut handles = Vec::with_capacity(slots);
@@ -376,6 +388,51 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     }
 }
 
+/// Registers a ring-core consumer of `class` holding its entry's [`Role::Consumer`] lock: locks
+/// a free-looking entry first, then registers into exactly that entry, so a reclaimer (which
+/// must take the same lock) never touches an entry being registered. Retries while the locks
+/// of free entries are busy, at most `timeout`.
+fn register<M: RoleFile>(
+    mut mem: M,
+    class: DeliveryClass,
+    owner: OwnerId,
+    timeout: Duration,
+) -> Result<(RoleLock, Consumer<M>), RingError> {
+    let start = Instant::now();
+    let n = mem.geometry().consumers();
+    loop {
+        let mut any_free = false;
+        for index in 0..n {
+            if ring_core::inspect::consumer_info(&mem, index).is_none_or(|e| e.owner != 0) {
+                continue;
+            }
+            any_free = true;
+            let Some(role) = mem
+                .lock_role(Role::Consumer(index))
+                .map_err(RingError::Segment)?
+            else {
+                continue; // A registrant or a reclaimer holds it right now.
+            };
+            match Consumer::new_at(mem, index, class, owner) {
+                Ok(c) => return Ok((role, c)),
+                // Taken between our look and our lock (a peer without the locks, or a producer
+                // sweeping its bits): try the next entry.
+                Err((m, ring_core::Error::EntryBusy { .. })) => mem = m,
+                Err((_, e)) => return Err(RingError::Ring(e)),
+            }
+        }
+        if !any_free {
+            return Err(RingError::Ring(ring_core::Error::ConsumerTableFull {
+                capacity: mem.geometry().config().consumers,
+            }));
+        }
+        if start.elapsed() >= timeout {
+            return Err(RingError::Segment(ring_os::Error::TimedOut));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// Opens (once) slot `s`'s write event and, for an IPC-exported ring, its buffer mapping; an
 /// fd-exported ring's mapping is the one [`DeviceConsumer::receive_buffers`] opened, if any.
 fn open_slot<D: Device>(
@@ -404,7 +461,7 @@ fn open_slot<D: Device>(
     Ok((mapping, wev))
 }
 
-impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
     /// The consumer's half of the teardown protocol (`docs/CUDA.md`), run on drop: sync the
     /// stream (every copy done), ask to leave, and destroy the read events only once the
     /// producer acknowledged, stopped, went away or died; then close the mappings and empty
@@ -427,12 +484,10 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
             let start = Instant::now();
             let mut round = 0;
             released = loop {
+                // A producer whose role lock is free is dead (its stream went with it).
                 let gone = t.header().is_none_or(|h| h.token != ptoken)
-                    || OwnerId::new(t.producer_owner()).is_some_and(|o| {
-                        // A guess from the pid (ring-cuda's table holds no role locks yet):
-                        // it only decides when to stop waiting, never what to free.
-                        ring_os::owner::seen(o) == ring_os::owner::Seen::NotHere
-                    });
+                    || ring_os::lock::probe(self.ring.memory().role_file(), Role::Producer)
+                        == Liveness::Dead;
                 if t.leave_acked(c, token) || t.producer_stopped(ptoken) || gone {
                     break true;
                 }
@@ -454,7 +509,7 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceConsumer<D, M, T> {
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> Drop for DeviceConsumer<D, M, T> {
     fn drop(&mut self) {
         if !self.leave(TEARDOWN_TIMEOUT) {
             eprintln!(

@@ -1,8 +1,11 @@
 //! The device ring: ring-core's protocol in host shared memory, payloads in device memory.
 //!
-//! - The ring segment (ring-core, in host memory: a [`HeapSegment`](ring_core::HeapSegment) for
-//!   threads, a ring-os segment for processes) carries the protocol. A message's two meta words
+//! - The ring segment (ring-core, in host shared memory: a [`SharedRing`], a ring-os named
+//!   segment with the table after the ring) carries the protocol. A message's two meta words
 //!   are `(buffer index, length)`; its 8-byte payload is the producer's monotonic publish time.
+//!   Producer and consumers are processes (CUDA opens IPC handles only in another process) and
+//!   hold ring-os role locks on the segment's file for as long as they live, so each sees the
+//!   other's death from the kernel (see [`DeviceProducer::reclaim_dead_consumer`]).
 //! - Each slot's payload is a device buffer the producer allocates and exports **once**; each
 //!   consumer opens each buffer **once** (a [`MappingCache`](crate::MappingCache)).
 //! - The [`table`] (host memory next to the ring) carries the handles: per slot the buffer and
@@ -29,7 +32,7 @@ use core::fmt;
 pub use consumer::{DeviceConsumer, Frame};
 pub use producer::DeviceProducer;
 pub use shared::SharedRing;
-pub use table::{table_words, HeapTable, TableMemory};
+pub use table::{table_words, TableMemory};
 
 use crate::error::Error;
 
@@ -51,8 +54,9 @@ pub enum RingError {
     Corrupt(&'static str),
     /// The shared-memory segment could not be created or opened, or fd passing failed (ring-os).
     Segment(ring_os::Error),
-    /// A consumer's read event could not be used: the producer could not open it, or the
-    /// consumer could not record it. Nothing was written without the wait it requires.
+    /// A consumer's read event could not be used: the producer could not open it (and the
+    /// consumer is alive: a dead one is reclaimed instead), or the consumer could not record
+    /// it. Nothing was written without the wait it requires.
     ReadEvent {
         /// The consumer's ring index (its table row).
         consumer: usize,
@@ -82,8 +86,9 @@ impl fmt::Display for RingError {
             Self::Segment(e) => write!(f, "ring-os: {e}"),
             Self::ReadEvent { consumer, source } => write!(
                 f,
-                "the read event of consumer {consumer} cannot be used ({source}); the slot was \
-                 not written. If that consumer died, reclaim its entry; otherwise fix its device"
+                "the read event of consumer {consumer} cannot be used ({source}); nothing was \
+                 written without the wait it requires (the consumer holds its role lock, so it \
+                 is alive and was not reclaimed)"
             ),
             Self::PinHeld { seq } => write!(
                 f,

@@ -5,7 +5,9 @@ use std::os::fd::AsFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use ring_core::{Memory, OwnerId, Producer};
+use ring_core::{OwnerId, Producer};
+use ring_os::lock::{Liveness, Role, RoleLock};
+use ring_os::RoleFile;
 
 use super::table::{Table, TableMemory};
 use super::{backoff, monotonic_ns, new_token, RingError};
@@ -89,7 +91,13 @@ impl Readers {
 }
 
 /// Publishes device-memory messages: see the [module docs](super).
-pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
+///
+/// The producer holds the ring's [`Role::Producer`] lock (ring-os, kernel-held) for as long as
+/// it lives, and each [`DeviceConsumer`](super::DeviceConsumer) the lock of its entry, so a
+/// peer's death is vouched for by the kernel, not guessed from a pid: a consumer whose lock is
+/// free is reclaimed ([`reclaim_dead_consumer`](Self::reclaim_dead_consumer), called by the
+/// publishes it holds back), a producer whose lock is free is waited for no longer.
+pub struct DeviceProducer<D: Device, M: RoleFile, T: TableMemory> {
     dev: Arc<D>,
     ring: Producer<M>,
     table: T,
@@ -106,9 +114,14 @@ pub struct DeviceProducer<D: Device, M: Memory, T: TableMemory> {
     kind: ExportKind,
     /// The table token published (identifies this producer's buffers to consumers).
     token: u64,
+    /// When a publish held back by consumers last probed their role locks.
+    probed: Option<Instant>,
+    /// [`Role::Producer`]'s lock; declared last, so it is released after the ring-core
+    /// producer left its line and the table was withdrawn.
+    _role: RoleLock,
 }
 
-impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceProducer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> core::fmt::Debug for DeviceProducer<D, M, T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("DeviceProducer")
             .field("slots", &self.slots)
@@ -117,14 +130,15 @@ impl<D: Device, M: Memory, T: TableMemory> core::fmt::Debug for DeviceProducer<D
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
     /// Becomes the producer of the ring in `mem`, allocates and exports one device buffer of
     /// `buffer_len` bytes (legacy IPC) and one write event per slot, and publishes their handles
     /// in `table`.
     ///
     /// # Errors
-    /// [`RingError::Ring`] (another producer is live), [`RingError::Corrupt`] (table too small),
-    /// [`RingError::Device`] (allocation, ceilings, export).
+    /// [`RingError::Segment`] ([`ring_os::Error::ProducerAlive`]: another producer holds the
+    /// role lock; [`ring_os::Error::Lock`]), [`RingError::Ring`], [`RingError::Corrupt`]
+    /// (table too small), [`RingError::Device`] (allocation, ceilings, export).
     pub fn new(
         dev: Arc<D>,
         mem: M,
@@ -149,7 +163,9 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         buffer_len: u64,
         kind: ExportKind,
     ) -> Result<Self, RingError> {
-        let ring = Producer::new(mem, owner).map_err(RingError::Ring)?;
+        // Bound lock first: on an early return the producer (declared after) drops first, so
+        // the lock is released only once the producer line was left.
+        let (role, ring) = become_producer(mem, owner)?;
         let g = ring.memory().geometry();
         let (slots, consumers) = (g.slots(), g.consumers());
         if Table::new(table.table(), slots, consumers).is_none() {
@@ -177,6 +193,8 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
             },
             kind,
             token: new_token(),
+            probed: None,
+            _role: role,
         };
         // Partial failures are cleaned up by Drop.
         this.stream = Some(this.dev.create_stream(this.owner)?);
@@ -281,23 +299,20 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
     }
 
     /// Frees consumer row `c` — its table row, the producer's copies of its read events and
-    /// its ring-core entry — if the process that registered it is dead. A consumer that died
-    /// cannot leave by the teardown protocol, and its read events can no longer be opened
-    /// (publishing then fails with [`RingError::ReadEvent`] naming it), so this is how a
-    /// producer goes on without it. Returns whether the row was freed (`false`: empty, or its
-    /// owner is alive).
+    /// its ring-core entry — if no process holds the entry's role lock (the kernel released it:
+    /// the consumer died). A consumer that died cannot leave by the teardown protocol, and its
+    /// read events may no longer open (a publish would fail with [`RingError::ReadEvent`]
+    /// naming it), so the producer reclaims it: publishes do so by themselves for a consumer
+    /// whose read event fails or that holds the ring back; an idle producer may call this.
+    /// Returns whether anything was freed (`false`: empty, or its owner is alive).
+    ///
+    /// The row is cleared while the producer holds the entry's lock itself, so no consumer can
+    /// register into the entry (and publish a row there) meanwhile.
     ///
     /// # Errors
-    /// [`Error::InvalidOperation`] for a row past the table; [`RingError::Ring`] if ring-core
-    /// refused to reclaim the entry.
-    ///
-    /// # Safety
-    /// The consumer of row `c` is dead (inside no call, holding no pin). ring-cuda's device
-    /// table holds no kernel liveness lock yet, so the pid check below is only a guess: it is
-    /// wrong for a consumer in another pid namespace, and a wrong guess would break that
-    /// consumer's live pins. The caller vouches for the death (for example: it reaped the
-    /// process).
-    pub unsafe fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
+    /// [`Error::InvalidOperation`] for a row past the table; [`RingError::Segment`] when the
+    /// lock cannot be taken; [`RingError::Ring`] if ring-core refused to reclaim the entry.
+    pub fn reclaim_dead_consumer(&mut self, c: usize) -> Result<bool, RingError> {
         if c >= self.consumers {
             return Err(RingError::Device(Error::InvalidOperation(
                 "reclaim_dead_consumer: no such consumer row",
@@ -305,24 +320,69 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         }
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
-        let token = t.consumer_token(c);
-        let dead = |word: u64| {
-            OwnerId::new(word)
-                .is_none_or(|o| ring_os::owner::seen(o) == ring_os::owner::Seen::NotHere)
-        };
-        if token == 0 || !dead(t.consumer_owner(c)) {
+        let registered =
+            |ring: &Producer<M>| ring.consumer_info(c).and_then(|i| OwnerId::new(i.owner));
+        // Cheap looks first (no system call unless someone is registered there).
+        if t.consumer_token(c) == 0 && registered(&self.ring).is_none() {
             return Ok(false);
         }
-        let entry = self.ring.consumer_info(c).map_or(0, |i| i.owner);
-        if let Some(o) = OwnerId::new(entry).filter(|o| dead(o.get())) {
-            // SAFETY: the caller of `reclaim_dead_consumer` promised the consumer is dead.
-            unsafe { reclaim_entry(&mut self.ring, c, o) }?;
+        let mem = self.ring.memory();
+        if !ring_os::lock::SUPPORTED
+            || ring_os::lock::probe(mem.role_file(), Role::Consumer(c)) == Liveness::Alive
+        {
+            return Ok(false);
         }
-        t.withdraw_consumer(c, token);
+        let Some(_held) = mem
+            .lock_role(Role::Consumer(c))
+            .map_err(RingError::Segment)?
+        else {
+            return Ok(false); // A consumer is registering there right now.
+        };
+        let token = t.consumer_token(c);
+        let mut freed = false;
+        if let Some(dead) = registered(&self.ring) {
+            // SAFETY: we hold entry `c`'s role lock, which a live DeviceConsumer holds from
+            // before it registers the entry until after it left it, and which the kernel
+            // released when its process died: whoever registered `dead` is inside no call and
+            // holds no pin.
+            unsafe { reclaim_entry(&mut self.ring, c, dead) }?;
+            freed = true;
+        }
+        if token != 0 {
+            t.withdraw_consumer(c, token);
+            freed = true;
+        }
         for e in self.readers.events.remove_where(|k| k.0 == c) {
             let _ = self.dev.destroy_event(e);
         }
-        Ok(true)
+        self.readers.rows[c] = 0;
+        Ok(freed)
+    }
+
+    /// Reclaims the consumers named by a refused claim (the gating consumer the ring is full
+    /// for, the consumers pinning the slot) whose role locks are free; at most once per
+    /// [`PROBE_PERIOD`] (each probe is a system call). Returns whether one was reclaimed.
+    fn reclaim_holding_back(&mut self, e: &RingError) -> bool {
+        let now = Instant::now();
+        if self
+            .probed
+            .is_some_and(|t| now.duration_since(t) < PROBE_PERIOD)
+        {
+            return false;
+        }
+        self.probed = Some(now);
+        let mask = match e {
+            RingError::Claim(ring_core::ClaimError::Full { consumer, .. }) => {
+                1u64.checked_shl(*consumer as u32).unwrap_or(0)
+            }
+            RingError::Claim(ring_core::ClaimError::Pinned { readers, .. }) => u64::from(*readers),
+            _ => 0,
+        };
+        let mut any = false;
+        for c in (0..self.consumers.min(64)).filter(|c| mask & (1 << c) != 0) {
+            any |= self.reclaim_dead_consumer(c).unwrap_or(false);
+        }
+        any
     }
 
     /// Claims the next slot without blocking, lets `write` enqueue the message's device writes
@@ -337,6 +397,30 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         &mut self,
         len: u64,
         write: impl FnOnce(&D, StreamId, Mem) -> Result<(), Error>,
+    ) -> Result<u64, RingError> {
+        let mut write = Some(write);
+        // A read event that cannot be used belongs to a consumer that is alive (an error) or
+        // dead (reclaimed here, then the claim is made again without it): once per row at most.
+        for _ in 0..=self.consumers {
+            match self.publish_once(len, &mut write) {
+                Err(RingError::ReadEvent { consumer, source }) => {
+                    if !self.reclaim_dead_consumer(consumer).unwrap_or(false) {
+                        return Err(RingError::ReadEvent { consumer, source });
+                    }
+                }
+                other => return other,
+            }
+        }
+        Err(RingError::Corrupt(
+            "consumer rows keep failing and being reclaimed",
+        ))
+    }
+
+    /// One claim: the waits, then `write` (taken only once every wait was enqueued).
+    fn publish_once(
+        &mut self,
+        len: u64,
+        write: &mut Option<impl FnOnce(&D, StreamId, Mem) -> Result<(), Error>>,
     ) -> Result<u64, RingError> {
         if len == 0 || len > self.buffer_len {
             return Err(RingError::Device(Error::InvalidLength { len }));
@@ -359,6 +443,10 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
                 return Err(e);
             }
         }
+        let Some(write) = write.take() else {
+            slot.abort();
+            return Err(RingError::Corrupt("the write closure was already used"));
+        };
         let dev = &*self.dev;
         // The frame's timestamp is taken before its writes are enqueued, so a latency measured
         // from it covers the writes whether they are ordered by events or by a host sync.
@@ -394,7 +482,13 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
         let mut round = 0;
         loop {
             match self.try_publish_with(len, &mut write) {
-                Err(e) if e.is_transient() && start.elapsed() < timeout => backoff(&mut round),
+                Err(e) if e.is_transient() && start.elapsed() < timeout => {
+                    // Held back: by a consumer that died? (Its role lock says.)
+                    if self.reclaim_holding_back(&e) {
+                        continue;
+                    }
+                    backoff(&mut round);
+                }
                 other => return other,
             }
         }
@@ -415,11 +509,11 @@ impl<D: Device, M: Memory, T: TableMemory> DeviceProducer<D, M, T> {
     }
 }
 
-impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
+impl<D: Device, M: RoleFile, T: TableMemory> Drop for DeviceProducer<D, M, T> {
     /// The producer's half of the teardown protocol (`docs/CUDA.md`): close the ring; sync
     /// the stream, so it waits on no read event any more, and say so in the table; then free
     /// the buffers only once every importer closed its mappings (its row is empty) or died,
-    /// at most [`TEARDOWN_TIMEOUT`] (past it the buffers are freed anyway and the fact is
+    /// at most `TEARDOWN_TIMEOUT` (10 s; past it the buffers are freed anyway and the fact is
     /// printed: the alternative is to leak them until the process exits).
     fn drop(&mut self) {
         self.ring.close();
@@ -434,14 +528,15 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
             }
             let start = Instant::now();
             let mut round = 0;
+            let mem = self.ring.memory();
+            // An importer is a row still published by a consumer whose role lock is held (a
+            // dead one's mappings went with its process).
             let importers = |t: &Table<'_>| {
                 (0..self.consumers)
                     .filter(|&c| {
                         t.consumer_token(c) != 0
-                            && OwnerId::new(t.consumer_owner(c)).is_none_or(|o| {
-                                // A pid guess: it only bounds how long we wait (see above).
-                                ring_os::owner::seen(o) != ring_os::owner::Seen::NotHere
-                            })
+                            && ring_os::lock::probe(mem.role_file(), Role::Consumer(c))
+                                == Liveness::Alive
                     })
                     .count()
             };
@@ -470,12 +565,40 @@ impl<D: Device, M: Memory, T: TableMemory> Drop for DeviceProducer<D, M, T> {
     }
 }
 
-/// The one call into ring-core's `Producer::reclaim` (kept in one place: its signature is
-/// about to change), for an entry whose owner process is dead.
+/// Becomes the producer of the ring in `mem`: takes [`Role::Producer`]'s lock first, then the
+/// producer line, taking the ring over when a registered producer holds no lock (its process
+/// died), as ring-os's own producers do.
+fn become_producer<M: RoleFile>(
+    mem: M,
+    owner: OwnerId,
+) -> Result<(RoleLock, Producer<M>), RingError> {
+    let registered = |mem: &M| ring_core::inspect::producer_info(mem).owner;
+    let Some(role) = mem.lock_role(Role::Producer).map_err(RingError::Segment)? else {
+        return Err(RingError::Segment(ring_os::Error::ProducerAlive {
+            owner: registered(&mem),
+        }));
+    };
+    let ring = match OwnerId::new(registered(&mem)) {
+        // Without OFD locks a free lock proves nothing: never displace anyone there.
+        Some(dead) if ring_os::lock::SUPPORTED => {
+            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock: its
+            // process is gone (the kernel released the lock), so it is inside no call and
+            // holds no slot. (A producer made without ring-os's locks takes that risk; the
+            // epoch fence still stops it from publishing.) If the line changed meanwhile,
+            // the take-over's compare-exchange fails instead.
+            unsafe { Producer::take_over(mem, owner, dead) }
+        }
+        _ => Producer::new(mem, owner),
+    };
+    ring.map(|p| (role, p)).map_err(RingError::Ring)
+}
+
+/// The one call into ring-core's `Producer::reclaim`, for an entry whose owner process is
+/// dead.
 ///
 /// # Safety
 /// As `Producer::reclaim`: the entry's consumer is inside no call and holds no pin.
-unsafe fn reclaim_entry<M: Memory>(
+unsafe fn reclaim_entry<M: ring_core::Memory>(
     ring: &mut Producer<M>,
     c: usize,
     dead: OwnerId,
@@ -488,3 +611,6 @@ unsafe fn reclaim_entry<M: Memory>(
 
 /// Bound on each wait of the teardown protocol (and on a departure's host sync).
 pub(crate) const TEARDOWN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often a publish held back by consumers probes their role locks.
+const PROBE_PERIOD: Duration = Duration::from_millis(5);

@@ -84,6 +84,21 @@ unsafe impl Memory for SharedRing {
     }
 }
 
+/// The role locks (ring-os, kernel-held) live on the segment's file: the producer and each
+/// consumer hold theirs for as long as they live, and their liveness is probed through it.
+impl ring_os::RoleFile for SharedRing {
+    fn role_file(&self) -> std::os::fd::BorrowedFd<'_> {
+        self.map.role_file()
+    }
+
+    fn lock_role(
+        &self,
+        role: ring_os::lock::Role,
+    ) -> Result<Option<ring_os::lock::RoleLock>, ring_os::Error> {
+        self.map.lock_role(role)
+    }
+}
+
 impl TableMemory for SharedRing {
     /// The ring is a [`ring_os::Mapping`]: every publish wakes the futex waiters.
     fn wakes_waiters(&self) -> bool {

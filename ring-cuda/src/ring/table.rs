@@ -15,12 +15,14 @@
 //! word 4            consumer rows
 //! word 5            stopped: the token of a producer whose stream no longer waits on any read
 //!                   event (set at teardown after its final sync; consumers may then destroy)
-//! word 6            the producer's ring-os owner id (its liveness tells a dead producer)
+//! word 6            the producer's ring-os owner id (for diagnostics: liveness is told by the
+//!                   ring-os role locks on the segment's file, not by this word)
 //! word 7            reserved
 //! slot row s        8 words memory handle, 1 word length, 8 words write-event handle, 1 spare
 //! consumer row c    token (0 = empty), leave (the token, when the consumer asks to leave),
 //!                   ack (the token, once the producer stopped waiting on the row's events),
-//!                   the consumer's ring-os owner id, then 8 words per slot: read-event handles
+//!                   the consumer's ring-os owner id (diagnostics), then 8 words per slot:
+//!                   read-event handles
 //! ```
 //!
 //! # Teardown
@@ -28,7 +30,8 @@
 //! See `docs/CUDA.md` ("Teardown"): a consumer destroys its read events only after the
 //! producer acknowledged its leave request (`ack`), stopped (`stopped`) or died; the producer
 //! frees its buffers only after every row is empty (the importers closed their mappings) or
-//! its consumer died.
+//! its consumer died. Death is what the ring-os role locks say (a free lock: the kernel
+//! released it with the process), never a guess from an id in this table.
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -58,28 +61,6 @@ pub trait TableMemory: Send + Sync {
     /// word instead of polling.
     fn wakes_waiters(&self) -> bool {
         false
-    }
-}
-
-/// A heap-allocated table, for rings whose peers are threads of one process.
-#[derive(Debug)]
-pub struct HeapTable(Box<[AtomicU64]>);
-
-impl HeapTable {
-    /// A zeroed table for `slots` slots and `consumers` consumer rows.
-    #[must_use]
-    pub fn new(slots: usize, consumers: usize) -> Self {
-        Self(
-            (0..table_words(slots, consumers))
-                .map(|_| AtomicU64::new(0))
-                .collect(),
-        )
-    }
-}
-
-impl TableMemory for HeapTable {
-    fn table(&self) -> &[AtomicU64] {
-        &self.0
     }
 }
 
@@ -219,12 +200,6 @@ impl<'a> Table<'a> {
         self.words[5].load(Ordering::Acquire) == token
     }
 
-    /// Consumer: the producer's ring-os owner id (0 if it had none).
-    pub(crate) fn producer_owner(&self) -> u64 {
-        // Relaxed: an id to check liveness with; ordered by the Acquire in `header`.
-        self.words[6].load(Ordering::Relaxed)
-    }
-
     /// Any peer: the header, if the table is ready and well-formed for this geometry.
     pub(crate) fn header(&self) -> Option<TableHeader> {
         // Acquire: pairs with `publish_ready`.
@@ -312,12 +287,6 @@ impl<'a> Table<'a> {
     pub(crate) fn leave_acked(&self, c: usize, token: u64) -> bool {
         // Acquire: pairs with `ack_leave`.
         self.consumer_row(c)[2].load(Ordering::Acquire) == token
-    }
-
-    /// Producer: row `c`'s consumer owner id (0 if none).
-    pub(crate) fn consumer_owner(&self, c: usize) -> u64 {
-        // Relaxed: an id to check liveness with; ordered by the Acquire in `consumer_token`.
-        self.consumer_row(c)[3].load(Ordering::Relaxed)
     }
 
     /// Consumer: empties row `c` if it still holds `token`.

@@ -22,7 +22,6 @@ use std::time::{Duration, Instant};
 
 use ring_core::inspect::EntryState;
 use ring_core::{Config, DeliveryClass};
-use ring_cuda::pipeline::{consume, produce_with};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, SharedRing};
 use ring_cuda::{
     padded_len, CudaDevice, Device, EmulatedDevice, EmulatedOptions, ExportKind, Limits, MemInfo,
@@ -32,21 +31,14 @@ use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 
 mod args;
+mod pipeline;
 
-use args::Args;
+use args::{Args, Export};
+use clap::Parser;
+use pipeline::{consume, produce_with};
 
 fn main() -> ExitCode {
-    let args = match Args::from_env() {
-        Ok(a) => a,
-        Err(args::Exit::Help) => {
-            println!("{}", args::USAGE);
-            return ExitCode::SUCCESS;
-        }
-        Err(args::Exit::Bad(e)) => {
-            eprintln!("gpu-pipeline: {e}\n\n{}", args::USAGE);
-            return ExitCode::from(2);
-        }
-    };
+    let args = Args::parse();
     let result = if args.emulated {
         let delay_us = if args.role == "consumer" {
             args.consumer_delay_us
@@ -116,10 +108,9 @@ fn warm_up<D: Device>(dev: &D, len: u64, kind: ExportKind) -> Result<MemInfo, St
 }
 
 fn export_kind(args: &Args) -> ExportKind {
-    if args.export == "fd" {
-        ExportKind::Fd
-    } else {
-        ExportKind::Ipc
+    match args.export {
+        Export::Fd => ExportKind::Fd,
+        Export::Ipc => ExportKind::Ipc,
     }
 }
 
@@ -163,7 +154,7 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         st.quantile_ns(0.5) as f64 / 1e3,
         st.quantile_ns(0.99) as f64 / 1e3,
         st.quantile_ns(1.0) as f64 / 1e3,
-        st.first_ns.len(),
+        st.first.len(),
         st.first_max_ns() as f64 / 1e3,
         opens,
         live
@@ -197,7 +188,7 @@ fn spawn_consumers(args: &Args, name: &str, n: usize) -> Result<Vec<Child>, Stri
             cmd.arg("--emulated")
                 .args(["--consumer-delay-us", &args.consumer_delay_us.to_string()]);
         }
-        cmd.args(["--export", &args.export]);
+        cmd.args(["--export", args.export.as_str()]);
         children.push(cmd.spawn().map_err(|e| format!("spawn consumer: {e}"))?);
     }
     Ok(children)
@@ -237,7 +228,7 @@ fn kill_all(children: &mut [Child]) {
 }
 
 /// Accepts `n` consumer connections (at most `t` in all) and sends each the slot buffers' fds.
-fn send_buffers<D: Device, M: ring_core::Memory, T: ring_cuda::ring::TableMemory>(
+fn send_buffers<D: Device, M: ring_os::RoleFile, T: ring_cuda::ring::TableMemory>(
     p: &DeviceProducer<D, M, T>,
     listener: &UnixListener,
     n: usize,

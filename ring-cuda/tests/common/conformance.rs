@@ -1,16 +1,16 @@
 //! Conformance checks every [`Device`] must pass, as plain functions over the trait, so the
-//! crate's tests, the verification crate's conformance suite and the GPU check run the same
-//! bodies against [`EmulatedDevice`](crate::EmulatedDevice) and [`CudaDevice`](crate::CudaDevice).
+//! emulated-device suite (`tests/emulated.rs`) and the GPU check (`tests/gpu.rs`, carried to
+//! the GPU machine by `gpu-check.sh`) run the same bodies against `EmulatedDevice` and
+//! `CudaDevice`. Test machinery: it lives with the tests, not in the library.
 //!
 //! Each check returns `Err(description)` on the first violation. Checks taking two devices
-//! open one device's exports on the other: use two emulated devices, or real devices in two
-//! processes (CUDA refuses to open an IPC handle in the process that exported it).
+//! open one device's exports on the other: in one process only [`ExportKind::Fd`] may be
+//! opened (CUDA, and the emulation, refuse an IPC handle in the process that exported it); the
+//! IPC pair runs across two processes (`tests/emulated.rs`).
 
 use core::time::Duration;
 
-use crate::device::Device;
-use crate::error::Error;
-use crate::handle::{ExportKind, Mem, Owner, ResourceKind};
+use ring_cuda::{Device, Error, ExportKind, Mem, Owner, ResourceKind};
 
 /// Outcome of a conformance check.
 pub type Check = core::result::Result<(), String>;
@@ -25,7 +25,7 @@ macro_rules! ensure {
     };
 }
 
-fn ok<T>(what: &str, r: crate::Result<T>) -> core::result::Result<T, String> {
+fn ok<T>(what: &str, r: ring_cuda::Result<T>) -> core::result::Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))
 }
 
@@ -237,7 +237,7 @@ pub fn ipc_pair<D: Device>(a: &D, b: &D, kind: ExportKind, share_events: bool) -
     }
     ok("destroy event", a.destroy_event(ev))?;
     ok("free", a.free(buf))?;
-    if let crate::MemHandle::Ipc(_) = handle {
+    if let ring_cuda::MemHandle::Ipc(_) = handle {
         let stale = b.open(ob, &handle);
         ensure!(stale.is_err(), "a freed buffer's handle opened again");
     }
@@ -312,118 +312,5 @@ pub fn churn<D: Device>(a: &D, b: Option<&D>, cycles: u32, kind: ExportKind) -> 
         mem.free + (CHURN_BYTES - 1) >= base_mem.free,
         "device memory not back: {base_mem:?} -> {mem:?}"
     );
-    Ok(())
-}
-
-/// The whole device ring in one process: a producer and `consumers` gating consumers (threads),
-/// each on its own device from `make` (`make(0)` for the producer, `make(i + 1)` for consumer
-/// `i`; separate devices, so every buffer and event crosses through an export and an open, as
-/// between processes). Checks: every consumer receives every frame, none torn, none skipped,
-/// each slot buffer opened once per consumer, every device's live counts back to zero.
-pub fn device_ring<D: Device + 'static>(
-    make: impl Fn(usize) -> D,
-    consumers: usize,
-    frames: u64,
-    len: u64,
-    slots: u32,
-) -> Check {
-    device_ring_with(make, consumers, frames, len, slots, ExportKind::Ipc)
-}
-
-/// [`device_ring`] with the slot buffers exported as `kind`; with [`ExportKind::Fd`] each
-/// consumer receives the buffers' descriptors over a socket pair (ring-os fd passing).
-pub fn device_ring_with<D: Device + 'static>(
-    make: impl Fn(usize) -> D,
-    consumers: usize,
-    frames: u64,
-    len: u64,
-    slots: u32,
-    kind: ExportKind,
-) -> Check {
-    use std::sync::Arc;
-
-    use ring_core::{Config, DeliveryClass, HeapSegment, OwnerId};
-
-    use crate::pipeline::{consume, produce};
-    use crate::ring::{DeviceConsumer, DeviceProducer, HeapTable};
-
-    let id = |n: u64| OwnerId::new(n).ok_or_else(|| "zero owner id".to_string());
-    let cfg = Config::new(slots, 16).with_consumers(4);
-    let seg = Arc::new(HeapSegment::new(&cfg, id(1)?).map_err(|e| format!("segment: {e}"))?);
-    let table = Arc::new(HeapTable::new(slots as usize, 4));
-    let pdev = Arc::new(make(0));
-    let mut producer = DeviceProducer::with_export(
-        Arc::clone(&pdev),
-        Arc::clone(&seg),
-        Arc::clone(&table),
-        id(1)?,
-        len,
-        kind,
-    )
-    .map_err(|e| format!("producer: {e}"))?;
-    let mut handles = Vec::new();
-    let mut cdevs = Vec::new();
-    for c in 0..consumers {
-        let dev = Arc::new(make(c + 1));
-        cdevs.push(Arc::clone(&dev));
-        let mut consumer = DeviceConsumer::new(
-            dev,
-            Arc::clone(&seg),
-            Arc::clone(&table),
-            DeliveryClass::Gating,
-            id(10 + c as u64)?,
-            T,
-        )
-        .map_err(|e| format!("consumer {c}: {e}"))?;
-        if kind == ExportKind::Fd {
-            let (a, b) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
-            producer
-                .send_buffers(&a)
-                .map_err(|e| format!("send_buffers: {e}"))?;
-            consumer
-                .receive_buffers(&b, T)
-                .map_err(|e| format!("receive_buffers: {e}"))?;
-        }
-        handles.push(std::thread::spawn(move || {
-            let r = consume(&mut consumer, frames, T).map_err(|e| format!("consumer {c}: {e}"));
-            let opens = consumer.mapping_stats().opens;
-            drop(consumer);
-            r.map(|s| (s, opens))
-        }));
-    }
-    let produced =
-        produce(&mut producer, frames, len, None, T).map_err(|e| format!("producer: {e}"));
-    // The teardown protocol: the producer stops (sync, then `stopped` in the table) while the
-    // consumers drain; its drop returns once they closed their mappings.
-    drop(producer);
-    let mut results = Vec::new();
-    for h in handles {
-        results.push(
-            h.join()
-                .map_err(|_| "a consumer thread panicked".to_string())?,
-        );
-    }
-    produced?;
-    for (c, r) in results.into_iter().enumerate() {
-        let (s, opens) = r?;
-        ensure!(
-            s.received == frames,
-            "consumer {c} received {} of {frames}",
-            s.received
-        );
-        ensure!(s.torn == 0, "consumer {c}: {} torn frames", s.torn);
-        ensure!(s.skipped == 0, "consumer {c}: {} skipped frames", s.skipped);
-        ensure!(
-            opens <= u64::from(slots),
-            "consumer {c} opened {opens} mappings for {slots} slots (open-once cache broken)"
-        );
-    }
-    for (i, d) in core::iter::once(&pdev).chain(cdevs.iter()).enumerate() {
-        let t = d.ledger().totals();
-        ensure!(
-            t.live_total() == 0,
-            "device {i} still holds resources: {t:?}"
-        );
-    }
     Ok(())
 }

@@ -1,6 +1,5 @@
-//! The frame pipeline used by the `gpu-pipeline` binary, the tests and the conformance suite:
-//! a producer publishing patterned frames and consumers that copy each frame into a private
-//! device buffer and check it for tearing.
+//! The frame pipeline of `gpu-pipeline`: a producer publishing patterned frames and consumers
+//! that copy each frame into a private device buffer and check it for tearing.
 //!
 //! Frame `seq` is `len` bytes of `pattern_byte(seq)` with `seq` (little endian) in its first
 //! and last 8 bytes. A consumer copies the slot into its own buffer on its stream (after the
@@ -11,12 +10,10 @@
 use core::time::Duration;
 use std::time::Instant;
 
-use ring_core::Memory;
-
-use crate::device::Device;
-use crate::error::Error;
-use crate::handle::{ExportKind, Mem, Owner};
-use crate::ring::{monotonic_ns, DeviceConsumer, DeviceProducer, RingError, TableMemory};
+use hdrhistogram::Histogram;
+use ring_cuda::ring::{monotonic_ns, DeviceConsumer, DeviceProducer, RingError, TableMemory};
+use ring_cuda::{Device, Error, ExportKind, Mem, Owner};
+use ring_os::RoleFile;
 
 /// The fill byte of frame `seq`.
 #[must_use]
@@ -34,7 +31,7 @@ pub struct ProducerStats {
 }
 
 /// What a consumer run saw.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct ConsumerStats {
     /// Frames read.
     pub received: u64,
@@ -44,59 +41,53 @@ pub struct ConsumerStats {
     pub skipped: u64,
     /// Latency of every frame after the first `slots` ones, nanoseconds: from the producer
     /// beginning the frame (before its writes) to the consumer's host seeing its copy done.
-    pub latencies_ns: Vec<u64>,
+    pub latencies: Histogram<u64>,
     /// The same for the first `slots` frames, reported apart (each is the first use of its
     /// slot: first waits on each event, caches warming up).
-    pub first_ns: Vec<u64>,
+    pub first: Histogram<u64>,
+}
+
+/// A latency histogram: 1 ns to 100 s, 3 significant digits.
+fn histogram() -> Histogram<u64> {
+    // The bounds are constants that hdrhistogram accepts (low >= 1, high >= 2 * low, 3 digits).
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).unwrap_or_else(|_| {
+        Histogram::new(3).unwrap_or_else(|_| unreachable!("3 significant digits are valid"))
+    })
 }
 
 impl ConsumerStats {
+    fn new() -> Self {
+        Self {
+            received: 0,
+            torn: 0,
+            skipped: 0,
+            latencies: histogram(),
+            first: histogram(),
+        }
+    }
+
     /// The `q` quantile (0.0..=1.0) of the latencies after the first `slots` frames,
     /// nanoseconds (0 when empty).
     #[must_use]
     pub fn quantile_ns(&self, q: f64) -> u64 {
-        quantile(&self.latencies_ns, q)
+        self.latencies.value_at_quantile(q.clamp(0.0, 1.0))
     }
 
     /// The largest latency among the first `slots` frames, nanoseconds (0 when empty).
     #[must_use]
     pub fn first_max_ns(&self) -> u64 {
-        quantile(&self.first_ns, 1.0)
+        self.first.max()
     }
-}
-
-fn quantile(samples: &[u64], q: f64) -> u64 {
-    let mut v = samples.to_vec();
-    v.sort_unstable();
-    if v.is_empty() {
-        return 0;
-    }
-    let i = ((v.len() - 1) as f64 * q.clamp(0.0, 1.0)).round() as usize;
-    v[i.min(v.len() - 1)]
 }
 
 /// Publishes `frames` patterned frames of `len` bytes, one per `interval` (or as fast as the
-/// ring allows), waiting at most `timeout` for each slot.
+/// ring allows), waiting at most `timeout` for each slot; with `host_sync`, the producer waits
+/// on the host for each frame's writes before publishing it (how pipelines without
+/// interprocess events hand frames over; the baseline a latency with events is compared with).
 ///
 /// # Errors
 /// The first ring or device error.
-pub fn produce<D: Device, M: Memory, T: TableMemory>(
-    p: &mut DeviceProducer<D, M, T>,
-    frames: u64,
-    len: u64,
-    interval: Option<Duration>,
-    timeout: Duration,
-) -> Result<ProducerStats, RingError> {
-    produce_with(p, frames, len, interval, timeout, false)
-}
-
-/// [`produce`], optionally host-synced: with `host_sync`, the producer waits on the host for
-/// each frame's writes before publishing it (how pipelines without interprocess events hand
-/// frames over; the baseline a latency with events is compared with).
-///
-/// # Errors
-/// The first ring or device error.
-pub fn produce_with<D: Device, M: Memory, T: TableMemory>(
+pub fn produce_with<D: Device, M: RoleFile, T: TableMemory>(
     p: &mut DeviceProducer<D, M, T>,
     frames: u64,
     len: u64,
@@ -139,7 +130,7 @@ pub fn produce_with<D: Device, M: Memory, T: TableMemory>(
 ///
 /// # Errors
 /// The first ring or device error other than the ring closing.
-pub fn consume<D: Device, M: Memory, T: TableMemory>(
+pub fn consume<D: Device, M: RoleFile, T: TableMemory>(
     c: &mut DeviceConsumer<D, M, T>,
     frames: u64,
     timeout: Duration,
@@ -154,7 +145,7 @@ pub fn consume<D: Device, M: Memory, T: TableMemory>(
     Ok(stats)
 }
 
-fn consume_into<D: Device, M: Memory, T: TableMemory>(
+fn consume_into<D: Device, M: RoleFile, T: TableMemory>(
     c: &mut DeviceConsumer<D, M, T>,
     dev: &D,
     private: Mem,
@@ -162,7 +153,7 @@ fn consume_into<D: Device, M: Memory, T: TableMemory>(
     timeout: Duration,
 ) -> Result<ConsumerStats, RingError> {
     let slots = c.ring().memory().geometry().slots() as u64;
-    let mut st = ConsumerStats::default();
+    let mut st = ConsumerStats::new();
     let mut expect: Option<u64> = None;
     while st.received < frames {
         let frame = match c.read_with(timeout, |d, s, slot, len| {
@@ -191,12 +182,14 @@ fn consume_into<D: Device, M: Memory, T: TableMemory>(
         }
         expect = Some(frame.seq + 1);
         st.received += 1;
-        let latency = done.saturating_sub(frame.published_ns);
-        if st.received <= slots {
-            st.first_ns.push(latency);
+        // Saturated at the histogram's top (100 s): no frame waits that long within a run.
+        let latency = done.saturating_sub(frame.published_ns).max(1);
+        let h = if st.received <= slots {
+            &mut st.first
         } else {
-            st.latencies_ns.push(latency);
-        }
+            &mut st.latencies
+        };
+        h.saturating_record(latency);
     }
     Ok(st)
 }

@@ -65,6 +65,16 @@ pub enum Command {
     Pub(PubArgs),
     /// Write a ring's messages to stdout until its producer closes it.
     Sub(SubArgs),
+    /// Capture frames from a capture endpoint by reading its ring directly, and time each one.
+    ///
+    /// Speaks the protocol of examples/frame-server: for each line on stdin (or --count times)
+    /// sends "latest" on the endpoint's Unix socket, reads the JSON descriptor, pins that frame
+    /// in ring NAME (latest-only, zero-copy), checks its sequence number and the number stamped
+    /// in its first 8 bytes, then sums every byte (64-bit little-endian words, modulo 2^64).
+    /// Prints {"ready":true} once registered, then one JSON line per capture: {"seq", "sum",
+    /// "descriptor_ns" (request to descriptor parsed), "usable_ns" (to stamp checked),
+    /// "summed_ns" (to every byte read)}. The caller compares "sum" with the server's.
+    Grab(GrabArgs),
     /// Internal: the demo's producer process.
     #[command(name = "__demo-producer", hide = true)]
     DemoProducer(ProducerArgs),
@@ -280,6 +290,22 @@ pub struct SubArgs {
     /// With --memfd: the directory holding the publisher's socket file.
     #[arg(long, value_name = "DIR", requires = "memfd")]
     pub socket_dir: Option<std::path::PathBuf>,
+}
+
+/// Options of `ringctl grab`.
+#[derive(Clone, Debug, Args)]
+pub struct GrabArgs {
+    /// The ring's name.
+    pub name: String,
+    /// The capture endpoint's Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: std::path::PathBuf,
+    /// Capture this many frames back to back instead of one per line of stdin.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// Seconds to wait for the ring to appear and for each answer.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
 }
 
 /// Arguments of the demo's producer process.

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use ring_core::{DeliveryClass, ReadError};
 use ring_os::{ConsumerExt as _, ShmRing};
 
-use crate::cli::GrabArgs;
+use crate::cli::{GrabArgs, GrabRequest};
 use crate::error::{CliError, Result};
 use crate::ring;
 
@@ -26,8 +26,9 @@ pub fn word_sum(bytes: &[u8]) -> u64 {
         .fold(u64::from_le_bytes(last), u64::wrapping_add)
 }
 
-/// The sequence number in a descriptor line (`{"ring":..., "seq":S, ...}`).
-fn descriptor_seq(line: &str) -> Result<u64> {
+/// The sequence number and, when there is one, the checksum in a descriptor line
+/// (`{"ring":..., "seq":S, ..., "sum":C}`).
+fn descriptor(line: &str) -> Result<(u64, Option<u64>)> {
     let value: serde_json::Value = serde_json::from_str(line).map_err(|e| {
         CliError::Child(format!(
             "the capture endpoint answered {line:?}: not JSON ({e})"
@@ -38,14 +39,15 @@ fn descriptor_seq(line: &str) -> Result<u64> {
             "the capture endpoint refused: {err}"
         )));
     }
-    value
+    let seq = value
         .get("seq")
         .and_then(serde_json::Value::as_u64)
         .ok_or_else(|| {
             CliError::Child(format!(
                 "the capture endpoint's descriptor has no seq: {line:?}"
             ))
-        })
+        })?;
+    Ok((seq, value.get("sum").and_then(serde_json::Value::as_u64)))
 }
 
 /// Runs `ringctl grab`.
@@ -78,6 +80,10 @@ pub fn run(args: &GrabArgs) -> Result<()> {
     let stdin = std::io::stdin();
     let mut trigger = String::new();
     let mut reply = String::new();
+    let request: &[u8] = match args.request {
+        GrabRequest::Latest => b"latest\n",
+        GrabRequest::Frame => b"frame\n",
+    };
     let mut done = 0u64;
     loop {
         if args.count.is_some_and(|n| done >= n) {
@@ -97,13 +103,13 @@ pub fn run(args: &GrabArgs) -> Result<()> {
         // read (summed).
         let start = Instant::now();
         requests
-            .write_all(b"latest\n")
+            .write_all(request)
             .map_err(|e| CliError::io("sending the request", e))?;
         reply.clear();
         replies
             .read_line(&mut reply)
             .map_err(|e| CliError::io("reading the descriptor", e))?;
-        let seq = descriptor_seq(reply.trim_end())?;
+        let (seq, want_sum) = descriptor(reply.trim_end())?;
         let described = start.elapsed();
         let frame = match consumer.recv_pinned(timeout) {
             Ok(frame) => frame,
@@ -121,8 +127,12 @@ pub fn run(args: &GrabArgs) -> Result<()> {
             .and_then(|b| b.try_into().ok())
             .map(u64::from_le_bytes);
         if frame.seq() != seq || stamp != Some(seq) {
+            let stamp = stamp.map_or_else(
+                || "nothing (shorter than 8 bytes)".into(),
+                |s| s.to_string(),
+            );
             return Err(CliError::Child(format!(
-                "asked for frame {seq}, pinned message {} stamped {stamp:?}",
+                "asked for frame {seq}, pinned message {} stamped {stamp}",
                 frame.seq()
             )));
         }
@@ -130,6 +140,11 @@ pub fn run(args: &GrabArgs) -> Result<()> {
         let sum = word_sum(bytes);
         let summed = start.elapsed();
         drop(frame);
+        if want_sum.is_some_and(|w| w != sum) {
+            return Err(CliError::Child(format!(
+                "frame {seq} sums to {sum}, the capture endpoint announced {want_sum:?}"
+            )));
+        }
         writeln!(
             out,
             "{{\"seq\":{seq},\"sum\":{sum},\"descriptor_ns\":{},\"usable_ns\":{},\"summed_ns\":{}}}",
@@ -160,10 +175,12 @@ mod tests {
     #[test]
     fn descriptors_are_parsed_or_refused() {
         assert_eq!(
-            descriptor_seq(r#"{"ring":"r","seq":7,"sum":1}"#).unwrap(),
-            7
+            descriptor(r#"{"ring":"r","seq":7,"sum":1}"#).unwrap(),
+            (7, Some(1))
         );
-        assert!(descriptor_seq(r#"{"error":"no frame"}"#).is_err());
-        assert!(descriptor_seq("nonsense").is_err());
+        assert_eq!(descriptor(r#"{"seq":8}"#).unwrap(), (8, None));
+        assert!(descriptor(r#"{"error":"no frame"}"#).is_err());
+        assert!(descriptor(r#"{"sum":1}"#).is_err());
+        assert!(descriptor("nonsense").is_err());
     }
 }

@@ -34,6 +34,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -278,6 +279,10 @@ int main(int argc, char **argv) try {
       if ((fds[i].revents & POLLIN) == 0) continue;
       int cfd = accept4(listeners[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
       if (cfd < 0) continue;
+      // One request is served at a time: a client that stops reading its BMP for 10 s is
+      // dropped rather than stalling everyone.
+      timeval send_timeout{10, 0};
+      setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
       if (i == 1) {  // TCP: small replies go out at once
         int one = 1;
         setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);

@@ -8,6 +8,8 @@
 //   read, a full ring with timeout 0) return std::optional / bool instead of throwing for
 //   SHMRING_E_EMPTY, SHMRING_E_TIMEOUT and SHMRING_E_FULL; the end of a stream
 //   (SHMRING_E_DISCONNECTED, SHMRING_E_ABORTED) throws, so it is never mistaken for "no data".
+//   An ABORTED error thrown by a Subscriber read carries the publisher's abort code
+//   (error::abort_code(); Subscriber::abort_code() afterwards).
 // - Byte views: C++17 has no std::span, so the layer uses two small views, shmring::bytes
 //   (const, for what is read) and shmring::mutable_bytes (for a loan's writable slot): a
 //   pointer and a size, with begin()/end()/operator[] and a std::string_view conversion.

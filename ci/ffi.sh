@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The C ABI: the committed include/shmring.h is what cbindgen generates now; the C and C++
 # peers (plain and ASan+UBSan) pass against Rust (cargo test -p ring-ffi); a static link works;
-# the pkg-config file and the CMake example build against an installed copy.
+# the pkg-config file and the CMake examples build against an installed copy; the frame-grabber
+# benchmark runs once, --quick (one size, a few captures per client: a smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cbindgen >/dev/null; then
@@ -24,7 +25,7 @@ cargo test -p ring-ffi
 echo "--- static link"
 cargo build -p ring-ffi
 cc -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror -Iinclude ring-ffi/tests/c/peer.c \
-  target/debug/libshmring.a -lpthread -ldl -lm -o "$tmp/peer-static"
+  "${CARGO_TARGET_DIR:-target}/debug/libshmring.a" -lpthread -ldl -lm -o "$tmp/peer-static"
 "$tmp/peer-static" errors "ffi-static-$$"
 
 echo "--- install, pkg-config, CMake example"
@@ -44,4 +45,15 @@ cmake --build "$tmp/build" >/dev/null
 "$tmp/build/hello-cpp"
 cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
 cmake --build "$tmp/build-fs" >/dev/null
+
+echo "--- frame-grabber benchmark, --quick (every client checks the stamp and the sum of its frames)"
+# The Python clients need the shmring package: the virtualenv ci/python.sh made, else a new one.
+venv=target/pyvenv
+if ! "$venv/bin/python" -c "import shmring, numpy" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet ./python numpy
+fi
+cargo build --quiet -p ringctl
+timeout 300 "$venv/bin/python" examples/frame-server/bench.py --quick \
+  --server "$tmp/build-fs/frame-server" --ringctl "${CARGO_TARGET_DIR:-target}/debug/ringctl"
 echo "ffi: ok"

@@ -39,7 +39,7 @@
 
 // The publisher aborted the stream (`shmring_publisher_abort`, or it was freed without
 // `shmring_publisher_close`) and everything was read: messages may be missing at the end. The
-// message names the abort code.
+// message names the abort code; `shmring_subscriber_abort_code` returns it.
 #define SHMRING_E_ABORTED -4
 
 // The ring is full for now (a gating subscriber or a pin holds the next slot), or the
@@ -460,6 +460,16 @@ int shmring_pinned_release(shmring_pinned *pinned);
 int shmring_subscriber_counters(shmring_subscriber *subscriber,
                                 uint64_t *received,
                                 uint64_t *missed);
+
+// Stores in `*code` the code the publisher aborted the stream with (its
+// `shmring_publisher_abort` code; 0 when it was freed without closing), once a read of this
+// subscriber (`shmring_subscriber_recv` or `shmring_subscriber_pin`) has returned
+// `SHMRING_E_ABORTED`. May be called while a pin is out.
+//
+// Errors: `SHMRING_E_EMPTY` (no read of this subscriber has returned `SHMRING_E_ABORTED`: the
+// stream was not aborted, or is not drained yet; `*code` is not written),
+// `SHMRING_E_INVALID_ARGUMENT` (NULL `subscriber` or `code`).
+int shmring_subscriber_abort_code(const shmring_subscriber *subscriber, uint16_t *code);
 
 // Frees the subscriber (it leaves the ring), releasing a pin it still holds. NULL is allowed.
 // `subscriber` (and its pin) are invalid afterwards.

@@ -8,6 +8,8 @@
 //   read, a full ring with timeout 0) return std::optional / bool instead of throwing for
 //   SHMRING_E_EMPTY, SHMRING_E_TIMEOUT and SHMRING_E_FULL; the end of a stream
 //   (SHMRING_E_DISCONNECTED, SHMRING_E_ABORTED) throws, so it is never mistaken for "no data".
+//   An ABORTED error thrown by a Subscriber read carries the publisher's abort code
+//   (error::abort_code(); Subscriber::abort_code() afterwards).
 // - Byte views: C++17 has no std::span, so the layer uses two small views, shmring::bytes
 //   (const, for what is read) and shmring::mutable_bytes (for a loan's writable slot): a
 //   pointer and a size, with begin()/end()/operator[] and a std::string_view conversion.
@@ -33,16 +35,22 @@
 
 namespace shmring {
 
-/// A failed call: the C status code and the library's message.
+/// A failed call: the C status code and the library's message (and, for SHMRING_E_ABORTED
+/// thrown by a Subscriber read, the publisher's abort code).
 class error : public std::runtime_error {
  public:
-  error(int code, const std::string &message)
-      : std::runtime_error(std::string(shmring_code_name(code)) + ": " + message), code_(code) {}
+  error(int code, const std::string &message, std::optional<uint16_t> abort_code = std::nullopt)
+      : std::runtime_error(std::string(shmring_code_name(code)) + ": " + message),
+        code_(code),
+        abort_code_(abort_code) {}
   /// The SHMRING_E_* code.
   int code() const noexcept { return code_; }
+  /// The publisher's abort code when a Subscriber read threw SHMRING_E_ABORTED; else nullopt.
+  std::optional<uint16_t> abort_code() const noexcept { return abort_code_; }
 
  private:
   int code_;
+  std::optional<uint16_t> abort_code_;
 };
 
 namespace detail {
@@ -290,22 +298,31 @@ class Subscriber {
   ~Subscriber() { reset(); }
 
   /// Pins the next message, or nullopt when none came within `timeout`. Throws at the end of
-  /// the stream (SHMRING_E_DISCONNECTED, SHMRING_E_ABORTED).
+  /// the stream (SHMRING_E_DISCONNECTED; SHMRING_E_ABORTED, whose error carries the abort
+  /// code).
   std::optional<Pinned> pin(std::chrono::milliseconds timeout = forever) {
     shmring_pinned *p = nullptr;
     shmring_message m{};
     uint64_t ms = detail::millis(timeout);
-    if (!detail::check_soft(shmring_subscriber_pin(h_, ms, &p, &m))) return std::nullopt;
+    if (!read_soft(shmring_subscriber_pin(h_, ms, &p, &m))) return std::nullopt;
     return Pinned(p, m);
   }
   /// Copies the next message into `buf`, or nullopt when none came within `timeout`.
   std::optional<message> recv(mutable_bytes buf, std::chrono::milliseconds timeout = forever) {
     shmring_message m{};
     uint64_t ms = detail::millis(timeout);
-    if (!detail::check_soft(shmring_subscriber_recv(
-            h_, reinterpret_cast<uint8_t *>(buf.data), buf.size, ms, &m)))
+    if (!read_soft(shmring_subscriber_recv(h_, reinterpret_cast<uint8_t *>(buf.data), buf.size,
+                                           ms, &m)))
       return std::nullopt;
     return message::from(m);
+  }
+  /// The publisher's abort code once a read threw SHMRING_E_ABORTED; nullopt before.
+  std::optional<uint16_t> abort_code() const {
+    uint16_t code = 0;
+    int rc = shmring_subscriber_abort_code(h_, &code);
+    if (rc == SHMRING_E_EMPTY) return std::nullopt;
+    detail::check(rc);
+    return code;
   }
   uint64_t received() {
     uint64_t r = 0;
@@ -320,6 +337,15 @@ class Subscriber {
   shmring_subscriber *handle() const noexcept { return h_; }
 
  private:
+  /// As detail::check_soft, but SHMRING_E_ABORTED throws with the abort code.
+  bool read_soft(int rc) const {
+    if (rc != SHMRING_E_ABORTED) return detail::check_soft(rc);
+    std::string message = shmring_last_error();
+    uint16_t code = 0;
+    std::optional<uint16_t> abort;
+    if (shmring_subscriber_abort_code(h_, &code) == SHMRING_OK) abort = code;
+    throw error(rc, message, abort);
+  }
   void reset() noexcept {
     if (h_ != nullptr) (void)shmring_subscriber_free(std::exchange(h_, nullptr));
   }

@@ -60,7 +60,7 @@ pub const SHMRING_E_TIMEOUT: c_int = -2;
 pub const SHMRING_E_DISCONNECTED: c_int = -3;
 /// The publisher aborted the stream (`shmring_publisher_abort`, or it was freed without
 /// `shmring_publisher_close`) and everything was read: messages may be missing at the end. The
-/// message names the abort code.
+/// message names the abort code; `shmring_subscriber_abort_code` returns it.
 pub const SHMRING_E_ABORTED: c_int = -4;
 /// The ring is full for now (a gating subscriber or a pin holds the next slot), or the
 /// subscriber table is full.
@@ -225,6 +225,9 @@ pub struct shmring_publisher {
 /// Thread safety: one thread at a time (it may move between threads).
 pub struct shmring_subscriber {
     lender: Lender<Subscriber, shmring_pinned>,
+    /// The publisher's abort code, once a read returned `SHMRING_E_ABORTED`
+    /// (`shmring_subscriber_abort_code`).
+    abort_code: Option<u16>,
 }
 
 /// A value at a stable heap address, lent to at most one child handle at a time: a publisher
@@ -471,6 +474,55 @@ impl From<RecvError> for Fail {
         };
         fail(code, e.to_string())
     }
+}
+
+/// The producer's abort code carried by a read error, if it is `ReadError::Aborted`.
+trait AbortCode {
+    fn abort_code(&self) -> Option<u16>;
+}
+
+impl AbortCode for ReadError {
+    fn abort_code(&self) -> Option<u16> {
+        match *self {
+            ReadError::Aborted { code } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+impl AbortCode for TryRecvError {
+    fn abort_code(&self) -> Option<u16> {
+        match self {
+            TryRecvError::Failed(e) => e.abort_code(),
+            _ => None,
+        }
+    }
+}
+
+impl AbortCode for RecvTimeoutError {
+    fn abort_code(&self) -> Option<u16> {
+        match self {
+            RecvTimeoutError::Failed(e) => e.abort_code(),
+            _ => None,
+        }
+    }
+}
+
+impl AbortCode for RecvError {
+    fn abort_code(&self) -> Option<u16> {
+        match self {
+            RecvError::Failed(e) => e.abort_code(),
+            _ => None,
+        }
+    }
+}
+
+/// Records an abort code in the subscriber handle (`slot`) and converts the error.
+fn read_fail<E: AbortCode + Into<Fail>>(slot: &mut Option<u16>, e: E) -> Fail {
+    if let Some(code) = e.abort_code() {
+        *slot = Some(code);
+    }
+    e.into()
 }
 
 impl From<ClaimError> for Fail {
@@ -1442,6 +1494,7 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
                 subscriber,
                 "the subscriber holds a pin: release it first (shmring_pinned_release)",
             ),
+            abort_code: None,
         }));
         // SAFETY: checked by `out_handle`.
         unsafe { out.write(handle) };
@@ -1488,7 +1541,8 @@ pub unsafe extern "C" fn shmring_subscriber_recv(
 ) -> c_int {
     guard(|| {
         // SAFETY: `subscriber` is null or live and used only by this thread (header contract).
-        let s = unsafe { self::subscriber(subscriber) }?;
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        let s = handle.lender.get()?;
         let buf: &mut [u8] = if cap == 0 {
             &mut []
         } else if buf.is_null() {
@@ -1500,10 +1554,13 @@ pub unsafe extern "C" fn shmring_subscriber_recv(
             unsafe { core::slice::from_raw_parts_mut(buf, cap) }
         };
         let data = buf.as_ptr();
+        let aborted = &mut handle.abort_code;
         let got = match timeout_ms {
-            0 => s.try_recv(buf)?,
-            SHMRING_FOREVER => s.recv(buf)?,
-            t => s.recv_timeout(buf, millis(t))?,
+            0 => s.try_recv(buf).map_err(|e| read_fail(aborted, e))?,
+            SHMRING_FOREVER => s.recv(buf).map_err(|e| read_fail(aborted, e))?,
+            t => s
+                .recv_timeout(buf, millis(t))
+                .map_err(|e| read_fail(aborted, e))?,
         };
         // SAFETY: null or writable (header contract).
         unsafe { put(msg, message(data, got)) };
@@ -1530,10 +1587,13 @@ pub unsafe extern "C" fn shmring_subscriber_pin(
         // SAFETY: as in `shmring_subscriber_recv`.
         let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
         let s = handle.lender.get()?;
+        let aborted = &mut handle.abort_code;
         let pin = match timeout_ms {
-            0 => s.try_recv_pinned()?,
-            SHMRING_FOREVER => s.recv_pinned()?,
-            t => s.recv_pinned_timeout(millis(t))?,
+            0 => s.try_recv_pinned().map_err(|e| read_fail(aborted, e))?,
+            SHMRING_FOREVER => s.recv_pinned().map_err(|e| read_fail(aborted, e))?,
+            t => s
+                .recv_pinned_timeout(millis(t))
+                .map_err(|e| read_fail(aborted, e))?,
         };
         // SAFETY: the pin borrows the `Subscriber` in `handle.lender`, a box at a stable address
         // that lives until `shmring_subscriber_free`, whose lender drops an outstanding pin
@@ -1621,6 +1681,39 @@ pub unsafe extern "C" fn shmring_subscriber_counters(
             put(received, s.received());
             put(missed, s.missed());
         }
+        Ok(())
+    })
+}
+
+/// Stores in `*code` the code the publisher aborted the stream with (its
+/// `shmring_publisher_abort` code; 0 when it was freed without closing), once a read of this
+/// subscriber (`shmring_subscriber_recv` or `shmring_subscriber_pin`) has returned
+/// `SHMRING_E_ABORTED`. May be called while a pin is out.
+///
+/// Errors: `SHMRING_E_EMPTY` (no read of this subscriber has returned `SHMRING_E_ABORTED`: the
+/// stream was not aborted, or is not drained yet; `*code` is not written),
+/// `SHMRING_E_INVALID_ARGUMENT` (NULL `subscriber` or `code`).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_subscriber_abort_code(
+    subscriber: *const shmring_subscriber,
+    code: *mut u16,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `subscriber` is null or a live handle used only by this thread (header
+        // contract); the pin it may have out borrows the boxed `Subscriber`, not this field.
+        let handle = unsafe { arg(subscriber, "subscriber") }?;
+        if code.is_null() {
+            return Err(null("code"));
+        }
+        let Some(value) = handle.abort_code else {
+            return Err(fail(
+                SHMRING_E_EMPTY,
+                "no read of this subscriber has returned SHMRING_E_ABORTED (the stream was not \
+                 aborted, or is not drained yet)",
+            ));
+        };
+        // SAFETY: non-null and writable (header contract).
+        unsafe { put(code, value) };
         Ok(())
     })
 }

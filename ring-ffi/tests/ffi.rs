@@ -248,8 +248,13 @@ fn a_c_publisher_feeds_a_rust_subscriber() {
     }
 }
 
-/// Rust publishes `n` messages (with metadata) to a peer that subscribed.
+/// Rust publishes `N` messages (with metadata) to a peer that subscribed, then closes the ring
+/// (`abort: None`) or aborts it with a code.
 fn rust_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
+    rust_publishes_then(peer, tag, mode, pin_only, None);
+}
+
+fn rust_publishes_then(peer: &Path, tag: &str, mode: &str, pin_only: bool, abort: Option<u16>) {
     const N: u64 = 500;
     let name = name(tag);
     let ring = Ring::builder(&name)
@@ -275,9 +280,18 @@ fn rust_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
             .expect("publish");
         assert_eq!(seq, i);
     }
-    publisher.close();
+    let end = match abort {
+        None => {
+            publisher.close();
+            "ok".to_owned()
+        }
+        Some(code) => {
+            publisher.abort(code);
+            format!("aborted {code}")
+        }
+    };
     assert!(publisher.wait_drained(Duration::from_secs(10)));
-    assert!(line(&mut out).contains(&format!("{N} ok")));
+    assert_eq!(line(&mut out), format!("sub: {N} {end}"));
     wait_ok(child, &format!("{} {mode}", peer.display()));
 }
 
@@ -286,6 +300,21 @@ fn a_rust_publisher_feeds_a_c_subscriber() {
     for (i, peer) in all_peers().into_iter().enumerate() {
         rust_publishes(peer, &format!("sub{i}"), "sub", false);
         rust_publishes(peer, &format!("pinsub{i}"), "pin-sub", true);
+    }
+}
+
+#[test]
+fn a_c_subscriber_learns_the_abort_code_of_a_rust_publisher() {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        let code = 4000 + i as u16;
+        rust_publishes_then(peer, &format!("abort{i}"), "sub", false, Some(code));
+        rust_publishes_then(
+            peer,
+            &format!("pinabort{i}"),
+            "pin-sub",
+            true,
+            Some(code + 100),
+        );
     }
 }
 
@@ -344,38 +373,93 @@ fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
     }
 }
 
+/// The frame server's checksum: the sum, mod 2^64, of the frame as little-endian 64-bit words.
+fn word_sum(bytes: &[u8]) -> u64 {
+    let words = bytes.chunks_exact(8);
+    let mut last = [0u8; 8];
+    last[..words.remainder().len()].copy_from_slice(words.remainder());
+    words
+        .map(|w| u64::from_le_bytes(w.try_into().unwrap()))
+        .fold(u64::from_le_bytes(last), u64::wrapping_add)
+}
+
+/// What pixel (x, y) of frame n holds (B, G, R, A).
+fn pixel(x: usize, y: usize, n: u64) -> [u8; 4] {
+    [(x as u64 + n) as u8, (y as u64 + n) as u8, n as u8, 255]
+}
+
+/// A frame server started for a test (`--tcp 0`): its ring name, socket and TCP port.
+struct FrameServer {
+    child: Option<Peer>,
+    name: String,
+    socket: PathBuf,
+    port: u16,
+}
+
+impl FrameServer {
+    fn start(tag: &str, w: u32, h: u32) -> Self {
+        let name = name(tag);
+        let socket = target_dir().join(format!("{name}.sock"));
+        let (child, mut out) = spawn(
+            &peers().frame_server,
+            &[
+                &name,
+                socket.to_str().unwrap(),
+                &w.to_string(),
+                &h.to_string(),
+                "--tcp",
+                "0",
+            ],
+        );
+        let first = line(&mut out);
+        assert!(first.starts_with("serving"), "{first}");
+        let port = first
+            .rsplit_once(':')
+            .and_then(|(_, p)| p.parse().ok())
+            .unwrap_or_else(|| panic!("no TCP port in {first:?}"));
+        Self {
+            child: Some(child),
+            name,
+            socket,
+            port,
+        }
+    }
+
+    /// A connection with a bounded wait on every read.
+    fn unix(&self) -> std::os::unix::net::UnixStream {
+        let s = std::os::unix::net::UnixStream::connect(&self.socket).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        s
+    }
+
+    fn quit(mut self) {
+        use std::io::Write as _;
+        let mut s = self.unix();
+        s.write_all(b"quit\n").unwrap();
+        let mut reply = String::new();
+        BufReader::new(s).read_line(&mut reply).unwrap();
+        assert_eq!(reply.trim_end(), r#"{"bye":true}"#);
+        wait_ok(self.child.take().unwrap(), "frame-server");
+    }
+}
+
 #[test]
 fn the_frame_server_renders_checkable_frames_in_place() {
     use std::io::Write as _;
-    use std::os::unix::net::UnixStream;
     let (w, h) = (320u32, 240u32);
-    let name = name("frames");
-    let socket = target_dir().join(format!("{name}.sock"));
-    let (child, mut out) = spawn(
-        &peers().frame_server,
-        &[
-            &name,
-            socket.to_str().unwrap(),
-            &w.to_string(),
-            &h.to_string(),
-        ],
-    );
-    assert!(line(&mut out).starts_with("serving"));
+    let server = FrameServer::start("frames", w, h);
+    let name = server.name.clone();
     let ring = Ring::builder(&name).open().expect("open");
     let mut sub = ring
         .subscriber(DeliveryClass::LatestOnly)
         .expect("subscribe");
-    let stream = UnixStream::connect(&socket).expect("connect");
+    let stream = server.unix();
     let mut replies = BufReader::new(stream.try_clone().unwrap());
     let mut stream = stream;
     for n in 0..5u64 {
         stream.write_all(b"frame\n").unwrap();
         let mut reply = String::new();
         replies.read_line(&mut reply).unwrap();
-        let want = format!(
-            "{{\"ring\":\"{name}\",\"width\":{w},\"height\":{h},\"seq\":{n},\"format\":\"BGRA8\"}}"
-        );
-        assert_eq!(reply.trim_end(), want);
         let frame = sub
             .recv_pinned_timeout(Duration::from_secs(5))
             .expect("pin");
@@ -383,14 +467,92 @@ fn the_frame_server_renders_checkable_frames_in_place() {
         assert_eq!(frame.meta(), [n, u64::from(w) << 32 | u64::from(h)]);
         let px = frame.bytes();
         assert_eq!(px.len(), (w * h * 4) as usize);
+        let want = format!(
+            "{{\"ring\":\"{name}\",\"width\":{w},\"height\":{h},\"seq\":{n},\"format\":\"BGRA8\",\"sum\":{}}}",
+            word_sum(px)
+        );
+        assert_eq!(reply.trim_end(), want);
         assert_eq!(u64::from_le_bytes(px[..8].try_into().unwrap()), n);
         let (x, y) = (17usize, 101usize);
         let at = (y * w as usize + x) * 4;
-        assert_eq!(
-            &px[at..at + 4],
-            &[(x as u64 + n) as u8, (y as u64 + n) as u8, n as u8, 255]
-        );
+        assert_eq!(&px[at..at + 4], &pixel(x, y, n));
+        drop(frame);
+        // "latest" describes the same frame again, rendering nothing.
+        stream.write_all(b"latest\n").unwrap();
+        let mut again = String::new();
+        replies.read_line(&mut again).unwrap();
+        assert_eq!(again, reply);
     }
-    stream.write_all(b"quit\n").unwrap();
-    wait_ok(child, "frame-server");
+    server.quit();
+}
+
+/// Reads one BMP answer: checks the header, returns the pixel bytes.
+fn read_bmp(stream: &mut impl std::io::Read, w: u32, h: u32) -> Vec<u8> {
+    let mut header = [0u8; 54];
+    stream.read_exact(&mut header).expect("BMP header");
+    let word = |at: usize| u32::from_le_bytes(header[at..at + 4].try_into().unwrap());
+    let pixels = (w * h * 4) as usize;
+    assert_eq!(&header[..2], b"BM");
+    assert_eq!(word(2) as usize, 54 + pixels, "file size");
+    assert_eq!(word(10), 54, "pixel offset");
+    assert_eq!((word(14), word(18), word(22) as i32), (40, w, -(h as i32)));
+    assert_eq!(
+        u16::from_le_bytes([header[28], header[29]]),
+        32,
+        "bits per pixel"
+    );
+    let mut px = vec![0u8; pixels];
+    stream.read_exact(&mut px).expect("BMP pixels");
+    px
+}
+
+#[test]
+fn the_frame_server_sends_the_same_frame_as_a_bmp_over_tcp_and_unix_sockets() {
+    use std::io::Write as _;
+    let (w, h) = (64u32, 48u32);
+    let server = FrameServer::start("bmp", w, h);
+    let control = server.unix();
+    let mut replies = BufReader::new(control.try_clone().unwrap());
+    let mut control = control;
+    // Before any frame: an error line, not a hang.
+    control.write_all(b"bmp\n").unwrap();
+    let mut reply = String::new();
+    replies.read_line(&mut reply).unwrap();
+    assert!(reply.contains("no frame rendered yet"), "{reply}");
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("tcp");
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut unix = server.unix();
+    for n in 0..3u64 {
+        control.write_all(b"frame\n").unwrap();
+        reply.clear();
+        replies.read_line(&mut reply).unwrap();
+        assert!(reply.contains(&format!("\"seq\":{n},")), "{reply}");
+        let sum: u64 = reply
+            .trim_end()
+            .strip_suffix('}')
+            .and_then(|r| r.rsplit_once("\"sum\":"))
+            .and_then(|(_, s)| s.parse().ok())
+            .unwrap_or_else(|| panic!("no sum in {reply:?}"));
+        for (what, px) in [
+            ("tcp", {
+                tcp.write_all(b"bmp\n").unwrap();
+                read_bmp(&mut tcp, w, h)
+            }),
+            ("unix", {
+                unix.write_all(b"bmp\n").unwrap();
+                read_bmp(&mut unix, w, h)
+            }),
+        ] {
+            assert_eq!(
+                u64::from_le_bytes(px[..8].try_into().unwrap()),
+                n,
+                "{what}: stamp"
+            );
+            assert_eq!(word_sum(&px), sum, "{what}: sum");
+            let (x, y) = (33usize, 47usize);
+            let at = (y * w as usize + x) * 4;
+            assert_eq!(&px[at..at + 4], &pixel(x, y, n), "{what}: pixel");
+        }
+    }
+    server.quit();
 }

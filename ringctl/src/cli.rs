@@ -21,6 +21,8 @@ use crate::frame::FrameSize;
   ringctl pub cam --memfd --frame-size 4096 < in & ringctl sub cam --memfd > out
                                                  the same through a sealed memfd (nothing in /dev/shm)
   ringctl inspect cam --watch                    live view of a ring
+  ringctl grab frames --socket /tmp/frames.sock --request frame --count 10
+                                                 timed captures from examples/frame-server
   ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
 
 Exit status: 0 success, 1 an integrity check failed (demo), 2 error, 130 interrupted."
@@ -65,6 +67,19 @@ pub enum Command {
     Pub(PubArgs),
     /// Write a ring's messages to stdout until its producer closes it.
     Sub(SubArgs),
+    /// Capture frames from a capture endpoint by reading its ring directly, and time each one.
+    ///
+    /// Speaks the protocol of examples/frame-server: for each line on stdin (or --count times)
+    /// sends --request ("latest": the frame last rendered, which whoever drives the server must
+    /// have rendered after this command printed "ready"; "frame": the server renders a new one,
+    /// inside the timed capture) on the endpoint's Unix socket, reads the JSON descriptor, pins that frame
+    /// in ring NAME (latest-only, zero-copy), checks its sequence number and the number stamped
+    /// in its first 8 bytes, then sums every byte (64-bit little-endian words, modulo 2^64).
+    /// Prints {"ready":true} once registered, then one JSON line per capture: {"seq", "sum",
+    /// "descriptor_ns" (request to descriptor parsed), "usable_ns" (to stamp checked),
+    /// "summed_ns" (to every byte read)}. A descriptor with a "sum" (the frame server's
+    /// checksum) is checked against it; a mismatch, like a wrong stamp, fails the command.
+    Grab(GrabArgs),
     /// Internal: the demo's producer process.
     #[command(name = "__demo-producer", hide = true)]
     DemoProducer(ProducerArgs),
@@ -280,6 +295,34 @@ pub struct SubArgs {
     /// With --memfd: the directory holding the publisher's socket file.
     #[arg(long, value_name = "DIR", requires = "memfd")]
     pub socket_dir: Option<std::path::PathBuf>,
+}
+
+/// Options of `ringctl grab`.
+#[derive(Clone, Debug, Args)]
+pub struct GrabArgs {
+    /// The ring's name.
+    pub name: String,
+    /// The capture endpoint's Unix socket.
+    #[arg(long, value_name = "PATH")]
+    pub socket: std::path::PathBuf,
+    /// Capture this many frames back to back instead of one per line of stdin.
+    #[arg(long)]
+    pub count: Option<u64>,
+    /// The request that asks for a frame.
+    #[arg(long, value_enum, default_value_t = GrabRequest::Latest)]
+    pub request: GrabRequest,
+    /// Seconds to wait for the ring to appear and for each answer.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+/// What `ringctl grab` asks the capture endpoint for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum GrabRequest {
+    /// The frame last rendered (`latest`).
+    Latest,
+    /// A new frame, rendered on request (`frame`).
+    Frame,
 }
 
 /// Arguments of the demo's producer process.

@@ -13,6 +13,7 @@ mod cli;
 mod demo;
 mod error;
 mod frame;
+mod grab;
 mod inspect;
 mod pubsub;
 mod ring;
@@ -96,6 +97,7 @@ fn run(command: Command) -> Result<bool> {
         Command::Clean(args) => segments::clean(&args).map(|()| true),
         Command::Pub(args) => pubsub::publish(&args).map(|()| true),
         Command::Sub(args) => pubsub::subscribe(&args).map(|()| true),
+        Command::Grab(args) => grab::run(&args).map(|()| true),
         Command::DemoProducer(args) => demo::producer::run(&args).map(|()| true),
         Command::DemoConsumer(args) => demo::consumer::run(&args).map(|()| true),
     }

@@ -199,9 +199,19 @@ static int errors(const char *base) {
   OK(shmring_ring_publisher(ring, &pub));
   OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
   OK(shmring_publisher_send(pub, buf, 1, NULL, 0, NULL));
+  uint16_t abort_code = 7;
+  EXPECT(shmring_subscriber_abort_code(sub, &abort_code), SHMRING_E_EMPTY, "not aborted");
   OK(shmring_publisher_abort(pub, 42));
   OK(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL));
+  /* Aborted, but not drained: no read has reported it yet, and *code is left alone. */
+  EXPECT(shmring_subscriber_abort_code(sub, &abort_code), SHMRING_E_EMPTY, "not drained");
+  CHECK(abort_code == 7);
   EXPECT(shmring_subscriber_recv(sub, buf, sizeof buf, 0, NULL), SHMRING_E_ABORTED, "code 42");
+  OK(shmring_subscriber_abort_code(sub, &abort_code));
+  CHECK(abort_code == 42);
+  EXPECT(shmring_subscriber_abort_code(NULL, &abort_code), SHMRING_E_INVALID_ARGUMENT,
+         "subscriber is NULL");
+  EXPECT(shmring_subscriber_abort_code(sub, NULL), SHMRING_E_INVALID_ARGUMENT, "code is NULL");
   OK(shmring_publisher_free(pub));
   EXPECT(shmring_ring_serve(ring, "../x", NULL), SHMRING_E_INVALID_ARGUMENT, "invalid");
   /* A subscriber freed while it holds a pin releases it; so does a publisher with a loan. */
@@ -292,6 +302,15 @@ static int subscribe(shmring_ring *ring, long n, int pin) {
       if (rc == SHMRING_OK) CHECK(check_msg(&msg, got));
     }
     if (rc == SHMRING_E_DISCONNECTED) break;
+    if (rc == SHMRING_E_ABORTED) {
+      /* An aborted stream: report the publisher's abort code instead of "ok". */
+      uint16_t code = 0;
+      OK(shmring_subscriber_abort_code(sub, &code));
+      CHECK(got == n);
+      OK(shmring_subscriber_free(sub));
+      if (failures == 0) printf("sub: %ld aborted %u\n", got, (unsigned)code);
+      return failures == 0 ? 0 : 1;
+    }
     if (rc != SHMRING_OK) {
       fprintf(stderr, "read failed: %s: %s\n", shmring_code_name(rc), shmring_last_error());
       return 1;

@@ -122,7 +122,16 @@ static int errors(const std::string &base) {
     CHECK(pub.send(shmring::as_bytes("a"), 0ms));
     pub.abort(42);
     CHECK(sub.pin(0ms));
+    CHECK(!sub.abort_code());  // not drained yet: no abort reported
     EXPECT_THROW(sub.pin(0ms), SHMRING_E_ABORTED, "code 42");
+    // The abort code, from the thrown error and from the subscriber afterwards.
+    try {
+      (void)sub.pin(0ms);
+      CHECK(false);
+    } catch (const shmring::error &e) {
+      CHECK(e.code() == SHMRING_E_ABORTED && e.abort_code() == uint16_t{42});
+    }
+    CHECK(sub.abort_code() == uint16_t{42});
     // A pin held when its subscriber dies goes with it (ASan checks nothing leaks).
     auto other = ring.subscriber();
     auto copy = shmring::Ring::from_fd(ring.fd());
@@ -191,6 +200,13 @@ static int subscribe(const shmring::Ring &ring, long n, bool pin) {
       }
     }
   } catch (const shmring::error &e) {
+    if (e.code() == SHMRING_E_ABORTED && e.abort_code()) {
+      // An aborted stream: report the publisher's abort code (from the error and from the
+      // subscriber) instead of "ok".
+      CHECK(got == n && sub.abort_code() == e.abort_code());
+      if (failures == 0) std::printf("sub: %ld aborted %u\n", got, unsigned{*e.abort_code()});
+      return failures == 0 ? 0 : 1;
+    }
     if (e.code() != SHMRING_E_DISCONNECTED) {
       std::fprintf(stderr, "read failed: %s\n", e.what());
       return 1;

@@ -30,7 +30,7 @@ use memmap2::{MmapOptions, MmapRaw};
 pub use options::{CreateOptions, SegmentKind, SizeCheck};
 
 use crate::lock::{self, Liveness, Role, RoleLock};
-use crate::{Error, SegmentName};
+use crate::Error;
 
 /// How often a creation is retried after a cleaner removed the file it had just created.
 const CREATE_ATTEMPTS: usize = 16;

@@ -5,7 +5,11 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
-use ring_os::{alloc, fdpass, ConsumerExt as _, Error, SegmentName, ShmRing};
+#[cfg(unix)]
+use ring_os::fdpass;
+#[cfg(unix)]
+use ring_os::Error;
+use ring_os::{alloc, ConsumerExt as _, SegmentName, ShmRing};
 
 use crate::support::{check_payload, make_payload};
 
@@ -41,16 +45,34 @@ pub fn run(role: &str) -> i32 {
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
+        #[cfg(unix)]
         "memfd-consumer" => memfd_consumer(),
+        #[cfg(unix)]
         "creator" => creator(),
+        #[cfg(unix)]
         "stream-producer" => stream_producer(),
+        #[cfg(unix)]
         "stream-consumer" => stream_consumer(),
+        #[cfg(unix)]
         "truncate-third" => truncate_third(),
+        #[cfg(unix)]
         "guard-chain" => crate::guard::chain_role(true),
+        #[cfg(unix)]
         "guard-default" => crate::guard::chain_role(false),
+        #[cfg(unix)]
         "rendezvous-sub" => crate::guard::rendezvous_sub(),
+        #[cfg(unix)]
         "rendezvous-pub" => crate::guard::rendezvous_pub(),
+        #[cfg(unix)]
         "unbacked" => crate::guard::unbacked_role(),
+        #[cfg(windows)]
+        "truncate-file" => truncate_file(),
+        #[cfg(windows)]
+        other => {
+            eprintln!("unknown role {other}");
+            2
+        }
+        #[cfg(unix)]
         other => crate::liveness::run_role(other).unwrap_or_else(|| {
             eprintln!("unknown role {other}");
             3
@@ -230,6 +252,7 @@ fn corrupt_peer() -> i32 {
                 unsafe { base.add(i).cast::<u64>().write_volatile(next()) };
             }
         }
+        #[cfg(unix)]
         "truncate" => {
             rustix::fs::ftruncate(seg.fd(), 100).expect("ftruncate");
         }
@@ -239,6 +262,7 @@ fn corrupt_peer() -> i32 {
     0
 }
 
+#[cfg(unix)]
 /// Receives a memfd ring over a socket and reads `RING_N` messages; then receives two bad
 /// descriptors and reports how they were refused.
 fn memfd_consumer() -> i32 {
@@ -275,6 +299,7 @@ fn memfd_consumer() -> i32 {
     0
 }
 
+#[cfg(unix)]
 /// Creates a named ring, becomes its producer and a consumer, then waits to be killed.
 fn creator() -> i32 {
     let config = ring_core::Config::new(4, 64).with_consumers(1);
@@ -287,6 +312,7 @@ fn creator() -> i32 {
     0
 }
 
+#[cfg(unix)]
 /// The ring the parent made: the file at `RING_PATH` when set, else the named `RING_NAME`.
 fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
     match std::env::var("RING_PATH") {
@@ -295,6 +321,7 @@ fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
     }
 }
 
+#[cfg(unix)]
 /// Prints how an endpoint ended (`END truncated=0|1 ...`); exit 0 when the truncation was
 /// reported clearly, 2 otherwise.
 fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
@@ -313,6 +340,7 @@ fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
     }
 }
 
+#[cfg(unix)]
 /// Publishes as fast as the gating consumer allows until an operation fails.
 fn stream_producer() -> i32 {
     let ring = open_ring().expect("open");
@@ -336,6 +364,7 @@ fn stream_producer() -> i32 {
     2
 }
 
+#[cfg(unix)]
 /// Reads (copy-out) until an operation fails; a torn message is a failure.
 fn stream_consumer() -> i32 {
     let ring = open_ring().expect("open");
@@ -345,6 +374,7 @@ fn stream_consumer() -> i32 {
     }
 }
 
+#[cfg(unix)]
 /// Truncates the parent's ring file to a third of its size, like a careless peer.
 fn truncate_third() -> i32 {
     let path =
@@ -356,5 +386,20 @@ fn truncate_third() -> i32 {
     let len = file.metadata().expect("stat").len();
     file.set_len(len / 3).expect("truncate");
     say!("DONE");
+    0
+}
+
+/// Windows: tries to truncate the mapped file segment at `RING_PATH` to 100 bytes; says whether
+/// Windows refused.
+#[cfg(windows)]
+fn truncate_file() -> i32 {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(env("RING_PATH"))
+        .expect("open");
+    match file.set_len(100) {
+        Err(e) => say!("TRUNCATE REFUSED {e}"),
+        Ok(()) => say!("TRUNCATE DONE"),
+    }
     0
 }

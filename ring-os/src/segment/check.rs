@@ -10,7 +10,6 @@ use crate::Error;
 
 pub use super::options::SizeCheck;
 
-
 /// The file's current size.
 pub(crate) fn file_len(fd: BorrowedFd<'_>) -> Result<u64, Error> {
     let st = fstat(fd).map_err(|e| Error::io("fstat", e))?;

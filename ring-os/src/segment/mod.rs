@@ -35,7 +35,6 @@ use crate::Error;
 /// How often a creation is retried after a cleaner removed the file it had just created.
 const CREATE_ATTEMPTS: usize = 16;
 
-
 /// An open, mapped shared-memory segment.
 ///
 /// The mapping is shared and read-write, page-aligned, and covers the whole file. Dropping the

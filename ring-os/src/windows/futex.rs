@@ -115,7 +115,11 @@ impl Drop for Waits {
     fn drop(&mut self) {
         // SAFETY: the view came from MapViewOfFile and is unmapped once; no reference into it
         // outlives `self`.
-        unsafe { UnmapViewOfFile(MEMORY_MAPPED_VIEW_ADDRESS { Value: self.counters }) };
+        unsafe {
+            UnmapViewOfFile(MEMORY_MAPPED_VIEW_ADDRESS {
+                Value: self.counters,
+            })
+        };
     }
 }
 
@@ -226,4 +230,54 @@ pub(crate) fn wake_all(word: &AtomicU32) -> usize {
     // Too many posts: the semaphore is (nearly) full, so waiters pass anyway; add what fits.
     // SAFETY: as above.
     usize::from(unsafe { ReleaseSemaphore(sem.raw(), 1, core::ptr::null_mut()) } != 0)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Instant;
+
+    use super::*;
+    use crate::{CreateOptions, Segment, SegmentName, SizeCheck};
+
+    /// Two views of one named section at different addresses, as two processes have them: a
+    /// wait through one is ended by a wake through the other, long before its timeout (without
+    /// the semaphore it would sleep the full 20 s; a word outside any segment would poll).
+    #[test]
+    fn a_wake_through_one_view_ends_a_wait_through_another() {
+        let name = SegmentName::new(&format!("futex-views-{}", std::process::id())).unwrap();
+        let a = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
+        let b = Segment::open_named(&name, SizeCheck::Exactly(4096)).unwrap();
+        assert_ne!(a.as_ptr(), b.as_ptr());
+        // SAFETY: offset 64 is 4-aligned and inside both 4096-byte views, which outlive the
+        // references; both sides access the word only atomically.
+        let (wa, wb) = unsafe {
+            (
+                AtomicU32::from_ptr(a.as_ptr().as_ptr().add(64).cast()),
+                AtomicU32::from_ptr(b.as_ptr().as_ptr().add(64).cast()),
+            )
+        };
+        let start = Instant::now();
+        std::thread::scope(|s| {
+            let waiter = s.spawn(|| wait(wa, 0, Duration::from_secs(20)));
+            // Let it announce and sleep; the handshake is correct either way.
+            std::thread::sleep(Duration::from_millis(100));
+            // Release: pairs with the waiter's Acquire re-check.
+            wb.store(1, Ordering::Release);
+            let _ = wake_all(wb);
+            let outcome = waiter.join().unwrap();
+            assert!(
+                matches!(outcome, Some(WaitOutcome::Woken | WaitOutcome::Changed)),
+                "{outcome:?}"
+            );
+        });
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            start.elapsed()
+        );
+        // Nobody announced: a wake releases nothing.
+        assert_eq!(wake_all(wb), 0);
+        // A word in no segment is not ours to wait on.
+        assert!(wait(&AtomicU32::new(0), 0, Duration::from_millis(1)).is_none());
+    }
 }

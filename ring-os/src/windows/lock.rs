@@ -112,7 +112,10 @@ impl Roles {
             let h = self.open(role)?;
             probes.insert(role, h);
         }
-        let h = probes.get(&role).map(Handle::raw).ok_or_else(sys::last_error)?;
+        let h = probes
+            .get(&role)
+            .map(Handle::raw)
+            .ok_or_else(sys::last_error)?;
         // SAFETY: `h` is an open mutex handle (kept in `probes`, which we lock).
         let r = unsafe { WaitForSingleObject(h, 0) };
         let state = match r {
@@ -334,9 +337,13 @@ mod tests {
         // abandoned (and look dead) the moment the registering thread returned.
         let r = roles("thread");
         let held = std::thread::scope(|s| {
-            s.spawn(|| RoleLock::try_acquire(&r, Role::Consumer(1)).unwrap().unwrap())
-                .join()
-                .unwrap()
+            s.spawn(|| {
+                RoleLock::try_acquire(&r, Role::Consumer(1))
+                    .unwrap()
+                    .unwrap()
+            })
+            .join()
+            .unwrap()
         });
         assert_eq!(r.state(Role::Consumer(1)).unwrap(), State::Held);
         drop(held);

@@ -28,8 +28,8 @@ use windows_sys::Win32::Foundation::{
     INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    GetFileInformationByHandle, SetFileInformationByHandle, BY_HANDLE_FILE_INFORMATION,
-    FileAllocationInfo, FILE_ALLOCATION_INFO,
+    FileAllocationInfo, GetFileInformationByHandle, SetFileInformationByHandle,
+    BY_HANDLE_FILE_INFORMATION, FILE_ALLOCATION_INFO,
 };
 use windows_sys::Win32::System::Memory::{
     CreateFileMappingW, MapViewOfFile, OpenFileMappingW, UnmapViewOfFile, VirtualQuery,
@@ -162,7 +162,13 @@ impl Segment {
     /// [`Error::BadLength`], [`Error::Io`].
     pub fn create_named(name: &SegmentName, len: u64, opts: CreateOptions) -> Result<Self, Error> {
         let key = name.file_name();
-        Self::create_section(Some(&key), key.clone(), len, opts, SegmentKind::Named(name.clone()))
+        Self::create_section(
+            Some(&key),
+            key.clone(),
+            len,
+            opts,
+            SegmentKind::Named(name.clone()),
+        )
     }
 
     /// Opens the named segment `name`, checking its size.
@@ -176,8 +182,13 @@ impl Segment {
         let wname = sys::object_name(&key, "");
         // SAFETY: `wname` is NUL-terminated and lives across the call.
         let raw = unsafe { OpenFileMappingW(FILE_MAP_ALL_ACCESS, 0, wname.as_ptr()) };
-        let section = Handle::new(raw)
-            .ok_or_else(|| os_error(|| format!("shared-memory segment {name}"), "OpenFileMapping", 0))?;
+        let section = Handle::new(raw).ok_or_else(|| {
+            os_error(
+                || format!("shared-memory segment {name}"),
+                "OpenFileMapping",
+                0,
+            )
+        })?;
         let seg = Self::map(section, None, 0, key, SegmentKind::Named(name.clone()))?;
         size.check(seg.len as u64)?;
         Ok(seg)
@@ -258,7 +269,13 @@ impl Segment {
         })?;
         let key = file_key(&file)?;
         let section = Self::file_section(&file, path)?;
-        let mut seg = Self::map(section, Some(file), len, key, SegmentKind::File(path.to_owned()))?;
+        let mut seg = Self::map(
+            section,
+            Some(file),
+            len,
+            key,
+            SegmentKind::File(path.to_owned()),
+        )?;
         seg.claim_creator()?;
         Ok(seg)
     }
@@ -282,7 +299,9 @@ impl Segment {
                 std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
                 _ => Error::io("CreateFile", e),
             })?;
-        let meta = file.metadata().map_err(|e| Error::io("GetFileInformation", e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| Error::io("GetFileInformation", e))?;
         if !meta.is_file() {
             return Err(Error::NotRegularFile { what: what() });
         }
@@ -293,7 +312,13 @@ impl Segment {
         }
         let key = file_key(&file)?;
         let section = Self::file_section(&file, path)?;
-        Self::map(section, Some(file), len, key, SegmentKind::File(path.to_owned()))
+        Self::map(
+            section,
+            Some(file),
+            len,
+            key,
+            SegmentKind::File(path.to_owned()),
+        )
     }
 
     /// An unnamed section over the whole of `file`.
@@ -330,7 +355,9 @@ impl Segment {
     ) -> Result<Self, Error> {
         check_options(len, opts)?;
         let page = page_size();
-        let len = len.checked_next_multiple_of(page).ok_or(Error::BadLength { len })?;
+        let len = len
+            .checked_next_multiple_of(page)
+            .ok_or(Error::BadLength { len })?;
         let what = || match &kind {
             SegmentKind::Named(n) => format!("shared-memory segment {n}"),
             _ => "an anonymous segment".to_owned(),
@@ -641,7 +668,11 @@ mod tests {
             Err(Error::AlreadyExists { .. })
         ));
         let b = Segment::open_file(&path, SizeCheck::Exactly(4096)).unwrap();
-        assert_eq!(a.roles().key(), b.roles().key(), "same file, same role mutexes");
+        assert_eq!(
+            a.roles().key(),
+            b.roles().key(),
+            "same file, same role mutexes"
+        );
         b.check_len().unwrap();
         assert_eq!(b.probe(Role::Creator), Liveness::Alive);
         drop(b);

@@ -26,6 +26,8 @@ mod segments;
 mod support;
 #[cfg(unix)]
 mod truncation;
+#[cfg(windows)]
+mod windows;
 
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,18 @@ use std::time::{Duration, Instant};
 type Scenario = (&'static str, fn(), Duration);
 
 const SCENARIOS: &[Scenario] = &[
+    #[cfg(windows)]
+    (
+        "terminated_role_holder_is_reported_abandoned_then_taken_over",
+        windows::abandoned,
+        Duration::from_secs(120),
+    ),
+    #[cfg(windows)]
+    (
+        "a_peer_parked_in_another_process_is_woken_by_the_semaphore",
+        windows::cross_process_wake,
+        Duration::from_secs(120),
+    ),
     (
         "stress_three_classes_through_the_allocator",
         scenarios::stress,

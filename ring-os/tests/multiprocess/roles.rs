@@ -68,6 +68,10 @@ pub fn run(role: &str) -> i32 {
         #[cfg(windows)]
         "truncate-file" => truncate_file(),
         #[cfg(windows)]
+        "hold-producer" => crate::windows::hold_producer(),
+        #[cfg(windows)]
+        "park-word" => crate::windows::park_word(),
+        #[cfg(windows)]
         other => {
             eprintln!("unknown role {other}");
             2

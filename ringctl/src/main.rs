@@ -16,6 +16,7 @@ mod frame;
 mod inspect;
 mod pubsub;
 mod ring;
+#[cfg_attr(windows, path = "segments_windows.rs")]
 mod segments;
 
 use std::process::ExitCode;

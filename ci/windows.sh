@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Windows backend, cross-compiled for x86_64-pc-windows-gnu (mingw-w64) and run under Wine:
 # ring-os's unit, integration and multi-process tests, then `ringctl demo` (plain, and killing
-# a consumer every 20 frames) with its integrity check. Installs what it needs, idempotently.
+# a consumer every 30 frames) with its integrity check. Installs what it needs, idempotently.
 # Runner: .cargo/config.toml -> ci/wine/run.sh (headless, a throw-away prefix).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +30,10 @@ cargo build --target "$target" -p ringctl
 ringctl=("${CARGO_TARGET_DIR:-target}/$target/debug/ringctl.exe")
 echo "ringctl demo under Wine:"
 ci/wine/run.sh "${ringctl[@]}" demo --frame-size 320x240 --duration 2 --json | tail -n 1 | tee /dev/stderr | grep -q '"ok":true'
-echo "ringctl demo under Wine, a consumer terminated every 20 frames:"
-ci/wine/run.sh "${ringctl[@]}" demo --frame-size 320x240 --duration 3 --kill-consumer-every 20 --json | tail -n 1 \
+# Kills 1.5 s apart: a Wine process takes a few hundred ms to start, and a replacement killed
+# before it registered leaves no entry to reclaim (the demo would count a kill without one).
+echo "ringctl demo under Wine, a consumer terminated every 30 frames:"
+ci/wine/run.sh "${ringctl[@]}" demo --frame-size 320x240 --fps 20 --duration 5 \
+    --kill-consumer-every 30 --json | tail -n 1 \
     | tee /dev/stderr | grep -q '"ok":true'
 echo "windows: ok"

@@ -108,14 +108,11 @@ impl Roles {
             .probes
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if !probes.contains_key(&role) {
-            let h = self.open(role)?;
-            probes.insert(role, h);
+        let h = match probes.entry(role) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => v.insert(self.open(role)?),
         }
-        let h = probes
-            .get(&role)
-            .map(Handle::raw)
-            .ok_or_else(sys::last_error)?;
+        .raw();
         // SAFETY: `h` is an open mutex handle (kept in `probes`, which we lock).
         let r = unsafe { WaitForSingleObject(h, 0) };
         let state = match r {

@@ -212,22 +212,8 @@ impl Segment {
     /// [`Error::AlreadyExists`], [`Error::NoSpace`] when the volume cannot hold it,
     /// [`Error::HugePages`], [`Error::BadLength`], [`Error::Io`].
     pub fn create_file(path: &Path, len: u64, opts: CreateOptions) -> Result<Self, Error> {
-        use std::os::windows::fs::OpenOptionsExt as _;
         check_options(len, opts)?;
-        let what = || format!("segment file {}", path.display());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            // Read, write and delete sharing: peers map it, and a cleaner may remove it.
-            .share_mode(7)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::AlreadyExists => Error::AlreadyExists { what: what() },
-                std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
-                std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
-                _ => Error::io("CreateFile", e),
-            })?;
+        let file = open_segment_file(path, true)?;
         let made = Self::finish_create_file(file, path, len);
         if made.is_err() {
             // We created the file: do not leave a half-made segment behind.
@@ -287,18 +273,8 @@ impl Segment {
     /// [`Error::NotFound`], [`Error::PermissionDenied`], [`Error::SizeMismatch`],
     /// [`Error::Io`].
     pub fn open_file(path: &Path, size: SizeCheck) -> Result<Self, Error> {
-        use std::os::windows::fs::OpenOptionsExt as _;
         let what = || format!("segment file {}", path.display());
-        let file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .share_mode(7)
-            .open(path)
-            .map_err(|e| match e.kind() {
-                std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
-                std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
-                _ => Error::io("CreateFile", e),
-            })?;
+        let file = open_segment_file(path, false)?;
         let meta = file
             .metadata()
             .map_err(|e| Error::io("GetFileInformation", e))?;
@@ -578,6 +554,25 @@ impl Segment {
     pub fn set_unlink_on_drop(&mut self, on: bool) {
         self.unlink_on_drop = on;
     }
+}
+
+/// Opens (`create`: creates, failing if it exists) a segment file read-write, with read, write
+/// and delete sharing: peers map it, and a cleaner may remove it.
+fn open_segment_file(path: &Path, create: bool) -> Result<std::fs::File, Error> {
+    use std::os::windows::fs::OpenOptionsExt as _;
+    let what = || format!("segment file {}", path.display());
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(create)
+        .share_mode(7)
+        .open(path)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => Error::AlreadyExists { what: what() },
+            std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
+            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
+            _ => Error::io("CreateFile", e),
+        })
 }
 
 /// Rejects what Windows sections cannot do.

@@ -28,12 +28,17 @@ export RING_OS_STRESS_N="${RING_OS_STRESS_N:-100000}"
 cargo test --target "$target" -p ring-os
 cargo build --target "$target" -p ringctl
 ringctl=("${CARGO_TARGET_DIR:-target}/$target/debug/ringctl.exe")
+# Runs `ringctl demo ARGS --json` under Wine; prints its summary; fails unless integrity is OK.
+demo() {
+    local out rc=0
+    out="$(ci/wine/run.sh "${ringctl[@]}" demo "$@" --json | tail -n 1)" || rc=$?
+    echo "$out"
+    [ "$rc" -eq 0 ] && grep -q '"ok":true' <<<"$out"
+}
 echo "ringctl demo under Wine:"
-ci/wine/run.sh "${ringctl[@]}" demo --frame-size 320x240 --duration 2 --json | tail -n 1 | tee /dev/stderr | grep -q '"ok":true'
+demo --frame-size 320x240 --duration 2
 # Kills 1.5 s apart: a Wine process takes a few hundred ms to start, and a replacement killed
 # before it registered leaves no entry to reclaim (the demo would count a kill without one).
 echo "ringctl demo under Wine, a consumer terminated every 30 frames:"
-ci/wine/run.sh "${ringctl[@]}" demo --frame-size 320x240 --fps 20 --duration 5 \
-    --kill-consumer-every 30 --json | tail -n 1 \
-    | tee /dev/stderr | grep -q '"ok":true'
+demo --frame-size 320x240 --fps 20 --duration 5 --kill-consumer-every 30
 echo "windows: ok"

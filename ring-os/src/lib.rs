@@ -5,6 +5,10 @@
 //! Start with the front door: `use ring_os::prelude::*` ([`Ring`], [`Publisher`],
 //! [`Subscriber`]); [`ShmRing`] is the plumbing underneath, for ring-core's lower-level API. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
 //! container notes and crash semantics.
+//!
+//! On Windows the same API runs over section objects, with one named mutex per role (the kernel
+//! reports a dead holder's mutex as abandoned) and named semaphores for waits across processes;
+//! see `docs/OS.md`, Windows.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

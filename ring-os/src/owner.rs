@@ -104,7 +104,6 @@ pub fn describe(id: OwnerId) -> String {
     format!("pid {} ({what})", pid_of(id))
 }
 
-/// A pid as the `u32` this module stores.
 /// This process's id.
 #[cfg(unix)]
 fn pid_now() -> u32 {
@@ -117,6 +116,7 @@ fn pid_now() -> u32 {
     std::process::id()
 }
 
+/// A pid as the `u32` this module stores.
 #[cfg(unix)]
 fn pid_u32(pid: Pid) -> u32 {
     pid.as_raw_nonzero().get().unsigned_abs()
@@ -157,6 +157,13 @@ fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
         .ok_or_else(|| Error::io("parse /proc/<pid>/stat", std::io::Error::other(text)))
 }
 
+/// Windows: the process's creation time (100 ns units since 1601) from `GetProcessTimes`;
+/// `Ok(None)` when no running process has that id.
+#[cfg(windows)]
+fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
+    Ok(crate::win::sys::process_start(pid).map(Some))
+}
+
 /// Reads a process's start time: not available here, so only existence is checked.
 #[cfg(all(unix, not(target_os = "linux")))]
 fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
@@ -173,13 +180,6 @@ fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
 ///
 /// Field 2 (`comm`) is in parentheses and may itself contain spaces and `)`, so parsing starts
 /// after the *last* `)`.
-/// Windows: the process's creation time (100 ns units since 1601) from `GetProcessTimes`;
-/// `Ok(None)` when no running process has that id.
-#[cfg(windows)]
-fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
-    Ok(crate::win::sys::process_start(pid).map(Some))
-}
-
 #[cfg_attr(not(target_os = "linux"), allow(dead_code, reason = "Linux only"))]
 fn parse_stat(text: &str) -> Option<(char, u64)> {
     let rest = &text[text.rfind(')')? + 1..];

@@ -266,9 +266,9 @@ fn corrupt_peer() -> i32 {
     0
 }
 
-#[cfg(unix)]
 /// Receives a memfd ring over a socket and reads `RING_N` messages; then receives two bad
 /// descriptors and reports how they were refused.
+#[cfg(unix)]
 fn memfd_consumer() -> i32 {
     let sock = std::os::unix::net::UnixStream::connect(env("RING_SOCK")).expect("connect");
     let n: u64 = env("RING_N").parse().expect("RING_N");
@@ -303,8 +303,8 @@ fn memfd_consumer() -> i32 {
     0
 }
 
-#[cfg(unix)]
 /// Creates a named ring, becomes its producer and a consumer, then waits to be killed.
+#[cfg(unix)]
 fn creator() -> i32 {
     let config = ring_core::Config::new(4, 64).with_consumers(1);
     let ring =
@@ -316,8 +316,8 @@ fn creator() -> i32 {
     0
 }
 
-#[cfg(unix)]
 /// The ring the parent made: the file at `RING_PATH` when set, else the named `RING_NAME`.
+#[cfg(unix)]
 fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
     match std::env::var("RING_PATH") {
         Ok(path) => ShmRing::open_file(std::path::Path::new(&path)),
@@ -325,9 +325,9 @@ fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
     }
 }
 
-#[cfg(unix)]
 /// Prints how an endpoint ended (`END truncated=0|1 ...`); exit 0 when the truncation was
 /// reported clearly, 2 otherwise.
+#[cfg(unix)]
 fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
     let truncated = ring.is_truncated();
     let clear = what.contains(ring_os::TRUNCATED)
@@ -344,8 +344,8 @@ fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
     }
 }
 
-#[cfg(unix)]
 /// Publishes as fast as the gating consumer allows until an operation fails.
+#[cfg(unix)]
 fn stream_producer() -> i32 {
     let ring = open_ring().expect("open");
     let mut p = ShmRing::producer(&ring).expect("producer");
@@ -368,8 +368,8 @@ fn stream_producer() -> i32 {
     2
 }
 
-#[cfg(unix)]
 /// Reads (copy-out) until an operation fails; a torn message is a failure.
+#[cfg(unix)]
 fn stream_consumer() -> i32 {
     let ring = open_ring().expect("open");
     match read_until_error(&ring, "END torn", Duration::from_secs(3)) {
@@ -378,8 +378,8 @@ fn stream_consumer() -> i32 {
     }
 }
 
-#[cfg(unix)]
 /// Truncates the parent's ring file to a third of its size, like a careless peer.
+#[cfg(unix)]
 fn truncate_third() -> i32 {
     let path =
         std::env::var("RING_PATH").unwrap_or_else(|_| format!("/dev/shm/{}", name().file_name()));

@@ -139,8 +139,8 @@ fn peer(name: &ring_os::SegmentName, what: &str, seed: u64) {
     assert!(c.wait(SECS(10)), "peer failed");
 }
 
-#[cfg(unix)]
 /// Test 5: a creation that cannot be backed returns `NoSpace` and leaves nothing behind.
+#[cfg(unix)]
 pub fn no_space() {
     let vfs = rustix::fs::statvfs("/dev/shm").expect("statvfs /dev/shm");
     let available = vfs.f_bavail * vfs.f_frsize;
@@ -166,9 +166,9 @@ pub fn no_space() {
     ));
 }
 
-#[cfg(unix)]
 /// Test 6: a memfd ring passed over a Unix socket to another process works; an unsealed memfd
 /// and a too-small one are refused by the receiver.
+#[cfg(unix)]
 pub fn memfd() {
     let n = 20_000u64;
     let dir = std::env::temp_dir().join(format!("ring-os-mp-{}", std::process::id()));
@@ -228,9 +228,9 @@ pub fn memfd() {
     println!("  memfd: {n} messages across processes; bad descriptors refused");
 }
 
-#[cfg(unix)]
 /// Stale segments: a ring whose creator, producer and consumer were all one killed process is
 /// listed as stale and removed by `clean`; a ring with a live owner is kept.
+#[cfg(unix)]
 pub fn stale() {
     let dead_name = unique_name("stale-dead");
     let live_name = unique_name("stale-live");

@@ -385,7 +385,13 @@ mod tests {
     fn take_over_frees_the_dead_producers_orphan_and_keeps_published_payloads() {
         let config = Config::new(4, 64).with_allocator(1 << 12, 16);
         let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        #[cfg(unix)]
         let mut child = std::process::Command::new("true").spawn().unwrap();
+        #[cfg(windows)]
+        let mut child = std::process::Command::new("cmd")
+            .args(["/c", "exit"])
+            .spawn()
+            .unwrap();
         let dead_pid = child.id();
         child.wait().unwrap();
         let dead = crate::owner::pack(dead_pid, 1).unwrap();

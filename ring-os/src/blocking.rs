@@ -309,7 +309,13 @@ mod tests {
 
     /// An owner id whose process is certainly dead: a reaped child's pid with a wrong start time.
     fn dead_owner() -> OwnerId {
+        #[cfg(unix)]
         let mut child = std::process::Command::new("true").spawn().unwrap();
+        #[cfg(windows)]
+        let mut child = std::process::Command::new("cmd")
+            .args(["/c", "exit"])
+            .spawn()
+            .unwrap();
         let pid = child.id();
         child.wait().unwrap();
         owner::pack(pid, 1).unwrap()

@@ -4,8 +4,9 @@
 //! page, not by the address space, so a waiter in one process is woken by a wake in another that
 //! maps the same segment at a different address. Every wait carries a timeout.
 //!
-//! Where there is no futex (non-Linux targets) [`wait`] polls the word with a bounded sleep
-//! back-off and [`wake_all`] does nothing; waits still end on time.
+//! Where there is no futex (other Unix targets) [`wait`] polls the word with a bounded sleep
+//! back-off and [`wake_all`] does nothing; waits still end on time. On Windows, words in a
+//! ring-os segment sleep on named semaphores of that segment (see `docs/OS.md`, Windows).
 //!
 //! # References
 //!
@@ -70,14 +71,34 @@ mod imp {
     }
 }
 
-#[cfg(not(any(target_os = "linux", target_os = "android")))]
+#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
 mod imp {
     pub(super) use super::poll::{wait, wake_all};
 }
 
+/// Windows: named semaphores per segment (see `windows/futex.rs`), polling for other words.
+#[cfg(windows)]
+mod imp {
+    use core::sync::atomic::AtomicU32;
+    use core::time::Duration;
+
+    use super::WaitOutcome;
+
+    /// Sleeps on the segment's semaphore, or polls a word outside every segment.
+    pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
+        crate::win::futex::wait(word, expected, timeout)
+            .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
+    }
+
+    /// Releases the segment's semaphore for every announced waiter.
+    pub(super) fn wake_all(word: &AtomicU32) -> usize {
+        crate::win::futex::wake_all(word)
+    }
+}
+
 /// The polling fallback, compiled everywhere so that it is tested on Linux too.
 #[cfg_attr(
-    any(target_os = "linux", target_os = "android"),
+    any(target_os = "linux", target_os = "android", windows),
     allow(
         dead_code,
         reason = "used on targets without futexes; tested everywhere"

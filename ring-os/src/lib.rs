@@ -5,6 +5,10 @@
 //! Start with the front door: `use ring_os::prelude::*` ([`Ring`], [`Publisher`],
 //! [`Subscriber`]); [`ShmRing`] is the plumbing underneath, for ring-core's lower-level API. See `docs/OS.md` for segment kinds, permissions, naming, cleanup,
 //! container notes and crash semantics.
+//!
+//! On Windows the same API runs over section objects, with one named mutex per role (the kernel
+//! reports a dead holder's mutex as abandoned) and named semaphores for waits across processes;
+//! see `docs/OS.md`, Windows.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,
@@ -14,20 +18,30 @@
 pub mod alloc;
 mod blocking;
 mod error;
+#[cfg(unix)]
 pub mod fdpass;
 mod front;
 pub mod futex;
+#[cfg_attr(windows, path = "windows/lock.rs")]
 pub mod lock;
 mod mapping;
 mod name;
 pub mod owner;
+#[cfg(unix)]
 pub mod rendezvous;
 mod ring;
+mod role;
 mod roles;
+#[cfg_attr(windows, path = "windows/segment.rs")]
 mod segment;
+#[cfg_attr(windows, path = "windows/sigbus.rs")]
 pub mod sigbus;
+#[cfg_attr(windows, path = "windows/stale.rs")]
 pub mod stale;
 mod wait;
+#[cfg(windows)]
+#[path = "windows/mod.rs"]
+mod win;
 
 pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
@@ -44,6 +58,7 @@ pub use segment::{CreateOptions, Segment, SegmentKind, SizeCheck};
 pub use wait::{deadline_after, FutexWait};
 
 /// The seals every memfd segment carries (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`).
+#[cfg(unix)]
 pub use segment::memfd::REQUIRED_SEALS;
 
 // Cross-process rings need lock-free 64- and 32-bit atomics: a fallback lock would live in one

@@ -32,16 +32,7 @@ use crate::Error;
 /// nothing and every probe answers "alive", so nothing is reclaimed, taken over or cleaned.
 pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
-/// A participant's role, and so the byte of the segment's file its lock covers.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Role {
-    /// The process that created (and formats) the segment: byte 0.
-    Creator,
-    /// The ring's producer: byte 1.
-    Producer,
-    /// The consumer registered in table entry `i`: byte `2 + i`.
-    Consumer(usize),
-}
+pub use crate::role::{Liveness, Role};
 
 impl Role {
     /// The byte offset of this role's lock; `None` when it does not fit a file offset.
@@ -53,25 +44,6 @@ impl Role {
             Self::Consumer(i) => i64::try_from(i).ok()?.checked_add(2),
         }
     }
-}
-
-impl core::fmt::Display for Role {
-    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
-        match self {
-            Self::Creator => write!(f, "creator"),
-            Self::Producer => write!(f, "producer"),
-            Self::Consumer(i) => write!(f, "consumer {i}"),
-        }
-    }
-}
-
-/// Whether a role is held by a running process.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Liveness {
-    /// Its lock is held (or the kernel could not say: every doubt counts as alive).
-    Alive,
-    /// The kernel says its lock is free: no process holds the role.
-    Dead,
 }
 
 /// An OFD write lock on one role's byte, on an open file description of its own. Dropping it

@@ -14,6 +14,7 @@ use std::sync::Mutex;
 
 use ring_core::OwnerId;
 
+#[cfg(unix)]
 use rustix::process::{getpid, Pid};
 
 use crate::Error;
@@ -59,7 +60,7 @@ pub fn pid_of(id: OwnerId) -> u32 {
 pub fn current() -> Result<OwnerId, Error> {
     /// Cached per pid, so a forked child recomputes its own.
     static CACHE: Mutex<Option<(u32, OwnerId)>> = Mutex::new(None);
-    let pid = pid_u32(getpid());
+    let pid = pid_now();
     let mut cache = CACHE
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -103,7 +104,20 @@ pub fn describe(id: OwnerId) -> String {
     format!("pid {} ({what})", pid_of(id))
 }
 
+/// This process's id.
+#[cfg(unix)]
+fn pid_now() -> u32 {
+    pid_u32(getpid())
+}
+
+/// This process's id.
+#[cfg(windows)]
+fn pid_now() -> u32 {
+    std::process::id()
+}
+
 /// A pid as the `u32` this module stores.
+#[cfg(unix)]
 fn pid_u32(pid: Pid) -> u32 {
     pid.as_raw_nonzero().get().unsigned_abs()
 }
@@ -143,8 +157,15 @@ fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
         .ok_or_else(|| Error::io("parse /proc/<pid>/stat", std::io::Error::other(text)))
 }
 
+/// Windows: the process's creation time (100 ns units since 1601) from `GetProcessTimes`;
+/// `Ok(None)` when no running process has that id.
+#[cfg(windows)]
+fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
+    Ok(crate::win::sys::process_start(pid).map(Some))
+}
+
 /// Reads a process's start time: not available here, so only existence is checked.
-#[cfg(not(target_os = "linux"))]
+#[cfg(all(unix, not(target_os = "linux")))]
 fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
     let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
         return Ok(None);
@@ -193,7 +214,7 @@ mod tests {
     #[test]
     fn self_is_seen_and_a_reused_pid_is_not() {
         let me = current().unwrap();
-        assert_eq!(pid_of(me), pid_u32(getpid()));
+        assert_eq!(pid_of(me), pid_now());
         assert_eq!(seen(me), Seen::Running);
         assert!(describe(me).contains("running here"));
         // Same pid, different start time: what PID reuse looks like.
@@ -204,6 +225,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(unix)]
     fn killed_child_is_not_seen_even_before_reaping() {
         let mut child = std::process::Command::new("sleep")
             .arg("30")

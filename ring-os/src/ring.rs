@@ -186,6 +186,7 @@ impl ShmRing {
     /// # Errors
     ///
     /// [`Error::MissingSeals`], [`Error::SizeMismatch`], [`Error::Attach`].
+    #[cfg(unix)]
     pub fn from_fd(fd: std::os::fd::OwnedFd) -> Result<Arc<Mapping>, Error> {
         let segment = Segment::from_fd(fd, Mapping::open_check())?;
         Ok(Arc::new(Mapping::attach(segment)?))

@@ -7,7 +7,10 @@
 //! entry `i` it registers into; an entry is reclaimed only while the reclaimer holds its lock
 //! itself (which it can only get when no live process holds it).
 
-use std::os::fd::BorrowedFd;
+#[cfg(windows)]
+use crate::lock::RoleFileRef;
+#[cfg(unix)]
+use std::os::fd::BorrowedFd as RoleFileRef;
 use std::sync::Arc;
 
 use ring_core::inspect::consumer_info;
@@ -20,7 +23,7 @@ use crate::{owner, Error, Mapping};
 pub trait RoleFile: Memory {
     /// The segment's own descriptor (it holds no lock itself, so probes through it see every
     /// holder, this process included).
-    fn role_file(&self) -> BorrowedFd<'_>;
+    fn role_file(&self) -> RoleFileRef<'_>;
 
     /// Takes `role`'s lock on a description of its own.
     ///
@@ -33,8 +36,12 @@ pub trait RoleFile: Memory {
 }
 
 impl RoleFile for Mapping {
-    fn role_file(&self) -> BorrowedFd<'_> {
-        self.segment().fd()
+    fn role_file(&self) -> RoleFileRef<'_> {
+        #[cfg(unix)]
+        let file = self.segment().fd();
+        #[cfg(windows)]
+        let file = self.segment().roles();
+        file
     }
 
     fn lock_role(&self, role: Role) -> Result<Option<RoleLock>, Error> {
@@ -43,7 +50,7 @@ impl RoleFile for Mapping {
 }
 
 impl<T: RoleFile> RoleFile for Arc<T> {
-    fn role_file(&self) -> BorrowedFd<'_> {
+    fn role_file(&self) -> RoleFileRef<'_> {
         (**self).role_file()
     }
 

@@ -1,6 +1,10 @@
 //! The front door's promises about names: the creator's handle removes the name when dropped
 //! (also when a panic unwinds through it), `keep_name` keeps it, and `open_or_create` on a
 //! name that exists opens it without taking over its removal.
+//!
+//! Unix only: they watch the name in `/dev/shm`. A Windows section has no name to remove; it
+//! vanishes with its last handle (see `docs/OS.md`, Windows).
+#![cfg(unix)]
 #![allow(clippy::std_instead_of_core, reason = "std test crate")]
 
 use std::path::PathBuf;

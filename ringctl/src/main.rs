@@ -17,6 +17,7 @@ mod grab;
 mod inspect;
 mod pubsub;
 mod ring;
+#[cfg_attr(windows, path = "segments_windows.rs")]
 mod segments;
 
 use std::process::ExitCode;

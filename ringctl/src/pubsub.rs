@@ -67,13 +67,18 @@ pub fn publish(args: &PubArgs) -> Result<()> {
     }
     // A memfd ring is new, served until this command ends, and leaves nothing behind.
     let (ring, created, _server) = if args.memfd {
-        let name = ring::segment_name(&args.name)?;
-        let rdv = ring::rendezvous(&name, args.socket_dir.as_deref());
-        let (ring, server) = rdv.create(&config_of(args), ring_os::CreateOptions::new())?;
-        (ring, false, Some(server))
+        #[cfg(windows)]
+        return Err(ring::no_memfd());
+        #[cfg(unix)]
+        {
+            let name = ring::segment_name(&args.name)?;
+            let rdv = ring::rendezvous(&name, args.socket_dir.as_deref());
+            let (ring, server) = rdv.create(&config_of(args), ring_os::CreateOptions::new())?;
+            (ring, false, Some(server))
+        }
     } else {
         let (ring, created) = open_or_create(args)?;
-        (ring, created, None)
+        (ring, created, None::<ring::Server>)
     };
     let _remove = RemoveOnExit((created && !args.keep).then_some(&ring));
     if frame > ring.geometry().slot_capacity() {
@@ -173,6 +178,9 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
     let timeout = seconds(args.timeout, "--timeout")?;
     let name = ring::segment_name(&args.name)?;
     let ring = if args.memfd {
+        #[cfg(windows)]
+        return Err(ring::no_memfd());
+        #[cfg(unix)]
         ring::receive(&name, args.socket_dir.as_deref(), timeout)?
     } else {
         ring::open_wait(&name, timeout)?

@@ -6,7 +6,14 @@ use std::time::{Duration, Instant};
 
 use ring_core::{AttachError, Config};
 use ring_os::lock::{Liveness, Role};
+#[cfg(unix)]
+pub use ring_os::rendezvous::Server;
+#[cfg(unix)]
 use ring_os::rendezvous::{Rendezvous, SocketPlace};
+
+/// Windows: no rendezvous server (memfd rings are Unix-only), so nothing to hold.
+#[cfg(windows)]
+pub type Server = ();
 use ring_os::{CreateOptions, Mapping, SegmentKind, SegmentName, ShmRing};
 
 use crate::error::{CliError, Result};
@@ -82,12 +89,14 @@ pub fn open_wait(name: &SegmentName, timeout: Duration) -> Result<Ring> {
 }
 
 /// The rendezvous of a memfd ring called `name` (abstract socket, or a socket file in `dir`).
+#[cfg(unix)]
 pub fn rendezvous(name: &SegmentName, dir: Option<&std::path::Path>) -> Rendezvous {
     let place = dir.map_or(SocketPlace::Abstract, |d| SocketPlace::Dir(d.to_owned()));
     Rendezvous::new(name, place)
 }
 
 /// Receives a memfd ring from its publisher, waiting at most `timeout` for one to serve it.
+#[cfg(unix)]
 pub fn receive(
     name: &SegmentName,
     dir: Option<&std::path::Path>,
@@ -103,6 +112,16 @@ pub fn receive(
         )),
         e => with_name(name, e),
     })
+}
+
+/// Windows: no memfd rings (they travel as descriptors over Unix sockets).
+#[cfg(windows)]
+pub fn no_memfd() -> CliError {
+    CliError::Usage(
+        "--memfd rings travel over Unix sockets, which this Windows build does not use; use a \
+         named ring (a section in this session's namespace)"
+            .to_owned(),
+    )
 }
 
 /// The error to report for a failed ring operation: the truncation when a peer truncated the
@@ -124,11 +143,35 @@ pub fn name_of(ring: &Ring) -> String {
 }
 
 /// Monotonic clock (`CLOCK_MONOTONIC`, system-wide, so comparable between processes) in ns.
+#[cfg(unix)]
 pub fn monotonic_ns() -> u64 {
     let ts = rustix::time::clock_gettime(rustix::time::ClockId::Monotonic);
     let secs = u64::try_from(ts.tv_sec).unwrap_or(0);
     let nanos = u64::try_from(ts.tv_nsec).unwrap_or(0);
     secs.saturating_mul(1_000_000_000).saturating_add(nanos)
+}
+
+/// Monotonic clock in ns, Windows: the performance counter, system-wide (so comparable between
+/// processes) and monotonic.
+#[cfg(windows)]
+pub fn monotonic_ns() -> u64 {
+    use windows_sys::Win32::System::Performance::{
+        QueryPerformanceCounter, QueryPerformanceFrequency,
+    };
+    let (mut count, mut freq) = (0i64, 0i64);
+    // SAFETY: both are valid out pointers; the calls cannot fail on Windows XP and later.
+    unsafe {
+        QueryPerformanceCounter(&raw mut count);
+        QueryPerformanceFrequency(&raw mut freq);
+    }
+    let (count, freq) = (
+        u128::from(count.unsigned_abs()),
+        u128::from(freq.unsigned_abs()),
+    );
+    if freq == 0 {
+        return 0;
+    }
+    u64::try_from(count * 1_000_000_000 / freq).unwrap_or(u64::MAX)
 }
 
 /// Milliseconds since the Unix epoch: the allocator clock ring-os uses for leak ages.

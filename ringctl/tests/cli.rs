@@ -3,6 +3,10 @@
 //!
 //! Every process is waited for with a deadline (and killed past it), every segment name
 //! includes the test's pid, and every test removes what it created.
+//!
+//! Unix only (`/dev/shm`, signals, Unix sockets); on Windows `ci/windows.sh` runs `ringctl demo`
+//! under Wine instead.
+#![cfg(unix)]
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

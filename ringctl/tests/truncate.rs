@@ -1,6 +1,10 @@
 //! `ringctl pub` / `ringctl sub` against a peer that truncates their named ring (a clear error
 //! and exit 1 or 2, never a signal), and memfd rings (`--memfd`), which no peer can truncate and
 //! which leave nothing in /dev/shm, even after a SIGKILL.
+//!
+//! Unix only (`/dev/shm`, signals, Unix sockets); on Windows `ci/windows.sh` runs `ringctl demo`
+//! under Wine instead.
+#![cfg(unix)]
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

@@ -34,6 +34,7 @@ pub use errors::{
 pub use publisher::{Loan, Publisher};
 pub use subscriber::{Iter, Message, Subscriber};
 
+#[cfg(unix)]
 use std::os::fd::OwnedFd;
 use std::path::Path;
 use std::sync::Arc;
@@ -76,6 +77,7 @@ impl Ring {
     /// # Errors
     ///
     /// [`Error::MissingSeals`], [`Error::SizeMismatch`], [`Error::Attach`].
+    #[cfg(unix)]
     pub fn from_fd(fd: OwnedFd) -> Result<Self, Error> {
         Ok(Self::wrap(ShmRing::from_fd(fd)?, false))
     }
@@ -130,6 +132,7 @@ impl Ring {
 
     /// The memfd or file descriptor, to pass a memfd ring to a peer.
     #[must_use]
+    #[cfg(unix)]
     pub fn fd(&self) -> std::os::fd::BorrowedFd<'_> {
         self.mapping.segment().fd()
     }

@@ -8,30 +8,7 @@ use rustix::io::Errno;
 
 use crate::Error;
 
-/// What size an opened segment file must have.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SizeCheck {
-    /// Exactly this many bytes (the caller knows the geometry).
-    Exactly(u64),
-    /// At least this many bytes (the caller reads the geometry from the header afterwards and
-    /// checks it against the mapped length).
-    AtLeast(u64),
-}
-
-impl SizeCheck {
-    /// Whether `actual` passes.
-    fn check(self, actual: u64) -> Result<(), Error> {
-        match self {
-            Self::Exactly(expected) if actual != expected => {
-                Err(Error::SizeMismatch { expected, actual })
-            }
-            Self::AtLeast(expected) if actual < expected => {
-                Err(Error::SizeMismatch { expected, actual })
-            }
-            _ => Ok(()),
-        }
-    }
-}
+pub use super::options::SizeCheck;
 
 /// The file's current size.
 pub(crate) fn file_len(fd: BorrowedFd<'_>) -> Result<u64, Error> {

@@ -17,6 +17,7 @@ mod check;
 mod file;
 pub(crate) mod memfd;
 mod named;
+mod options;
 
 use core::ptr::NonNull;
 use std::os::fd::{AsFd, AsRawFd as _, BorrowedFd, OwnedFd};
@@ -26,59 +27,13 @@ use std::path::Path;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-pub use check::SizeCheck;
+pub use options::{CreateOptions, SegmentKind, SizeCheck};
 
 use crate::lock::{self, Liveness, Role, RoleLock};
-use crate::{Error, SegmentName};
+use crate::Error;
 
 /// How often a creation is retried after a cleaner removed the file it had just created.
 const CREATE_ATTEMPTS: usize = 16;
-
-/// Options for creating a segment.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct CreateOptions {
-    /// Back the segment with huge pages (memfd: `MFD_HUGETLB`; file: the path must be on
-    /// hugetlbfs). Named segments live on tmpfs and refuse this with [`Error::HugePages`].
-    pub huge_pages: bool,
-    /// Pre-fault the mapping (`MAP_POPULATE`) so first touches do not page-fault.
-    pub populate: bool,
-}
-
-impl CreateOptions {
-    /// The defaults: ordinary pages, no pre-faulting.
-    #[must_use]
-    pub const fn new() -> Self {
-        Self {
-            huge_pages: false,
-            populate: false,
-        }
-    }
-
-    /// Sets [`huge_pages`](Self::huge_pages).
-    #[must_use]
-    pub const fn huge_pages(mut self, on: bool) -> Self {
-        self.huge_pages = on;
-        self
-    }
-
-    /// Sets [`populate`](Self::populate).
-    #[must_use]
-    pub const fn populate(mut self, on: bool) -> Self {
-        self.populate = on;
-        self
-    }
-}
-
-/// Where a segment's file lives.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SegmentKind {
-    /// A POSIX shared-memory object.
-    Named(SegmentName),
-    /// An anonymous, sealed memfd.
-    Memfd,
-    /// A file at a path.
-    File(PathBuf),
-}
 
 /// An open, mapped shared-memory segment.
 ///

@@ -5,7 +5,7 @@ use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::PathBuf;
 
 use super::*;
-use crate::fdpass;
+use crate::{fdpass, SegmentName};
 
 /// A name unique to this process and call site.
 fn unique(tag: &str) -> SegmentName {

@@ -14,13 +14,20 @@
     reason = "test binary"
 )]
 
+// Unix-only: SIGBUS guard, pid namespaces / zombies / fork, truncation (a Windows section cannot
+// shrink and a mapped file cannot be truncated).
+#[cfg(unix)]
 mod guard;
+#[cfg(unix)]
 mod liveness;
 mod roles;
 mod scenarios;
 mod segments;
 mod support;
+#[cfg(unix)]
 mod truncation;
+#[cfg(windows)]
+mod windows;
 
 use std::time::{Duration, Instant};
 
@@ -28,6 +35,18 @@ use std::time::{Duration, Instant};
 type Scenario = (&'static str, fn(), Duration);
 
 const SCENARIOS: &[Scenario] = &[
+    #[cfg(windows)]
+    (
+        "terminated_role_holder_is_reported_abandoned_then_taken_over",
+        windows::abandoned,
+        Duration::from_secs(120),
+    ),
+    #[cfg(windows)]
+    (
+        "a_peer_parked_in_another_process_is_woken_by_the_semaphore",
+        windows::cross_process_wake,
+        Duration::from_secs(120),
+    ),
     (
         "stress_three_classes_through_the_allocator",
         scenarios::stress,
@@ -48,66 +67,79 @@ const SCENARIOS: &[Scenario] = &[
         segments::corrupt,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "creation_without_space_is_no_space",
         segments::no_space,
         Duration::from_secs(30),
     ),
+    #[cfg(unix)]
     (
         "memfd_passed_over_a_socket_and_bad_ones_refused",
         segments::memfd,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "other_pid_namespace_is_alive_and_cannot_be_taken_over",
         liveness::other_pid_namespace,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "gating_reader_in_other_pid_namespace_gets_every_message",
         liveness::gating_reader_in_other_pid_namespace,
         Duration::from_secs(90),
     ),
+    #[cfg(unix)]
     (
         "zombie_leader_keeps_its_consumer",
         liveness::zombie_leader,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "forked_heir_keeps_its_consumer",
         liveness::fork_heir,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "half_created_segment_of_a_killed_creator_is_cleaned",
         liveness::half_created,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "truncated_named_segment_under_streaming_endpoints_10_trials",
         truncation::named,
         Duration::from_secs(120),
     ),
+    #[cfg(unix)]
     (
         "truncated_file_segment_under_streaming_endpoints_10_trials",
         truncation::file,
         Duration::from_secs(120),
     ),
+    #[cfg(unix)]
     (
         "sigbus_outside_rings_reaches_the_previous_handler",
         guard::chain,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "memfd_ring_over_rendezvous_refuses_truncation",
         guard::rendezvous,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "unbacked_pages_of_a_hostile_file_are_a_clear_error",
         guard::unbacked,
         Duration::from_secs(60),
     ),
+    #[cfg(unix)]
     (
         "stale_segments_of_dead_owners_are_cleaned",
         segments::stale,

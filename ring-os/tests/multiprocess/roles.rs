@@ -5,7 +5,11 @@ use std::io::Write as _;
 use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
-use ring_os::{alloc, fdpass, ConsumerExt as _, Error, SegmentName, ShmRing};
+#[cfg(unix)]
+use ring_os::fdpass;
+#[cfg(unix)]
+use ring_os::Error;
+use ring_os::{alloc, ConsumerExt as _, SegmentName, ShmRing};
 
 use crate::support::{check_payload, make_payload};
 
@@ -41,16 +45,38 @@ pub fn run(role: &str) -> i32 {
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
+        #[cfg(unix)]
         "memfd-consumer" => memfd_consumer(),
+        #[cfg(unix)]
         "creator" => creator(),
+        #[cfg(unix)]
         "stream-producer" => stream_producer(),
+        #[cfg(unix)]
         "stream-consumer" => stream_consumer(),
+        #[cfg(unix)]
         "truncate-third" => truncate_third(),
+        #[cfg(unix)]
         "guard-chain" => crate::guard::chain_role(true),
+        #[cfg(unix)]
         "guard-default" => crate::guard::chain_role(false),
+        #[cfg(unix)]
         "rendezvous-sub" => crate::guard::rendezvous_sub(),
+        #[cfg(unix)]
         "rendezvous-pub" => crate::guard::rendezvous_pub(),
+        #[cfg(unix)]
         "unbacked" => crate::guard::unbacked_role(),
+        #[cfg(windows)]
+        "truncate-file" => truncate_file(),
+        #[cfg(windows)]
+        "hold-producer" => crate::windows::hold_producer(),
+        #[cfg(windows)]
+        "park-word" => crate::windows::park_word(),
+        #[cfg(windows)]
+        other => {
+            eprintln!("unknown role {other}");
+            2
+        }
+        #[cfg(unix)]
         other => crate::liveness::run_role(other).unwrap_or_else(|| {
             eprintln!("unknown role {other}");
             3
@@ -230,6 +256,7 @@ fn corrupt_peer() -> i32 {
                 unsafe { base.add(i).cast::<u64>().write_volatile(next()) };
             }
         }
+        #[cfg(unix)]
         "truncate" => {
             rustix::fs::ftruncate(seg.fd(), 100).expect("ftruncate");
         }
@@ -241,6 +268,7 @@ fn corrupt_peer() -> i32 {
 
 /// Receives a memfd ring over a socket and reads `RING_N` messages; then receives two bad
 /// descriptors and reports how they were refused.
+#[cfg(unix)]
 fn memfd_consumer() -> i32 {
     let sock = std::os::unix::net::UnixStream::connect(env("RING_SOCK")).expect("connect");
     let n: u64 = env("RING_N").parse().expect("RING_N");
@@ -276,6 +304,7 @@ fn memfd_consumer() -> i32 {
 }
 
 /// Creates a named ring, becomes its producer and a consumer, then waits to be killed.
+#[cfg(unix)]
 fn creator() -> i32 {
     let config = ring_core::Config::new(4, 64).with_consumers(1);
     let ring =
@@ -288,6 +317,7 @@ fn creator() -> i32 {
 }
 
 /// The ring the parent made: the file at `RING_PATH` when set, else the named `RING_NAME`.
+#[cfg(unix)]
 fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
     match std::env::var("RING_PATH") {
         Ok(path) => ShmRing::open_file(std::path::Path::new(&path)),
@@ -297,6 +327,7 @@ fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
 
 /// Prints how an endpoint ended (`END truncated=0|1 ...`); exit 0 when the truncation was
 /// reported clearly, 2 otherwise.
+#[cfg(unix)]
 fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
     let truncated = ring.is_truncated();
     let clear = what.contains(ring_os::TRUNCATED)
@@ -314,6 +345,7 @@ fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
 }
 
 /// Publishes as fast as the gating consumer allows until an operation fails.
+#[cfg(unix)]
 fn stream_producer() -> i32 {
     let ring = open_ring().expect("open");
     let mut p = ShmRing::producer(&ring).expect("producer");
@@ -337,6 +369,7 @@ fn stream_producer() -> i32 {
 }
 
 /// Reads (copy-out) until an operation fails; a torn message is a failure.
+#[cfg(unix)]
 fn stream_consumer() -> i32 {
     let ring = open_ring().expect("open");
     match read_until_error(&ring, "END torn", Duration::from_secs(3)) {
@@ -346,6 +379,7 @@ fn stream_consumer() -> i32 {
 }
 
 /// Truncates the parent's ring file to a third of its size, like a careless peer.
+#[cfg(unix)]
 fn truncate_third() -> i32 {
     let path =
         std::env::var("RING_PATH").unwrap_or_else(|_| format!("/dev/shm/{}", name().file_name()));
@@ -356,5 +390,20 @@ fn truncate_third() -> i32 {
     let len = file.metadata().expect("stat").len();
     file.set_len(len / 3).expect("truncate");
     say!("DONE");
+    0
+}
+
+/// Windows: tries to truncate the mapped file segment at `RING_PATH` to 100 bytes; says whether
+/// Windows refused.
+#[cfg(windows)]
+fn truncate_file() -> i32 {
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(env("RING_PATH"))
+        .expect("open");
+    match file.set_len(100) {
+        Err(e) => say!("TRUNCATE REFUSED {e}"),
+        Ok(()) => say!("TRUNCATE DONE"),
+    }
     0
 }

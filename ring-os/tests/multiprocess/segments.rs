@@ -1,12 +1,19 @@
 //! The parent side of the segment scenarios (issue 3, tests 4-6, and stale-segment cleanup).
 
+#[cfg(unix)]
 use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
-use ring_core::{Config, DeliveryClass, Geometry};
-use ring_os::{fdpass, ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing};
+#[cfg(unix)]
+use ring_core::Geometry;
+use ring_core::{Config, DeliveryClass};
+#[cfg(unix)]
+use ring_os::fdpass;
+use ring_os::{ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing};
 
-use crate::support::{field, publish_payloads, unique_name, Child, Unlink};
+#[cfg(unix)]
+use crate::support::{field, publish_payloads};
+use crate::support::{unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -26,23 +33,7 @@ pub fn corrupt() {
         }
         drop(ring);
     }
-    // Truncation: the size check refuses before anything is mapped; the old mapping notices.
-    let name = unique_name("trunc");
-    let _u = Unlink(name.clone());
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
-    peer(&name, "truncate", 0);
-    match ShmRing::open_named(&name) {
-        Err(e @ Error::SizeMismatch { actual: 100, .. }) => println!("  truncated: {e}"),
-        other => panic!("truncation gave {other:?}"),
-    }
-    assert!(matches!(
-        ring.check_len(),
-        Err(Error::Truncated {
-            actual: Some(100),
-            ..
-        })
-    ));
-    drop(ring);
+    truncation(&config);
     // Slot, consumer-table and producer-line garbage under live endpoints: every operation
     // returns (an error or a message) within its timeout.
     let mut outcomes = std::collections::BTreeMap::<String, u32>::new();
@@ -91,6 +82,49 @@ pub fn corrupt() {
     println!("  corrupt slots: {outcomes:?}");
 }
 
+/// Truncation: the size check refuses before anything is mapped; the old mapping notices.
+#[cfg(unix)]
+fn truncation(config: &Config) {
+    let name = unique_name("trunc");
+    let _u = Unlink(name.clone());
+    let ring = ShmRing::create_named(&name, config, CreateOptions::new()).expect("create");
+    peer(&name, "truncate", 0);
+    match ShmRing::open_named(&name) {
+        Err(e @ Error::SizeMismatch { actual: 100, .. }) => println!("  truncated: {e}"),
+        other => panic!("truncation gave {other:?}"),
+    }
+    assert!(matches!(
+        ring.check_len(),
+        Err(Error::Truncated {
+            actual: Some(100),
+            ..
+        })
+    ));
+    drop(ring);
+}
+
+/// Windows: a peer cannot truncate a mapped file segment at all (`ERROR_USER_MAPPED_FILE`), and
+/// a section has no size to change; the ring keeps its length.
+#[cfg(windows)]
+fn truncation(config: &Config) {
+    let path = std::env::temp_dir().join(format!("mp-trunc-{}.ring", std::process::id()));
+    let _ = std::fs::remove_file(&path);
+    let ring = ShmRing::create_file(&path, config, CreateOptions::new()).expect("create");
+    let mut c = Child::spawn(
+        "truncate-file",
+        &[("RING_PATH", path.display().to_string())],
+    );
+    let line = c.expect_line("TRUNCATE", SECS(10));
+    assert!(c.wait(SECS(10)), "peer failed");
+    assert!(line.starts_with("TRUNCATE REFUSED"), "{line}");
+    ring.check_len().expect("the length is intact");
+    let again = ShmRing::open_file(&path).expect("reopen");
+    assert_eq!(again.segment().len(), ring.segment().len());
+    println!("  truncation: {line}");
+    drop((ring, again));
+    let _ = std::fs::remove_file(&path);
+}
+
 /// Runs the corrupt-peer role against `name`.
 fn peer(name: &ring_os::SegmentName, what: &str, seed: u64) {
     let mut c = Child::spawn(
@@ -106,6 +140,7 @@ fn peer(name: &ring_os::SegmentName, what: &str, seed: u64) {
 }
 
 /// Test 5: a creation that cannot be backed returns `NoSpace` and leaves nothing behind.
+#[cfg(unix)]
 pub fn no_space() {
     let vfs = rustix::fs::statvfs("/dev/shm").expect("statvfs /dev/shm");
     let available = vfs.f_bavail * vfs.f_frsize;
@@ -133,6 +168,7 @@ pub fn no_space() {
 
 /// Test 6: a memfd ring passed over a Unix socket to another process works; an unsealed memfd
 /// and a too-small one are refused by the receiver.
+#[cfg(unix)]
 pub fn memfd() {
     let n = 20_000u64;
     let dir = std::env::temp_dir().join(format!("ring-os-mp-{}", std::process::id()));
@@ -194,6 +230,7 @@ pub fn memfd() {
 
 /// Stale segments: a ring whose creator, producer and consumer were all one killed process is
 /// listed as stale and removed by `clean`; a ring with a live owner is kept.
+#[cfg(unix)]
 pub fn stale() {
     let dead_name = unique_name("stale-dead");
     let live_name = unique_name("stale-live");

@@ -1,0 +1,18 @@
+//! Stale segments on Windows: there are none to clean. A section is a kernel object that exists
+//! while some process holds a handle to it and vanishes with the last one, so a ring whose every
+//! participant died is gone; nothing is left in a directory for `ringctl list/clean` to find (the
+//! object namespace is not listed through Win32). File segments stay on disk like any file; a
+//! ring's participants are read from the ring itself ([`Mapping::participants`](crate::Mapping::participants)).
+
+use crate::lock::{Liveness, Role};
+
+/// One role a segment records.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Participant {
+    /// The role.
+    pub role: Role,
+    /// The owner id recorded for it (diagnostic: pid and start-time hash; see [`crate::owner`]).
+    pub owner: u64,
+    /// Whether its role mutex is held.
+    pub liveness: Liveness,
+}

@@ -107,11 +107,18 @@ fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
         let raw = lock._file.as_raw_fd();
         let mut cmd = std::process::Command::new("sleep");
         cmd.arg("30");
-        // SAFETY: `dup2` is async-signal-safe, and `raw` stays open in the parent until after
-        // `spawn` returns.
+        // SAFETY: `dup2` and `fcntl` are async-signal-safe, and `raw` stays open in the parent
+        // until after `spawn` returns.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::dup2(raw, 3) < 0 {
+                // `dup2(3, 3)` is a no-op that keeps the close-on-exec flag: when the lock's
+                // descriptor already is 3, clear the flag instead, or the child holds nothing.
+                let ok = if raw == 3 {
+                    libc::fcntl(3, libc::F_SETFD, 0) >= 0
+                } else {
+                    libc::dup2(raw, 3) >= 0
+                };
+                if !ok {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())

@@ -48,6 +48,14 @@ for crate in "${mutable[@]}"; do
     rm -rf "$work/$crate.orig"
     cp -a "$src/$crate" "$work/$crate.orig"
 done
+# Leave the scratch copy unmutated when we exit, however we exit: a test run there afterwards
+# must test the code, not whichever mutant happened to be applied last.
+restore() {
+    for crate in "${mutable[@]}"; do
+        rm -rf "${src:?}/$crate" && cp -a "$work/$crate.orig" "$src/$crate"
+    done
+}
+trap restore EXIT
 
 run_layer() {
     local layer=$1 name=${1%%=*} arg=
@@ -97,9 +105,7 @@ while IFS= read -r line; do
     id=$(awk -F' ;; ' '{print $1}' <<<"$line")
     [[ $id =~ $filter ]] || continue
     total=$((total + 1))
-    for crate in "${mutable[@]}"; do
-        rm -rf "${src:?}/$crate" && cp -a "$work/$crate.orig" "$src/$crate"
-    done
+    restore
     if ! python3 - "$src" "$line" <<'EOF'
 import sys
 src, line = sys.argv[1], sys.argv[2]

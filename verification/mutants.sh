@@ -43,6 +43,9 @@ rm -rf "$src"
 mkdir -p "$src"
 # Everything cargo needs to load the workspace; no target, no git, no fuzz (excluded).
 tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -C "$src" -xf -
+# Read the list from the copy: the loop reads it line by line while it runs, and an edit of the
+# real list meanwhile would shift what it reads (lines run twice or skipped).
+list="$src/verification/mutants.txt"
 mutable=(ring-core ring-os)
 for crate in "${mutable[@]}"; do
     rm -rf "$work/$crate.orig"

@@ -313,8 +313,16 @@ fn take_over_hands_back_a_half_written_slot() {
     });
 }
 
-/// A loom atomic the tests use for a consumer's (or registrant's) own work, outside the ring.
+/// A consumer's (or registrant's) own work, outside the ring: a loom atomic it sets to
+/// [`STARTED`] when its thread starts and to [`FINISHED`] when the work is done; the producer
+/// must see [`FINISHED`] once the ring tells it the work is over.
+///
+/// Why two stores: loom never offers a thread, after it yields, a store it had seen before the
+/// yield (here the initial 0, which the main thread created), so the stale value the producer
+/// could wrongly read must be a store of the worker's own: [`STARTED`].
 type Work = Arc<loom::sync::atomic::AtomicU64>;
+const STARTED: u64 = 1;
+const FINISHED: u64 = 2;
 
 fn work() -> Work {
     Arc::new(loom::sync::atomic::AtomicU64::new(0))
@@ -341,11 +349,13 @@ fn drained_after_consume_orders_the_consumers_work() {
         let w = work();
         let done = w.clone();
         let t = thread::spawn(move || {
+            // Relaxed (both stores): the ring is what must order them before the return.
+            done.store(STARTED, Ordering::Relaxed);
             let m = c.try_pin().unwrap();
             let mut a = [0u8; 16];
             m.copy_to(&mut a);
-            // Relaxed: the ring is what must order it before the producer's return.
-            done.store(u64::from(a[0]), Ordering::Relaxed);
+            assert_eq!(a, [0xA0; 16]);
+            done.store(FINISHED, Ordering::Relaxed);
             drop(m);
             c
         });
@@ -354,7 +364,7 @@ fn drained_after_consume_orders_the_consumers_work() {
             // Relaxed: ordered (or not) by the ring's cursor pair.
             assert_eq!(
                 w.load(Ordering::Relaxed),
-                0xA0,
+                FINISHED,
                 "drained, but the consumer's work is not visible"
             );
         }
@@ -377,8 +387,9 @@ fn drained_after_leave_orders_the_consumers_work() {
         let w = work();
         let done = w.clone();
         let t = thread::spawn(move || {
-            // Relaxed: the ring is what must order it before the producer's return.
-            done.store(1, Ordering::Relaxed);
+            // Relaxed (both stores): the ring is what must order them before the return.
+            done.store(STARTED, Ordering::Relaxed);
+            done.store(FINISHED, Ordering::Relaxed);
             // Leaves with message 0 unread.
             drop(c);
         });
@@ -387,7 +398,7 @@ fn drained_after_leave_orders_the_consumers_work() {
             // Relaxed: ordered (or not) by FREE's Release / the scan's Acquire.
             assert_eq!(
                 w.load(Ordering::Relaxed),
-                1,
+                FINISHED,
                 "drained by a leaving consumer, but its work is not visible"
             );
         }
@@ -408,8 +419,9 @@ fn counted_consumer_orders_the_registrants_work() {
         let w = work();
         let (done, s2) = (w.clone(), s.clone());
         let t = thread::spawn(move || {
-            // Relaxed: the ring is what must order it before the producer's count.
-            done.store(1, Ordering::Relaxed);
+            // Relaxed (both stores): the ring is what must order them before the count.
+            done.store(STARTED, Ordering::Relaxed);
+            done.store(FINISHED, Ordering::Relaxed);
             Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap()
         });
         thread::yield_now();
@@ -417,7 +429,7 @@ fn counted_consumer_orders_the_registrants_work() {
             // Relaxed: ordered (or not) by the `ready` pair.
             assert_eq!(
                 w.load(Ordering::Relaxed),
-                1,
+                FINISHED,
                 "counted a consumer whose earlier work is not visible"
             );
         }
@@ -486,3 +498,4 @@ fn take_over_after_death_before_the_publish_fence_loses_nothing() {
         );
     });
 }
+

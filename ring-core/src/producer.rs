@@ -471,8 +471,9 @@ impl<M: Memory> Producer<M> {
     /// all"). Returns false when `wait`'s bound ran out first.
     ///
     /// A true return happens after the consumption (or the departure) of every gating consumer
-    /// that was registered when the call began: what such a consumer did before it consumed
-    /// the last message or left (work on a pinned message, say) is visible after the return.
+    /// whose registration happened before the call: what such a consumer did before it
+    /// consumed the last message or left (work on a pinned message, say) is visible after the
+    /// return.
     /// Its Release cursor store (or FREE store, when it leaves) pairs with the Acquire loads of
     /// the gating scan.
     pub fn wait_drained<W: WaitStrategy>(&mut self, wait: &mut W) -> bool {

@@ -498,4 +498,3 @@ fn take_over_after_death_before_the_publish_fence_loses_nothing() {
         );
     });
 }
-

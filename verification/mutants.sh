@@ -142,10 +142,16 @@ EOF
         if ! (cd "$src" && run_layer "$layer") >"$log/$id.$layer.log" 2>&1; then
             # A mutant that does not compile proves nothing: report it as broken.
             # (rustc's hard errors carry a code, E0xxx; lint failures and test failures do not.)
+            # Nor does a layer that could not run (a tool missing, say): caught means a test
+            # failed (libtest's FAILED, or a test process that died: a Miri error, an abort)
+            # or clippy refused the code.
             if grep -q "^error\[E[0-9]*\]" "$log/$id.$layer.log"; then
                 verdict="BROKEN (does not compile, see $log/$id.$layer.log)"
-            else
+            elif grep -qE "test result: FAILED|process didn't exit successfully|could not compile .* due to [0-9]+ previous error" \
+                "$log/$id.$layer.log"; then
                 verdict="caught by $layer"
+            else
+                verdict="BROKEN (layer $layer did not run, see $log/$id.$layer.log)"
             fi
             break
         fi

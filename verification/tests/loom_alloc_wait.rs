@@ -128,7 +128,7 @@ fn reader_never_sees_a_half_published_allocation() {
         let dry = region(64, 1);
         let want = cycle(&mut Allocator::init(&dry, cfg).unwrap());
         let words = region(64, 1);
-        drop(Allocator::init(&words, cfg).unwrap());
+        Allocator::init(&words, cfg).unwrap();
         let w2 = words.clone();
         let t = thread::spawn(move || {
             assert_eq!(cycle(&mut Allocator::attach(&w2).unwrap()), want);

@@ -467,7 +467,7 @@ fn take_over_after_death_before_the_publish_fence_loses_nothing() {
             hdr.len.store(16, Ordering::Relaxed);
             hdr.meta[0].store(0, Ordering::Relaxed);
             hdr.meta[1].store(0, Ordering::Relaxed);
-            hdr.stamp.store(2 * 1 + 2, Ordering::Release);
+            hdr.stamp.store(4, Ordering::Release); // 2 * seq + 2, seq 1
             hdr.state
                 .fetch_and(!ring_core::layout::WRITER, Ordering::Release);
             s.producer_line().head.store(2, Ordering::Release);

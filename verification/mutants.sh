@@ -43,11 +43,22 @@ rm -rf "$src"
 mkdir -p "$src"
 # Everything cargo needs to load the workspace; no target, no git, no fuzz (excluded).
 tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | tar -C "$src" -xf -
+# Read the list from the copy: the loop reads it line by line while it runs, and an edit of the
+# real list meanwhile would shift what it reads (lines run twice or skipped).
+list="$src/verification/mutants.txt"
 mutable=(ring-core ring-os)
 for crate in "${mutable[@]}"; do
     rm -rf "$work/$crate.orig"
     cp -a "$src/$crate" "$work/$crate.orig"
 done
+# Leave the scratch copy unmutated when we exit, however we exit: a test run there afterwards
+# must test the code, not whichever mutant happened to be applied last.
+restore() {
+    for crate in "${mutable[@]}"; do
+        rm -rf "${src:?}/$crate" && cp -a "$work/$crate.orig" "$src/$crate"
+    done
+}
+trap restore EXIT
 
 run_layer() {
     local layer=$1 name=${1%%=*} arg=
@@ -97,9 +108,7 @@ while IFS= read -r line; do
     id=$(awk -F' ;; ' '{print $1}' <<<"$line")
     [[ $id =~ $filter ]] || continue
     total=$((total + 1))
-    for crate in "${mutable[@]}"; do
-        rm -rf "${src:?}/$crate" && cp -a "$work/$crate.orig" "$src/$crate"
-    done
+    restore
     if ! python3 - "$src" "$line" <<'EOF'
 import sys
 src, line = sys.argv[1], sys.argv[2]
@@ -133,10 +142,16 @@ EOF
         if ! (cd "$src" && run_layer "$layer") >"$log/$id.$layer.log" 2>&1; then
             # A mutant that does not compile proves nothing: report it as broken.
             # (rustc's hard errors carry a code, E0xxx; lint failures and test failures do not.)
+            # Nor does a layer that could not run (a tool missing, say): caught means a test
+            # failed (libtest's FAILED, or a test process that died: a Miri error, an abort)
+            # or clippy refused the code.
             if grep -q "^error\[E[0-9]*\]" "$log/$id.$layer.log"; then
                 verdict="BROKEN (does not compile, see $log/$id.$layer.log)"
-            else
+            elif grep -qE "test result: FAILED|process didn't exit successfully|could not compile .* due to [0-9]+ previous error" \
+                "$log/$id.$layer.log"; then
                 verdict="caught by $layer"
+            else
+                verdict="BROKEN (layer $layer did not run, see $log/$id.$layer.log)"
             fi
             break
         fi

@@ -560,8 +560,10 @@ impl<M: Memory> Consumer<M> {
         let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours to write.
         };
-        // Release: pairs with the producer's Acquire cursor load in its gating scan: our reads of
-        // `seq` happen before it overwrites the slot.
+        // Release: pairs with the producer's Acquire cursor load in its gating scan, so that a
+        // `wait_drained` that sees this cursor returns after our reads of `seq` (and whatever we
+        // did while it was pinned). The overwrite of the slot is ordered by the unpin (pins) or
+        // refused by the seqlock re-check (copies) already.
         e.cursor.store(seq + 1, Ordering::Release);
         // Relaxed: statistics for inspection.
         e.received.store(self.received, Ordering::Relaxed);
@@ -690,7 +692,8 @@ impl<M: Memory> Drop for Consumer<M> {
         // Relaxed: the entry is about to be free; FREE below (Release) orders it.
         e.ready.store(0, Ordering::Relaxed);
         // Release: pairs with the producer's Acquire state load: our reads are done before the
-        // entry stops gating the producer.
+        // entry stops gating the producer, and a `wait_drained` that sees FREE returns after
+        // everything we did.
         e.state.store(CONSUMER_FREE, Ordering::Release);
         // Release: pairs with the next registrant's Acquire owner CAS (which then sees FREE).
         e.owner.store(0, Ordering::Release);

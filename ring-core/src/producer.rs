@@ -299,7 +299,9 @@ impl<M: Memory> Producer<M> {
                 // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
                 // the states. Either we see it ACTIVE, or it saw our `head` and starts at or
                 // after `seq`, so overwriting `seq - n` cannot lose anything it will read.
-                // (Publish runs the same fence after its `head` store; `fenced` skips a second.)
+                // (Publish runs the same fence after its `head` store; `fenced` skips a second.
+                // After a start it is needed even though every publish fences: the predecessor
+                // may have died between its last `head` store and that fence.)
                 fence(Ordering::SeqCst);
                 self.fenced = true;
             }
@@ -467,6 +469,13 @@ impl<M: Memory> Producer<M> {
 
     /// Waits until every active gating consumer has consumed everything published (an "ack
     /// all"). Returns false when `wait`'s bound ran out first.
+    ///
+    /// A true return happens after the consumption (or the departure) of every gating consumer
+    /// whose registration happened before the call: what such a consumer did before it
+    /// consumed the last message or left (work on a pinned message, say) is visible after the
+    /// return.
+    /// Its Release cursor store (or FREE store, when it leaves) pairs with the Acquire loads of
+    /// the gating scan.
     pub fn wait_drained<W: WaitStrategy>(&mut self, wait: &mut W) -> bool {
         let drained = |p: &Self| p.lowest_gating_cursor().0 >= p.head;
         loop {
@@ -487,8 +496,10 @@ impl<M: Memory> Producer<M> {
         (0..self.mem.geometry().consumers())
             .filter(|&i| {
                 let e = self.mem.consumer_entry(i);
-                // Acquire: pairs with the consumer's Release store of `ready` after its final
-                // cursor store. Relaxed state: the entry is ours to count only while ACTIVE.
+                // Acquire: pairs with the consumer's `ready` store (and the SeqCst fence of its
+                // registration before it, a release fence), so what it did before registering
+                // is visible once it is counted. Relaxed state: the entry is ours to count only
+                // while ACTIVE.
                 e.ready.load(Ordering::Acquire) == 1
                     && e.state.load(Ordering::Relaxed) == CONSUMER_ACTIVE
             })
@@ -497,6 +508,9 @@ impl<M: Memory> Producer<M> {
 
     /// Waits until at least `n` consumers are ready (see
     /// [`ready_consumers`](Self::ready_consumers)); false when `wait`'s bound ran out first.
+    /// What a counted consumer's thread did before it registered happens before a true return
+    /// (its registration's SeqCst fence, then its `ready` store, pairs with the Acquire `ready`
+    /// load here).
     ///
     /// # Examples
     ///
@@ -527,12 +541,14 @@ impl<M: Memory> Producer<M> {
         for i in 0..self.mem.geometry().consumers() {
             let e = self.mem.consumer_entry(i);
             // Acquire: pairs with the consumer's Release store of ACTIVE, so its cursor store
-            // before that is visible below. Relaxed class: written before ACTIVE.
+            // before that is visible below, and with its Release store of FREE when it leaves
+            // (`wait_drained` returns after what it did). Relaxed class: written before ACTIVE.
             if e.state.load(Ordering::Acquire) == CONSUMER_ACTIVE
                 && e.class.load(Ordering::Relaxed) == DeliveryClass::Gating as u32
             {
                 // Acquire: pairs with the consumer's Release cursor store after it finished
-                // reading, so its reads of message `cursor - 1` happen before we overwrite it.
+                // reading, so its reads of message `cursor - 1` (and its work while it held the
+                // pin) happen before a `wait_drained` that sees the cursor returns.
                 let cursor = e.cursor.load(Ordering::Acquire);
                 if cursor < lowest.0 {
                     lowest = (cursor, i);

@@ -11,7 +11,7 @@ use loom::thread;
 use ring_core::sync::Ordering;
 use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, OwnerId,
-    Producer, ReadError,
+    Producer, ReadError, Spin,
 };
 use std::sync::Arc;
 
@@ -25,9 +25,17 @@ fn config(slots: u32, consumers: u32) -> Config {
 
 /// `loom::model` with room for the segment's initialisation (see `loom_ring.rs`).
 fn model<F: Fn() + Sync + Send + 'static>(f: F) {
+    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
     let mut b = loom::model::Builder::new();
     b.max_branches = 1_000_000;
-    b.check(f);
+    let runs = Arc::new(AtomicUsize::new(0));
+    let counted = runs.clone();
+    b.check(move || {
+        counted.fetch_add(1, Relaxed);
+        f();
+    });
+    // Shown with `--nocapture`: how many executions loom explored.
+    eprintln!("loom explored {} executions", runs.load(Relaxed));
 }
 
 /// Registration into an entry its previous holder is freeing (`Consumer::drop`: FREE, then the
@@ -267,14 +275,19 @@ fn close_after_publish_loses_nothing() {
 /// The reader sees the old message whole or is refused, never the half-written bytes: the
 /// take-over hands the slot back with a Release clear of WRITER, and the reader's Acquire pin
 /// pairs with it and then sees the dead producer's odd stamp. With a Relaxed clear nothing
-/// orders the odd stamp (written in another thread) before the pin.
+/// orders the odd stamp (written in another thread) before the pin, and loom lets the pin read
+/// the old even stamp and then the half-written word (mutant `takeover-writer-release`).
+///
+/// The reader registers before message 0 is published, so message 0 is its to read (a reader
+/// registered after it starts at head 1 and only ever reads `Empty`: the model's first version
+/// did that and could not fail).
 #[test]
 fn take_over_hands_back_a_half_written_slot() {
     model(|| {
         let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
         let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
         let reader = thread::spawn(move || {
             thread::yield_now();
             if let Ok(m) = c.try_pin() {
@@ -297,5 +310,191 @@ fn take_over_hands_back_a_half_written_slot() {
         // The reader is gone: the slot is the new producer's.
         let head = new.published();
         assert_eq!(new.try_publish(&[0xA2; 16]), Ok(head));
+    });
+}
+
+/// A consumer's (or registrant's) own work, outside the ring: a loom atomic it sets to
+/// [`STARTED`] when its thread starts and to [`FINISHED`] when the work is done; the producer
+/// must see [`FINISHED`] once the ring tells it the work is over.
+///
+/// Why two stores: loom never offers a thread, after it yields, a store it had seen before the
+/// yield (here the initial 0, which the main thread created), so the stale value the producer
+/// could wrongly read must be a store of the worker's own: [`STARTED`].
+type Work = Arc<loom::sync::atomic::AtomicU64>;
+const STARTED: u64 = 1;
+const FINISHED: u64 = 2;
+
+fn work() -> Work {
+    Arc::new(loom::sync::atomic::AtomicU64::new(0))
+}
+
+/// `wait_drained` is an "ack all": when it returns true, whatever a gating consumer did before
+/// it consumed the last message (here, work done while the message was pinned) happens before
+/// the return. The consumer's Release cursor store (`advance`, after the unpin) pairs with the
+/// producer's Acquire cursor load in its gating scan; the unpin's own Release pairs only with a
+/// claim CAS, which `wait_drained` never runs. Weakening either side of the cursor pair lets
+/// the producer see the new cursor and still read the work's old value (mutants
+/// `advance-cursor-release`, `gating-cursor-acquire`).
+///
+/// The producer yields first (loom runs the main thread first) so that the consumer's stores
+/// exist when it loads; its wait has no budget, so it never parks (a park's Acquire load of the
+/// drain word could synchronise by another path).
+#[test]
+fn drained_after_consume_orders_the_consumers_work() {
+    model(|| {
+        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
+        let w = work();
+        let done = w.clone();
+        let t = thread::spawn(move || {
+            // Relaxed (both stores): the ring is what must order them before the return.
+            done.store(STARTED, Ordering::Relaxed);
+            let m = c.try_pin().unwrap();
+            let mut a = [0u8; 16];
+            m.copy_to(&mut a);
+            assert_eq!(a, [0xA0; 16]);
+            done.store(FINISHED, Ordering::Relaxed);
+            drop(m);
+            c
+        });
+        thread::yield_now();
+        if p.wait_drained(&mut Spin::new(0)) {
+            // Relaxed: ordered (or not) by the ring's cursor pair.
+            assert_eq!(
+                w.load(Ordering::Relaxed),
+                FINISHED,
+                "drained, but the consumer's work is not visible"
+            );
+        }
+        drop(t.join().unwrap());
+    });
+}
+
+/// `wait_drained` returns true when the last gating consumer leaves: what it did before it left
+/// happens before the return. `Consumer::drop`'s Release store of FREE pairs with the gating
+/// scan's Acquire state load; weakening either lets the producer skip the freed entry and still
+/// read the consumer's work's old value (mutants `drop-free-release`, `gating-state-acquire`).
+/// Set up as `drained_after_consume_orders_the_consumers_work`.
+#[test]
+fn drained_after_leave_orders_the_consumers_work() {
+    model(|| {
+        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
+        let w = work();
+        let done = w.clone();
+        let t = thread::spawn(move || {
+            // Relaxed (both stores): the ring is what must order them before the return.
+            done.store(STARTED, Ordering::Relaxed);
+            done.store(FINISHED, Ordering::Relaxed);
+            // Leaves with message 0 unread.
+            drop(c);
+        });
+        thread::yield_now();
+        if p.wait_drained(&mut Spin::new(0)) {
+            // Relaxed: ordered (or not) by FREE's Release / the scan's Acquire.
+            assert_eq!(
+                w.load(Ordering::Relaxed),
+                FINISHED,
+                "drained by a leaving consumer, but its work is not visible"
+            );
+        }
+        t.join().unwrap();
+    });
+}
+
+/// `wait_for_consumers` counts a subscriber only once its start point is final, and what the
+/// subscriber did before it registered happens before the count: the registration's SeqCst
+/// fence (a release fence) before its Relaxed-or-Release `ready` store pairs with the Acquire
+/// `ready` load in `ready_consumers`. Weakening that load lets the producer count the consumer
+/// and still read the work's old value (mutant `ready-acquire`).
+#[test]
+fn counted_consumer_orders_the_registrants_work() {
+    model(|| {
+        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let w = work();
+        let (done, s2) = (w.clone(), s.clone());
+        let t = thread::spawn(move || {
+            // Relaxed (both stores): the ring is what must order them before the count.
+            done.store(STARTED, Ordering::Relaxed);
+            done.store(FINISHED, Ordering::Relaxed);
+            Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap()
+        });
+        thread::yield_now();
+        if p.wait_for_consumers(1, &mut Spin::new(0)) {
+            // Relaxed: ordered (or not) by the `ready` pair.
+            assert_eq!(
+                w.load(Ordering::Relaxed),
+                FINISHED,
+                "counted a consumer whose earlier work is not visible"
+            );
+        }
+        drop(t.join().unwrap());
+    });
+}
+
+/// A producer dies right after a publish's `head` store, before the publish's SeqCst fence (a
+/// SIGKILL can land there), and a new producer takes over while a gating consumer registers.
+/// The dead producer's fence never ran, so the registration handshake rests on the new
+/// producer's fence before its first gating scan: either it sees the consumer ACTIVE (and is
+/// held back), or the consumer's `head` load after its own fence sees the dead producer's last
+/// head. Without that first-claim fence (mutant `first-claim-fence`) it is the store-buffering
+/// pattern with one fence: the consumer starts at the stale head 1 while the new producer's
+/// scan misses it and overwrites message 1 in the one slot, and a gating consumer loses it.
+///
+/// The death is emulated in the main thread (sequenced before the take-over, like a join): a
+/// claim of message 1, its payload, and exactly the stores `WriteSlot::publish` makes up to and
+/// including `head`, then the handles are leaked.
+#[test]
+fn take_over_after_death_before_the_publish_fence_loses_nothing() {
+    model(|| {
+        let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
+        let mut dead = Producer::new(s.clone(), id(1)).unwrap();
+        assert_eq!(dead.try_publish(&[0xA0; 16]), Ok(0));
+        let s2 = s.clone();
+        let t = thread::spawn(move || Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap());
+        {
+            let mut slot = dead.try_claim().unwrap();
+            assert_eq!(slot.seq(), 1);
+            slot.write(&[0xA1; 16]).unwrap();
+            std::mem::forget(slot);
+            // `WriteSlot::publish`'s stores, in its order and orderings, up to `head`.
+            let hdr = s.slot_header(0);
+            hdr.len.store(16, Ordering::Relaxed);
+            hdr.meta[0].store(0, Ordering::Relaxed);
+            hdr.meta[1].store(0, Ordering::Relaxed);
+            hdr.stamp.store(4, Ordering::Release); // 2 * seq + 2, seq 1
+            hdr.state
+                .fetch_and(!ring_core::layout::WRITER, Ordering::Release);
+            s.producer_line().head.store(2, Ordering::Release);
+            std::mem::forget(dead);
+        }
+        // SAFETY: the dead producer's handles were leaked: it makes no more calls.
+        let mut new = unsafe { Producer::take_over(s.clone(), id(3), id(1)) }.unwrap();
+        match new.try_publish(&[0xA2; 16]) {
+            Ok(seq) => assert_eq!(seq, 2),
+            // Held back by the consumer (it starts at 1, or its provisional cursor is 1).
+            Err(ClaimError::Full { .. }) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        let mut c = t.join().unwrap();
+        let start = c.cursor();
+        let mut buf = [0u8; 16];
+        loop {
+            match c.try_copy(&mut buf) {
+                Ok(got) => assert_eq!(buf, [0xA0 + got.seq as u8; 16], "message torn"),
+                Err(ReadError::Empty) => break,
+                Err(e) => panic!("unexpected {e}"),
+            }
+        }
+        assert_eq!(
+            c.missed(),
+            0,
+            "a gating consumer that started at {start} lost a message to the new producer"
+        );
     });
 }

@@ -22,6 +22,8 @@ use crate::frame::FrameSize;
                                                  the same through a sealed memfd (nothing in /dev/shm)
   ringctl inspect cam --watch                    live view of a ring
   ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
+  ringctl bridge out cam --key robot/cam & ringctl bridge in robot/cam cam2 --slot-size 1920x1080
+                                                 a ring onto Zenoh and back (tcp/127.0.0.1:7447)
 
 Exit status: 0 success, 1 an integrity check failed (demo), 2 error, 130 interrupted."
 )]
@@ -65,6 +67,9 @@ pub enum Command {
     Pub(PubArgs),
     /// Write a ring's messages to stdout until its producer closes it.
     Sub(SubArgs),
+    /// Bridge a ring onto Zenoh (`out`) or a Zenoh key into a ring (`in`); see docs/BRIDGE.md.
+    #[command(subcommand)]
+    Bridge(crate::bridge::BridgeCommand),
     /// Internal: the demo's producer process.
     #[command(name = "__demo-producer", hide = true)]
     DemoProducer(ProducerArgs),

@@ -147,6 +147,9 @@ pub struct BridgeIn {
     subscriber: zenoh::pubsub::Subscriber<()>,
     /// The current sending bridge's epoch and the origin sequence number expected next.
     expected: Option<(u64, u64)>,
+    /// The ring had messages before this bridge took it over (a restarted bridge): what its
+    /// predecessor wrote last is unknown, so the first sample's gap is not counted.
+    resumed: bool,
     stats: InStats,
 }
 
@@ -194,8 +197,10 @@ impl BridgeIn {
                 .wait()
                 .map_err(zenoh("declaring the subscriber"))?
         };
+        let resumed = publisher.sent() > 0;
         Ok(Self {
             publisher,
+            resumed,
             capacity: slot_size,
             inbox,
             subscriber,
@@ -295,12 +300,17 @@ impl BridgeIn {
             Some((_, next)) => {
                 // A new sending bridge. On the same origin ring its sequence numbers go on, and
                 // what was published while no bridge read it is a gap; lower numbers mean a new
-                // origin ring, whose stream starts afresh.
+                // origin ring, whose stream starts afresh at the bridge's start.
                 self.stats.resumes += 1;
-                if h.seq >= next {
-                    self.stats.missed += h.seq - next;
-                }
+                self.stats.missed += if h.seq >= next {
+                    h.seq - next
+                } else {
+                    h.seq - h.start
+                };
             }
+            // The first sample: what the sending bridge read before it did not arrive (unless
+            // a predecessor of this bridge may have written it).
+            None if !self.resumed => self.stats.missed += h.seq - h.start,
             None => {}
         }
         if h.kind == Kind::Data {

@@ -92,6 +92,8 @@ pub struct BridgeOut {
     epoch: u64,
     /// The origin ring's next sequence number as far as this bridge knows.
     next_seq: u64,
+    /// Where this bridge started reading the origin ring (known from its first message).
+    start: Option<u64>,
     stats: OutStats,
 }
 
@@ -157,6 +159,7 @@ impl BridgeOut {
             class,
             epoch: new_epoch(),
             next_seq: 0,
+            start: None,
             stats: OutStats::default(),
         })
     }
@@ -227,6 +230,10 @@ impl BridgeOut {
                     pinned.missed(),
                     pinned.meta(),
                 );
+                let start = *self
+                    .start
+                    .get_or_insert(pinned.seq().saturating_sub(pinned.missed()));
+                header.start = start;
                 // A slot holds at most u32::MAX bytes (the ring's geometry is u32).
                 header.len = u32::try_from(pinned.len()).unwrap_or(u32::MAX);
                 let data = pinned.bytes().to_vec();
@@ -263,6 +270,7 @@ impl BridgeOut {
         let header = Header {
             kind,
             code,
+            start: self.start.unwrap_or(self.next_seq),
             ..Header::data(self.class, self.epoch, self.next_seq, 0, [0; 2])
         };
         self.control

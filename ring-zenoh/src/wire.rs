@@ -1,7 +1,7 @@
 //! The bridge's wire header: what travels with every payload as the Zenoh sample's attachment.
 //!
 //! The payload itself is the ring message's bytes, unchanged (a plain Zenoh subscriber in any
-//! language sees the frame as is). The attachment is this fixed 56-byte, little-endian header
+//! language sees the frame as is). The attachment is this fixed 64-byte, little-endian header
 //! (`docs/BRIDGE.md` has the table):
 //!
 //! | offset | size | field | valid values |
@@ -15,9 +15,10 @@
 //! | 16 | 8 | seq | the message's sequence number in the origin ring |
 //! | 24 | 8 | missed | messages the sending bridge skipped just before this one |
 //! | 32 | 16 | meta | the message's two metadata words |
-//! | 48 | 4 | len | payload length in bytes (must equal the sample's payload length) |
-//! | 52 | 2 | code | abort code (kind 2), else 0 |
-//! | 54 | 2 | reserved | 0 |
+//! | 48 | 8 | start | the origin sequence number the sending bridge started reading at (≤ seq) |
+//! | 56 | 4 | len | payload length in bytes (must equal the sample's payload length) |
+//! | 60 | 2 | code | abort code (kind 2), else 0 |
+//! | 62 | 2 | reserved | 0 |
 //!
 //! The far side treats the attachment as untrusted input: [`Header::decode`] checks every field
 //! and returns a [`WireError`], never panics, never allocates.
@@ -31,7 +32,7 @@ pub const MAGIC: [u8; 4] = *b"SRZB";
 /// The header version this crate writes and accepts.
 pub const VERSION: u8 = 1;
 /// Bytes in a version-1 header.
-pub const HEADER_LEN: usize = 56;
+pub const HEADER_LEN: usize = 64;
 
 /// What a sample carries.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +60,9 @@ pub struct Header {
     pub missed: u64,
     /// The message's two metadata words.
     pub meta: [u64; 2],
+    /// The origin sequence number the sending bridge started reading at: what lies between
+    /// it and the first `seq` a receiver sees was not forwarded.
+    pub start: u64,
     /// Payload length in bytes.
     pub len: u32,
     /// Abort code (kind [`Kind::Abort`]); 0 otherwise.
@@ -136,6 +140,7 @@ impl Header {
             seq,
             missed,
             meta,
+            start: seq.saturating_sub(missed),
             len: 0,
             code: 0,
         }
@@ -158,8 +163,9 @@ impl Header {
         b[24..32].copy_from_slice(&self.missed.to_le_bytes());
         b[32..40].copy_from_slice(&self.meta[0].to_le_bytes());
         b[40..48].copy_from_slice(&self.meta[1].to_le_bytes());
-        b[48..52].copy_from_slice(&self.len.to_le_bytes());
-        b[52..54].copy_from_slice(&self.code.to_le_bytes());
+        b[48..56].copy_from_slice(&self.start.to_le_bytes());
+        b[56..60].copy_from_slice(&self.len.to_le_bytes());
+        b[60..62].copy_from_slice(&self.code.to_le_bytes());
         b
     }
 
@@ -204,15 +210,20 @@ impl Header {
             2 => DeliveryClass::SkipOnLag,
             _ => return Err(WireError::Field("class")),
         };
-        if b[7] != 0 || b[54] != 0 || b[55] != 0 {
+        if b[7] != 0 || b[62] != 0 || b[63] != 0 {
             return Err(WireError::Field("reserved"));
         }
         let epoch = u64_at(b, 8);
         if epoch == 0 {
             return Err(WireError::Field("epoch"));
         }
-        let len = u32::from_le_bytes([b[48], b[49], b[50], b[51]]);
-        let code = u16::from_le_bytes([b[52], b[53]]);
+        let seq = u64_at(b, 16);
+        let start = u64_at(b, 48);
+        if start > seq {
+            return Err(WireError::Field("start"));
+        }
+        let len = u32::from_le_bytes([b[56], b[57], b[58], b[59]]);
+        let code = u16::from_le_bytes([b[60], b[61]]);
         if kind != Kind::Abort && code != 0 {
             return Err(WireError::Field("code"));
         }
@@ -229,9 +240,10 @@ impl Header {
             kind,
             class,
             epoch,
-            seq: u64_at(b, 16),
+            seq,
             missed: u64_at(b, 24),
             meta: [u64_at(b, 32), u64_at(b, 40)],
+            start,
             len,
             code,
         })
@@ -287,8 +299,9 @@ mod tests {
         assert_eq!(bad(5, 3), Err(WireError::Field("kind")));
         assert_eq!(bad(6, 3), Err(WireError::Field("class")));
         assert_eq!(bad(7, 1), Err(WireError::Field("reserved")));
-        assert_eq!(bad(55, 1), Err(WireError::Field("reserved")));
-        assert_eq!(bad(52, 1), Err(WireError::Field("code")));
+        assert_eq!(bad(63, 1), Err(WireError::Field("reserved")));
+        assert_eq!(bad(60, 1), Err(WireError::Field("code")));
+        assert_eq!(bad(48, 0xff), Err(WireError::Field("start")));
         let mut zero_epoch = good;
         zero_epoch[8..16].fill(0);
         assert_eq!(
@@ -296,8 +309,8 @@ mod tests {
             Err(WireError::Field("epoch"))
         );
         assert_eq!(
-            Header::decode(&good[..55], 1234),
-            Err(WireError::Length(55))
+            Header::decode(&good[..63], 1234),
+            Err(WireError::Length(63))
         );
         assert_eq!(
             Header::decode(&good, 1233),

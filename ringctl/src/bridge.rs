@@ -196,8 +196,8 @@ fn out(args: &OutArgs) -> Result<bool> {
     let session = zenoh_options(&args.zenoh, true)
         .open()
         .map_err(bridge_err)?;
-    let mut bridge = BridgeOut::new(&session, &ring, &args.key, args.class.delivery())
-        .map_err(bridge_err)?;
+    let mut bridge =
+        BridgeOut::new(&session, &ring, &args.key, args.class.delivery()).map_err(bridge_err)?;
     println!(
         "ready out {} -> {} class {} epoch {:016x}",
         args.ring,

@@ -164,7 +164,10 @@ mod tests {
             "false"
         );
         assert!(!c.get_json("listen/endpoints").expect("key").contains("tcp"));
-        assert!(!c.get_json("connect/endpoints").expect("key").contains("tcp"));
+        assert!(!c
+            .get_json("connect/endpoints")
+            .expect("key")
+            .contains("tcp"));
         assert_eq!(c.get_json("mode").expect("key"), "\"peer\"");
     }
 

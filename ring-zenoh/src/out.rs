@@ -24,7 +24,7 @@ pub struct OutStats {
     pub missed: u64,
     /// Payload bytes published.
     pub bytes: u64,
-    /// Times the bridge stopped reading because no subscriber matched the key.
+    /// Times the bridge stopped reading because the key's last matching subscriber went away.
     pub paused: u64,
 }
 
@@ -94,6 +94,8 @@ pub struct BridgeOut {
     next_seq: u64,
     /// Where this bridge started reading the origin ring (known from its first message).
     start: Option<u64>,
+    /// Whether the last step found a matching subscriber.
+    was_matched: bool,
     stats: OutStats,
 }
 
@@ -160,6 +162,7 @@ impl BridgeOut {
             epoch: new_epoch(),
             next_seq: 0,
             start: None,
+            was_matched: false,
             stats: OutStats::default(),
         })
     }
@@ -217,10 +220,13 @@ impl BridgeOut {
     /// subscriber evicted); [`BridgeError::Zenoh`] when a put fails.
     pub fn step(&mut self, timeout: Duration) -> Result<Option<End>, BridgeError> {
         if !self.matching.get() {
-            self.stats.paused += 1;
+            if core::mem::take(&mut self.was_matched) {
+                self.stats.paused += 1;
+            }
             let _ = self.matching.wait(timeout);
             return Ok(None);
         }
+        self.was_matched = true;
         let msg = match self.subscriber.inner().recv_pinned(timeout) {
             Ok(pinned) => {
                 let mut header = Header::data(

@@ -68,6 +68,7 @@ pub enum Command {
     /// Write a ring's messages to stdout until its producer closes it.
     Sub(SubArgs),
     /// Bridge a ring onto Zenoh (`out`) or a Zenoh key into a ring (`in`); see docs/BRIDGE.md.
+    #[cfg(feature = "bridge")]
     #[command(subcommand)]
     Bridge(crate::bridge::BridgeCommand),
     /// Internal: the demo's producer process.

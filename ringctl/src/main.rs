@@ -9,6 +9,7 @@
     reason = "std crate"
 )]
 
+#[cfg(feature = "bridge")]
 mod bridge;
 mod cli;
 mod demo;
@@ -97,6 +98,7 @@ fn run(command: Command) -> Result<bool> {
         Command::Clean(args) => segments::clean(&args).map(|()| true),
         Command::Pub(args) => pubsub::publish(&args).map(|()| true),
         Command::Sub(args) => pubsub::subscribe(&args).map(|()| true),
+        #[cfg(feature = "bridge")]
         Command::Bridge(command) => bridge::run(&command),
         Command::DemoProducer(args) => demo::producer::run(&args).map(|()| true),
         Command::DemoConsumer(args) => demo::consumer::run(&args).map(|()| true),

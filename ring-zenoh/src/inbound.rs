@@ -57,6 +57,11 @@ pub struct InStats {
 struct Queue {
     samples: VecDeque<Sample>,
     closed: bool,
+    /// The writer waits for a sample (so a push must wake it: a notify is a system call, made
+    /// only when someone waits).
+    reader_waits: bool,
+    /// Zenoh's thread waits for room.
+    pusher_waits: bool,
 }
 
 /// Samples between Zenoh's receiving thread and the ring writer.
@@ -88,29 +93,42 @@ impl Inbox {
             q.samples.retain(|s| !is_latest_data(s));
         } else {
             while q.samples.len() >= INBOX && !q.closed {
+                q.pusher_waits = true;
                 q = match self.writable.wait_timeout(q, POLL) {
                     Ok((q, _)) => q,
                     Err(_) => return,
                 };
             }
+            q.pusher_waits = false;
         }
         if q.closed {
             return;
         }
         q.samples.push_back(sample);
+        let wake = q.reader_waits;
         drop(q);
-        self.readable.notify_one();
+        if wake {
+            self.readable.notify_one();
+        }
     }
 
     fn pop(&self, timeout: Duration) -> Option<Sample> {
-        let q = self.queue.lock().ok()?;
-        let (mut q, _) = self
-            .readable
-            .wait_timeout_while(q, timeout, |q| q.samples.is_empty() && !q.closed)
-            .ok()?;
+        let mut q = self.queue.lock().ok()?;
+        if q.samples.is_empty() && !q.closed {
+            q.reader_waits = true;
+            q = self
+                .readable
+                .wait_timeout_while(q, timeout, |q| q.samples.is_empty() && !q.closed)
+                .ok()?
+                .0;
+            q.reader_waits = false;
+        }
         let sample = q.samples.pop_front();
+        let wake = q.pusher_waits;
         drop(q);
-        self.writable.notify_one();
+        if wake {
+            self.writable.notify_one();
+        }
         sample
     }
 

@@ -535,3 +535,31 @@ fn sigkill_of_either_bridge_recovers_and_a_restarted_bridge_continues() {
         got.len()
     );
 }
+
+#[test]
+fn bad_bridge_arguments_are_one_line_errors() {
+    let run = |args: &[&str]| {
+        let out = Command::new(BIN)
+            .arg("bridge")
+            .args(args)
+            .stdin(Stdio::null())
+            .output()
+            .expect("ringctl");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let missing = unique("missing");
+    let (code, err) = run(&["out", &missing, "--key", "k", "--timeout", "0.2"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    let far = unique("bad-endpoint");
+    let _u = Unlink(far.clone());
+    let (code, err) = run(&["in", "k", &far, "--slot-size", "64", "--listen", "nonsense"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("listen/endpoints"), "{err}");
+    let (code, err) = run(&["in", "bad key ?", &far, "--slot-size", "64"]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("key expression"), "{err}");
+}

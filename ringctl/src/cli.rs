@@ -24,6 +24,8 @@ use crate::frame::FrameSize;
   ringctl grab frames --socket /tmp/frames.sock --request frame --count 10
                                                  timed captures from examples/frame-server
   ringctl list; ringctl clean --dry-run          rings in /dev/shm; which are stale
+  ringctl bridge out cam --key robot/cam & ringctl bridge in robot/cam cam2 --slot-size 1920x1080
+                                                 a ring onto Zenoh and back (tcp/127.0.0.1:7447)
 
 Exit status: 0 success, 1 an integrity check failed (demo), 2 error, 130 interrupted."
 )]
@@ -80,6 +82,10 @@ pub enum Command {
     /// "summed_ns" (to every byte read)}. A descriptor with a "sum" (the frame server's
     /// checksum) is checked against it; a mismatch, like a wrong stamp, fails the command.
     Grab(GrabArgs),
+    /// Bridge a ring onto Zenoh (`out`) or a Zenoh key into a ring (`in`); see docs/BRIDGE.md.
+    #[cfg(feature = "bridge")]
+    #[command(subcommand)]
+    Bridge(crate::bridge::BridgeCommand),
     /// Internal: the demo's producer process.
     #[command(name = "__demo-producer", hide = true)]
     DemoProducer(ProducerArgs),

@@ -9,6 +9,8 @@
     reason = "std crate"
 )]
 
+#[cfg(feature = "bridge")]
+mod bridge;
 mod cli;
 mod demo;
 mod error;
@@ -99,6 +101,8 @@ fn run(command: Command) -> Result<bool> {
         Command::Pub(args) => pubsub::publish(&args).map(|()| true),
         Command::Sub(args) => pubsub::subscribe(&args).map(|()| true),
         Command::Grab(args) => grab::run(&args).map(|()| true),
+        #[cfg(feature = "bridge")]
+        Command::Bridge(command) => bridge::run(&command),
         Command::DemoProducer(args) => demo::producer::run(&args).map(|()| true),
         Command::DemoConsumer(args) => demo::consumer::run(&args).map(|()| true),
     }

@@ -115,7 +115,7 @@ pub enum Error {
     /// A claim was refused (closed, held back past the timeout, too large).
     Claim(ring_core::ClaimError),
     /// The in-segment allocator refused (ceiling, out of space, corrupt region).
-    Alloc(ring_core::alloc::AllocError),
+    Alloc(ring_core::arena::AllocError),
     /// A take-over was asked for, but the ring's producer is alive.
     ProducerAlive {
         /// Its owner id.
@@ -346,6 +346,17 @@ impl std::error::Error for Error {
 impl From<ring_core::ReadError> for Error {
     fn from(e: ring_core::ReadError) -> Self {
         Self::Read(e)
+    }
+}
+
+impl From<ring_core::arena::PayloadError> for Error {
+    fn from(e: ring_core::arena::PayloadError) -> Self {
+        use ring_core::arena::PayloadError as P;
+        match e {
+            P::Alloc(e) => Self::Alloc(e),
+            P::Claim(e) => Self::Claim(e),
+            P::TooLarge { len, max } => Self::MessageTooLarge { len, max },
+        }
     }
 }
 

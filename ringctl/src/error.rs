@@ -24,7 +24,7 @@ pub enum CliError {
     /// A read failed for good.
     Read(ring_core::ReadError),
     /// The segment's allocator region is not valid.
-    Alloc(ring_core::alloc::AllocError),
+    Alloc(ring_core::arena::AllocError),
     /// A command-line value was refused (the message says which and why).
     Usage(String),
     /// A bounded wait ran out.
@@ -101,8 +101,8 @@ impl From<ring_core::ReadError> for CliError {
     }
 }
 
-impl From<ring_core::alloc::AllocError> for CliError {
-    fn from(e: ring_core::alloc::AllocError) -> Self {
+impl From<ring_core::arena::AllocError> for CliError {
+    fn from(e: ring_core::arena::AllocError) -> Self {
         Self::Alloc(e)
     }
 }

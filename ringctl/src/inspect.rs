@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{DeliveryClass, Memory, OwnerId};
 use ring_os::lock::Role;

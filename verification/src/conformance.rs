@@ -523,7 +523,7 @@ pub fn alloc_lookup_races_reuse<B: Backend>(b: &B) -> Check {
 /// [`alloc_lookup_races_reuse`] with a chosen number of reuse rounds (`tests/alloc_race.rs`
 /// runs enough under Miri for its weak-memory emulation to find a missing fence).
 pub fn alloc_lookup_races_reuse_for<B: Backend>(b: &B, rounds: u64) -> Check {
-    use ring_core::alloc::{AllocError, Allocator};
+    use ring_core::arena::{AllocError, Allocator};
     use std::sync::atomic::AtomicU64;
     let m = Arc::new(b.create(&Config::new(1, 8).with_consumers(1).with_allocator(64, 1))?);
     let len_of = |handle: u64| if (handle >> 32) % 2 == 1 { 8 } else { 16 };

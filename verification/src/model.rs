@@ -13,7 +13,7 @@
 //! live allocation) and that `OutOfSpace` is reported exactly when no free run is long enough.
 
 use arbitrary::Arbitrary;
-use ring_core::alloc::{AllocError, Allocation, GRANULE_BYTES};
+use ring_core::arena::{AllocError, Allocation, GRANULE_BYTES};
 use ring_core::{ClaimError, Config, DeliveryClass, Error, ReadError, Reclaimed, READ_RETRIES};
 
 /// A delivery class, as an operation parameter.

@@ -7,7 +7,7 @@
 
 use loom::sync::{Condvar, Mutex};
 use loom::thread;
-use ring_core::alloc::{region_len, AllocConfig, AllocError, Allocator};
+use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
 use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use ring_core::{
     AtomicU32, AtomicU64, Config, Consumer, DeliveryClass, Geometry, Memory, OwnedSegment, OwnerId,

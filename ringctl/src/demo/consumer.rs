@@ -5,7 +5,7 @@ use core::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::{Consumer, Memory, ReadError};
 use ring_os::{ConsumerExt as _, ShmRing};
 

@@ -21,8 +21,8 @@ pub enum CliError {
     Ring(ring_core::Error),
     /// Claiming a slot failed for good.
     Claim(ring_core::ClaimError),
-    /// A read failed for good.
-    Read(ring_core::ReadError),
+    /// A read failed for good (ring-core's reason, or the producer's process died).
+    Read(ring_os::ShmReadError),
     /// The segment's allocator region is not valid.
     Alloc(ring_core::arena::AllocError),
     /// A command-line value was refused (the message says which and why).
@@ -97,6 +97,12 @@ impl From<ring_core::ClaimError> for CliError {
 
 impl From<ring_core::ReadError> for CliError {
     fn from(e: ring_core::ReadError) -> Self {
+        Self::Read(e.into())
+    }
+}
+
+impl From<ring_os::ShmReadError> for CliError {
+    fn from(e: ring_os::ShmReadError) -> Self {
         Self::Read(e)
     }
 }

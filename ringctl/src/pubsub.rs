@@ -4,7 +4,7 @@ use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use ring_core::{ClaimError, Config, Memory, ReadError, MAX_SLOT_CAPACITY};
-use ring_os::{ConsumerExt as _, ProducerExt as _, ShmRing};
+use ring_os::{ConsumerExt as _, ProducerExt as _, ShmReadError, ShmRing};
 
 use crate::cli::{PubArgs, SubArgs};
 use crate::error::{CliError, Result};
@@ -213,8 +213,8 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
             Err(e) => e,
         };
         match err {
-            ReadError::Closed => break,
-            ReadError::Timeout | ReadError::Empty | ReadError::Lagging => {
+            ShmReadError::Read(ReadError::Closed) => break,
+            ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {
                 if let Err(stop) = out.flush().map_err(write_err) {
                     return stop.into_result();
                 }

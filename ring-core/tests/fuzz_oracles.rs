@@ -1,7 +1,7 @@
 //! The cargo-fuzz oracles, on stable, inside `cargo test`.
 //!
-//! `fuzz/src/oracles` (the `ring-fuzz` crate's oracles) is compiled into this test by `#[path]`,
-//! and every target's oracle runs over
+//! The oracles come from the `ring-oracles` crate (`verification/oracles`), which the fuzz
+//! targets call too, and every target's oracle runs over
 //! - the seed corpora (`fuzz/corpus/<target>/seed-*`) and the same seeds rebuilt from real
 //!   segments now (so a layout change that breaks them is noticed here);
 //! - every crash reproducer saved in `ring-core/tests/fuzz_seeds/<target>/` (a bug fuzzing
@@ -16,13 +16,12 @@
 #![allow(
     clippy::std_instead_of_core,
     missing_docs,
-    reason = "a std test binary; the shared oracle files document themselves"
+    reason = "a std test binary"
 )]
 
-#[path = "../../fuzz/src/oracles/mod.rs"]
-mod oracles;
+use ring_oracles as oracles;
 
-use arbitrary::{Arbitrary, Unstructured};
+use oracles::arbitrary::{Arbitrary, Unstructured};
 use oracles::seeds::{attach_seeds, random_seeds, XorShift};
 use oracles::Outcome;
 use std::path::{Path, PathBuf};

@@ -27,6 +27,18 @@ pub trait Backend {
     fn create(&self, config: &Config) -> Result<Self::Mem, Failure>;
 }
 
+/// ring-core's owned segment (the loom shape), created by owner 1.
+#[derive(Clone, Copy, Debug)]
+pub struct Owned;
+
+impl Backend for Owned {
+    type Mem = ring_core::OwnedSegment;
+    fn create(&self, config: &Config) -> Result<Self::Mem, Failure> {
+        ring_core::OwnedSegment::new(config, crate::support::id(1))
+            .map_err(|e| Failure(e.to_string()))
+    }
+}
+
 /// One named check's result.
 pub type Check = Result<(), Failure>;
 

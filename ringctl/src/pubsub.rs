@@ -103,8 +103,8 @@ pub fn publish(args: &PubArgs) -> Result<()> {
             .publish(buf.get(..n).unwrap_or(&[]), timeout)
             .map_err(|e| match e {
                 ClaimError::Full { .. } | ClaimError::Pinned { .. } => CliError::Timeout(format!(
-                    "consumers held the ring back for {:.0} s: {e}",
-                    timeout.as_secs_f64()
+                    "consumers held the ring back for {}: {e}",
+                    crate::table::duration(timeout)
                 )),
                 e => ring::or_truncated(&ring, e),
             })?;
@@ -113,8 +113,8 @@ pub fn publish(args: &PubArgs) -> Result<()> {
     if !producer.wait_drained_for(timeout) {
         ring.check_truncated()?;
         return Err(CliError::Timeout(format!(
-            "gating consumers did not read everything within {:.0} s",
-            timeout.as_secs_f64()
+            "gating consumers did not read everything within {}",
+            crate::table::duration(timeout)
         )));
     }
     Ok(())
@@ -148,10 +148,10 @@ fn wait_for_consumers(
         return Ok(());
     }
     Err(CliError::Timeout(format!(
-        "{} of {n} consumers registered within {:.0} s (start `ringctl sub {}`, or pass \
+        "{} of {n} consumers registered within {} (start `ringctl sub {}`, or pass \
          --wait-consumers 0)",
         producer.ready_consumers(),
-        timeout.as_secs_f64(),
+        crate::table::duration(timeout),
         ring::name_of(ring)
     )))
 }
@@ -221,9 +221,9 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
                 // A dead producer is `ProducerGone` (below); a ring without one times out.
                 if consumer.producer_owner() == 0 && idle_since.elapsed() > timeout {
                     return Err(CliError::Timeout(format!(
-                        "ring {:?} has had no producer for {:.0} s",
+                        "ring {:?} has had no producer for {}",
                         args.name,
-                        timeout.as_secs_f64()
+                        crate::table::duration(timeout)
                     )));
                 }
             }

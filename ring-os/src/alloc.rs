@@ -1,10 +1,10 @@
 //! Variable-size payloads through ring-core's in-segment allocator, on OS rings.
 //!
 //! The binding itself (the `meta = [handle, len]` convention, freeing a payload when its slot is
-//! claimed again, sweeping a dead producer's orphans) is ring-core's
-//! [`arena`](ring_core::arena) module ([`PayloadProducer`], [`PayloadReader`]); this module adds
-//! what is the OS's: the wall clock that stamps allocations (milliseconds since the Unix epoch,
-//! comparable across processes), the waiting claim of [`ProducerExt::claim_with`], and the SIGBUS
+//! claimed again, sweeping a dead producer's orphans) is ring-core's `arena` module
+//! ([`PayloadProducer`], [`PayloadReader`]); this module adds what is the OS's: the wall clock
+//! that stamps allocations (milliseconds since the Unix epoch, comparable across processes), the
+//! waiting claim of [`ProducerExt::claim_with`](crate::ProducerExt::claim_with), and the SIGBUS
 //! guard's verdict on a copy that touched truncated pages.
 //!
 //! [`AllocProducer`] wraps a producer: each message's bytes go into an allocation in the

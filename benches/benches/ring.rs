@@ -24,7 +24,7 @@
 )]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ring_core::alloc::{region_len, AllocConfig, Allocator};
+use ring_core::arena::{region_len, AllocConfig, Allocator};
 use ring_core::{
     AtomicU64, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, SpinThenYield,
 };

@@ -1,8 +1,8 @@
-//! Op sequences with a peer overwriting shared words: see `ring_fuzz::oracles::hostile`.
+//! Op sequences with a peer overwriting shared words: see `ring_oracles::hostile`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ring_fuzz::oracles::hostile::{run, HostileInput};
+use ring_oracles::hostile::{run, HostileInput};
 
 fuzz_target!(|input: HostileInput| {
     if let Err(e) = run(&input) {

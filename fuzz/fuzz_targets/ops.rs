@@ -1,8 +1,8 @@
-//! Op sequences against the reference model: see `ring_fuzz::oracles::ops`.
+//! Op sequences against the reference model: see `ring_oracles::ops`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ring_fuzz::oracles::ops::{run, OpsInput};
+use ring_oracles::ops::{run, OpsInput};
 
 fuzz_target!(|input: OpsInput| {
     if let Err(e) = run(&input) {

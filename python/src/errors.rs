@@ -58,7 +58,7 @@ impl From<Fail> for PyErr {
 pub(crate) fn read(e: ReadError) -> Fail {
     let kind = match e {
         ReadError::Empty => "Empty",
-        ReadError::Closed | ReadError::ProducerGone => "Disconnected",
+        ReadError::Closed => "Disconnected",
         ReadError::Aborted { code } => {
             let mut f = Fail::new("Aborted", format!("{e}"));
             f.code = Some(code);
@@ -118,7 +118,7 @@ pub(crate) fn os(e: Error) -> Fail {
         Error::MessageTooLarge { .. } => "TooLarge",
         Error::Read(r) => return read(*r),
         Error::Claim(c) => return claim(*c),
-        Error::RingDisconnected | Error::Disconnected => "Disconnected",
+        Error::RingDisconnected | Error::Disconnected | Error::ProducerGone => "Disconnected",
         Error::ConfigMismatch { .. } => "ConfigMismatch",
         Error::Full => "Full",
         Error::TimedOut => "Timeout",

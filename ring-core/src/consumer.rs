@@ -702,6 +702,12 @@ impl<M: Memory> Drop for Consumer<M> {
 }
 
 impl<M: Memory> Pinned<'_, M> {
+    /// The memory of the ring this pin holds a slot of (for the payload binding in `arena`).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn memory(&self) -> &M {
+        self.consumer.memory()
+    }
+
     /// The message's sequence number.
     pub fn seq(&self) -> u64 {
         self.seq

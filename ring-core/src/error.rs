@@ -308,8 +308,6 @@ pub enum ReadError {
     Evicted,
     /// The wait bound ran out.
     Timeout,
-    /// The producer process died.
-    ProducerGone,
 }
 
 impl fmt::Display for ReadError {
@@ -331,7 +329,6 @@ impl fmt::Display for ReadError {
             Self::Corrupt(what) => write!(f, "corrupt segment: {what}"),
             Self::Evicted => f.write_str("this consumer was reclaimed as dead; register again"),
             Self::Timeout => f.write_str("timed out waiting for a message"),
-            Self::ProducerGone => f.write_str("the producer process died"),
         }
     }
 }

@@ -134,7 +134,7 @@ impl Geometry {
             if config.alloc_arena > MAX_ALLOC_ARENA || config.alloc_max_live == 0 {
                 return Err(LayoutError::Allocator);
             }
-            crate::alloc::region_len(config.alloc_arena, config.alloc_max_live)
+            crate::arena::region_len(config.alloc_arena, config.alloc_max_live)
                 .ok_or(LayoutError::Allocator)?
         };
         let line = CACHE_LINE as u64;

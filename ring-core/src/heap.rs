@@ -5,7 +5,7 @@ use crate::geometry::{Config, Geometry};
 use crate::memory::{Memory, RawMemory};
 use crate::owner::OwnerId;
 use crate::sync::{AtomicU32, AtomicU64};
-use alloc_crate::vec::Vec;
+use alloc::vec::Vec;
 use core::ptr::NonNull;
 
 /// One cache line of storage; the buffer is a `Vec` of these so it is cache-line aligned.

@@ -76,13 +76,13 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     let words = mem.alloc_words();
     if !words.is_empty() {
         // The region's own formatting; it cannot fail for a geometry that `Geometry::new`
-        // accepted (the region was sized by `alloc::region_len` for the same arguments).
-        let cfg = crate::alloc::AllocConfig {
+        // accepted (the region was sized by `arena::region_len` for the same arguments).
+        let cfg = crate::arena::AllocConfig {
             arena_bytes: g.config.alloc_arena,
             max_live: g.config.alloc_max_live,
             byte_ceiling: g.config.alloc_arena,
         };
-        let formatted = crate::alloc::Allocator::init(words, cfg);
+        let formatted = crate::arena::Allocator::init(words, cfg);
         debug_assert!(
             formatted.is_ok(),
             "allocator region sized by region_len must format"

@@ -52,15 +52,14 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-// `alloc` names the in-segment allocator module here, so the `alloc` crate is `alloc_crate`.
 #[cfg(feature = "alloc")]
-extern crate alloc as alloc_crate;
+extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
 pub mod sync;
 
-pub mod alloc;
+pub mod arena;
 mod class;
 mod consumer;
 mod error;

@@ -100,7 +100,7 @@ unsafe impl<T: Memory + ?Sized> Memory for &T {
 
 #[cfg(feature = "alloc")]
 // SAFETY: forwards to `T`, which the `Arc` keeps alive.
-unsafe impl<T: Memory + ?Sized> Memory for alloc_crate::sync::Arc<T> {
+unsafe impl<T: Memory + ?Sized> Memory for alloc::sync::Arc<T> {
     forward_memory_accessors!(|s| &**s);
     fn notify(&self, word: &AtomicU32) {
         (**self).notify(word);

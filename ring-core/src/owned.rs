@@ -7,8 +7,8 @@ use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use crate::memory::Memory;
 use crate::owner::OwnerId;
 use crate::sync::{new_u32, new_u64, AtomicU64};
-use alloc_crate::boxed::Box;
-use alloc_crate::vec::Vec;
+use alloc::boxed::Box;
+use alloc::vec::Vec;
 
 /// A segment whose parts are separate typed allocations rather than one byte range.
 ///

@@ -768,6 +768,12 @@ impl<M: Memory> Drop for Producer<M> {
 }
 
 impl<M: Memory> WriteSlot<'_, M> {
+    /// The memory of the ring this slot belongs to (for the payload binding in `arena`).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn memory(&self) -> &M {
+        &self.producer.mem
+    }
+
     /// Payload capacity of the slot in bytes.
     pub fn capacity(&self) -> usize {
         self.producer.mem.geometry().slot_capacity()

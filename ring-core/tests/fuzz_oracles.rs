@@ -1,7 +1,7 @@
 //! The cargo-fuzz oracles, on stable, inside `cargo test`.
 //!
-//! `fuzz/src/oracles` (the `ring-fuzz` crate's oracles) is compiled into this test by `#[path]`,
-//! and every target's oracle runs over
+//! The oracles come from the `ring-oracles` crate (`verification/oracles`), which the fuzz
+//! targets call too, and every target's oracle runs over
 //! - the seed corpora (`fuzz/corpus/<target>/seed-*`) and the same seeds rebuilt from real
 //!   segments now (so a layout change that breaks them is noticed here);
 //! - every crash reproducer saved in `ring-core/tests/fuzz_seeds/<target>/` (a bug fuzzing
@@ -16,13 +16,12 @@
 #![allow(
     clippy::std_instead_of_core,
     missing_docs,
-    reason = "a std test binary; the shared oracle files document themselves"
+    reason = "a std test binary"
 )]
 
-#[path = "../../fuzz/src/oracles/mod.rs"]
-mod oracles;
+use ring_oracles as oracles;
 
-use arbitrary::{Arbitrary, Unstructured};
+use oracles::arbitrary::{Arbitrary, Unstructured};
 use oracles::seeds::{attach_seeds, random_seeds, XorShift};
 use oracles::Outcome;
 use std::path::{Path, PathBuf};
@@ -268,86 +267,76 @@ fn debug_input() {
     println!("{:?}", run_one(target, &bytes));
 }
 
+/// Runs the `ops` oracle on `ops` in the smallest ring (one slot, `cap_words` + 1 words, one
+/// consumer entry): the hand-written reproducers below.
+fn run_ops(cap_words: u8, ops: Vec<oracles::ops::Op>) -> Outcome {
+    let shape = oracles::ops::Shape {
+        slots: 0,
+        cap_words,
+        consumers: 0,
+    };
+    oracles::ops::run(&oracles::ops::OpsInput { shape, ops })
+}
+
 /// A short message over a longer one in the same slot: `Pinned::words` must still be
 /// zero-padded past the length (found by the `ops` oracle; `WriteSlot::publish` pads now).
 #[test]
 fn ops_shorter_message_over_longer_is_padded() {
-    use oracles::ops::{Class, Op, OpsInput, Shape};
-    let input = OpsInput {
-        shape: Shape {
-            slots: 0,
-            cap_words: 1,
-            consumers: 0,
+    use oracles::ops::{Class, Op};
+    let ops = vec![
+        Op::ProducerNew,
+        Op::Register(Class::SkipOnLag),
+        Op::Publish {
+            len: 11,
+            fill: 0xaa,
         },
-        ops: vec![
-            Op::ProducerNew,
-            Op::Register(Class::SkipOnLag),
-            Op::Publish {
-                len: 11,
-                fill: 0xaa,
-            },
-            Op::Pin {
-                who: 0,
-                claim_while_pinned: false,
-            },
-            Op::Publish { len: 3, fill: 0xbb },
-            Op::Pin {
-                who: 0,
-                claim_while_pinned: false,
-            },
-        ],
-    };
-    assert_eq!(oracles::ops::run(&input), Ok(()));
+        Op::Pin {
+            who: 0,
+            claim_while_pinned: false,
+        },
+        Op::Publish { len: 3, fill: 0xbb },
+        Op::Pin {
+            who: 0,
+            claim_while_pinned: false,
+        },
+    ];
+    assert_eq!(run_ops(1, ops), Ok(()));
 }
 
 /// A skip-on-lag consumer that jumps ahead, is refused for a small buffer, then reads: the
 /// messages it skipped are counted once (`next - start == received + missed`).
 #[test]
 fn ops_skip_then_small_buffer_counts_missed_once() {
-    use oracles::ops::{Class, Op, OpsInput, Shape};
-    let input = OpsInput {
-        shape: Shape {
-            slots: 0,
-            cap_words: 0,
-            consumers: 0,
-        },
-        ops: vec![
-            Op::Register(Class::SkipOnLag),
-            Op::Publish { len: 5, fill: 1 },
-            Op::Publish { len: 5, fill: 2 },
-            Op::Copy { who: 0, buf: 2 },
-            Op::Copy { who: 0, buf: 8 },
-        ],
-    };
-    assert_eq!(oracles::ops::run(&input), Ok(()));
+    use oracles::ops::{Class, Op};
+    let ops = vec![
+        Op::Register(Class::SkipOnLag),
+        Op::Publish { len: 5, fill: 1 },
+        Op::Publish { len: 5, fill: 2 },
+        Op::Copy { who: 0, buf: 2 },
+        Op::Copy { who: 0, buf: 8 },
+    ];
+    assert_eq!(run_ops(0, ops), Ok(()));
 }
 
 /// A skip-on-lag consumer whose next message is destroyed by an aborted claim (one slot), and
 /// that then finds the ring empty: the lost message is still counted as missed.
 #[test]
 fn ops_overrun_then_empty_counts_missed() {
-    use oracles::ops::{Class, Finish, Op, OpsInput, Shape};
-    let input = OpsInput {
-        shape: Shape {
-            slots: 0,
-            cap_words: 0,
-            consumers: 0,
+    use oracles::ops::{Class, Finish, Op};
+    let ops = vec![
+        Op::Register(Class::SkipOnLag),
+        Op::Publish { len: 5, fill: 1 },
+        Op::Claim {
+            writes: vec![],
+            finish: Finish::Abort,
+            blocking: false,
         },
-        ops: vec![
-            Op::Register(Class::SkipOnLag),
-            Op::Publish { len: 5, fill: 1 },
-            Op::Claim {
-                writes: vec![],
-                finish: Finish::Abort,
-                blocking: false,
-            },
-            Op::Pin {
-                who: 0,
-                claim_while_pinned: false,
-            },
-            Op::Publish { len: 5, fill: 2 },
-            Op::Copy { who: 0, buf: 8 },
-        ],
-    };
-    assert_eq!(oracles::ops::run(&input), Ok(()));
+        Op::Pin {
+            who: 0,
+            claim_while_pinned: false,
+        },
+        Op::Publish { len: 5, fill: 2 },
+        Op::Copy { who: 0, buf: 8 },
+    ];
+    assert_eq!(run_ops(0, ops), Ok(()));
 }

@@ -385,7 +385,7 @@ fn guard(f: impl FnOnce() -> Res) -> c_int {
 fn read_code(e: ReadError) -> c_int {
     match e {
         ReadError::Empty => SHMRING_E_EMPTY,
-        ReadError::Closed | ReadError::ProducerGone => SHMRING_E_DISCONNECTED,
+        ReadError::Closed => SHMRING_E_DISCONNECTED,
         ReadError::Aborted { .. } => SHMRING_E_ABORTED,
         ReadError::Lagging => SHMRING_E_LAGGING,
         ReadError::BufferTooSmall { .. } => SHMRING_E_BUFFER_TOO_SMALL,
@@ -419,7 +419,9 @@ fn os_code(e: &Error) -> c_int {
         }
         Error::MessageTooLarge { .. } => SHMRING_E_TOO_LARGE,
         Error::Read(e) => read_code(*e),
-        Error::RingDisconnected | Error::Disconnected => SHMRING_E_DISCONNECTED,
+        Error::RingDisconnected | Error::Disconnected | Error::ProducerGone => {
+            SHMRING_E_DISCONNECTED
+        }
         Error::ConfigMismatch { .. } => SHMRING_E_MISMATCH,
         Error::Full => SHMRING_E_FULL,
         Error::SizeMismatch { .. }

@@ -1,47 +1,42 @@
-//! Variable-size payloads through ring-core's in-segment allocator.
+//! Variable-size payloads through ring-core's in-segment allocator, on OS rings.
+//!
+//! The binding itself (the `meta = [handle, len]` convention, freeing a payload when its slot is
+//! claimed again, sweeping a dead producer's orphans) is ring-core's `arena` module
+//! ([`PayloadProducer`], [`PayloadReader`]); this module adds what is the OS's: the wall clock
+//! that stamps allocations (milliseconds since the Unix epoch, comparable across processes), the
+//! waiting claim of [`ProducerExt::claim_with`](crate::ProducerExt::claim_with), and the SIGBUS
+//! guard's verdict on a copy that touched truncated pages.
 //!
 //! [`AllocProducer`] wraps a producer: each message's bytes go into an allocation in the
-//! segment's arena, and the slot carries `meta = [handle, len]`. The allocations are the
-//! producer's (allocator owner [`PRODUCER_ALLOC_OWNER`]) and are freed automatically when their
-//! slot is claimed for a later message — a claim succeeds only when no reader pins the slot and
-//! no gating consumer still needs it — so consumers cannot leak anything, and the live count
-//! never exceeds the slot count. Readers pin the message and copy the allocation with
-//! [`AllocReader::read_pinned`] while the pin keeps it alive.
-//!
-//! After a producer crash, [`AllocProducer::new`] on the new producer frees the dead producer's
-//! allocations that no slot references (the one it may have been filling), so take-over leaks
-//! nothing either.
+//! segment's arena. The allocations are the producer's (allocator owner
+//! [`PRODUCER_ALLOC_OWNER`]) and are freed automatically when their slot is claimed for a later
+//! message, so consumers cannot leak anything, and the live count never exceeds the slot count.
+//! Readers pin the message and copy the allocation with [`AllocReader::read_pinned`] while the
+//! pin keeps it alive. After a producer crash, [`AllocProducer::new`] on the new producer frees
+//! the dead producer's allocations that no slot references, so take-over leaks nothing either.
 
 use core::time::Duration;
-use std::collections::HashSet;
 use std::sync::Arc;
 
-use ring_core::alloc::{AllocError, Allocator, Leak, LeakTotals, Stats};
-use ring_core::sync::Ordering;
-use ring_core::{AtomicU64, Memory, Pinned, Producer};
+use ring_core::arena::{self, Leak, LeakTotals, PayloadProducer, PayloadReader, Stats};
+use ring_core::{Memory, Pinned, Producer};
 
 use crate::{Error, ProducerExt as _, RoleFile, ShmProducer};
 
 /// The allocator owner id under which the producer's payload allocations are accounted.
-pub const PRODUCER_ALLOC_OWNER: u16 = 0;
+pub const PRODUCER_ALLOC_OWNER: u16 = arena::PRODUCER_OWNER;
 
-/// Milliseconds since the Unix epoch: the allocator's clock for leak ages (comparable across
+/// The allocator's clock for leak ages: milliseconds since the Unix epoch (comparable across
 /// processes).
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+#[derive(Clone, Copy, Debug, Default)]
+pub struct UnixMillis;
 
-/// The allocator over `mem`'s region, validated.
-fn allocator(words: &[AtomicU64]) -> Result<Allocator<'_>, Error> {
-    if words.is_empty() {
-        return Err(Error::Alloc(AllocError::Corrupt {
-            what: "ring has no allocator",
-            index: 0,
-        }));
+impl arena::Clock for UnixMillis {
+    fn now(&self) -> u64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
-    Allocator::attach(words).map_err(Error::Alloc)
 }
 
 /// Global allocation statistics of a ring (any process may read them).
@@ -50,7 +45,7 @@ fn allocator(words: &[AtomicU64]) -> Result<Allocator<'_>, Error> {
 ///
 /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
 pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
-    Ok(allocator(mem.alloc_words())?.stats())
+    arena::stats(mem).map_err(Error::Alloc)
 }
 
 /// Statistics of one allocator owner (`0..MAX_OWNERS`; the producer is
@@ -60,9 +55,7 @@ pub fn stats<M: Memory + ?Sized>(mem: &M) -> Result<Stats, Error> {
 ///
 /// As [`stats`]; [`Error::Alloc`] for an owner out of range.
 pub fn owner_stats<M: Memory + ?Sized>(mem: &M, owner: u16) -> Result<Stats, Error> {
-    allocator(mem.alloc_words())?
-        .owner_stats(owner)
-        .map_err(Error::Alloc)
+    arena::owner_stats(mem, owner).map_err(Error::Alloc)
 }
 
 /// Every live allocation (owner, handle, size, age in ms) and the totals.
@@ -71,33 +64,21 @@ pub fn owner_stats<M: Memory + ?Sized>(mem: &M, owner: u16) -> Result<Stats, Err
 ///
 /// As [`stats`].
 pub fn leak_report<M: Memory + ?Sized>(mem: &M) -> Result<(Vec<Leak>, LeakTotals), Error> {
-    let mut leaks = Vec::new();
-    let totals = allocator(mem.alloc_words())?.leak_report(now_ms(), |l| leaks.push(l));
-    Ok((leaks, totals))
+    arena::leak_report(mem, &UnixMillis).map_err(Error::Alloc)
 }
 
 /// A consumer-side view of a ring's allocator, attached (and validated) once.
 pub struct AllocReader<T: Memory> {
-    /// The validated allocator; borrows `_mem`'s region (declared first, so dropped first).
-    alloc: Allocator<'static>,
-    /// Keeps the region mapped for `alloc`.
-    _mem: Arc<T>,
+    /// ring-core's reader, rebound to the pin's memory for each copy.
+    reader: PayloadReader,
+    /// The ring, for [`stats`](Self::stats).
+    mem: Arc<T>,
 }
 
 impl<T: Memory> core::fmt::Debug for AllocReader<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("AllocReader").finish_non_exhaustive()
     }
-}
-
-/// Attaches the allocator of the ring behind `mem` for as long as the returned `Arc` clone lives.
-fn attach_static<T: Memory>(mem: &Arc<T>) -> Result<(Allocator<'static>, Arc<T>), Error> {
-    let mem = Arc::clone(mem);
-    // SAFETY: the words live inside `*mem`, which the returned `Arc` clone keeps alive (callers
-    // store it next to the allocator and drop the allocator first); `Memory` promises the region
-    // stays valid for as long as the memory value does.
-    let words: &'static [AtomicU64] = unsafe { &*core::ptr::from_ref(mem.alloc_words()) };
-    Ok((allocator(words)?, mem))
 }
 
 impl<T: Memory> AllocReader<T> {
@@ -107,14 +88,16 @@ impl<T: Memory> AllocReader<T> {
     ///
     /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
     pub fn new(ring: &Arc<T>) -> Result<Self, Error> {
-        let (alloc, mem) = attach_static(ring)?;
-        Ok(Self { alloc, _mem: mem })
+        Ok(Self {
+            reader: PayloadReader::new(&**ring).map_err(Error::Alloc)?,
+            mem: Arc::clone(ring),
+        })
     }
 
-    /// Copies the allocation a pinned message refers to (`meta = [handle, len]`) into `out`
-    /// (resized to the message length, at most `max_len` bytes: the length comes from shared
-    /// memory, so it never sizes an allocation beyond the caller's bound). The pin keeps the
-    /// allocation alive.
+    /// Copies the allocation a pinned message of this ring refers to (`meta = [handle, len]`)
+    /// into `out` (resized to the message length, at most `max_len` bytes: the length comes from
+    /// shared memory, so it never sizes an allocation beyond the caller's bound). The pin keeps
+    /// the allocation alive.
     ///
     /// # Errors
     ///
@@ -127,41 +110,25 @@ impl<T: Memory> AllocReader<T> {
         out: &mut Vec<u8>,
         max_len: usize,
     ) -> Result<(), Error> {
-        let [handle, len] = pinned.meta();
-        out.clear();
-        if len == 0 {
-            return Ok(());
-        }
-        if len > max_len as u64 {
-            return Err(Error::MessageTooLarge {
-                len,
-                max: max_len as u64,
-            });
-        }
-        let invalid = Error::Alloc(AllocError::InvalidHandle { handle });
-        let a = self.alloc.lookup(handle).map_err(Error::Alloc)?;
-        if a.len != len {
-            return Err(invalid);
-        }
-        let n = usize::try_from(len).map_err(|_| invalid)?;
-        out.resize(n, 0);
-        let got = self.alloc.read(&a, out);
-        // The copy touched the allocation's pages: a lost one faulted into zeros and the SIGBUS
-        // guard's mark.
-        if crate::sigbus::memory_truncated(&*self._mem, got.is_err()) {
-            return Err(Error::Truncated {
-                mapped: self._mem.geometry().total_len() as u64,
-                actual: None,
-            });
-        }
-        out.truncate(got.map_err(Error::Alloc)?);
-        Ok(())
+        self.reader
+            .read_pinned(pinned, out, max_len, |mem, failed| {
+                // The copy touched the allocation's pages: a lost one faulted into zeros and the
+                // SIGBUS guard's mark.
+                if crate::sigbus::memory_truncated(mem, failed) {
+                    return Err(Error::Truncated {
+                        mapped: mem.geometry().total_len() as u64,
+                        actual: None,
+                    });
+                }
+                Ok(())
+            })
     }
 
     /// The allocator's global statistics.
     #[must_use]
     pub fn stats(&self) -> Stats {
-        self.alloc.stats()
+        // The reader attached to this very memory, so rebinding cannot fail.
+        self.reader.stats(&*self.mem).unwrap_or_default()
     }
 }
 
@@ -169,19 +136,14 @@ impl<T: Memory> AllocReader<T> {
 pub struct AllocProducer<T: Memory> {
     /// The ring's producer, with its role lock.
     producer: ShmProducer<T>,
-    /// The validated allocator, attached once; borrows `_mem`'s region (declared first, so
-    /// dropped first).
-    alloc: Allocator<'static>,
-    /// Keeps the region mapped for `alloc`.
-    _mem: Arc<T>,
-    /// The allocation handle each slot's message refers to (0: none).
-    slot_handles: Vec<u64>,
+    /// ring-core's binding, stamping allocations with the Unix clock.
+    payloads: PayloadProducer<UnixMillis>,
 }
 
 impl<T: Memory> core::fmt::Debug for AllocProducer<T> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("AllocProducer")
-            .field("slot_handles", &self.slot_handles)
+            .field("payloads", &self.payloads)
             .finish_non_exhaustive()
     }
 }
@@ -196,28 +158,8 @@ impl<T: RoleFile> AllocProducer<T> {
     /// [`Error::Alloc`] when the ring has no allocator or its region is corrupt.
     pub fn new(producer: impl Into<ShmProducer<T>>) -> Result<Self, Error> {
         let producer = producer.into();
-        let (mut alloc, mem) = attach_static(producer.memory())?;
-        let n = mem.geometry().slots();
-        // Relaxed: only the producer (us, now) writes slot metadata.
-        let slot_handles: Vec<u64> = (0..n)
-            .map(|i| mem.slot_header(i).meta[0].load(Ordering::Relaxed))
-            .collect();
-        let referenced: HashSet<u64> = slot_handles.iter().copied().filter(|&h| h != 0).collect();
-        let mut orphans = Vec::new();
-        alloc.leak_report(now_ms(), |l| {
-            if l.owner == PRODUCER_ALLOC_OWNER && !referenced.contains(&l.handle) {
-                orphans.push(l.handle);
-            }
-        });
-        for h in orphans {
-            let _ = alloc.free(h, PRODUCER_ALLOC_OWNER);
-        }
-        Ok(Self {
-            producer,
-            alloc,
-            _mem: mem,
-            slot_handles,
-        })
+        let payloads = PayloadProducer::new(producer.memory(), UnixMillis).map_err(Error::Alloc)?;
+        Ok(Self { producer, payloads })
     }
 
     /// The wrapped producer (for `close`, `consumer_info`, `reclaim_dead`...).
@@ -234,37 +176,12 @@ impl<T: RoleFile> AllocProducer<T> {
     /// [`Error::Claim`] (closed, or held back past the timeout); [`Error::Alloc`] (out of arena
     /// space or a ceiling: the slot is aborted, nothing is published).
     pub fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, Error> {
-        let len = data.len() as u64;
-        let alloc = &mut self.alloc;
-        let handles = &mut self.slot_handles;
-        let slots = handles.len() as u64;
-        let result = self.producer.claim_with(timeout, |mut slot| {
-            let index = usize::try_from(slot.seq() % slots).unwrap_or(0);
-            if let Some(old) = handles.get_mut(index) {
-                if *old != 0 {
-                    // The slot is claimed: no reader pins it and no gating consumer needs it.
-                    let _ = alloc.free(*old, PRODUCER_ALLOC_OWNER);
-                    *old = 0;
-                }
-            }
-            let handle = if data.is_empty() {
-                0
-            } else {
-                let a = alloc
-                    .alloc(len, PRODUCER_ALLOC_OWNER, now_ms())
-                    .map_err(Error::Alloc)?;
-                let mut w = alloc.writer(&a).map_err(Error::Alloc)?;
-                w.write(data).map_err(Error::Alloc)?;
-                a.handle
-            };
-            if let Some(h) = handles.get_mut(index) {
-                *h = handle;
-            }
-            slot.set_meta([handle, len]);
-            slot.publish().map_err(Error::Claim)
-        });
+        let payloads = &mut self.payloads;
+        let result = self
+            .producer
+            .claim_with(timeout, |slot| payloads.fill(slot, data));
         match result {
-            Ok(r) => r,
+            Ok(r) => r.map_err(Error::from),
             Err(e) => Err(Error::Claim(e)),
         }
     }
@@ -284,13 +201,9 @@ impl<T: RoleFile> AllocProducer<T> {
     ///
     /// [`Error::Alloc`].
     pub fn free_all(&mut self) -> Result<Stats, Error> {
-        for h in &mut self.slot_handles {
-            if *h != 0 {
-                let _ = self.alloc.free(*h, PRODUCER_ALLOC_OWNER);
-                *h = 0;
-            }
-        }
-        Ok(self.alloc.stats())
+        self.payloads
+            .free_all(self.producer.memory())
+            .map_err(Error::Alloc)
     }
 }
 
@@ -298,6 +211,7 @@ impl<T: RoleFile> AllocProducer<T> {
 mod tests {
     use super::*;
     use crate::{ConsumerExt as _, CreateOptions, ShmRing};
+    use ring_core::arena::AllocError;
     use ring_core::{Config, DeliveryClass};
 
     #[test]
@@ -400,10 +314,10 @@ mod tests {
         old.publish(b"first", Duration::from_secs(1)).unwrap();
         old.publish(b"second", Duration::from_secs(1)).unwrap();
         // The dead producer had allocated and filled a third payload, then died before publishing.
-        {
-            let (mut a, _keep) = attach_static(&ring).unwrap();
-            a.alloc(100, PRODUCER_ALLOC_OWNER, 0).unwrap();
-        }
+        ring_core::arena::Allocator::attach(ring.alloc_words())
+            .unwrap()
+            .alloc(100, PRODUCER_ALLOC_OWNER, 0)
+            .unwrap();
         core::mem::forget(old);
         assert_eq!(stats(&*ring).unwrap().live, 3);
 

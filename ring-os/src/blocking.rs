@@ -10,6 +10,8 @@ use core::time::Duration;
 use std::time::Instant;
 
 use ring_core::{ClaimError, Consumer, Copied, Memory, Pinned, Producer, ReadError};
+
+use crate::ShmReadError;
 use ring_core::{Reclaimed, WriteSlot};
 
 use crate::lock::{Liveness, Role};
@@ -57,56 +59,57 @@ pub trait ConsumerExt<M: Memory> {
     ///
     /// # Errors
     ///
-    /// [`ReadError::Timeout`]; [`ReadError::ProducerGone`] when nothing is readable and the
+    /// [`ReadError::Timeout`]; [`ShmReadError::ProducerGone`] when nothing is readable and the
     /// producer's process is dead; [`ReadError::Evicted`]; [`ReadError::Corrupt`]`(`[`TRUNCATED`]`)`
-    /// when a peer truncated the segment (checked at every slice end and before any error).
-    fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError>;
+    /// when a peer truncated the segment (checked at every slice end and before any error);
+    /// ring-core's reasons come as [`ShmReadError::Read`].
+    fn wait_message(&mut self, timeout: Duration) -> Result<(), ShmReadError>;
 
     /// Copies the next message into `buf`, waiting at most `timeout` for one.
     ///
     /// # Errors
     ///
     /// As [`wait_message`](Self::wait_message) and [`Consumer::try_copy`].
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ReadError>;
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ShmReadError>;
 
     /// Pins the next message, waiting at most `timeout` for one.
     ///
     /// # Errors
     ///
     /// As [`wait_message`](Self::wait_message) and [`Consumer::try_pin`].
-    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ReadError>;
+    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ShmReadError>;
 
     /// Whether a process holds the ring's producer lock (`Dead` also when there is no producer).
     fn producer_liveness(&self) -> Liveness;
 }
 
 impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
-    fn wait_message(&mut self, timeout: Duration) -> Result<(), ReadError> {
+    fn wait_message(&mut self, timeout: Duration) -> Result<(), ShmReadError> {
         let deadline = deadline_after(timeout);
         read_guard(self.memory(), false)?;
         loop {
             match self.wait_ready(&mut FutexWait::until(slice_end(deadline))) {
                 Err(ReadError::Timeout) => {}
-                Ok(()) => return read_guard(self.memory(), false),
+                Ok(()) => return Ok(read_guard(self.memory(), false)?),
                 Err(e) => {
                     // `Closed` or `Corrupt` may be read from zeros the guard mapped.
                     read_guard(self.memory(), true)?;
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
             // A slice passed with nothing to read: was the segment cut under us, is anyone
             // still writing? A registered producer whose lock is free is gone.
             read_guard(self.memory(), true)?;
             if self.producer_owner() != 0 && self.producer_liveness() == Liveness::Dead {
-                return Err(ReadError::ProducerGone);
+                return Err(ShmReadError::ProducerGone);
             }
             if Instant::now() >= deadline {
-                return Err(ReadError::Timeout);
+                return Err(ReadError::Timeout.into());
             }
         }
     }
 
-    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ReadError> {
+    fn recv(&mut self, buf: &mut [u8], timeout: Duration) -> Result<Copied, ShmReadError> {
         let deadline = deadline_after(timeout);
         loop {
             match self.try_copy(buf) {
@@ -114,10 +117,10 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
                 // A lost page the copy touched faulted into zeros and the guard's mark; bytes
                 // zeroed in the page that holds the new end of file do not fault, so probe the
                 // mapping's end too (the kernel unmaps the lost pages before it zeroes that one).
-                Ok(m) => return read_guard(self.memory(), true).map(|()| m),
+                Ok(m) => return Ok(read_guard(self.memory(), true).map(|()| m)?),
                 Err(e) => {
                     read_guard(self.memory(), true)?;
-                    return Err(e);
+                    return Err(e.into());
                 }
             }
             let left = deadline.saturating_duration_since(Instant::now());
@@ -125,7 +128,7 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
         }
     }
 
-    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ReadError> {
+    fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ShmReadError> {
         self.wait_message(timeout)?;
         // `head` only grows, so a message `wait_message` found stays there to pin (or is
         // overwritten, which `try_pin` reports as a miss and re-targets).
@@ -137,7 +140,7 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
                 // `recv`; a truncation after this point can still zero what the caller reads).
                 // SAFETY: the pin borrows the consumer, which keeps its memory mapped.
                 if unsafe { crate::sigbus::probe_at(segment) } {
-                    return Err(ReadError::Corrupt(TRUNCATED));
+                    return Err(ReadError::Corrupt(TRUNCATED).into());
                 }
                 Ok(pin)
             }
@@ -145,9 +148,9 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
             // producer that gave up on the truncated segment: report the truncation.
             // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
             Err(_) if unsafe { crate::sigbus::probe_at(segment) } => {
-                Err(ReadError::Corrupt(TRUNCATED))
+                Err(ReadError::Corrupt(TRUNCATED).into())
             }
-            Err(e) => Err(e),
+            Err(e) => Err(e.into()),
         }
     }
 
@@ -330,7 +333,7 @@ mod tests {
         let t = Instant::now();
         assert_eq!(
             c.recv(&mut buf, Duration::from_millis(50)),
-            Err(ReadError::Timeout)
+            Err(ReadError::Timeout.into())
         );
         assert!(t.elapsed() >= Duration::from_millis(45));
         // A producer that died: reported within about one liveness period.
@@ -345,7 +348,7 @@ mod tests {
         let t = Instant::now();
         assert_eq!(
             c.recv(&mut buf, Duration::from_secs(10)),
-            Err(ReadError::ProducerGone)
+            Err(ShmReadError::ProducerGone)
         );
         assert!(
             t.elapsed() < Duration::from_secs(2),

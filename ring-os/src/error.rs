@@ -56,6 +56,9 @@ pub enum Error {
     Read(ring_core::ReadError),
     /// The ring is disconnected: its producer closed it and everything was read, or it died.
     RingDisconnected,
+    /// A blocking read found nothing and the producer's process is dead
+    /// ([`ShmReadError::ProducerGone`]).
+    ProducerGone,
     /// An existing ring's geometry is not the one asked for (`RingBuilder::open`).
     ConfigMismatch {
         /// The field that differs.
@@ -115,7 +118,7 @@ pub enum Error {
     /// A claim was refused (closed, held back past the timeout, too large).
     Claim(ring_core::ClaimError),
     /// The in-segment allocator refused (ceiling, out of space, corrupt region).
-    Alloc(ring_core::alloc::AllocError),
+    Alloc(ring_core::arena::AllocError),
     /// A take-over was asked for, but the ring's producer is alive.
     ProducerAlive {
         /// Its owner id.
@@ -222,6 +225,7 @@ impl fmt::Display for Error {
                  reader's bound if the producer really sends such messages"
             ),
             Self::Read(e) => write!(f, "{e}"),
+            Self::ProducerGone => f.write_str(PRODUCER_GONE),
             Self::RingDisconnected => f.write_str(
                 "the ring is disconnected: its producer closed it (everything was read) or died",
             ),
@@ -343,9 +347,65 @@ impl std::error::Error for Error {
     }
 }
 
+/// Why a blocking read ([`ConsumerExt`](crate::ConsumerExt)) returned no message: one of
+/// ring-core's reasons, or the one only the OS can tell (the producer's role lock is free).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShmReadError {
+    /// ring-core's reason: timed out, closed, aborted, evicted, a corrupt or truncated segment...
+    Read(ring_core::ReadError),
+    /// Nothing is readable and the producer's process died.
+    ProducerGone,
+}
+
+const PRODUCER_GONE: &str = "the producer process died";
+
+impl fmt::Display for ShmReadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Read(e) => write!(f, "{e}"),
+            Self::ProducerGone => f.write_str(PRODUCER_GONE),
+        }
+    }
+}
+
+impl std::error::Error for ShmReadError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Read(e) => Some(e),
+            Self::ProducerGone => None,
+        }
+    }
+}
+
+impl From<ring_core::ReadError> for ShmReadError {
+    fn from(e: ring_core::ReadError) -> Self {
+        Self::Read(e)
+    }
+}
+
+impl From<ShmReadError> for Error {
+    fn from(e: ShmReadError) -> Self {
+        match e {
+            ShmReadError::Read(e) => Self::Read(e),
+            ShmReadError::ProducerGone => Self::ProducerGone,
+        }
+    }
+}
+
 impl From<ring_core::ReadError> for Error {
     fn from(e: ring_core::ReadError) -> Self {
         Self::Read(e)
+    }
+}
+
+impl From<ring_core::arena::PayloadError> for Error {
+    fn from(e: ring_core::arena::PayloadError) -> Self {
+        use ring_core::arena::PayloadError as P;
+        match e {
+            P::Alloc(e) => Self::Alloc(e),
+            P::Claim(e) => Self::Claim(e),
+            P::TooLarge { len, max } => Self::MessageTooLarge { len, max },
+        }
     }
 }
 

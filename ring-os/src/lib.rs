@@ -45,7 +45,7 @@ mod win;
 
 pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
-pub use error::Error;
+pub use error::{Error, ShmReadError};
 pub use front::{
     prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder,
     SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,

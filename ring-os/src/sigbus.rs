@@ -411,7 +411,7 @@ mod tests {
         assert_eq!(published, ClaimError::Corrupt(TRUNCATED));
         assert_eq!(
             c.recv(&mut buf, Duration::from_secs(1)),
-            Err(ReadError::Corrupt(TRUNCATED))
+            Err(ReadError::Corrupt(TRUNCATED).into())
         );
         assert!(ring.is_truncated());
         assert!(super::repaired_faults() >= 1);

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ring_core::{DeliveryClass, ReadError};
 use ring_os::prelude::{Ring, Subscriber};
-use ring_os::ConsumerExt as _;
+use ring_os::{ConsumerExt as _, ShmReadError};
 use zenoh::Wait as _;
 
 use crate::error::zenoh;
@@ -251,12 +251,18 @@ impl BridgeOut {
         };
         let (header, data) = match msg {
             Ok(m) => m,
-            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => return Ok(None),
+            Err(ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging)) => {
+                return Ok(None)
+            }
             // The origin producer died: a new one may take the ring over; wait.
-            Err(ReadError::ProducerGone) => return Ok(None),
-            Err(ReadError::Closed) => return self.finish(Kind::Close, 0).map(Some),
-            Err(ReadError::Aborted { code }) => return self.finish(Kind::Abort, code).map(Some),
-            Err(e) => return Err(BridgeError::Read(e)),
+            Err(ShmReadError::ProducerGone) => return Ok(None),
+            Err(ShmReadError::Read(ReadError::Closed)) => {
+                return self.finish(Kind::Close, 0).map(Some)
+            }
+            Err(ShmReadError::Read(ReadError::Aborted { code })) => {
+                return self.finish(Kind::Abort, code).map(Some)
+            }
+            Err(ShmReadError::Read(e)) => return Err(BridgeError::Read(e)),
         };
         let len = data.len() as u64;
         self.publisher

@@ -21,10 +21,10 @@ pub enum CliError {
     Ring(ring_core::Error),
     /// Claiming a slot failed for good.
     Claim(ring_core::ClaimError),
-    /// A read failed for good.
-    Read(ring_core::ReadError),
+    /// A read failed for good (ring-core's reason, or the producer's process died).
+    Read(ring_os::ShmReadError),
     /// The segment's allocator region is not valid.
-    Alloc(ring_core::alloc::AllocError),
+    Alloc(ring_core::arena::AllocError),
     /// A command-line value was refused (the message says which and why).
     Usage(String),
     /// A bounded wait ran out.
@@ -97,12 +97,18 @@ impl From<ring_core::ClaimError> for CliError {
 
 impl From<ring_core::ReadError> for CliError {
     fn from(e: ring_core::ReadError) -> Self {
+        Self::Read(e.into())
+    }
+}
+
+impl From<ring_os::ShmReadError> for CliError {
+    fn from(e: ring_os::ShmReadError) -> Self {
         Self::Read(e)
     }
 }
 
-impl From<ring_core::alloc::AllocError> for CliError {
-    fn from(e: ring_core::alloc::AllocError) -> Self {
+impl From<ring_core::arena::AllocError> for CliError {
+    fn from(e: ring_core::arena::AllocError) -> Self {
         Self::Alloc(e)
     }
 }

@@ -6,7 +6,7 @@ use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
-use ring_os::{ConsumerExt as _, ShmRing};
+use ring_os::{ConsumerExt as _, ShmReadError, ShmRing};
 
 use crate::cli::{GrabArgs, GrabRequest};
 use crate::error::{CliError, Result};
@@ -113,7 +113,7 @@ pub fn run(args: &GrabArgs) -> Result<()> {
         let described = start.elapsed();
         let frame = match consumer.recv_pinned(timeout) {
             Ok(frame) => frame,
-            Err(ReadError::Timeout | ReadError::Empty) => {
+            Err(ShmReadError::Read(ReadError::Timeout | ReadError::Empty)) => {
                 return Err(CliError::Timeout(format!(
                     "frame {seq} was announced but not readable within {:.1} s",
                     timeout.as_secs_f64()

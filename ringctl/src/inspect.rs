@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 use std::io::IsTerminal as _;
 use std::time::Duration;
 
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{DeliveryClass, Memory, OwnerId};
 use ring_os::lock::Role;
@@ -14,6 +14,7 @@ use serde::Serialize;
 use crate::cli::InspectArgs;
 use crate::error::{CliError, Result};
 use crate::ring::{self, Ring};
+use crate::table;
 
 /// Leaks listed one by one (the totals count all of them).
 const LEAKS_LISTED: usize = 20;
@@ -130,7 +131,8 @@ pub fn run(args: &InspectArgs) -> Result<()> {
             render(&view)
         };
         if clear {
-            print!("\x1b[2J\x1b[H");
+            // Best effort: a terminal that cannot be cleared just scrolls.
+            let _ = console::Term::stdout().clear_screen();
         }
         print!("{text}");
         shown += 1;
@@ -241,15 +243,18 @@ fn render(v: &View) -> String {
     let mut o = String::new();
     let _ = writeln!(
         o,
-        "ring {:?}: {} bytes mapped, created by {}",
+        "ring {:?}: {} mapped, created by {}",
         v.name,
-        v.mapped_bytes,
+        table::bytes(v.mapped_bytes),
         Owner::describe(v.creator.as_ref())
     );
     let _ = writeln!(
         o,
-        "geometry: {} slots x {} bytes, {} consumer entries, {} bytes in all",
-        v.slots, v.slot_capacity, v.consumer_entries, v.segment_bytes
+        "geometry: {} slots x {} bytes, {} consumer entries, {} in all",
+        v.slots,
+        v.slot_capacity,
+        v.consumer_entries,
+        table::bytes(v.segment_bytes)
     );
     let _ = writeln!(
         o,
@@ -264,39 +269,31 @@ fn render(v: &View) -> String {
     if v.consumers.is_empty() {
         let _ = writeln!(o, "consumers: none registered");
     } else {
-        let _ = writeln!(
-            o,
-            "{:>5} {:<10} {:<8} {:>8} {:<6} {:>10} {:>8} {:>5} {:>10} {:>8}",
-            "entry",
-            "state",
-            "class",
-            "pid",
-            "alive",
-            "cursor",
-            "lag",
-            "pins",
-            "received",
-            "missed"
+        let mut t = table::new(
+            &[
+                "entry", "state", "class", "pid", "alive", "cursor", "lag", "pins", "received",
+                "missed",
+            ],
+            &[0, 3, 5, 6, 7, 8, 9],
         );
         for c in &v.consumers {
             let (pid, alive) = c.owner.as_ref().map_or(("-".to_owned(), "-"), |w| {
                 (w.pid.to_string(), if w.alive { "yes" } else { "DEAD" })
             });
-            let _ = writeln!(
-                o,
-                "{:>5} {:<10} {:<8} {:>8} {:<6} {:>10} {:>8} {:>5} {:>10} {:>8}",
-                c.index,
-                c.state,
-                c.class,
+            t.add_row([
+                c.index.to_string(),
+                c.state.clone(),
+                c.class.clone(),
                 pid,
-                alive,
-                c.cursor,
-                c.lag,
-                c.pins,
-                c.received,
-                c.missed
-            );
+                alive.to_owned(),
+                c.cursor.to_string(),
+                c.lag.to_string(),
+                c.pins.to_string(),
+                c.received.to_string(),
+                c.missed.to_string(),
+            ]);
         }
+        o.push_str(&table::render(&t));
     }
     match &v.allocator {
         None => {
@@ -305,24 +302,24 @@ fn render(v: &View) -> String {
         Some(a) => {
             let _ = writeln!(
                 o,
-                "allocator: {} of {} live ({} bytes, peak {}), {} allocs, {} frees, {} ceiling hits, \
-                 {} out of space, {} bad frees, arena {} bytes",
+                "allocator: {} of {} live ({}, peak {}), {} allocs, {} frees, {} ceiling hits, \
+                 {} out of space, {} bad frees, arena {}",
                 a.live,
                 a.max_live,
-                a.live_bytes,
+                table::bytes(a.live_bytes),
                 a.peak_live,
                 a.allocs,
                 a.frees,
                 a.ceiling_hits,
                 a.out_of_space,
                 a.bad_frees,
-                a.arena_bytes
+                table::bytes(a.arena_bytes)
             );
             let _ = writeln!(
                 o,
-                "leak report: {} live allocation(s), {} bytes{}",
+                "leak report: {} live allocation(s), {}{}",
                 a.leak_count,
-                a.leak_bytes,
+                table::bytes(a.leak_bytes),
                 if a.corrupt_entries > 0 {
                     format!(", {} corrupt entries skipped", a.corrupt_entries)
                 } else {
@@ -332,8 +329,12 @@ fn render(v: &View) -> String {
             for l in &a.leaks {
                 let _ = writeln!(
                     o,
-                    "  owner {} handle {:#x} offset {} len {} age {} ms",
-                    l.owner, l.handle, l.offset, l.len, l.age_ms
+                    "  owner {} handle {:#x} offset {} len {} age {}",
+                    l.owner,
+                    l.handle,
+                    l.offset,
+                    l.len,
+                    table::duration(Duration::from_millis(l.age_ms))
                 );
             }
         }

@@ -21,6 +21,7 @@ mod pubsub;
 mod ring;
 #[cfg_attr(windows, path = "segments_windows.rs")]
 mod segments;
+mod table;
 
 use std::process::ExitCode;
 

@@ -4,7 +4,7 @@ use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use ring_core::{ClaimError, Config, Memory, ReadError, MAX_SLOT_CAPACITY};
-use ring_os::{ConsumerExt as _, ProducerExt as _, ShmRing};
+use ring_os::{ConsumerExt as _, ProducerExt as _, ShmReadError, ShmRing};
 
 use crate::cli::{PubArgs, SubArgs};
 use crate::error::{CliError, Result};
@@ -103,8 +103,8 @@ pub fn publish(args: &PubArgs) -> Result<()> {
             .publish(buf.get(..n).unwrap_or(&[]), timeout)
             .map_err(|e| match e {
                 ClaimError::Full { .. } | ClaimError::Pinned { .. } => CliError::Timeout(format!(
-                    "consumers held the ring back for {:.0} s: {e}",
-                    timeout.as_secs_f64()
+                    "consumers held the ring back for {}: {e}",
+                    crate::table::duration(timeout)
                 )),
                 e => ring::or_truncated(&ring, e),
             })?;
@@ -113,8 +113,8 @@ pub fn publish(args: &PubArgs) -> Result<()> {
     if !producer.wait_drained_for(timeout) {
         ring.check_truncated()?;
         return Err(CliError::Timeout(format!(
-            "gating consumers did not read everything within {:.0} s",
-            timeout.as_secs_f64()
+            "gating consumers did not read everything within {}",
+            crate::table::duration(timeout)
         )));
     }
     Ok(())
@@ -148,10 +148,10 @@ fn wait_for_consumers(
         return Ok(());
     }
     Err(CliError::Timeout(format!(
-        "{} of {n} consumers registered within {:.0} s (start `ringctl sub {}`, or pass \
+        "{} of {n} consumers registered within {} (start `ringctl sub {}`, or pass \
          --wait-consumers 0)",
         producer.ready_consumers(),
-        timeout.as_secs_f64(),
+        crate::table::duration(timeout),
         ring::name_of(ring)
     )))
 }
@@ -213,17 +213,17 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
             Err(e) => e,
         };
         match err {
-            ReadError::Closed => break,
-            ReadError::Timeout | ReadError::Empty | ReadError::Lagging => {
+            ShmReadError::Read(ReadError::Closed) => break,
+            ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {
                 if let Err(stop) = out.flush().map_err(write_err) {
                     return stop.into_result();
                 }
                 // A dead producer is `ProducerGone` (below); a ring without one times out.
                 if consumer.producer_owner() == 0 && idle_since.elapsed() > timeout {
                     return Err(CliError::Timeout(format!(
-                        "ring {:?} has had no producer for {:.0} s",
+                        "ring {:?} has had no producer for {}",
                         args.name,
-                        timeout.as_secs_f64()
+                        crate::table::duration(timeout)
                     )));
                 }
             }

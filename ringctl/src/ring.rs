@@ -79,9 +79,9 @@ pub fn open_wait(name: &SegmentName, timeout: Duration) -> Result<Ring> {
         };
         if Instant::now() >= deadline {
             return Err(CliError::Timeout(format!(
-                "no usable ring {:?} after {:.1} s: {err}",
+                "no usable ring {:?} after {}: {err}",
                 name.as_str(),
-                timeout.as_secs_f64()
+                crate::table::duration(timeout)
             )));
         }
         std::thread::sleep(Duration::from_millis(5));
@@ -105,9 +105,9 @@ pub fn receive(
     let rdv = rendezvous(name, dir);
     rdv.connect(timeout).map_err(|e| match e {
         ring_os::Error::NotFound { what } => CliError::Timeout(format!(
-            "nobody served memfd ring {:?} on the {what} within {:.1} s (start `ringctl pub --memfd {}`)",
+            "nobody served memfd ring {:?} on the {what} within {} (start `ringctl pub --memfd {}`)",
             name.as_str(),
-            timeout.as_secs_f64(),
+            crate::table::duration(timeout),
             name.as_str()
         )),
         e => with_name(name, e),

@@ -73,7 +73,7 @@ pub fn list(args: &ListArgs) -> Result<()> {
         println!("no rings in {SHM_DIR}");
         return Ok(());
     }
-    println!("{:<32} {:>12} {:<10} owners", "name", "bytes", "status");
+    let mut t = crate::table::new(&["name", "size", "status", "owners"], &[1]);
     for r in &rows {
         let owners = if let Some(note) = &r.note {
             note.clone()
@@ -87,8 +87,14 @@ pub fn list(args: &ListArgs) -> Result<()> {
                 .collect::<Vec<_>>()
                 .join(", ")
         };
-        println!("{:<32} {:>12} {:<10} {owners}", r.name, r.bytes, r.status);
+        t.add_row([
+            r.name.clone(),
+            crate::table::bytes(r.bytes),
+            r.status.to_string(),
+            owners,
+        ]);
     }
+    print!("{}", crate::table::render(&t));
     Ok(())
 }
 

@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::ReadError;
 use ring_os::prelude::*;
-use ring_os::{ConsumerExt as _, ProducerExt as _};
+use ring_os::{ConsumerExt as _, ProducerExt as _, ShmReadError};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
@@ -180,10 +180,12 @@ fn far_reader(
                     got.push(c.meta[0]);
                     progress.store(got.len() as u64, Ordering::Relaxed);
                 }
-                Err(ReadError::Closed) => return (got, gone),
+                Err(ShmReadError::Read(ReadError::Closed)) => return (got, gone),
                 // A killed bridge: its successor takes the ring over (docs/OS.md).
-                Err(ReadError::ProducerGone) => gone += 1,
-                Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {}
+                Err(ShmReadError::ProducerGone) => gone += 1,
+                Err(ShmReadError::Read(
+                    ReadError::Timeout | ReadError::Empty | ReadError::Lagging,
+                )) => {}
                 Err(e) => panic!("far reader: {e}"),
             }
         }
@@ -311,7 +313,7 @@ fn latest_1080p_frames_at_30_fps_whole_and_skips_counted() {
             assert!(Instant::now() < end, "the far ring was not closed in time");
             let closed = {
                 let read = far_sub.inner().recv_pinned(Duration::from_millis(200));
-                let closed = matches!(read, Err(ReadError::Closed));
+                let closed = matches!(read, Err(ShmReadError::Read(ReadError::Closed)));
                 match read {
                     Ok(p) => {
                         let index = p.meta()[0];
@@ -324,8 +326,12 @@ fn latest_1080p_frames_at_30_fps_whole_and_skips_counted() {
                         last = Some(index);
                         delivered += 1;
                     }
-                    Err(ReadError::Closed) => {}
-                    Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {}
+                    Err(ShmReadError::Read(
+                        ReadError::Closed
+                        | ReadError::Timeout
+                        | ReadError::Empty
+                        | ReadError::Lagging,
+                    )) => {}
                     Err(e) => panic!("far reader: {e}"),
                 }
                 closed

@@ -27,6 +27,18 @@ pub trait Backend {
     fn create(&self, config: &Config) -> Result<Self::Mem, Failure>;
 }
 
+/// ring-core's owned segment (the loom shape), created by owner 1.
+#[derive(Clone, Copy, Debug)]
+pub struct Owned;
+
+impl Backend for Owned {
+    type Mem = ring_core::OwnedSegment;
+    fn create(&self, config: &Config) -> Result<Self::Mem, Failure> {
+        ring_core::OwnedSegment::new(config, crate::support::id(1))
+            .map_err(|e| Failure(e.to_string()))
+    }
+}
+
 /// One named check's result.
 pub type Check = Result<(), Failure>;
 
@@ -523,7 +535,7 @@ pub fn alloc_lookup_races_reuse<B: Backend>(b: &B) -> Check {
 /// [`alloc_lookup_races_reuse`] with a chosen number of reuse rounds (`tests/alloc_race.rs`
 /// runs enough under Miri for its weak-memory emulation to find a missing fence).
 pub fn alloc_lookup_races_reuse_for<B: Backend>(b: &B, rounds: u64) -> Check {
-    use ring_core::alloc::{AllocError, Allocator};
+    use ring_core::arena::{AllocError, Allocator};
     use std::sync::atomic::AtomicU64;
     let m = Arc::new(b.create(&Config::new(1, 8).with_consumers(1).with_allocator(64, 1))?);
     let len_of = |handle: u64| if (handle >> 32) % 2 == 1 { 8 } else { 16 };

@@ -14,3 +14,4 @@ pub mod conformance;
 pub mod model;
 #[cfg(not(any(ring_loom, ring_shuttle)))]
 pub mod real;
+pub mod support;

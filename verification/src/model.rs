@@ -13,29 +13,11 @@
 //! live allocation) and that `OutOfSpace` is reported exactly when no free run is long enough.
 
 use arbitrary::Arbitrary;
-use ring_core::alloc::{AllocError, Allocation, GRANULE_BYTES};
-use ring_core::{ClaimError, Config, DeliveryClass, Error, ReadError, Reclaimed, READ_RETRIES};
+use ring_core::arena::{AllocError, Allocation, GRANULE_BYTES};
+use ring_core::{ClaimError, Config, Error, ReadError, Reclaimed, READ_RETRIES};
 
-/// A delivery class, as an operation parameter.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]
-pub enum Class {
-    /// [`DeliveryClass::Gating`].
-    Gating,
-    /// [`DeliveryClass::LatestOnly`].
-    LatestOnly,
-    /// [`DeliveryClass::SkipOnLag`].
-    SkipOnLag,
-}
-
-impl From<Class> for DeliveryClass {
-    fn from(c: Class) -> Self {
-        match c {
-            Class::Gating => Self::Gating,
-            Class::LatestOnly => Self::LatestOnly,
-            Class::SkipOnLag => Self::SkipOnLag,
-        }
-    }
-}
+/// A delivery class, as an operation parameter: the fuzz oracles' type, one copy for both.
+pub use ring_oracles::ops::Class;
 
 /// Which handle a [`Op::Free`] frees, and as whom.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Arbitrary)]

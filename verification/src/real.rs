@@ -6,7 +6,7 @@ use crate::model::{
     pattern, DisplacedCall, Model, Op, Outcome, VictimCall, CONSUMER_OWNER_BASE, PRODUCER_OWNER,
 };
 use crate::model::{Failure, ALLOC_OWNERS};
-use ring_core::alloc::{AllocError, Allocator};
+use ring_core::arena::{AllocError, Allocator};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::layout::{READER_MASK, WRITER};
 use ring_core::{Consumer, Memory, OwnerId, Pinned, Producer, WriteSlot};

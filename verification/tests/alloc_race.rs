@@ -5,18 +5,7 @@
 //! with a newer allocation's fields, which this check reports. Natively (x86's loads are not
 //! reordered) it only checks the logic. `mutants.sh` runs it under Miri for `alloc-snapshot-fence`.
 
-use ring_core::{Config, OwnedSegment, OwnerId};
-use ring_verification::conformance::{alloc_lookup_races_reuse_for, Backend};
-use ring_verification::model::Failure;
-
-struct Owned;
-
-impl Backend for Owned {
-    type Mem = OwnedSegment;
-    fn create(&self, config: &Config) -> Result<OwnedSegment, Failure> {
-        OwnedSegment::new(config, OwnerId::new(1).unwrap()).map_err(|e| Failure(e.to_string()))
-    }
-}
+use ring_verification::conformance::{alloc_lookup_races_reuse_for, Owned};
 
 #[test]
 fn alloc_lookup_never_mixes_generations() {

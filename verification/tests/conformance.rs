@@ -6,8 +6,8 @@
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
 use core::sync::atomic::{AtomicU32, Ordering};
-use ring_core::{Config, HeapSegment, OwnedSegment, OwnerId};
-use ring_verification::conformance::{run_all, Backend};
+use ring_core::{Config, HeapSegment, OwnerId};
+use ring_verification::conformance::{run_all, Backend, Owned};
 use ring_verification::model::Failure;
 use std::sync::Arc;
 
@@ -20,14 +20,6 @@ impl Backend for Heap {
     type Mem = HeapSegment;
     fn create(&self, config: &Config) -> Result<HeapSegment, Failure> {
         HeapSegment::new(config, creator()).map_err(|e| Failure(e.to_string()))
-    }
-}
-
-struct Owned;
-impl Backend for Owned {
-    type Mem = OwnedSegment;
-    fn create(&self, config: &Config) -> Result<OwnedSegment, Failure> {
-        OwnedSegment::new(config, creator()).map_err(|e| Failure(e.to_string()))
     }
 }
 

@@ -7,33 +7,14 @@
 
 use loom::sync::{Condvar, Mutex};
 use loom::thread;
-use ring_core::alloc::{region_len, AllocConfig, AllocError, Allocator};
+use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
 use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
 use ring_core::{
-    AtomicU32, AtomicU64, Config, Consumer, DeliveryClass, Geometry, Memory, OwnedSegment, OwnerId,
+    AtomicU32, AtomicU64, Config, Consumer, DeliveryClass, Geometry, Memory, OwnedSegment,
     Producer, WaitStrategy,
 };
+use ring_verification::support::{id, model};
 use std::sync::Arc;
-
-/// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
-/// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 1_000_000;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    b.check(move || {
-        counted.fetch_add(1, Relaxed);
-        f();
-    });
-    // Shown with `--nocapture`: how many executions loom explored.
-    eprintln!("loom explored {} executions", runs.load(Relaxed));
-}
-
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).expect("non-zero")
-}
 
 fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
     let words = region_len(arena, max_live).expect("valid region") / 8;

@@ -10,32 +10,14 @@
 use loom::thread;
 use ring_core::sync::Ordering;
 use ring_core::{
-    AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, OwnerId,
-    Producer, ReadError, Spin,
+    AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
+    ReadError, Spin,
 };
+use ring_verification::support::{id, model};
 use std::sync::Arc;
-
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).expect("non-zero")
-}
 
 fn config(slots: u32, consumers: u32) -> Config {
     Config::new(slots, 16).with_consumers(consumers)
-}
-
-/// `loom::model` with room for the segment's initialisation (see `loom_ring.rs`).
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 1_000_000;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    b.check(move || {
-        counted.fetch_add(1, Relaxed);
-        f();
-    });
-    // Shown with `--nocapture`: how many executions loom explored.
-    eprintln!("loom explored {} executions", runs.load(Relaxed));
 }
 
 /// Registration into an entry its previous holder is freeing (`Consumer::drop`: FREE, then the

@@ -10,30 +10,9 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, OwnerId, Producer, ReadError,
-};
+use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
+use ring_verification::support::{id, model};
 use std::sync::Arc;
-
-/// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
-/// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
-fn model<F: Fn() + Sync + Send + 'static>(f: F) {
-    use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
-    let mut b = loom::model::Builder::new();
-    b.max_branches = 1_000_000;
-    let runs = Arc::new(AtomicUsize::new(0));
-    let counted = runs.clone();
-    b.check(move || {
-        counted.fetch_add(1, Relaxed);
-        f();
-    });
-    // Shown with `--nocapture`: how many executions loom explored.
-    eprintln!("loom explored {} executions", runs.load(Relaxed));
-}
-
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).expect("non-zero")
-}
 
 fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
     Arc::new(

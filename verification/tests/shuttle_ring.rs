@@ -13,9 +13,8 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use ring_core::inspect::total_pins;
-use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, OwnerId, Producer, ReadError,
-};
+use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
+use ring_verification::support::id;
 use shuttle::rand::{thread_rng, Rng};
 use shuttle::sync::atomic::{AtomicBool, Ordering};
 use shuttle::thread;
@@ -26,10 +25,6 @@ const MESSAGES: u64 = 20;
 /// One consumer in `CRASH_ONE_IN` crashes, at a random step below `CRASH_STEPS`.
 const CRASH_ONE_IN: u32 = 3;
 const CRASH_STEPS: u32 = 40;
-
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).expect("non-zero")
-}
 
 fn iterations() -> usize {
     std::env::var("SHUTTLE_ITERATIONS")

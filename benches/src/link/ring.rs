@@ -13,7 +13,9 @@ use crate::ctl::Setup;
 use crate::wait::spin_until;
 use crate::BenchError;
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
-use ring_os::{ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmRing};
+use ring_os::{
+    ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmReadError, ShmRing,
+};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -121,7 +123,9 @@ impl Rx for RingRx {
             Mode::Futex => {
                 let left = deadline.saturating_duration_since(Instant::now());
                 let p = c.recv_pinned(left).map_err(|e| match e {
-                    ReadError::Timeout => BenchError::timeout("a ring message (futex)"),
+                    ShmReadError::Read(ReadError::Timeout) => {
+                        BenchError::timeout("a ring message (futex)")
+                    }
                     e => err(e),
                 })?;
                 check(p.bytes(), len, *seq, transport)?;

@@ -39,6 +39,8 @@ use core::fmt;
 
 use ring_core::{ClaimError, ReadError};
 
+use crate::ShmReadError;
+
 /// Why [`Subscriber::try_recv`](crate::Subscriber::try_recv) returned no message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TryRecvError {
@@ -123,22 +125,55 @@ pub enum SendTimeoutError {
     Failed(ClaimError),
 }
 
-impl TryRecvError {
-    pub(crate) fn from_read(e: ReadError) -> Self {
+/// What a read's failure means to the front door: the one table both read errors come from.
+///
+/// | the read's reason              | `try_recv` (no wait) | `recv_timeout` (a bounded wait) |
+/// |--------------------------------|----------------------|---------------------------------|
+/// | `Empty`                        | `Empty`              | `Timeout`                       |
+/// | `Lagging`                      | `Empty`              | `Failed(Lagging)`               |
+/// | `Timeout`                      | `Failed(Timeout)`    | `Timeout`                       |
+/// | `Closed`, `ProducerGone`       | `Disconnected`       | `Disconnected`                  |
+/// | anything else                  | `Failed(e)`          | `Failed(e)`                     |
+enum Outcome {
+    /// Nothing yet (`Empty` / `Timeout`).
+    Nothing,
+    /// Nothing ever again.
+    Disconnected,
+    /// Failed for a reason of ring-core's.
+    Failed(ReadError),
+}
+
+impl Outcome {
+    /// The row of `e`, in the `try_recv` column or (`waited`) the `recv_timeout` one.
+    fn of(e: ShmReadError, waited: bool) -> Self {
         match e {
-            ReadError::Empty | ReadError::Lagging => Self::Empty,
-            ReadError::Closed | ReadError::ProducerGone => Self::Disconnected,
-            e => Self::Failed(e),
+            ShmReadError::ProducerGone | ShmReadError::Read(ReadError::Closed) => {
+                Self::Disconnected
+            }
+            ShmReadError::Read(ReadError::Empty) => Self::Nothing,
+            ShmReadError::Read(ReadError::Lagging) if !waited => Self::Nothing,
+            ShmReadError::Read(ReadError::Timeout) if waited => Self::Nothing,
+            ShmReadError::Read(e) => Self::Failed(e),
+        }
+    }
+}
+
+impl TryRecvError {
+    pub(crate) fn from_read(e: impl Into<ShmReadError>) -> Self {
+        match Outcome::of(e.into(), false) {
+            Outcome::Nothing => Self::Empty,
+            Outcome::Disconnected => Self::Disconnected,
+            Outcome::Failed(e) => Self::Failed(e),
         }
     }
 }
 
 impl RecvTimeoutError {
-    pub(crate) fn from_read(e: ReadError) -> Self {
-        match e {
-            ReadError::Timeout | ReadError::Empty => Self::Timeout,
-            ReadError::Closed | ReadError::ProducerGone => Self::Disconnected,
-            e => Self::Failed(e),
+    pub(crate) fn from_read(e: impl Into<ShmReadError>) -> Self {
+        match Outcome::of(e.into(), true) {
+            Outcome::Nothing => Self::Timeout,
+            Outcome::Disconnected => Self::Disconnected,
+            Outcome::Failed(e) => Self::Failed(e),
         }
     }
 }
@@ -322,6 +357,51 @@ impl From<SendError> for crate::Error {
                 Self::Claim(ClaimError::TooLarge { len, capacity })
             }
             SendError::Failed(e) => Self::Claim(e),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_read_table_row_by_row() {
+        let rows: [(ShmReadError, TryRecvError, RecvTimeoutError); 6] = [
+            (
+                ReadError::Empty.into(),
+                TryRecvError::Empty,
+                RecvTimeoutError::Timeout,
+            ),
+            (
+                ReadError::Lagging.into(),
+                TryRecvError::Empty,
+                RecvTimeoutError::Failed(ReadError::Lagging),
+            ),
+            (
+                ReadError::Timeout.into(),
+                TryRecvError::Failed(ReadError::Timeout),
+                RecvTimeoutError::Timeout,
+            ),
+            (
+                ReadError::Closed.into(),
+                TryRecvError::Disconnected,
+                RecvTimeoutError::Disconnected,
+            ),
+            (
+                ShmReadError::ProducerGone,
+                TryRecvError::Disconnected,
+                RecvTimeoutError::Disconnected,
+            ),
+            (
+                ReadError::Evicted.into(),
+                TryRecvError::Failed(ReadError::Evicted),
+                RecvTimeoutError::Failed(ReadError::Evicted),
+            ),
+        ];
+        for (e, try_recv, recv_timeout) in rows {
+            assert_eq!(TryRecvError::from_read(e), try_recv, "{e:?}");
+            assert_eq!(RecvTimeoutError::from_read(e), recv_timeout, "{e:?}");
         }
     }
 }

@@ -5,6 +5,8 @@ use core::time::Duration;
 
 use ring_core::{Copied, Memory as _, Pinned, ReadError};
 
+use crate::ShmReadError;
+
 use super::errors::{RecvError, RecvTimeoutError, TryRecvError};
 use crate::blocking::LIVENESS_PERIOD;
 use crate::{ConsumerExt as _, Mapping, ShmConsumer};
@@ -95,7 +97,7 @@ impl Subscriber {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.inner.recv(buf, left) {
                 // Overwritten faster than we read: try again within the timeout.
-                Err(ReadError::Lagging) if !left.is_zero() => {}
+                Err(ShmReadError::Read(ReadError::Lagging)) if !left.is_zero() => {}
                 other => return other.map_err(RecvTimeoutError::from_read),
             }
         }
@@ -124,7 +126,7 @@ impl Subscriber {
         loop {
             match self.inner.wait_message(ROUND) {
                 Ok(()) => break,
-                Err(ReadError::Timeout) => {}
+                Err(ShmReadError::Read(ReadError::Timeout)) => {}
                 Err(e) => {
                     return Err(match RecvTimeoutError::from_read(e) {
                         RecvTimeoutError::Failed(e) => RecvError::Failed(e),

@@ -16,14 +16,7 @@ const HUGETLBFS_MAGIC: u64 = 0x9584_58f6;
 
 /// Maps an `open`/`unlink` error to ours.
 fn open_error(path: &Path, e: Errno, op: &'static str) -> Error {
-    let what = format!("segment file {}", path.display());
-    match e {
-        Errno::EXIST => Error::AlreadyExists { what },
-        Errno::NOENT => Error::NotFound { what },
-        Errno::ACCESS | Errno::PERM => Error::PermissionDenied { what },
-        Errno::LOOP => Error::NotRegularFile { what },
-        e => Error::io(op, e),
-    }
+    super::open_error(format!("segment file {}", path.display()), e, op)
 }
 
 /// Checks that `fd` is on hugetlbfs and returns its huge page size.

@@ -284,6 +284,20 @@ enum Claim {
     Lost,
 }
 
+/// Maps an `open`/`shm_open`/`unlink` error on `what` (a segment file or shared-memory object,
+/// as the message names it) to ours.
+fn open_error(what: String, e: rustix::io::Errno, op: &'static str) -> Error {
+    use rustix::io::Errno;
+    match e {
+        Errno::EXIST => Error::AlreadyExists { what },
+        Errno::NOENT => Error::NotFound { what },
+        Errno::ACCESS | Errno::PERM => Error::PermissionDenied { what },
+        // ELOOP: O_NOFOLLOW met a symlink where our segment should be.
+        Errno::LOOP => Error::NotRegularFile { what },
+        e => Error::io(op, e),
+    }
+}
+
 /// Takes [`Role::Creator`] on a file this process just created with `O_EXCL`, *before*
 /// formatting it, and checks that `path` still names it.
 ///

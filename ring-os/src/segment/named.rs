@@ -25,15 +25,7 @@ fn nofollow() -> shm::OFlags {
 
 /// Maps an `shm_open`/`shm_unlink` error to ours.
 fn open_error(name: &SegmentName, e: Errno, op: &'static str) -> Error {
-    let what = format!("shared-memory segment {name}");
-    match e {
-        Errno::EXIST => Error::AlreadyExists { what },
-        Errno::NOENT => Error::NotFound { what },
-        Errno::ACCESS | Errno::PERM => Error::PermissionDenied { what },
-        // ELOOP: O_NOFOLLOW met a symlink where our segment should be.
-        Errno::LOOP => Error::NotRegularFile { what },
-        e => Error::io(op, e),
-    }
+    super::open_error(format!("shared-memory segment {name}"), e, op)
 }
 
 impl Segment {

@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 use ring_core::inspect::{consumer_info, EntryState};
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 use ring_os::{
-    ConsumerExt as _, CreateOptions, Error, ProducerExt as _, SegmentName, ShmRing, LIVENESS_PERIOD,
+    ConsumerExt as _, CreateOptions, Error, ProducerExt as _, SegmentName, ShmReadError, ShmRing,
+    LIVENESS_PERIOD,
 };
 
 use crate::support::{field, unique_name, Child, Unlink};
@@ -141,7 +142,7 @@ pub fn other_pid_namespace() {
     assert_eq!(&buf[..got.len], b"from another namespace");
     assert_eq!(
         host.recv(&mut buf, Duration::from_millis(300)),
-        Err(ReadError::Timeout),
+        Err(ReadError::Timeout.into()),
         "a live producer in another pid namespace was reported gone"
     );
     assert!(
@@ -150,7 +151,10 @@ pub fn other_pid_namespace() {
     );
     prod.sigkill();
     let start = Instant::now();
-    assert_eq!(host.recv(&mut buf, SECS(5)), Err(ReadError::ProducerGone));
+    assert_eq!(
+        host.recv(&mut buf, SECS(5)),
+        Err(ShmReadError::ProducerGone)
+    );
     let gone = start.elapsed();
     let _p = ShmRing::producer(&ring).expect("a dead producer is taken over");
     println!("  pid namespace: consumer reclaimed {recovered:.2?} and producer gone {gone:.2?} after SIGKILL");

@@ -9,7 +9,7 @@ use ring_core::{DeliveryClass, ReadError};
 use ring_os::fdpass;
 #[cfg(unix)]
 use ring_os::Error;
-use ring_os::{alloc, ConsumerExt as _, SegmentName, ShmRing};
+use ring_os::{alloc, ConsumerExt as _, SegmentName, ShmReadError, ShmRing};
 
 use crate::support::{check_payload, make_payload};
 
@@ -99,7 +99,7 @@ fn stress_consumer() -> i32 {
     loop {
         let pin = match c.recv_pinned(Duration::from_secs(30)) {
             Ok(p) => p,
-            Err(ReadError::Closed) => break,
+            Err(ShmReadError::Read(ReadError::Closed)) => break,
             Err(e) => {
                 say!("ERR {e}");
                 return 2;
@@ -177,7 +177,7 @@ fn read_until_error(
     ring: &std::sync::Arc<ring_os::Mapping>,
     torn: &str,
     timeout: Duration,
-) -> Option<(u64, ReadError)> {
+) -> Option<(u64, ShmReadError)> {
     let mut c = ShmRing::consumer(ring, class()).expect("register");
     say!("READY");
     let mut buf = [0u8; 256];
@@ -203,7 +203,7 @@ fn read_until_error(
 fn gone_consumer() -> i32 {
     let ring = ShmRing::open_named(&name()).expect("open");
     match read_until_error(&ring, "ERR torn", Duration::from_secs(30)) {
-        Some((got, ReadError::ProducerGone)) => {
+        Some((got, ShmReadError::ProducerGone)) => {
             say!("GONE got={got}");
             0
         }

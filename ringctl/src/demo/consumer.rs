@@ -5,9 +5,9 @@ use core::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::{Consumer, Memory, ReadError};
-use ring_os::{ConsumerExt as _, ShmRing};
+use ring_os::{ConsumerExt as _, ShmReadError, ShmRing};
 
 use super::report::{histogram, ConsumerReport};
 use crate::cli::{ConsumerArgs, ReadMode};
@@ -74,10 +74,11 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
                 r.torn += u64::from(!s.whole);
                 r.descriptor_errors += u64::from(!s.descriptor_ok);
             }
-            Err(ReadError::Closed) => break,
+            Err(ShmReadError::Read(ReadError::Closed)) => break,
             // Nothing yet, or overrun while reading: try again (a dead producer is reported as
             // `ProducerGone` by the wait).
-            Err(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {}
+            Err(ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging)) => {
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -101,7 +102,7 @@ fn read_pinned<M: ring_os::RoleFile>(
     alloc: &Allocator<'_>,
     wait: Duration,
     hold: Duration,
-) -> Result<Seen, ReadError> {
+) -> Result<Seen, ShmReadError> {
     let msg = consumer.recv_pinned(wait)?;
     let now = ring::monotonic_ns();
     let [stamp, sum] = msg.meta();
@@ -139,7 +140,7 @@ fn read_copy<M: ring_os::RoleFile>(
     consumer: &mut Consumer<M>,
     buf: &mut [u8],
     wait: Duration,
-) -> Result<Seen, ReadError> {
+) -> Result<Seen, ShmReadError> {
     let c = consumer.recv(buf, wait)?;
     let now = ring::monotonic_ns();
     let data = buf.get(..c.len).unwrap_or(&[]);

@@ -1,7 +1,7 @@
 //! The end of a demo run: reclaim what dead consumers left, free the descriptors of the
 //! messages still in the ring, count leaks, and turn the reports into a checked [`Summary`].
 
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, total_pins, EntryState};
 use ring_core::Memory;
 use ring_os::{ProducerExt as _, ShmRing};

@@ -188,13 +188,13 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
         println!("{line}");
     } else {
         let title = format!(
-            "ringctl demo: {} frames of {}, {} slots, {} consumers, ring {:?} ({:.1} MB)",
+            "ringctl demo: {} frames of {}, {} slots, {} consumers, ring {:?} ({})",
             summary.messages,
             args.frame_size.describe(),
             args.slots,
             classes.len(),
             name.as_str(),
-            ring.segment().len() as f64 / 1e6
+            crate::table::bytes(ring.segment().len())
         );
         print!("{}", report::table(&summary, &title));
     }

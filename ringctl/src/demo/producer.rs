@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use ring_core::alloc::Allocator;
+use ring_core::arena::Allocator;
 use ring_core::{ClaimError, Memory, WriteSlot};
 use ring_os::{FutexWait, Mapping, ProducerExt as _, ShmProducer, ShmRing, LIVENESS_PERIOD};
 

@@ -162,51 +162,46 @@ pub fn table(s: &Summary, title: &str) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let _ = writeln!(out, "{title}");
-    let _ = writeln!(
-        out,
-        "{:<4} {:<7} {:<5} {:<7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>8} {:>6}",
-        "#",
-        "class",
-        "read",
-        "status",
-        "frames",
-        "fps",
-        "p50 µs",
-        "p99 µs",
-        "torn",
-        "skipped",
-        "lost"
+    let mut t = crate::table::new(
+        &[
+            "#", "class", "read", "status", "frames", "fps", "p50 µs", "p99 µs", "torn", "skipped",
+            "lost",
+        ],
+        &[4, 5, 6, 7, 8, 9, 10],
     );
     for r in &s.per_consumer {
-        if r.status == "killed" {
-            let _ = writeln!(
-                out,
-                "{:<4} {:<7} {:<5} {:<7} {:>8} {:>8} {:>9} {:>9} {:>6} {:>8} {:>6}",
-                r.id, r.class, r.read, r.status, "-", "-", "-", "-", "-", "-", "-"
-            );
-            continue;
-        }
-        let _ = writeln!(
-            out,
-            "{:<4} {:<7} {:<5} {:<7} {:>8} {:>8.1} {:>9.1} {:>9.1} {:>6} {:>8} {:>6}",
-            r.id,
-            r.class,
-            r.read,
-            r.status,
-            r.frames,
-            r.fps,
-            r.p50_us,
-            r.p99_us,
-            r.torn,
-            r.skipped,
-            r.lost
-        );
+        let head = [
+            r.id.to_string(),
+            r.class.clone(),
+            r.read.clone(),
+            r.status.clone(),
+        ];
+        let numbers = if r.status == "killed" {
+            ["-"; 7].map(str::to_owned)
+        } else {
+            [
+                r.frames.to_string(),
+                format!("{:.1}", r.fps),
+                format!("{:.1}", r.p50_us),
+                format!("{:.1}", r.p99_us),
+                r.torn.to_string(),
+                r.skipped.to_string(),
+                r.lost.to_string(),
+            ]
+        };
+        t.add_row(head.into_iter().chain(numbers));
     }
-    let mb_s = s.fps * s.frame_bytes as f64 / 1e6;
+    out.push_str(&crate::table::render(&t));
+    // Bytes per second through the producer, in indicatif's binary units.
+    let per_s = (s.fps * s.frame_bytes as f64) as u64;
     let _ = writeln!(
         out,
-        "producer: {} frames in {:.2} s = {:.1} fps ({mb_s:.0} MB/s), {} claims waited",
-        s.messages, s.duration_s, s.fps, s.stalls
+        "producer: {} frames in {:.2} s = {:.1} fps ({}/s), {} claims waited",
+        s.messages,
+        s.duration_s,
+        s.fps,
+        crate::table::bytes(per_s),
+        s.stalls
     );
     let _ = writeln!(
         out,

@@ -156,7 +156,7 @@ impl Geometry {
 /// # Examples
 ///
 /// ```
-/// use ring_core::alloc::{region_len, DEFAULT_MAX_LIVE};
+/// use ring_core::arena::{region_len, DEFAULT_MAX_LIVE};
 ///
 /// let bytes = region_len(1 << 20, DEFAULT_MAX_LIVE).unwrap();
 /// assert_eq!(bytes % 128, 0);

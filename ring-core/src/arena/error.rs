@@ -184,3 +184,45 @@ impl fmt::Display for AllocError {
 }
 
 impl core::error::Error for AllocError {}
+
+#[cfg(feature = "alloc")]
+/// Why the payload binding ([`PayloadProducer`](super::PayloadProducer),
+/// [`PayloadReader`](super::PayloadReader)) refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PayloadError {
+    /// The allocator refused (ceiling, out of space, invalid handle, corrupt region).
+    Alloc(AllocError),
+    /// The ring refused the publish.
+    Claim(crate::ClaimError),
+    /// A message claims more bytes than the reader's bound (nothing was allocated).
+    TooLarge {
+        /// The length the message claims.
+        len: u64,
+        /// The reader's bound.
+        max: u64,
+    },
+}
+
+#[cfg(feature = "alloc")]
+impl fmt::Display for PayloadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Alloc(e) => write!(f, "allocator: {e}"),
+            Self::Claim(e) => write!(f, "{e}"),
+            Self::TooLarge { len, max } => write!(
+                f,
+                "message of {len} bytes exceeds the reader's bound of {max} bytes: read it with a larger bound"
+            ),
+        }
+    }
+}
+
+#[cfg(feature = "alloc")]
+impl core::error::Error for PayloadError {}
+
+#[cfg(feature = "alloc")]
+impl From<AllocError> for PayloadError {
+    fn from(e: AllocError) -> Self {
+        Self::Alloc(e)
+    }
+}

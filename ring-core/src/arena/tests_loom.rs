@@ -1,7 +1,7 @@
 //! Loom model of the entry seqlock: a reader that looked up a handle and copies its bytes while
 //! the mutator frees it and reuses the same entry and granule either gets the old allocation's
 //! bytes or an error, never the new one's. Run with
-//! `RUSTFLAGS="--cfg ring_loom" cargo test -p ring-core --lib --release alloc::tests_loom`.
+//! `RUSTFLAGS="--cfg ring_loom" cargo test -p ring-core --lib --release arena::tests_loom`.
 
 extern crate std;
 

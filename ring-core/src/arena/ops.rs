@@ -107,7 +107,7 @@ impl<'a> Allocator<'a> {
     ///
     /// ```
     /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{region_len, AllocConfig, AllocError, Allocator};
+    /// use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
     /// # let words: Vec<AtomicU64> =
     /// #     (0..region_len(1024, 2).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
     /// let config = AllocConfig { arena_bytes: 1024, max_live: 2, byte_ceiling: 1024 };
@@ -248,7 +248,7 @@ impl<'a> Allocator<'a> {
     ///
     /// ```
     /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator};
+    /// use ring_core::arena::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator};
     /// # let words: Vec<AtomicU64> =
     /// #     (0..region_len(1024, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
     /// let mut alloc = Allocator::init(&words, AllocConfig::new(1024))?;
@@ -315,7 +315,7 @@ impl<'a> Allocator<'a> {
     ///
     /// ```
     /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, Allocator, Freed};
+    /// use ring_core::arena::{DEFAULT_MAX_LIVE, region_len, AllocConfig, Allocator, Freed};
     /// # let words: Vec<AtomicU64> =
     /// #     (0..region_len(1024, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
     /// let mut alloc = Allocator::init(&words, AllocConfig::new(1024))?;
@@ -324,7 +324,7 @@ impl<'a> Allocator<'a> {
     /// alloc.alloc(30, 8, 0)?;
     /// assert_eq!(alloc.free_all_of(7)?, Freed { count: 2, bytes: 30, corrupt: 0 });
     /// assert_eq!(alloc.stats().live, 1);
-    /// # Ok::<(), ring_core::alloc::AllocError>(())
+    /// # Ok::<(), ring_core::arena::AllocError>(())
     /// ```
     pub fn free_all_of(&mut self, owner: u16) -> Result<Freed, AllocError> {
         Self::check_owner(owner)?;

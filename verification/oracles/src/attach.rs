@@ -8,7 +8,7 @@
 //! (the fuzzer runs under AddressSanitizer), and every error must be one its function documents.
 
 use super::{displays, Outcome};
-use ring_core::alloc::{AllocError, Allocator};
+use ring_core::arena::{AllocError, Allocator};
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{
     AttachError, ClaimError, Consumer, DeliveryClass, Error, HeapSegment, Memory, OwnerId,

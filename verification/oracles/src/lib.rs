@@ -1,4 +1,9 @@
-//! The fuzz oracles: each takes a structured input (decoded with `arbitrary`), drives
+//! The fuzz oracles, shared by the cargo-fuzz targets (`fuzz/fuzz_targets/`, built with nightly
+//! and sanitizers) and by `ring-core/tests/fuzz_oracles.rs` (the same oracles on stable inside
+//! `cargo test`, over the seed corpora, every saved crash reproducer and a pseudo-random budget).
+//! Unpublished; not part of any product crate.
+//!
+//! Each oracle takes a structured input (decoded with `arbitrary`), drives
 //! `ring-core` with it and returns `Err(description)` on the first violated property.
 //!
 //! | module | target | property |
@@ -8,8 +13,13 @@
 //! | [`hostile`] | `hostile_peer` | op sequences interleaved with a peer overwriting shared words: clear errors, bounded loops, no panic |
 //! | [`allocator`] | `allocator` | alloc/free/write sequences keep the ceilings and the accounting of a model; the bounded writer stays inside its reservation |
 //!
-//! These files are shared verbatim with `ring-core/tests/fuzz_oracles.rs`, so they refer to
-//! each other with `super::` paths only and depend on `ring-core` and `arbitrary` alone.
+//! The oracles depend on `ring-core` and `arbitrary` alone (re-exported, so a user decodes
+//! inputs with the same version). Under the model checkers' cfgs (`ring_loom`, `ring_shuttle`)
+//! the crate is empty: ring-core's loom and shuttle builds compile its dev-dependencies too.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+#![allow(clippy::std_instead_of_core, reason = "a std test-support crate")]
+
+pub use arbitrary;
 
 /// Returns `Err(format!(...))` from the enclosing oracle when `cond` is false.
 macro_rules! ensure {

@@ -41,8 +41,8 @@ impl Shape {
     }
 }
 
-/// A delivery class.
-#[derive(Arbitrary, Clone, Copy, Debug)]
+/// A delivery class, as an operation parameter (the verification crate's model uses it too).
+#[derive(Arbitrary, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Class {
     /// [`DeliveryClass::Gating`].
     Gating,

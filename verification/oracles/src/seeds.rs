@@ -82,7 +82,7 @@ pub fn attach_seeds() -> Vec<(&'static str, Vec<u8>)> {
     )
     .expect("a small config lays out");
     {
-        let mut al = ring_core::alloc::Allocator::attach(alloc.alloc_words())
+        let mut al = ring_core::arena::Allocator::attach(alloc.alloc_words())
             .expect("a fresh segment's allocator attaches");
         let a = al.alloc(70, 3, 5).expect("the arena has room");
         al.writer(&a)

@@ -13,17 +13,17 @@
 
 use super::{displays, Outcome};
 use arbitrary::Arbitrary;
-use ring_core::alloc::{region_len, AllocConfig, AllocError, Allocation, Allocator, Stats};
+use ring_core::arena::{region_len, AllocConfig, AllocError, Allocation, Allocator, Stats};
 use ring_core::AtomicU64;
 
 /// Most operations one input runs.
 pub const MAX_OPS: usize = 256;
-/// Word 9 of the region header: the arena's word offset (see `ring_core::alloc`'s layout table).
+/// Word 9 of the region header: the arena's word offset (see `ring_core::arena`'s layout table).
 const H_ARENA_OFF: usize = 9;
 /// Owner ids with an accounting record.
-const OWNERS: u16 = ring_core::alloc::MAX_OWNERS;
+const OWNERS: u16 = ring_core::arena::MAX_OWNERS;
 /// Granule size.
-const GRANULE: u64 = ring_core::alloc::GRANULE_BYTES;
+const GRANULE: u64 = ring_core::arena::GRANULE_BYTES;
 
 /// One allocator call.
 #[derive(Arbitrary, Clone, Debug)]

@@ -82,6 +82,8 @@ mod entry;
 mod error;
 mod layout;
 mod ops;
+#[cfg(feature = "alloc")]
+mod payload;
 mod report;
 mod stats;
 mod writer;
@@ -98,6 +100,11 @@ mod tests_model;
 pub use error::{AllocError, HeaderField};
 pub use layout::{
     region_len, DEFAULT_MAX_LIVE, GRANULE_BYTES, MAGIC, MAX_LIVE_LIMIT, MAX_OWNERS, VERSION,
+};
+#[cfg(feature = "alloc")]
+pub use payload::{
+    leak_report, owner_stats, stats, Clock, PayloadError, PayloadProducer, PayloadReader,
+    PRODUCER_OWNER,
 };
 pub use stats::{Freed, Leak, LeakTotals, OwnerStats, Stats};
 pub use writer::BoundedWriter;
@@ -185,6 +192,20 @@ impl core::fmt::Debug for Allocator<'_> {
     }
 }
 
+/// An allocator's validated geometry and mutator-local state without its region: what a
+/// holder of the memory keeps between operations (the payload binding), so that no allocator
+/// has to borrow the memory it is stored beside.
+#[cfg(feature = "alloc")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Detached {
+    geometry: Geometry,
+    byte_ceiling: u64,
+    live: u32,
+    live_bytes: u64,
+    rover: u64,
+    entry_hint: u32,
+}
+
 /// Bytes in `words` words, saturating (for error reports).
 fn bytes_of(words: usize) -> u64 {
     (words as u64).saturating_mul(8)
@@ -243,7 +264,7 @@ impl<'a> Allocator<'a> {
     ///
     /// ```
     /// use ring_core::AtomicU64;
-    /// use ring_core::alloc::{region_len, AllocConfig, Allocator};
+    /// use ring_core::arena::{region_len, AllocConfig, Allocator};
     ///
     /// let config = AllocConfig { arena_bytes: 4096, max_live: 16, byte_ceiling: 2048 };
     /// let words: Vec<AtomicU64> =
@@ -252,7 +273,7 @@ impl<'a> Allocator<'a> {
     /// let a = alloc.alloc(100, 3, 0)?;
     /// assert_eq!((a.offset, a.len), (0, 100));
     /// assert_eq!(alloc.stats().live, 1);
-    /// # Ok::<(), ring_core::alloc::AllocError>(())
+    /// # Ok::<(), ring_core::arena::AllocError>(())
     /// ```
     pub fn init(words: &'a [AtomicU64], config: AllocConfig) -> Result<Self, AllocError> {
         let g =
@@ -303,7 +324,7 @@ impl<'a> Allocator<'a> {
     ///
     /// ```
     /// use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator, HeaderField};
+    /// use ring_core::arena::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator, HeaderField};
     ///
     /// let words: Vec<AtomicU64> =
     ///     (0..region_len(4096, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
@@ -367,6 +388,36 @@ impl<'a> Allocator<'a> {
         }
         let mut this = Self::build(words, g, word(H_BYTE_CEILING))?;
         this.recount();
+        Ok(this)
+    }
+
+    /// The allocator's state without its region, to [`rebind`](Self::rebind) later.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn detach(&self) -> Detached {
+        Detached {
+            geometry: self.geometry,
+            byte_ceiling: self.byte_ceiling,
+            live: self.live,
+            live_bytes: self.live_bytes,
+            rover: self.rover,
+            entry_hint: self.entry_hint,
+        }
+    }
+
+    /// The allocator over `words` with a state [`detach`](Self::detach)ed from an allocator of
+    /// the same region: no header is re-read (the geometry was validated when the state was
+    /// attached), only the region's length is checked again.
+    ///
+    /// # Errors
+    ///
+    /// [`AllocError::RegionTooSmall`] when `words` is shorter than the geometry.
+    #[cfg(feature = "alloc")]
+    pub(crate) fn rebind(words: &'a [AtomicU64], d: Detached) -> Result<Self, AllocError> {
+        let mut this = Self::build(words, d.geometry, d.byte_ceiling)?;
+        this.live = d.live;
+        this.live_bytes = d.live_bytes;
+        this.rover = d.rover;
+        this.entry_hint = d.entry_hint;
         Ok(this)
     }
 

@@ -34,7 +34,7 @@ impl BoundedWriter<'_> {
     ///
     /// ```
     /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator};
+    /// use ring_core::arena::{DEFAULT_MAX_LIVE, region_len, AllocConfig, AllocError, Allocator};
     /// # let words: Vec<AtomicU64> =
     /// #     (0..region_len(1024, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
     /// let mut alloc = Allocator::init(&words, AllocConfig::new(1024))?;

@@ -54,7 +54,7 @@ impl Allocator<'_> {
     ///
     /// ```
     /// # use ring_core::AtomicU64;
-    /// use ring_core::alloc::{DEFAULT_MAX_LIVE, region_len, AllocConfig, Allocator};
+    /// use ring_core::arena::{DEFAULT_MAX_LIVE, region_len, AllocConfig, Allocator};
     /// # let words: Vec<AtomicU64> =
     /// #     (0..region_len(1024, DEFAULT_MAX_LIVE).unwrap() / 8).map(|_| AtomicU64::new(0)).collect();
     /// let mut alloc = Allocator::init(&words, AllocConfig::new(1024))?;
@@ -63,7 +63,7 @@ impl Allocator<'_> {
     /// let totals = alloc.leak_report(25, |leak| seen.push((leak.owner, leak.len, leak.age)));
     /// assert_eq!(seen, [(5, 100, 15)]);
     /// assert_eq!((totals.count, totals.bytes), (1, 100));
-    /// # Ok::<(), ring_core::alloc::AllocError>(())
+    /// # Ok::<(), ring_core::arena::AllocError>(())
     /// ```
     pub fn leak_report(&self, now: u64, mut f: impl FnMut(Leak)) -> LeakTotals {
         let mut totals = LeakTotals::default();

@@ -1,6 +1,7 @@
 //! `ringctl grab` against a stand-in capture endpoint (the frame-server protocol served from
 //! this test): the sum it reports is the frame's, and a frame whose stamp does not match the
 //! descriptor fails the command. Every wait is bounded.
+#![cfg(unix)]
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

@@ -41,9 +41,9 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::catch_unwind;
 #[cfg(unix)]
 use std::path::PathBuf;
+use std::sync::Arc;
 #[cfg(unix)]
 use std::sync::Mutex;
-use std::sync::Arc;
 
 use ring_core::{ClaimError, Copied, DeliveryClass, Memory as _, Pinned, ReadError, WriteSlot};
 use ring_os::prelude::*;

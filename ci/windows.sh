@@ -31,7 +31,7 @@ trap cleanup EXIT
 # 100,000 messages through the three-class stress scenario (1,000,000 natively).
 export RING_OS_STRESS_N="${RING_OS_STRESS_N:-100000}"
 cargo test --target "$target" -p ring-os
-cargo build --target "$target" -p ringctl -p ring-ffi
+cargo build --target "$target" -p ringctl
 out="${CARGO_TARGET_DIR:-target}/$target/debug"
 ringctl=("$out/ringctl.exe")
 # Runs `ringctl demo ARGS --json` under Wine; prints its summary; fails unless integrity is OK.
@@ -49,6 +49,7 @@ echo "ringctl demo under Wine, a consumer terminated every 30 frames:"
 demo --frame-size 320x240 --fps 20 --duration 5 --kill-consumer-every 30
 
 echo "C ABI under Wine: ring-ffi/tests/c/peer.c against shmring.dll and libshmring.a"
+cargo build --target "$target" -p ring-ffi
 cc=(x86_64-w64-mingw32-gcc -std=c11 -Wall -Wextra -Werror -Iinclude ring-ffi/tests/c/peer.c)
 mkdir -p "$work/dll" "$work/static"
 "${cc[@]}" -L"$out" -lshmring -o "$work/dll/peer.exe"
@@ -76,7 +77,8 @@ start_pub() {
 n=2000
 echo "C publisher -> C subscriber (two Wine processes, $n messages, each one checked):"
 start_pub "ffi-win-c-$$" "$n"
-got="$(timeout 120 ci/wine/run.sh "$work/dll/peer.exe" sub "ffi-win-c-$$" "$n")"
+# (msvcrt's text-mode stdout ends lines with CR LF)
+got="$(timeout 120 ci/wine/run.sh "$work/dll/peer.exe" sub "ffi-win-c-$$" "$n" | tr -d '\r')"
 wait "$pub_pid"
 echo "$got"
 grep -qx "sub: $n ok" <<<"$got"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The Windows backend, cross-compiled for x86_64-pc-windows-gnu (mingw-w64) and run under Wine:
 # ring-os's unit, integration and multi-process tests, then `ringctl demo` (plain, and killing
-# a consumer every 30 frames) with its integrity check; the C ABI (libshmring: shmring.dll and
+# a consumer every 30 frames) with its integrity check, `ringctl grab` refused (exit 2); the C ABI (libshmring: shmring.dll and
 # libshmring.a) with the C peer of ring-ffi's tests built by mingw-w64 against it, its error
 # paths, and messages from a C publisher to a C subscriber and to `ringctl sub`, checked; the
 # Python extension module (_shmring.pyd, abi3) built (not imported: no Windows CPython here).
@@ -47,6 +47,11 @@ demo --frame-size 320x240 --duration 2
 # before it registered leaves no entry to reclaim (the demo would count a kill without one).
 echo "ringctl demo under Wine, a consumer terminated every 30 frames:"
 demo --frame-size 320x240 --fps 20 --duration 5 --kill-consumer-every 30
+echo "ringctl grab under Wine: a usage error (exit 2), its capture endpoint is a Unix socket"
+rc=0
+ci/wine/run.sh "${ringctl[@]}" grab r --socket endpoint.sock 2>"$work/grab.err" || rc=$?
+cat "$work/grab.err"
+[ "$rc" -eq 2 ] && grep -q "Unix socket" "$work/grab.err"
 
 echo "C ABI under Wine: ring-ffi/tests/c/peer.c against shmring.dll and libshmring.a"
 cargo build --target "$target" -p ring-ffi

@@ -75,6 +75,9 @@ pub fn run(args: &GrabArgs) -> Result<()> {
             "--timeout must be a positive number of seconds".into(),
         ));
     }
+    // Windows: no Unix socket to reach the endpoint; say so before waiting for the ring.
+    #[cfg(windows)]
+    connect(&args.socket)?;
     let timeout = Duration::from_secs_f64(args.timeout);
     let name = ring::segment_name(&args.name)?;
     let ring = ring::open_wait(&name, timeout)?;

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The Windows backend, cross-compiled for x86_64-pc-windows-gnu (mingw-w64) and run under Wine:
 # ring-os's unit, integration and multi-process tests, then `ringctl demo` (plain, and killing
-# a consumer every 30 frames) with its integrity check, `ringctl grab` refused (exit 2); the C ABI (libshmring: shmring.dll and
-# libshmring.a) with the C peer of ring-ffi's tests built by mingw-w64 against it, its error
-# paths, and messages from a C publisher to a C subscriber and to `ringctl sub`, checked; the
-# Python extension module (_shmring.pyd, abi3) built (not imported: no Windows CPython here).
+# a consumer every 30 frames) with its integrity check, and `ringctl grab` refused (exit 2);
+# the C ABI (shmring.dll, libshmring.a) with ring-ffi's C peer built by mingw-w64 against it:
+# its error paths, and messages from a C publisher to a C subscriber and to `ringctl sub`,
+# checked; the Python extension module (_shmring.pyd, abi3) built (not imported: no Windows
+# CPython here).
 # Installs what it needs, idempotently.
 # Runner: .cargo/config.toml -> ci/wine/run.sh (headless, a throw-away prefix).
 set -euo pipefail

@@ -101,6 +101,11 @@
 // Any other operating-system failure (out of space, huge pages, locks, I/O).
 #define SHMRING_E_OS -22
 
+// Not available on this platform: the descriptor-based calls (`shmring_ring_from_fd`,
+// `shmring_ring_fd`, `shmring_ring_serve`, `shmring_ring_connect`) are Unix-only and return
+// this code on Windows.
+#define SHMRING_E_UNSUPPORTED -23
+
 // A bug: the library panicked (the panic was caught; the message says where).
 #define SHMRING_E_PANIC -99
 
@@ -249,20 +254,26 @@ int shmring_ring_open_or_create(const char *name, const shmring_config *config, 
 // Creates a ring in a new sealed memfd (no name; share it with `shmring_ring_serve` or pass
 // `shmring_ring_fd` over a Unix socket yourself).
 //
+// On Windows: an unnamed section, for a ring within this process only (nothing can share it).
+//
 // Errors: `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
 int shmring_ring_create_memfd(const shmring_config *config, shmring_ring **out);
 
 // Opens a memfd ring from descriptor `fd` (received from a peer). The library duplicates
 // `fd`: the caller still owns `fd` and closes it when it likes.
 //
+// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (no descriptor passing there).
+//
 // Errors: `SHMRING_E_INVALID_ARGUMENT` (negative `fd`), `SHMRING_E_CORRUPT` (missing seals,
-// wrong size, not a ring), `SHMRING_E_OS`.
+// wrong size, not a ring), `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
 int shmring_ring_from_fd(int fd, shmring_ring **out);
 
 // Stores the ring's descriptor (the memfd, or the `/dev/shm` file) in `*fd`. The descriptor
 // belongs to the ring handle: do not close it; duplicate it to keep it past the handle.
 //
-// Errors: `SHMRING_E_INVALID_ARGUMENT`.
+// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (`*fd` is not written).
+//
+// Errors: `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_UNSUPPORTED`.
 int shmring_ring_fd(const shmring_ring *ring, int *fd);
 
 // Serves this memfd ring's descriptor to subscribers that call `shmring_ring_connect` with
@@ -270,18 +281,22 @@ int shmring_ring_fd(const shmring_ring *ring, int *fd);
 // the process), or a directory for a socket file `<dir>/shmring.<name>.sock`. The server runs
 // on a background thread until the ring handle is freed. One server per handle.
 //
+// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (share a named ring there instead).
+//
 // Errors: `SHMRING_E_EXISTS` (someone serves the name, or this handle serves already),
 // `SHMRING_E_CORRUPT` (not a memfd ring: only a sealed memfd can be served),
-// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
+// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
 int shmring_ring_serve(const shmring_ring *ring, const char *name, const char *dir);
 
 // Connects to the rendezvous server of ring `name` (`dir` as in `shmring_ring_serve`),
 // retrying for at most `timeout_ms` while nobody serves it yet, and maps the ring it hands
 // over (its seals and header checked).
 //
+// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (open a named ring there instead).
+//
 // Errors: `SHMRING_E_NOT_FOUND` (nobody served it in time), `SHMRING_E_PERMISSION` (the server
 // runs as another user), `SHMRING_E_CORRUPT`, `SHMRING_E_DISCONNECTED`, `SHMRING_E_TIMEOUT`,
-// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
+// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
 int shmring_ring_connect(const char *name,
                          const char *dir,
                          uint64_t timeout_ms,

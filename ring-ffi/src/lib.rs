@@ -36,13 +36,18 @@ use core::panic::AssertUnwindSafe;
 use core::ptr;
 use core::time::Duration;
 use std::ffi::CString;
+#[cfg(unix)]
 use std::os::fd::{BorrowedFd, OwnedFd};
 use std::panic::catch_unwind;
+#[cfg(unix)]
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+#[cfg(unix)]
+use std::sync::Mutex;
 
 use ring_core::{ClaimError, Copied, DeliveryClass, Memory as _, Pinned, ReadError, WriteSlot};
 use ring_os::prelude::*;
+#[cfg(unix)]
 use ring_os::rendezvous::{Rendezvous, Server, SocketPlace};
 use ring_os::{Mapping, ProducerExt as _, SegmentName, TRUNCATED};
 
@@ -103,6 +108,10 @@ pub const SHMRING_E_PERMISSION: c_int = -20;
 pub const SHMRING_E_LAGGING: c_int = -21;
 /// Any other operating-system failure (out of space, huge pages, locks, I/O).
 pub const SHMRING_E_OS: c_int = -22;
+/// Not available on this platform: the descriptor-based calls (`shmring_ring_from_fd`,
+/// `shmring_ring_fd`, `shmring_ring_serve`, `shmring_ring_connect`) are Unix-only and return
+/// this code on Windows.
+pub const SHMRING_E_UNSUPPORTED: c_int = -23;
 /// A bug: the library panicked (the panic was caught; the message says where).
 pub const SHMRING_E_PANIC: c_int = -99;
 
@@ -206,6 +215,7 @@ pub struct shmring_message {
 pub struct shmring_ring {
     ring: Ring,
     /// A rendezvous server that hands the memfd to subscribers (`shmring_ring_serve`).
+    #[cfg(unix)]
     server: Mutex<Option<Server>>,
 }
 
@@ -322,6 +332,7 @@ pub struct shmring_loan {
 const _: () = {
     const fn shared<T: Send + Sync>() {}
     shared::<Ring>();
+    #[cfg(unix)]
     shared::<Mutex<Option<Server>>>();
     const fn sendable<T: Send>() {}
     sendable::<Publisher>();
@@ -683,6 +694,7 @@ fn builder(b: RingBuilder, cfg: Option<&shmring_config>) -> RingBuilder {
 fn new_ring(ring: Ring, out: *mut *mut shmring_ring) {
     let handle = Box::into_raw(Box::new(shmring_ring {
         ring,
+        #[cfg(unix)]
         server: Mutex::new(None),
     }));
     // SAFETY: `out` was checked by `out_handle` at entry.
@@ -735,6 +747,7 @@ pub extern "C" fn shmring_code_name(code: c_int) -> *const c_char {
         SHMRING_E_PERMISSION => c"SHMRING_E_PERMISSION",
         SHMRING_E_LAGGING => c"SHMRING_E_LAGGING",
         SHMRING_E_OS => c"SHMRING_E_OS",
+        SHMRING_E_UNSUPPORTED => c"SHMRING_E_UNSUPPORTED",
         SHMRING_E_PANIC => c"SHMRING_E_PANIC",
         _ => c"SHMRING_E_UNKNOWN",
     };
@@ -826,6 +839,8 @@ pub unsafe extern "C" fn shmring_ring_open_or_create(
 /// Creates a ring in a new sealed memfd (no name; share it with `shmring_ring_serve` or pass
 /// `shmring_ring_fd` over a Unix socket yourself).
 ///
+/// On Windows: an unnamed section, for a ring within this process only (nothing can share it).
+///
 /// Errors: `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_ring_create_memfd(
@@ -847,13 +862,114 @@ pub unsafe extern "C" fn shmring_ring_create_memfd(
 /// Opens a memfd ring from descriptor `fd` (received from a peer). The library duplicates
 /// `fd`: the caller still owns `fd` and closes it when it likes.
 ///
+/// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (no descriptor passing there).
+///
 /// Errors: `SHMRING_E_INVALID_ARGUMENT` (negative `fd`), `SHMRING_E_CORRUPT` (missing seals,
-/// wrong size, not a ring), `SHMRING_E_OS`.
+/// wrong size, not a ring), `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
 #[no_mangle]
 pub unsafe extern "C" fn shmring_ring_from_fd(fd: c_int, out: *mut *mut shmring_ring) -> c_int {
     guard(|| {
         // SAFETY: as in `shmring_ring_create`.
         unsafe { out_handle(out) }?;
+        // SAFETY: `out` was checked; `fd` is the caller's (header contract).
+        unsafe { fds::from_fd(fd, out) }
+    })
+}
+
+/// Stores the ring's descriptor (the memfd, or the `/dev/shm` file) in `*fd`. The descriptor
+/// belongs to the ring handle: do not close it; duplicate it to keep it past the handle.
+///
+/// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (`*fd` is not written).
+///
+/// Errors: `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_UNSUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_ring_fd(ring: *const shmring_ring, fd: *mut c_int) -> c_int {
+    guard(|| {
+        // SAFETY: `ring` is null or a live handle (header contract).
+        let ring = unsafe { arg(ring, "ring") }?;
+        if fd.is_null() {
+            return Err(null("fd"));
+        }
+        // SAFETY: non-null and writable (header contract).
+        unsafe { fds::fd(ring, fd) }
+    })
+}
+
+/// Serves this memfd ring's descriptor to subscribers that call `shmring_ring_connect` with
+/// the same `name` and `dir`: `dir` NULL for the abstract socket `@shmring.<name>` (gone with
+/// the process), or a directory for a socket file `<dir>/shmring.<name>.sock`. The server runs
+/// on a background thread until the ring handle is freed. One server per handle.
+///
+/// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (share a named ring there instead).
+///
+/// Errors: `SHMRING_E_EXISTS` (someone serves the name, or this handle serves already),
+/// `SHMRING_E_CORRUPT` (not a memfd ring: only a sealed memfd can be served),
+/// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_ring_serve(
+    ring: *const shmring_ring,
+    name: *const c_char,
+    dir: *const c_char,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_ring_fd`.
+        let ring = unsafe { arg(ring, "ring") }?;
+        // SAFETY: as in `shmring_ring_create`.
+        let name = SegmentName::new(unsafe { text(name, "name") }?)?;
+        // SAFETY: `dir` is null or NUL-terminated (header contract).
+        unsafe { fds::serve(ring, &name, dir) }
+    })
+}
+
+/// Connects to the rendezvous server of ring `name` (`dir` as in `shmring_ring_serve`),
+/// retrying for at most `timeout_ms` while nobody serves it yet, and maps the ring it hands
+/// over (its seals and header checked).
+///
+/// Unix-only: `SHMRING_E_UNSUPPORTED` on Windows (open a named ring there instead).
+///
+/// Errors: `SHMRING_E_NOT_FOUND` (nobody served it in time), `SHMRING_E_PERMISSION` (the server
+/// runs as another user), `SHMRING_E_CORRUPT`, `SHMRING_E_DISCONNECTED`, `SHMRING_E_TIMEOUT`,
+/// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`, `SHMRING_E_UNSUPPORTED`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_ring_connect(
+    name: *const c_char,
+    dir: *const c_char,
+    timeout_ms: u64,
+    out: *mut *mut shmring_ring,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_ring_create`.
+        unsafe { out_handle(out) }?;
+        // SAFETY: as in `shmring_ring_create`.
+        let name = SegmentName::new(unsafe { text(name, "name") }?)?;
+        // SAFETY: `dir` is null or NUL-terminated, `out` was checked (header contract).
+        unsafe { fds::connect(&name, dir, timeout_ms, out) }
+    })
+}
+
+/// The descriptor-based calls: memfd descriptors and their rendezvous over Unix sockets.
+#[cfg(unix)]
+mod fds {
+    use super::*;
+
+    /// The socket of `dir` (null: the abstract namespace).
+    ///
+    /// # Safety
+    ///
+    /// `dir` is null or a NUL-terminated string valid for the call.
+    unsafe fn place(dir: *const c_char) -> Res<SocketPlace> {
+        Ok(if dir.is_null() {
+            SocketPlace::Abstract
+        } else {
+            // SAFETY: non-null and NUL-terminated (the caller's contract).
+            SocketPlace::Dir(PathBuf::from(unsafe { text(dir, "dir") }?))
+        })
+    }
+
+    /// # Safety
+    ///
+    /// `out` is valid for a write; `fd` is open for the call or negative.
+    pub(super) unsafe fn from_fd(fd: c_int, out: *mut *mut shmring_ring) -> Res<()> {
         if fd < 0 {
             return Err(fail(
                 SHMRING_E_INVALID_ARGUMENT,
@@ -868,53 +984,28 @@ pub unsafe extern "C" fn shmring_ring_from_fd(fd: c_int, out: *mut *mut shmring_
             .map_err(|e| fail(SHMRING_E_INVALID_ARGUMENT, format!("dup(fd {fd}): {e}")))?;
         new_ring(Ring::from_fd(owned)?, out);
         Ok(())
-    })
-}
+    }
 
-/// Stores the ring's descriptor (the memfd, or the `/dev/shm` file) in `*fd`. The descriptor
-/// belongs to the ring handle: do not close it; duplicate it to keep it past the handle.
-///
-/// Errors: `SHMRING_E_INVALID_ARGUMENT`.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_ring_fd(ring: *const shmring_ring, fd: *mut c_int) -> c_int {
-    guard(|| {
-        // SAFETY: `ring` is null or a live handle (header contract).
-        let ring = unsafe { arg(ring, "ring") }?;
-        if fd.is_null() {
-            return Err(null("fd"));
-        }
+    /// # Safety
+    ///
+    /// `fd` is non-null and valid for a write.
+    pub(super) unsafe fn fd(ring: &shmring_ring, fd: *mut c_int) -> Res<()> {
         use std::os::fd::AsRawFd as _;
-        // SAFETY: non-null and writable (header contract).
+        // SAFETY: non-null and writable (the caller's contract).
         unsafe { put(fd, ring.ring.fd().as_raw_fd()) };
         Ok(())
-    })
-}
+    }
 
-/// Serves this memfd ring's descriptor to subscribers that call `shmring_ring_connect` with
-/// the same `name` and `dir`: `dir` NULL for the abstract socket `@shmring.<name>` (gone with
-/// the process), or a directory for a socket file `<dir>/shmring.<name>.sock`. The server runs
-/// on a background thread until the ring handle is freed. One server per handle.
-///
-/// Errors: `SHMRING_E_EXISTS` (someone serves the name, or this handle serves already),
-/// `SHMRING_E_CORRUPT` (not a memfd ring: only a sealed memfd can be served),
-/// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_ring_serve(
-    ring: *const shmring_ring,
-    name: *const c_char,
-    dir: *const c_char,
-) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_ring_fd`.
-        let ring = unsafe { arg(ring, "ring") }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let name = SegmentName::new(unsafe { text(name, "name") }?)?;
-        let place = if dir.is_null() {
-            SocketPlace::Abstract
-        } else {
-            // SAFETY: non-null and NUL-terminated (header contract).
-            SocketPlace::Dir(PathBuf::from(unsafe { text(dir, "dir") }?))
-        };
+    /// # Safety
+    ///
+    /// As [`place`].
+    pub(super) unsafe fn serve(
+        ring: &shmring_ring,
+        name: &SegmentName,
+        dir: *const c_char,
+    ) -> Res<()> {
+        // SAFETY: the caller's contract.
+        let place = unsafe { place(dir) }?;
         let mut server = ring
             .server
             .lock()
@@ -925,37 +1016,22 @@ pub unsafe extern "C" fn shmring_ring_serve(
                 "this ring handle serves its descriptor already",
             ));
         }
-        *server = Some(Rendezvous::new(&name, place).serve(ring.ring.mapping())?);
+        *server = Some(Rendezvous::new(name, place).serve(ring.ring.mapping())?);
         Ok(())
-    })
-}
+    }
 
-/// Connects to the rendezvous server of ring `name` (`dir` as in `shmring_ring_serve`),
-/// retrying for at most `timeout_ms` while nobody serves it yet, and maps the ring it hands
-/// over (its seals and header checked).
-///
-/// Errors: `SHMRING_E_NOT_FOUND` (nobody served it in time), `SHMRING_E_PERMISSION` (the server
-/// runs as another user), `SHMRING_E_CORRUPT`, `SHMRING_E_DISCONNECTED`, `SHMRING_E_TIMEOUT`,
-/// `SHMRING_E_INVALID_ARGUMENT`, `SHMRING_E_OS`.
-#[no_mangle]
-pub unsafe extern "C" fn shmring_ring_connect(
-    name: *const c_char,
-    dir: *const c_char,
-    timeout_ms: u64,
-    out: *mut *mut shmring_ring,
-) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_ring_create`.
-        unsafe { out_handle(out) }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let name = SegmentName::new(unsafe { text(name, "name") }?)?;
-        let place = if dir.is_null() {
-            SocketPlace::Abstract
-        } else {
-            // SAFETY: non-null and NUL-terminated (header contract).
-            SocketPlace::Dir(PathBuf::from(unsafe { text(dir, "dir") }?))
-        };
-        let mapping = Rendezvous::new(&name, place).connect(millis(timeout_ms))?;
+    /// # Safety
+    ///
+    /// As [`place`]; `out` is valid for a write.
+    pub(super) unsafe fn connect(
+        name: &SegmentName,
+        dir: *const c_char,
+        timeout_ms: u64,
+        out: *mut *mut shmring_ring,
+    ) -> Res<()> {
+        // SAFETY: the caller's contract.
+        let place = unsafe { place(dir) }?;
+        let mapping = Rendezvous::new(name, place).connect(millis(timeout_ms))?;
         // The front door's `Ring` is made from a descriptor: map the received memfd through it.
         let fd: OwnedFd = mapping
             .segment()
@@ -965,7 +1041,46 @@ pub unsafe extern "C" fn shmring_ring_connect(
         drop(mapping);
         new_ring(Ring::from_fd(fd)?, out);
         Ok(())
-    })
+    }
+}
+
+/// Windows has no descriptors to pass: every descriptor-based call is `SHMRING_E_UNSUPPORTED`
+/// (rings are shared by name there).
+#[cfg(not(unix))]
+mod fds {
+    use super::*;
+
+    fn unix_only(call: &str) -> Fail {
+        fail(
+            SHMRING_E_UNSUPPORTED,
+            format!("{call} is Unix-only (descriptor passing): share a named ring instead"),
+        )
+    }
+
+    pub(super) unsafe fn from_fd(_fd: c_int, _out: *mut *mut shmring_ring) -> Res<()> {
+        Err(unix_only("shmring_ring_from_fd"))
+    }
+
+    pub(super) unsafe fn fd(_ring: &shmring_ring, _fd: *mut c_int) -> Res<()> {
+        Err(unix_only("shmring_ring_fd"))
+    }
+
+    pub(super) unsafe fn serve(
+        _ring: &shmring_ring,
+        _name: &SegmentName,
+        _dir: *const c_char,
+    ) -> Res<()> {
+        Err(unix_only("shmring_ring_serve"))
+    }
+
+    pub(super) unsafe fn connect(
+        _name: &SegmentName,
+        _dir: *const c_char,
+        _timeout_ms: u64,
+        _out: *mut *mut shmring_ring,
+    ) -> Res<()> {
+        Err(unix_only("shmring_ring_connect"))
+    }
 }
 
 /// Reports the ring's geometry in `*info`.

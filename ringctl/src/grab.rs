@@ -2,7 +2,7 @@
 //! `examples/frame-server`) by reading its ring directly, and time each capture.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::net::UnixStream;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
@@ -50,6 +50,24 @@ fn descriptor(line: &str) -> Result<(u64, Option<u64>)> {
     Ok((seq, value.get("sum").and_then(serde_json::Value::as_u64)))
 }
 
+/// Connects to the capture endpoint's Unix socket at `path`.
+#[cfg(unix)]
+fn connect(path: &Path) -> Result<std::os::unix::net::UnixStream> {
+    std::os::unix::net::UnixStream::connect(path)
+        .map_err(|e| CliError::io(format!("connecting to {}", path.display()), e))
+}
+
+/// The capture endpoint is a Unix socket, which this Windows build does not use (the stream
+/// type only keeps `run` the same on both platforms).
+#[cfg(windows)]
+fn connect(path: &Path) -> Result<std::net::TcpStream> {
+    Err(CliError::Usage(format!(
+        "ringctl grab reaches its capture endpoint ({}) over a Unix socket, which this \
+         Windows build does not use",
+        path.display()
+    )))
+}
+
 /// Runs `ringctl grab`.
 pub fn run(args: &GrabArgs) -> Result<()> {
     if !(args.timeout.is_finite() && args.timeout > 0.0 && args.timeout < 1e9) {
@@ -57,12 +75,14 @@ pub fn run(args: &GrabArgs) -> Result<()> {
             "--timeout must be a positive number of seconds".into(),
         ));
     }
+    // Windows: no Unix socket to reach the endpoint; say so before waiting for the ring.
+    #[cfg(windows)]
+    connect(&args.socket)?;
     let timeout = Duration::from_secs_f64(args.timeout);
     let name = ring::segment_name(&args.name)?;
     let ring = ring::open_wait(&name, timeout)?;
     let mut consumer = ShmRing::consumer(&ring, DeliveryClass::LatestOnly)?;
-    let stream = UnixStream::connect(&args.socket)
-        .map_err(|e| CliError::io(format!("connecting to {}", args.socket.display()), e))?;
+    let stream = connect(&args.socket)?;
     stream
         .set_read_timeout(Some(timeout))
         .map_err(|e| CliError::io("setting a socket timeout", e))?;

@@ -4,6 +4,9 @@
  *
  *   peer errors <name>        every error path below gives its documented code and message
  *   peer pub <name> <n>       opens ring <name>, publishes n messages (copy-in), closes
+ *   peer create-pub <name> <n> the same, but creates ring <name> (4 slots of 64 bytes) and
+ *                             prints "created" first (on Windows a named ring lives only as
+ *                             long as a handle to it, so its creator is the publisher)
  *   peer loan-pub <name> <n>  the same through loans written in place (a pin-only ring)
  *   peer sub <name> <n>       creates nothing: opens <name>, subscribes (gating), prints
  *                             "ready", reads until DISCONNECTED and checks n messages
@@ -13,6 +16,10 @@
  *                             once a subscriber is there, closes and waits for it to drain
  *
  * Messages are "msg <i>" with metadata {i, 7}.
+ *
+ * It also builds with mingw-w64 for Windows (ci/windows.sh runs it under Wine): there the
+ * descriptor-based calls are SHMRING_E_UNSUPPORTED (checked by `errors`), the /dev/shm garbage
+ * file check is left out, and `memfd`/`connect-sub` fail (no descriptor passing).
  */
 #include "shmring.h"
 
@@ -21,6 +28,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef _WIN32
+#include <windows.h>
+#endif
 
 static int failures = 0;
 
@@ -98,7 +108,16 @@ static int errors(const char *base) {
   EXPECT(shmring_loan_send(NULL, NULL), SHMRING_E_INVALID_ARGUMENT, "loan is NULL");
   EXPECT(shmring_loan_abort(NULL), SHMRING_E_INVALID_ARGUMENT, "loan is NULL");
   EXPECT(shmring_ring_get_info(NULL, NULL), SHMRING_E_INVALID_ARGUMENT, "ring is NULL");
+#ifdef _WIN32
+  /* Descriptor passing is Unix-only: a clear code, the out-handle cleared, *fd untouched. */
+  EXPECT(shmring_ring_from_fd(3, &ring), SHMRING_E_UNSUPPORTED, "Unix-only");
+  CHECK(ring == NULL);
+  EXPECT(shmring_ring_connect("x", NULL, 0, &ring), SHMRING_E_UNSUPPORTED, "Unix-only");
+  CHECK(ring == NULL);
+  CHECK(strcmp(shmring_code_name(SHMRING_E_UNSUPPORTED), "SHMRING_E_UNSUPPORTED") == 0);
+#else
   EXPECT(shmring_ring_from_fd(-1, &ring), SHMRING_E_INVALID_ARGUMENT, "not a descriptor");
+#endif
   CHECK(shmring_ring_free(NULL) == SHMRING_OK);
   CHECK(shmring_publisher_free(NULL) == SHMRING_OK);
   CHECK(shmring_subscriber_free(NULL) == SHMRING_OK);
@@ -214,10 +233,17 @@ static int errors(const char *base) {
   EXPECT(shmring_subscriber_abort_code(sub, NULL), SHMRING_E_INVALID_ARGUMENT, "code is NULL");
   OK(shmring_publisher_free(pub));
   EXPECT(shmring_ring_serve(ring, "../x", NULL), SHMRING_E_INVALID_ARGUMENT, "invalid");
+#ifdef _WIN32
+  EXPECT(shmring_ring_serve(ring, "x", NULL), SHMRING_E_UNSUPPORTED, "Unix-only");
+  int fd_out = -5;
+  EXPECT(shmring_ring_fd(ring, &fd_out), SHMRING_E_UNSUPPORTED, "Unix-only");
+  CHECK(fd_out == -5);
+#endif
   /* A subscriber freed while it holds a pin releases it; so does a publisher with a loan. */
   OK(shmring_subscriber_free(sub));
   OK(shmring_ring_free(ring));
 
+#ifndef _WIN32
   /* A corrupt segment: a garbage file in /dev/shm named like a ring. */
   snprintf(other, sizeof other, "%s-garbage", base);
   snprintf(path, sizeof path, "/dev/shm/shmring.%s", other);
@@ -229,6 +255,9 @@ static int errors(const char *base) {
   EXPECT(shmring_ring_open(other, &quick, &ring), SHMRING_E_CORRUPT, "");
   CHECK(ring == NULL);
   unlink(path);
+#else
+  (void)path;
+#endif
 
   if (getenv("PEER_LEAK") != NULL) {
     /* Proves the leak check can fail: a ring handle never freed. */
@@ -238,13 +267,20 @@ static int errors(const char *base) {
   return failures == 0 ? 0 : 1;
 }
 
-static int publish(const char *name, long n, int in_place) {
+static int publish(const char *name, long n, int in_place, int create) {
   shmring_ring *ring = NULL;
   shmring_publisher *pub = NULL;
   shmring_config cfg = config(0, 0, 0);
-  OK(shmring_ring_open(name, &cfg, &ring));
+  if (create) {
+    shmring_config geometry = config(4, 64, 0);
+    OK(shmring_ring_create(name, &geometry, &ring));
+    printf("created\n");
+    fflush(stdout);
+  } else {
+    OK(shmring_ring_open(name, &cfg, &ring));
+  }
   OK(shmring_ring_publisher(ring, &pub));
-  OK(shmring_publisher_wait_for_subscribers(pub, 1, 5000));
+  OK(shmring_publisher_wait_for_subscribers(pub, 1, create ? 30000 : 5000));
   char text[64];
   for (long i = 0; i < n; i++) {
     int len = snprintf(text, sizeof text, "msg %ld", i);
@@ -336,7 +372,11 @@ static int pin_hold(const char *name) {
   OK(shmring_subscriber_pin(sub, 10000, &pin, &msg));
   printf("pinned %llu\n", (unsigned long long)msg.seq);
   fflush(stdout);
+#ifdef _WIN32
+  for (;;) Sleep(INFINITE);
+#else
   for (;;) pause();
+#endif
 }
 
 static int memfd_pub(const char *name, long n) {
@@ -366,14 +406,15 @@ static int memfd_pub(const char *name, long n) {
 
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: peer errors|pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
+    fprintf(stderr, "usage: peer errors|pub|create-pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
     return 2;
   }
   const char *mode = argv[1], *name = argv[2];
   long n = argc > 3 ? strtol(argv[3], NULL, 10) : 0;
   if (strcmp(mode, "errors") == 0) return errors(name);
-  if (strcmp(mode, "pub") == 0) return publish(name, n, 0);
-  if (strcmp(mode, "loan-pub") == 0) return publish(name, n, 1);
+  if (strcmp(mode, "pub") == 0) return publish(name, n, 0, 0);
+  if (strcmp(mode, "create-pub") == 0) return publish(name, n, 0, 1);
+  if (strcmp(mode, "loan-pub") == 0) return publish(name, n, 1, 0);
   if (strcmp(mode, "sub") == 0 || strcmp(mode, "pin-sub") == 0) {
     shmring_ring *ring = NULL;
     shmring_config cfg = config(0, 0, 0);

@@ -15,7 +15,6 @@ mod cli;
 mod demo;
 mod error;
 mod frame;
-#[cfg(unix)]
 mod grab;
 mod inspect;
 mod pubsub;
@@ -102,15 +101,7 @@ fn run(command: Command) -> Result<bool> {
         Command::Clean(args) => segments::clean(&args).map(|()| true),
         Command::Pub(args) => pubsub::publish(&args).map(|()| true),
         Command::Sub(args) => pubsub::subscribe(&args).map(|()| true),
-        #[cfg(unix)]
         Command::Grab(args) => grab::run(&args).map(|()| true),
-        // The capture endpoint protocol runs over a Unix socket.
-        #[cfg(windows)]
-        Command::Grab(_) => Err(error::CliError::Usage(
-            "grab talks to its capture endpoint over a Unix socket, which this Windows build \
-             does not use"
-                .to_owned(),
-        )),
         #[cfg(feature = "bridge")]
         Command::Bridge(command) => bridge::run(&command),
         Command::DemoProducer(args) => demo::producer::run(&args).map(|()| true),

@@ -31,6 +31,7 @@ cleanup() {
 trap cleanup EXIT
 # 100,000 messages through the three-class stress scenario (1,000,000 natively).
 export RING_OS_STRESS_N="${RING_OS_STRESS_N:-100000}"
+cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi --all-targets -- -D warnings
 cargo test --target "$target" -p ring-os
 cargo build --target "$target" -p ringctl
 out="${CARGO_TARGET_DIR:-target}/$target/debug"

@@ -1,6 +1,7 @@
 //! The C ABI from C and C++: `tests/c/peer.c` and `tests/c/peer.cpp` are compiled with the
 //! system compiler against the built `libshmring.so` (plainly, and with
 //! `-fsanitize=address,undefined`) and run against a Rust peer (ring-os) in another process.
+#![cfg(unix)]
 
 use core::time::Duration;
 use std::io::{BufRead as _, BufReader};

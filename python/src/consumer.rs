@@ -232,6 +232,7 @@ impl Consumer {
         };
         if zero_copy {
             let consumer = slf.clone().unbind();
+            let siblings = Arc::new(AtomicUsize::new(parts.len()));
             return parts
                 .iter()
                 .map(|g| {
@@ -240,6 +241,7 @@ impl Consumer {
                         Part {
                             consumer: consumer.clone_ref(py),
                             exports: Arc::clone(&held.exports),
+                            siblings: Arc::clone(&siblings),
                             pin_id: id,
                             addr: g.addr,
                             len: g.len,
@@ -574,4 +576,17 @@ pub(crate) fn pin_is(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) -> bo
             .as_ref()
             .is_some_and(|h| h.pin.is_some() && h.pin_id == pin_id)
     })
+}
+
+/// Releases `consumer`'s pin if it is still the one numbered `pin_id` and nothing exports it
+/// (the last `queue::Part` of a message went away). Quietly does nothing otherwise.
+pub(crate) fn release_pin(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) {
+    let Ok(mut c) = consumer.bind(py).try_borrow_mut() else {
+        return;
+    };
+    if let Some(h) = c.held.as_mut() {
+        if h.pin_id == pin_id && !export::live(&h.exports) {
+            h.pin = None;
+        }
+    }
 }

@@ -33,7 +33,7 @@
 //! and each part against the allocation. Copies are sized by those validated lengths, which the
 //! receiver's own mapping bounds.
 
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pyo3::exceptions::PyBufferError;
@@ -405,9 +405,24 @@ pub(crate) fn new_buffer(
 pub(crate) struct Part {
     pub(crate) consumer: Py<Consumer>,
     pub(crate) exports: Arc<AtomicUsize>,
+    /// The parts of this message still alive (shared by them): the last one to go releases
+    /// the pin, so a receiver that dropped everything does not hold the sender back.
+    pub(crate) siblings: Arc<AtomicUsize>,
     pub(crate) pin_id: u64,
     pub(crate) addr: usize,
     pub(crate) len: usize,
+}
+
+impl Drop for Part {
+    fn drop(&mut self) {
+        // Relaxed: every Part is created and dropped with the GIL held, which orders them.
+        if self.siblings.fetch_sub(1, Ordering::Relaxed) != 1 {
+            return;
+        }
+        // No Python call and no error object here (as in `Message`'s destructor): a
+        // destructor may run while an exception propagates.
+        Python::with_gil(|py| crate::consumer::release_pin(py, &self.consumer, self.pin_id));
+    }
 }
 
 #[pymethods]

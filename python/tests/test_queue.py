@@ -3,6 +3,7 @@ the ring."""
 
 import pickle
 import queue
+import signal
 import struct
 import threading
 import time
@@ -292,3 +293,67 @@ def test_a_payload_over_one_gib(name):
         del big
         got = r.get(timeout=600)  # a copying get of a half-GiB+ payload
         assert got.nbytes == n // 2 + 1 and got.flags.writeable and int(got[-1]) == 1
+
+
+def test_blocking_queue_calls_release_the_gil_and_ctrl_c_interrupts(name):
+    s, r = shmring.create_pair(1, max_message=1024, name=name)
+    with s, r:
+        ticks = []
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                ticks.append(1)
+                time.sleep(0.005)
+
+        t = threading.Thread(target=spin)
+        t.start()
+        try:
+            for i, blocked in enumerate((lambda: r.get(timeout=None),
+                                         lambda: s.put(2, timeout=None))):
+                if i == 1:
+                    s.put_nowait(1)  # fills the one slot: this call, a put, blocks
+                n = len(ticks)
+                threading.Timer(0.4, signal.raise_signal, (signal.SIGINT,)).start()
+                start = time.monotonic()
+                with pytest.raises(KeyboardInterrupt):
+                    blocked()
+                assert time.monotonic() - start < 2.0, "Ctrl-C was not noticed within a slice"
+                assert len(ticks) - n > 20, "the GIL was held during the wait"
+        finally:
+            stop.set()
+            t.join()
+        assert r.get(timeout=1) == 1  # both ends still work after the interrupts
+        s.put(3, timeout=1)
+        assert r.get(timeout=1) == 3
+
+
+def test_the_error_hierarchy():
+    import queue as q
+
+    for n in shmring.errors.__all__:
+        assert issubclass(getattr(shmring, n), shmring.Error), n
+    assert issubclass(shmring.Full, q.Full) and issubclass(shmring.Empty, q.Empty)
+    assert issubclass(shmring.Timeout, TimeoutError)
+    assert issubclass(shmring.NotFound, FileNotFoundError)
+    assert issubclass(shmring.Truncated, shmring.Corrupt)
+    # ring-os errors arrive as these classes (one per error), never as a bare RuntimeError.
+    with pytest.raises(shmring.NotFound):
+        shmring.Ring.open("pytest-never-created", timeout=0)
+    with pytest.raises(shmring.InvalidConfig):
+        shmring.Ring.create("pytest-bad-geometry", slots=0)
+
+
+def test_dropping_a_zero_copy_result_releases_its_slot(name):
+    s, r = shmring.create_pair(1, max_message=1 << 20, name=name)
+    with s, r:
+        s.put({"a": np.arange(100_000), "b": np.ones(10)})  # one part in the arena, one inline
+        got = r.get(timeout=5, zero_copy=True)
+        a = got["a"]
+        del got
+        with pytest.raises(queue.Full):  # `a` still views the only slot: it stays pinned
+            s.put_nowait(1)
+        assert int(a[-1]) == 99_999
+        del a  # the last view and the last part go: the pin goes with them, before any get
+        s.put_nowait(2)
+        assert r.get(timeout=5) == 2

@@ -8,8 +8,9 @@ what fits goes into the slot, the rest into one allocation of the ring's in-segm
 dies leaks nothing). The receiver pins the message: ``get()`` copies each buffer out once into a
 ``bytearray`` the unpickled objects own (writable numpy arrays); ``get(zero_copy=True)`` gives
 objects whose buffers *view the segment* (read-only numpy arrays, no copy at all). A zero-copy
-message stays pinned until the next ``get`` or ``close``, and those calls raise ``BufferError``
-while any view of it is alive, so a view can never outlive the bytes it shows.
+message stays pinned while anything made from it is alive and is released when the last of it
+goes; the next ``get`` and ``close`` raise ``BufferError`` while a view of it is still alive,
+so a view can never outlive the bytes it shows.
 
 Every message must fit ``max_message`` (``shmring.TooLarge`` otherwise): the ring gets
 ``capacity`` slots and an arena of ``capacity + 1`` such messages (shared memory that is only

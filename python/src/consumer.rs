@@ -217,7 +217,10 @@ impl Consumer {
         }
         let id = me.pin_next(py, timeout)?;
         let me = &mut *me;
-        let held = me.held.as_mut().ok_or_else(|| Fail::new("Closed", "this consumer is closed"))?;
+        let held = me
+            .held
+            .as_mut()
+            .ok_or_else(|| Fail::new("Closed", "this consumer is closed"))?;
         let (ptr, len) = held.bytes;
         let meta = held.pin.as_ref().map_or([0, 0], |p| p.meta());
         // SAFETY: the pin just taken keeps these `len` bytes mapped and stable.

@@ -297,7 +297,10 @@ impl Producer {
         let lens: Vec<usize> = views.iter().map(|v| v.bytes().len()).collect();
         let total: usize = lens.iter().sum();
         let plan = q::plan(&lens, self.capacity).ok_or_else(|| {
-            Fail::new("TooLarge", format!("{} parts do not fit in a slot's header", lens.len()))
+            Fail::new(
+                "TooLarge",
+                format!("{} parts do not fit in a slot's header", lens.len()),
+            )
         })?;
         if self.queue.is_none() {
             self.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
@@ -342,12 +345,17 @@ impl Producer {
             .into());
         };
         let index = usize::try_from(seq % slots).unwrap_or(0);
-        let state = self.queue.as_mut().ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
+        let state = self
+            .queue
+            .as_mut()
+            .ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
         // The claim proves the slot's previous message consumed and unpinned.
         state.reclaim(index);
         let (handle, arena_addr) = if plan.arena_len > 0 {
             // Dropping the loan on failure gives the slot back.
-            state.allocate(index, plan.arena_len).map_err(|f| f.into_py(py))?
+            state
+                .allocate(index, plan.arena_len)
+                .map_err(|f| f.into_py(py))?
         } else {
             (0, 0)
         };

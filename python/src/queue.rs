@@ -193,10 +193,7 @@ impl Arena {
             (Some(o), Some(l)) if o.checked_add(l).is_some_and(|e| e <= self.len) => {
                 Ok(self.base + o)
             }
-            _ => Err(Fail::new(
-                "Corrupt",
-                "an allocation lies outside the arena",
-            )),
+            _ => Err(Fail::new("Corrupt", "an allocation lies outside the arena")),
         }
     }
 
@@ -223,9 +220,7 @@ impl SendState {
         let slots = mapping.geometry().slots();
         // Relaxed: only the producer (us, now) writes slot metadata.
         let slot_handles: Vec<u64> = (0..slots)
-            .map(|i| {
-                mapping.slot_header(i).meta[0].load(ring_core::sync::Ordering::Relaxed)
-            })
+            .map(|i| mapping.slot_header(i).meta[0].load(ring_core::sync::Ordering::Relaxed))
             .collect();
         let mut max_alloc = 0;
         if let Some(a) = arena.as_mut() {
@@ -262,7 +257,10 @@ impl SendState {
     /// Allocates `len` bytes for slot `index`'s message: `(handle, address)`.
     pub(crate) fn allocate(&mut self, index: usize, len: usize) -> Result<(u64, usize), Fail> {
         let Some(arena) = self.arena.as_mut() else {
-            return Err(Fail::new("TooLarge", "the message does not fit in a slot and this ring has no allocator"));
+            return Err(Fail::new(
+                "TooLarge",
+                "the message does not fit in a slot and this ring has no allocator",
+            ));
         };
         let a = arena
             .alloc
@@ -298,11 +296,7 @@ pub(crate) struct Got {
 
 /// Parses and validates the message in the pinned `slot` (`meta` its metadata words) against
 /// the ring's `arena`.
-pub(crate) fn parse(
-    slot: &[u8],
-    meta: [u64; 2],
-    arena: Option<&Arena>,
-) -> Result<Vec<Got>, Fail> {
+pub(crate) fn parse(slot: &[u8], meta: [u64; 2], arena: Option<&Arena>) -> Result<Vec<Got>, Fail> {
     let corrupt = |what: &str| Fail::new("Corrupt", format!("not a valid queue message: {what}"));
     if slot.len() < HEAD || slot[..4] != MAGIC {
         return Err(corrupt("bad magic"));
@@ -339,7 +333,8 @@ pub(crate) fn parse(
                 let (addr, alen) = match allocation {
                     Some(a) => a,
                     None => {
-                        let a = arena.ok_or_else(|| corrupt("an allocation in a ring without allocator"))?;
+                        let a = arena
+                            .ok_or_else(|| corrupt("an allocation in a ring without allocator"))?;
                         let found = a
                             .alloc
                             .lookup(meta[0])

@@ -31,7 +31,11 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    fn wrap(ring: ring_os::Ring, name: String, server: Option<ring_os::rendezvous::Server>) -> Self {
+    fn wrap(
+        ring: ring_os::Ring,
+        name: String,
+        server: Option<ring_os::rendezvous::Server>,
+    ) -> Self {
         Self {
             mapping: Arc::clone(ring.mapping()),
             inner: Some(ring),
@@ -101,7 +105,10 @@ impl Ring {
     /// most; 0: ring-core's default), which the queue uses for payloads larger than a slot.
     #[staticmethod]
     #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0))]
-    #[allow(clippy::too_many_arguments, reason = "keyword arguments of a Python constructor")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "keyword arguments of a Python constructor"
+    )]
     fn create(
         name: &str,
         slots: u64,
@@ -129,7 +136,10 @@ impl Ring {
     /// handle is closed.
     #[staticmethod]
     #[pyo3(signature = (*, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, arena = 0, max_live = 0, serve = None))]
-    #[allow(clippy::too_many_arguments, reason = "keyword arguments of a Python constructor")]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "keyword arguments of a Python constructor"
+    )]
     fn memfd(
         slots: u64,
         slot_size: u64,

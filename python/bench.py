@@ -107,13 +107,16 @@ def queue_once(kind, payload, count, ctx):
 
 
 def frame_producer_ring(ring_name, w, h, count):
+    # A frame server renders into the slot in place (a pin-only ring's claim); here the
+    # "renderer" is one copy of a prepared frame, as the socket producer's send is.
     ring = shmring.Ring.open(ring_name, timeout=60)
     frame = np.full((h, w, 4), 7, np.uint8)
     with ring.producer() as p:
         p.wait_for_consumers(1, 60)
         for i in range(count + 1):
             frame[0, 0, 0] = i & 0xFF
-            p.publish(frame, timeout=WAIT)
+            with p.claim(frame.nbytes, timeout=WAIT) as buf:
+                np.copyto(np.frombuffer(buf, np.uint8).reshape(h, w, 4), frame)
         p.wait_drained(WAIT)
 
 
@@ -133,7 +136,7 @@ def frames_once(kind, w, h, count, ctx):
     nbytes = w * h * 4
     if kind == "pin":
         name = f"bench-frames-{time.monotonic_ns()}"
-        ring = shmring.Ring.create(name, slots=2, slot_size=nbytes, consumers=2)
+        ring = shmring.Ring.create(name, slots=2, slot_size=nbytes, consumers=2, pin_only=True)
         c = ring.consumer("gating")
         proc = ctx.Process(target=frame_producer_ring, args=(name, w, h, count))
         proc.start()
@@ -203,6 +206,9 @@ def main():
     ap.add_argument("--no-queues", action="store_true")
     ap.add_argument("--plot", help="write a GB/s-against-size plot (PNG) here")
     ap.add_argument("--json", help="write the raw results here")
+    ap.add_argument("--merge", nargs="*", default=[],
+                    help="earlier --json files whose tables fill in what this run skipped "
+                         "(for the plot and the JSON)")
     args = ap.parse_args()
     ctx = mp.get_context("spawn")
     kinds = args.kinds.split(",")
@@ -248,6 +254,12 @@ def main():
             results["frames"][f"{w}x{h}"] = {"median_fps": med, "runs": res, "bytes": nbytes}
             print(f"| {w}x{h} | {nbytes / 1e6:.1f} | {med['pin']:.0f} | {med['socket']:.0f} "
                   f"| {med['pin'] / med['socket']:.1f}x |", flush=True)
+    for path in args.merge:
+        with open(path) as f:
+            old = json.load(f)
+        for part in ("queues", "frames"):
+            for k, v in old[part].items():
+                results[part].setdefault(int(k) if part == "queues" else k, v)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -22,6 +22,7 @@ use ring_os::{Mapping, RecvTimeoutError, Subscriber};
 
 use crate::errors::{self, exported, Fail};
 use crate::export;
+use crate::queue::{self as q, Arena, Part};
 use crate::wait::{deadline, sliced};
 
 /// A pin with its borrow of the subscriber extended to `'static` (see [`Held`]).
@@ -97,15 +98,21 @@ pub(crate) struct Consumer {
     class: DeliveryClass,
     received: u64,
     missed: u64,
+    mapping: Arc<Mapping>,
+    /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
+    /// none).
+    arena: Option<Option<Arena>>,
 }
 
 impl Consumer {
-    pub(crate) fn new(sub: Subscriber, class: DeliveryClass) -> Self {
+    pub(crate) fn new(sub: Subscriber, class: DeliveryClass, mapping: &Arc<Mapping>) -> Self {
         Self {
             held: Some(Held::new(sub)),
             class,
             received: 0,
             missed: 0,
+            mapping: Arc::clone(mapping),
+            arena: None,
         }
     }
 
@@ -187,6 +194,106 @@ impl Consumer {
             len: pin.len(),
             meta: pin.meta(),
         })
+    }
+
+    /// The queue's get (see `shmring.queue`): pins the next message, validates its part table
+    /// and returns its parts: with `zero_copy`, read-only `Part` objects viewing the bytes in
+    /// the ring (the message stays pinned until the next get or `close`, and while any view
+    /// lives); otherwise copies — part 0 (the pickle stream) as `bytes`, the others as
+    /// writable `bytearray`s (large ones copied with the GIL released) — and releases the pin.
+    /// Waits as `pin` does. A message that is not a valid queue message is consumed and
+    /// raises `Corrupt`.
+    #[pyo3(signature = (timeout = None, zero_copy = false))]
+    fn _get_parts<'py>(
+        slf: &Bound<'py, Self>,
+        timeout: Option<f64>,
+        zero_copy: bool,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+        let py = slf.py();
+        let mut me = slf.try_borrow_mut()?;
+        if me.arena.is_none() {
+            let a = Arena::attach(&me.mapping).map_err(|f| f.into_py(py))?;
+            me.arena = Some(a);
+        }
+        let id = me.pin_next(py, timeout)?;
+        let me = &mut *me;
+        let held = me
+            .held
+            .as_mut()
+            .ok_or_else(|| Fail::new("Closed", "this consumer is closed"))?;
+        let (ptr, len) = held.bytes;
+        let meta = held.pin.as_ref().map_or([0, 0], |p| p.meta());
+        // SAFETY: the pin just taken keeps these `len` bytes mapped and stable.
+        let slot = unsafe { core::slice::from_raw_parts(ptr as *const u8, len) };
+        let parsed = q::parse(slot, meta, me.arena.as_ref().and_then(Option::as_ref));
+        let parts = match parsed {
+            Ok(p) => p,
+            Err(f) => {
+                held.unpin("release the message")?;
+                return Err(f.into_py(py));
+            }
+        };
+        if zero_copy {
+            let consumer = slf.clone().unbind();
+            let siblings = Arc::new(AtomicUsize::new(parts.len()));
+            return parts
+                .iter()
+                .map(|g| {
+                    Ok(Bound::new(
+                        py,
+                        Part {
+                            consumer: consumer.clone_ref(py),
+                            exports: Arc::clone(&held.exports),
+                            siblings: Arc::clone(&siblings),
+                            pin_id: id,
+                            addr: g.addr,
+                            len: g.len,
+                        },
+                    )?
+                    .into_any())
+                })
+                .collect();
+        }
+        let mut out = Vec::with_capacity(parts.len());
+        let mut jobs = Vec::with_capacity(parts.len());
+        let mut total = 0usize;
+        // An empty pickle part marks a raw `bytes` payload (see `shmring.queue`).
+        let raw_bytes = parts.len() == 2 && parts[0].len == 0;
+        for (i, g) in parts.iter().enumerate() {
+            if i == 0 {
+                // SAFETY: validated by `parse` to lie in the pinned slot or its allocation.
+                let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len) };
+                out.push(PyBytes::new(py, b).into_any());
+            } else {
+                let (obj, dst) = q::new_buffer(py, g.len, raw_bytes)?;
+                jobs.push((g.addr, dst, g.len));
+                total += g.len;
+                out.push(obj);
+            }
+        }
+        let faults = ring_os::sigbus::repaired_faults();
+        let copy = move || {
+            for (src, dst, len) in jobs {
+                // SAFETY: `src..src + len` lies in the pinned slot or its allocation (`parse`),
+                // stable while pinned; `dst` is a fresh bytearray of `len` bytes that nothing
+                // else references yet (held in `out`).
+                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+            }
+        };
+        if total >= q::RELEASE_GIL_AT {
+            py.allow_threads(copy);
+        } else {
+            copy();
+        }
+        held.unpin("release the message")?;
+        if ring_os::sigbus::repaired_faults() != faults {
+            return Err(Fail::new(
+                "Truncated",
+                "the segment was truncated while the message was copied",
+            )
+            .into());
+        }
+        Ok(out)
     }
 
     /// Copies the next message out as `bytes` (waits as `pin` does).
@@ -462,5 +569,27 @@ impl Drop for Message {
 fn release_export(_py: Python<'_>, obj: &Bound<'_, PyAny>) {
     if let Ok(msg) = obj.downcast::<Message>() {
         export::release(&msg.get().exports);
+    }
+}
+
+/// Whether `consumer`'s current pin is the one numbered `pin_id` (for `queue::Part`).
+pub(crate) fn pin_is(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) -> bool {
+    consumer.bind(py).try_borrow().is_ok_and(|c| {
+        c.held
+            .as_ref()
+            .is_some_and(|h| h.pin.is_some() && h.pin_id == pin_id)
+    })
+}
+
+/// Releases `consumer`'s pin if it is still the one numbered `pin_id` and nothing exports it
+/// (the last `queue::Part` of a message went away). Quietly does nothing otherwise.
+pub(crate) fn release_pin(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) {
+    let Ok(mut c) = consumer.bind(py).try_borrow_mut() else {
+        return;
+    };
+    if let Some(h) = c.held.as_mut() {
+        if h.pin_id == pin_id && !export::live(&h.exports) {
+            h.pin = None;
+        }
     }
 }

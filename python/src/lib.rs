@@ -13,6 +13,7 @@ mod dlpack;
 mod errors;
 mod export;
 mod producer;
+mod queue;
 mod ring;
 mod wait;
 
@@ -26,6 +27,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::Claim>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
+    m.add_class::<queue::Part>()?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     Ok(())
 }

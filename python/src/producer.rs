@@ -21,6 +21,7 @@ use ring_os::{Loan, Mapping, Publisher, SendTimeoutError};
 
 use crate::errors::{self, exported, Fail};
 use crate::export;
+use crate::queue::{self as q, SendState};
 use crate::wait::{deadline, sliced};
 
 /// A loan with its borrow of the publisher extended to `'static` (see [`Lent`]).
@@ -86,6 +87,9 @@ pub(crate) struct Producer {
     lent: Option<Lent>,
     capacity: usize,
     pin_only: bool,
+    mapping: Arc<Mapping>,
+    /// The queue's allocator state, attached by the first `_put_parts`.
+    queue: Option<SendState>,
 }
 
 /// A contiguous buffer-protocol view of a Python object, released on drop.
@@ -149,6 +153,8 @@ impl Producer {
             }),
             capacity: g.slot_capacity(),
             pin_only: g.config().pin_only,
+            mapping: Arc::clone(mapping),
+            queue: None,
         }
     }
 
@@ -268,6 +274,125 @@ impl Producer {
             nbytes,
             view: Mutex::new(None),
         })
+    }
+
+    /// The queue's put (see `shmring.queue`): writes the buffer-protocol objects `parts` (the
+    /// pickle stream, then its out-of-band buffers) as one message — the parts that fit in the
+    /// slot inline, the rest into one allocation of the ring's allocator — copying each straight
+    /// from its object into the segment (large ones with the GIL released). Waits up to
+    /// `timeout` for a consumer to be registered and for a free slot; raises `Full` when
+    /// either does not come, `TooLarge` when the message exceeds the ring's share of its arena.
+    /// Returns the sequence number.
+    #[pyo3(signature = (parts, timeout = None))]
+    fn _put_parts(
+        &mut self,
+        py: Python<'_>,
+        parts: Vec<Bound<'_, PyAny>>,
+        timeout: Option<f64>,
+    ) -> PyResult<u64> {
+        if !self.pin_only {
+            return Err(Fail::new("NotPinOnly", "a queue needs a pin-only ring").into());
+        }
+        let views = parts.iter().map(View::get).collect::<PyResult<Vec<_>>>()?;
+        let lens: Vec<usize> = views.iter().map(|v| v.bytes().len()).collect();
+        let total: usize = lens.iter().sum();
+        let plan = q::plan(&lens, self.capacity).ok_or_else(|| {
+            Fail::new(
+                "TooLarge",
+                format!("{} parts do not fit in a slot's header", lens.len()),
+            )
+        })?;
+        if self.queue.is_none() {
+            self.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
+        }
+        let max_alloc = self.queue.as_ref().map_or(0, |s| s.max_alloc);
+        if plan.arena_len > max_alloc {
+            return Err(Fail::new(
+                "TooLarge",
+                format!(
+                    "a message of {total} bytes does not fit: this queue takes {} bytes inline \
+                     and {max_alloc} in its arena (create_pair(max_message=...))",
+                    self.capacity
+                ),
+            )
+            .into());
+        }
+        let end = deadline(timeout)?;
+        let slots = self.mapping.geometry().slots() as u64;
+        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
+        let slot_len = plan.slot_len;
+        let got = sliced(py, end, move |slice| {
+            let p = p;
+            // SAFETY: as in `claim`: the producer is mutably borrowed for this call, no loan
+            // is open, and the loan is sent (or dropped) before this call returns.
+            let publisher: &'static mut Publisher = unsafe { &mut *p.0.as_ptr() };
+            if publisher.subscribers() == 0 && !publisher.wait_for_subscribers(1, slice) {
+                return Ok(None);
+            }
+            // One producer: the loan's sequence number is the next one.
+            let seq = publisher.sent();
+            match publisher.loan(slot_len, slice) {
+                Ok(loan) => Ok(Some((seq, SendLoan(loan)))),
+                Err(SendTimeoutError::Timeout) => Ok(None),
+                Err(e) => Err(errors::send(e)),
+            }
+        })?;
+        let Some((seq, SendLoan(mut loan))) = got else {
+            return Err(Fail::new(
+                "Full",
+                "the queue stayed full (or had no receiver) for the whole timeout",
+            )
+            .into());
+        };
+        let index = usize::try_from(seq % slots).unwrap_or(0);
+        let state = self
+            .queue
+            .as_mut()
+            .ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
+        // The claim proves the slot's previous message consumed and unpinned.
+        state.reclaim(index);
+        let (handle, arena_addr) = if plan.arena_len > 0 {
+            // Dropping the loan on failure gives the slot back.
+            state
+                .allocate(index, plan.arena_len)
+                .map_err(|f| f.into_py(py))?
+        } else {
+            (0, 0)
+        };
+        let slot = loan.bytes();
+        q::write_header(&plan, slot);
+        let slot_addr = slot.as_mut_ptr() as usize;
+        let jobs: Vec<(usize, usize, usize)> = plan
+            .places
+            .iter()
+            .zip(&views)
+            .filter(|(p, _)| p.len > 0)
+            .map(|(p, v)| {
+                let dst = if p.arena { arena_addr } else { slot_addr } + p.offset;
+                (v.bytes().as_ptr() as usize, dst, p.len)
+            })
+            .collect();
+        let copy = move || {
+            for (src, dst, len) in jobs {
+                // SAFETY: `src` is `len` bytes of a buffer view held (in `views`) across this
+                // call; `dst` is `len` bytes inside the claimed slot or the fresh allocation
+                // (`plan` placed the part inside the slot's capacity or the allocation's
+                // length; `Arena::address` checked the allocation lies in the arena). Neither
+                // is read by anyone else before the message is published: the slot is claimed
+                // in a pin-only ring (no optimistic readers) and the allocation is referenced
+                // by no published slot. Distinct parts never overlap.
+                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
+            }
+        };
+        if total >= q::RELEASE_GIL_AT {
+            py.allow_threads(copy);
+        } else {
+            copy();
+        }
+        loan.set_meta([handle, plan.arena_len as u64]);
+        let seq = loan.send().map_err(|e| errors::send(e).into_py(py))?;
+        drop(views);
+        Ok(seq)
     }
 
     /// Waits up to `timeout` seconds until `n` consumers are registered and will receive

@@ -26,9 +26,24 @@ pub(crate) struct Ring {
     inner: Option<ring_os::Ring>,
     mapping: Arc<Mapping>,
     name: String,
+    /// The rendezvous serving a memfd ring's descriptor (`Ring.memfd(serve=...)`).
+    server: Option<ring_os::rendezvous::Server>,
 }
 
 impl Ring {
+    fn wrap(
+        ring: ring_os::Ring,
+        name: String,
+        server: Option<ring_os::rendezvous::Server>,
+    ) -> Self {
+        Self {
+            mapping: Arc::clone(ring.mapping()),
+            inner: Some(ring),
+            name,
+            server,
+        }
+    }
+
     fn handle(&self) -> PyResult<&ring_os::Ring> {
         self.inner
             .as_ref()
@@ -57,6 +72,27 @@ pub(crate) fn mode_of(class: DeliveryClass) -> &'static str {
     }
 }
 
+/// A builder with the geometry arguments applied.
+fn geometry(
+    b: ring_os::RingBuilder,
+    (slots, slot_size, consumers, pin_only): (u64, u64, u64, bool),
+    (arena, max_live): (u64, u64),
+) -> PyResult<ring_os::RingBuilder> {
+    let mut b = b
+        .slots(geometry_arg("slots", slots)?)
+        .slot_size(geometry_arg("slot_size", slot_size)?)
+        .consumers(geometry_arg("consumers", consumers)?)
+        .pin_only(pin_only);
+    if arena > 0 {
+        let live = match geometry_arg("max_live", max_live)? {
+            0 => ring_core::alloc::DEFAULT_MAX_LIVE,
+            n => n,
+        };
+        b = b.allocator(arena, live);
+    }
+    Ok(b)
+}
+
 /// A u32 geometry argument, refusing what does not fit.
 fn geometry_arg(what: &str, v: u64) -> PyResult<u32> {
     u32::try_from(v).map_err(|_| PyValueError::new_err(format!("{what}={v} is too large")))
@@ -65,8 +101,14 @@ fn geometry_arg(what: &str, v: u64) -> PyResult<u32> {
 #[pymethods]
 impl Ring {
     /// Creates the named ring (raises `AlreadyExists` if the name is taken).
+    /// `arena` > 0 adds an in-segment allocator of that many bytes (`max_live` allocations at
+    /// most; 0: ring-core's default), which the queue uses for payloads larger than a slot.
     #[staticmethod]
-    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false))]
+    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "keyword arguments of a Python constructor"
+    )]
     fn create(
         name: &str,
         slots: u64,
@@ -74,20 +116,134 @@ impl Ring {
         consumers: u64,
         pin_only: bool,
         keep_name: bool,
+        arena: u64,
+        max_live: u64,
     ) -> PyResult<Self> {
-        let ring = ring_os::Ring::builder(name)
-            .slots(geometry_arg("slots", slots)?)
-            .slot_size(geometry_arg("slot_size", slot_size)?)
-            .consumers(geometry_arg("consumers", consumers)?)
-            .pin_only(pin_only)
-            .keep_name(keep_name)
-            .create()
-            .map_err(os_err)?;
-        Ok(Self {
-            mapping: Arc::clone(ring.mapping()),
-            inner: Some(ring),
-            name: name.to_owned(),
-        })
+        let builder = geometry(
+            ring_os::Ring::builder(name),
+            (slots, slot_size, consumers, pin_only),
+            (arena, max_live),
+        )?;
+        let ring = builder.keep_name(keep_name).create().map_err(os_err)?;
+        Ok(Self::wrap(ring, name.to_owned(), None))
+    }
+
+    /// Creates a ring in a new sealed memfd: no name in `/dev/shm`, freed by the kernel with
+    /// its last descriptor or mapping, never truncated by a peer. Share it by passing
+    /// `fileno()` to another process (`Ring.from_fd`), or with `serve="name"`: a background
+    /// thread then hands the descriptor to every process of this user that calls
+    /// `Ring.connect("name")` (an abstract Unix socket; ring-os's rendezvous), until this
+    /// handle is closed.
+    #[staticmethod]
+    #[pyo3(signature = (*, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, arena = 0, max_live = 0, serve = None))]
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "keyword arguments of a Python constructor"
+    )]
+    fn memfd(
+        slots: u64,
+        slot_size: u64,
+        consumers: u64,
+        pin_only: bool,
+        arena: u64,
+        max_live: u64,
+        serve: Option<&str>,
+    ) -> PyResult<Self> {
+        let builder = geometry(
+            ring_os::Ring::memfd(),
+            (slots, slot_size, consumers, pin_only),
+            (arena, max_live),
+        )?;
+        let ring = builder.create().map_err(os_err)?;
+        let server = match serve {
+            Some(name) => {
+                let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
+                let place = ring_os::rendezvous::Rendezvous::new(
+                    &seg,
+                    ring_os::rendezvous::SocketPlace::Abstract,
+                );
+                Some(place.serve(ring.mapping()).map_err(os_err)?)
+            }
+            None => None,
+        };
+        Ok(Self::wrap(ring, serve.unwrap_or("").to_owned(), server))
+    }
+
+    /// Opens the memfd ring behind descriptor `fd` (which is duplicated: the caller keeps and
+    /// closes its own). Its seals, size and header are checked.
+    #[staticmethod]
+    fn from_fd(fd: i32) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err("fd must be a file descriptor >= 0"));
+        }
+        // SAFETY: the borrow is used for one `dup` only; a number that is not an open
+        // descriptor makes the dup fail with EBADF (reported below), nothing else reads it.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let owned = borrowed
+            .try_clone_to_owned()
+            .map_err(|e| PyValueError::new_err(format!("fd {fd}: {e}")))?;
+        let ring = ring_os::Ring::from_fd(owned).map_err(os_err)?;
+        Ok(Self::wrap(ring, String::new(), None))
+    }
+
+    /// Connects to the memfd ring served as `name` (`Ring.memfd(serve=name)`) and maps it,
+    /// waiting up to `timeout` seconds for the server. Raises `NotFound` when nobody serves it,
+    /// `PermissionDenied` when the server runs as another user.
+    #[staticmethod]
+    #[pyo3(signature = (name, *, timeout = 5.0))]
+    fn connect(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Self> {
+        let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
+        let place =
+            ring_os::rendezvous::Rendezvous::new(&seg, ring_os::rendezvous::SocketPlace::Abstract);
+        let end = deadline(Some(timeout))?;
+        let found = sliced(py, end, |slice| match place.connect(slice) {
+            Ok(m) => Ok(Some(m)),
+            Err(ring_os::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(crate::errors::os(e)),
+        })?;
+        let Some(mapping) = found else {
+            return Err(crate::errors::os(ring_os::Error::NotFound {
+                what: format!("a memfd ring served as {name:?}"),
+            })
+            .into());
+        };
+        // The front door's handle is made from a descriptor: duplicate the received one (a
+        // second mapping of the same memfd; the first goes away with `mapping`).
+        let fd = mapping
+            .segment()
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| PyValueError::new_err(format!("dup: {e}")))?;
+        drop(mapping);
+        let ring = ring_os::Ring::from_fd(fd).map_err(os_err)?;
+        Ok(Self::wrap(ring, name.to_owned(), None))
+    }
+
+    /// The ring's descriptor (a memfd or the named segment's file), for `Ring.from_fd` in
+    /// another process (`os.dup`, `socket.send_fds`, `subprocess(pass_fds=...)`); owned by
+    /// this handle.
+    fn fileno(&self) -> PyResult<i32> {
+        use std::os::fd::AsRawFd as _;
+        Ok(self.handle()?.fd().as_raw_fd())
+    }
+
+    /// `"named"` or `"memfd"` (or `"file"`).
+    #[getter]
+    fn kind(&self) -> &'static str {
+        match self.mapping.segment().kind() {
+            ring_os::SegmentKind::Memfd => "memfd",
+            ring_os::SegmentKind::File(_) => "file",
+            _ => "named",
+        }
+    }
+
+    /// Bytes of the allocator's arena (0: none).
+    #[getter]
+    fn arena(&self) -> PyResult<u64> {
+        match crate::queue::Arena::attach(&self.mapping).map_err(PyErr::from)? {
+            Some(a) => Ok(a.alloc.arena_bytes()),
+            None => Ok(0),
+        }
     }
 
     /// Opens an existing named ring, waiting up to `timeout` seconds for it to appear.
@@ -113,11 +269,7 @@ impl Ring {
                 .open()
                 .map_err(os_err)?,
         };
-        Ok(Self {
-            mapping: Arc::clone(ring.mapping()),
-            inner: Some(ring),
-            name: name.to_owned(),
-        })
+        Ok(Self::wrap(ring, name.to_owned(), None))
     }
 
     /// Becomes the ring's one producer (raises `Busy` while a live producer owns it).
@@ -133,7 +285,7 @@ impl Ring {
     fn consumer(&self, mode: &str) -> PyResult<Consumer> {
         let class = class_of(mode)?;
         let sub = self.handle()?.subscriber(class).map_err(os_err)?;
-        Ok(Consumer::new(sub, class))
+        Ok(Consumer::new(sub, class, &self.mapping))
     }
 
     /// The ring's name.
@@ -237,19 +389,49 @@ impl Ring {
             list.append(e)?;
         }
         d.set_item("consumers", list)?;
+        let arena = crate::queue::Arena::attach(&self.mapping).map_err(PyErr::from)?;
+        match arena {
+            None => d.set_item("allocator", py.None())?,
+            Some(a) => {
+                let s = a.alloc.stats();
+                let now = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+                let totals = a.alloc.leak_report(now, |_| {});
+                let v = PyDict::new(py);
+                v.set_item("arena_bytes", a.alloc.arena_bytes())?;
+                v.set_item("max_live", a.alloc.max_live())?;
+                v.set_item("live", s.live)?;
+                v.set_item("live_bytes", s.live_bytes)?;
+                v.set_item("peak_live", s.peak_live)?;
+                v.set_item("allocs", s.allocs)?;
+                v.set_item("frees", s.frees)?;
+                v.set_item("ceiling_hits", s.ceiling_hits)?;
+                v.set_item("out_of_space", s.out_of_space)?;
+                v.set_item("bad_frees", s.bad_frees)?;
+                v.set_item("leak_count", totals.count)?;
+                v.set_item("leak_bytes", totals.bytes)?;
+                v.set_item("corrupt_entries", totals.corrupt)?;
+                d.set_item("allocator", v)?;
+            }
+        }
         Ok(d)
     }
 
     /// Closes this handle (the creating handle removes the name; producers and consumers
     /// made from it keep working).
     fn close(&mut self) {
+        self.server = None;
         self.inner = None;
     }
 
     /// Removes the name now (later `open` calls raise `NotFound`).
     fn remove(&mut self) -> PyResult<()> {
         match self.inner.take() {
-            Some(r) => r.remove().map_err(os_err),
+            Some(r) => {
+                self.server = None;
+                r.remove().map_err(os_err)
+            }
             None => Err(Fail::new("Closed", "this ring handle is closed").into()),
         }
     }

@@ -3,6 +3,8 @@ the ring."""
 
 import pickle
 import queue
+import signal
+import struct
 import threading
 import time
 
@@ -45,15 +47,132 @@ def test_zero_copy_get_views_the_slot(name):
         assert r.get(timeout=5) == b"next"
 
 
-def test_messages_larger_than_a_slot_span_slots(name):
-    s, r = shmring.create_pair(3, max_message=4096, name=name)
+def test_large_buffers_go_through_the_allocator_and_come_back_zero_copy(name):
+    s, r = shmring.create_pair(2, max_message=1 << 20, name=name)
     with s, r:
         big = np.random.default_rng(0).integers(0, 2**31, 50_000, dtype=np.int64)  # 400 kB
-        t = threading.Thread(target=s.put, args=({"big": big, "tag": "x"},))
-        t.start()
-        got = r.get(timeout=10)
-        t.join()
+        assert r._ring.arena > 3 * big.nbytes  # (capacity + 1) messages of max_message
+        s.put({"big": big, "tag": "x"})
+        alloc = r._ring.inspect()["allocator"]
+        assert (alloc["allocs"], alloc["live"]) == (1, 1)  # one allocation, not slot spans
+        assert alloc["live_bytes"] >= big.nbytes
+        got = r.get(timeout=10, zero_copy=True)
+        lo, hi = r._ring.address_range()
+        assert lo <= got["big"].ctypes.data < hi  # a view of the segment, not a copy
+        assert not got["big"].flags.writeable
         assert np.array_equal(got["big"], big) and got["tag"] == "x"
+        del got
+        s.put({"big": big})
+        got = r.get(timeout=10)  # copying get: owned, writable, outside the segment
+        assert not lo <= got["big"].ctypes.data < hi and got["big"].flags.writeable
+        assert np.array_equal(got["big"], big)
+        # Slot 0 came round again for the third message: its allocation was freed then.
+        s.put(b"small")
+        assert r._ring.inspect()["allocator"]["frees"] == 1
+        assert r.get(timeout=5) == b"small"
+
+
+def test_zero_byte_payloads(name):
+    s, r = shmring.create_pair(2, max_message=1024, name=name)
+    with s, r:
+        for obj in [b"", bytearray(), np.empty(0, np.float32), np.empty((0, 3)),
+                    pickle.PickleBuffer(bytearray())]:
+            for zero_copy in (False, True):
+                s.put(obj, timeout=5)
+                got = r.get(timeout=5, zero_copy=zero_copy)
+                assert memoryview(got).nbytes == 0
+                if isinstance(obj, np.ndarray):
+                    assert got.shape == obj.shape and got.dtype == obj.dtype
+                del got
+
+
+def test_raw_bytes_payloads_skip_the_pickle_stream(name):
+    s, r = shmring.create_pair(2, max_message=1 << 20, name=name)
+    with s, r:
+        data = bytes(range(256)) * 1000
+        s.put(data)
+        got = r.get(timeout=5)
+        assert type(got) is bytes and got == data
+        s.put(bytearray(data))
+        got = r.get(timeout=5)
+        assert type(got) is bytearray and got == data
+        s.put(data)
+        view = r.get(timeout=5, zero_copy=True)
+        lo, hi = r._ring.address_range()
+        assert isinstance(view, memoryview) and view.readonly and view == data
+        assert lo <= np.frombuffer(view, np.uint8).ctypes.data < hi
+        view.release()
+
+
+def test_a_message_over_max_message_raises_too_large(name):
+    s, r = shmring.create_pair(2, max_message=1 << 16, name=name)
+    with s, r:
+        with pytest.raises(shmring.TooLarge):
+            s.put(np.zeros(1 << 18, np.uint8), timeout=1)
+        s.put(np.ones(1 << 15, np.uint8), timeout=1)  # nothing was left claimed
+        assert r.get(timeout=5).sum() == 1 << 15
+
+
+def test_random_sizes_never_exhaust_the_arena(name):
+    """The arena holds capacity + 1 maximal messages; sizes that vary from 0 to max_message,
+    allocated and freed in order, must always find room (next-fit as a circular buffer)."""
+    rng = np.random.default_rng(7)
+    cap, top = 3, 1 << 16
+    s, r = shmring.create_pair(cap, max_message=top, name=name)
+    sizes = [int(x) for x in rng.integers(0, top - 4096, 300)] + [top - 4096] * 20
+    got = []
+
+    def drain():
+        for _ in sizes:
+            got.append(int(r.get(timeout=30).sum()))
+
+    with s, r:
+        t = threading.Thread(target=drain)
+        t.start()
+        for n in sizes:
+            s.put(np.ones(n, np.uint8), timeout=30)
+        t.join(60)
+        assert got == sizes
+        alloc = r._ring.inspect()["allocator"]
+        assert alloc["out_of_space"] == 0 and alloc["live"] <= cap and alloc["bad_frees"] == 0
+
+
+def _raw(entries, n=None, magic=b"SRQ2"):
+    """A hand-made queue message: the header and part table, no data."""
+    n = len(entries) if n is None else n
+    out = magic + struct.pack("<I", n)
+    for kind, off, ln in entries:
+        out += struct.pack("<QQQ", kind, off, ln)
+    return out
+
+
+def test_a_forged_message_raises_corrupt_and_is_skipped(name):
+    ring = shmring.Ring.create(name, slots=16, slot_size=4096, consumers=2, pin_only=True,
+                               arena=1 << 16)
+    with ring:
+        r = shmring.Receiver(ring)
+        p = ring.producer()
+        p.wait_for_consumers(1, 5)
+        forged = [
+            b"XX",                                   # shorter than the header
+            _raw([(0, 64, 1)], magic=b"NOPE"),       # wrong magic
+            _raw([(0, 64, 1)], n=1000),              # part table past the slot
+            _raw([(0, 64, 10_000)]),                 # inline part past the slot
+            _raw([(0, 8, 4)]),                       # inline part over the header
+            _raw([(2, 0, 0)]),                       # unknown kind
+            _raw([(1, 0, 8)]),                       # allocation part, no live handle (meta 0)
+            _raw([(0, 1 << 63, 1 << 63)]),           # offset + length overflow
+        ]
+        for msg in forged:
+            p.publish(msg + bytes(64), timeout=5)
+        # Then an honest raw-bytes message (empty pickle part, one inline part at 64).
+        p.publish(_raw([(0, 64, 0), (0, 64, 3)]) + bytes(8) + b"abc")
+        for _ in forged:
+            with pytest.raises(shmring.Corrupt):
+                r.get(timeout=5)
+        assert r.get(timeout=5) == b"abc"  # each forged message was consumed, then skipped
+        p.close()
+        r.close()
 
 
 def test_capacity_blocks_and_put_nowait_raises_full(name):
@@ -159,11 +278,82 @@ def test_a_used_sender_does_not_pickle(name):
 
 @pytest.mark.slow
 def test_a_payload_over_one_gib(name):
-    s, r = shmring.create_pair(4, max_message=64 << 20, name=name)
+    n = (1 << 30) + (1 << 20)
+    s, r = shmring.create_pair(1, max_message=n + 4096, name=name)
     with s, r:
-        big = np.ones((1 << 30) + 8, dtype=np.uint8)
-        t = threading.Thread(target=s.put, args=(big,))
+        big = np.ones(n, dtype=np.uint8)
+        big[-1] = 7
+        s.put(big, timeout=600)
+        got = r.get(timeout=600, zero_copy=True)  # no second GiB: the view is the segment
+        lo, hi = r._ring.address_range()
+        assert lo <= got.ctypes.data < hi
+        assert got.nbytes == n and int(got[-1]) == 7 and int(got[:1 << 20].sum()) == 1 << 20
+        del got
+        s.put(big[: n // 2 + 1], timeout=600)
+        del big
+        got = r.get(timeout=600)  # a copying get of a half-GiB+ payload
+        assert got.nbytes == n // 2 + 1 and got.flags.writeable and int(got[-1]) == 1
+
+
+def test_blocking_queue_calls_release_the_gil_and_ctrl_c_interrupts(name):
+    s, r = shmring.create_pair(1, max_message=1024, name=name)
+    with s, r:
+        ticks = []
+        stop = threading.Event()
+
+        def spin():
+            while not stop.is_set():
+                ticks.append(1)
+                time.sleep(0.005)
+
+        t = threading.Thread(target=spin)
         t.start()
-        got = r.get(timeout=600)
-        t.join()
-        assert got.nbytes == big.nbytes and int(got[-8:].sum()) == 8
+        try:
+            for i, blocked in enumerate((lambda: r.get(timeout=None),
+                                         lambda: s.put(2, timeout=None))):
+                if i == 1:
+                    s.put_nowait(1)  # fills the one slot: this call, a put, blocks
+                n = len(ticks)
+                threading.Timer(0.4, signal.raise_signal, (signal.SIGINT,)).start()
+                start = time.monotonic()
+                with pytest.raises(KeyboardInterrupt):
+                    blocked()
+                assert time.monotonic() - start < 2.0, "Ctrl-C was not noticed within a slice"
+                assert len(ticks) - n > 20, "the GIL was held during the wait"
+        finally:
+            stop.set()
+            t.join()
+        assert r.get(timeout=1) == 1  # both ends still work after the interrupts
+        s.put(3, timeout=1)
+        assert r.get(timeout=1) == 3
+
+
+def test_the_error_hierarchy():
+    import queue as q
+
+    for n in shmring.errors.__all__:
+        assert issubclass(getattr(shmring, n), shmring.Error), n
+    assert issubclass(shmring.Full, q.Full) and issubclass(shmring.Empty, q.Empty)
+    assert issubclass(shmring.Timeout, TimeoutError)
+    assert issubclass(shmring.NotFound, FileNotFoundError)
+    assert issubclass(shmring.Truncated, shmring.Corrupt)
+    # ring-os errors arrive as these classes (one per error), never as a bare RuntimeError.
+    with pytest.raises(shmring.NotFound):
+        shmring.Ring.open("pytest-never-created", timeout=0)
+    with pytest.raises(shmring.InvalidConfig):
+        shmring.Ring.create("pytest-bad-geometry", slots=0)
+
+
+def test_dropping_a_zero_copy_result_releases_its_slot(name):
+    s, r = shmring.create_pair(1, max_message=1 << 20, name=name)
+    with s, r:
+        s.put({"a": np.arange(100_000), "b": np.ones(10)})  # one part in the arena, one inline
+        got = r.get(timeout=5, zero_copy=True)
+        a = got["a"]
+        del got
+        with pytest.raises(queue.Full):  # `a` still views the only slot: it stays pinned
+            s.put_nowait(1)
+        assert int(a[-1]) == 99_999
+        del a  # the last view and the last part go: the pin goes with them, before any get
+        s.put_nowait(2)
+        assert r.get(timeout=5) == 2

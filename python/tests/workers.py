@@ -28,8 +28,13 @@ def check(buf) -> int:
 
 
 def consume(name, mode, ready, results, delay):
-    """Reads every message until the stream ends; reports (seq, missed) pairs and torn count."""
-    ring = shmring.Ring.open(name, timeout=10)
+    """Reads every message until the stream ends; reports (seq, missed) pairs and torn count.
+    A name ``memfd:NAME`` connects to a memfd ring served as NAME."""
+    if name.startswith("memfd:"):
+        ring = shmring.Ring.connect(name[len("memfd:"):], timeout=10)
+        assert ring.kind == "memfd"
+    else:
+        ring = shmring.Ring.open(name, timeout=10)
     c = ring.consumer(mode)
     ready.set()
     got, torn = [], 0

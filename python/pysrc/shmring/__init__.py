@@ -7,11 +7,13 @@ Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
 * zero-copy reads (:meth:`Consumer.pin` returns a :class:`Message` exporting the slot through the
   buffer protocol and DLPack) and in-place writes (:meth:`Producer.claim`);
 * :func:`create_pair` — a ``multiprocessing.Queue``-shaped queue that pickles with protocol 5
-  and writes out-of-band buffers straight into the ring.
+  and writes out-of-band buffers straight into the ring's in-segment allocator;
+* named rings (``/dev/shm``) and memfd rings (:meth:`Ring.memfd`, :meth:`Ring.from_fd`,
+  :meth:`Ring.connect`).
 """
 
 from . import errors
-from ._shmring import Claim, Consumer, Message, Producer, Ring
+from ._shmring import Claim, Consumer, Message, Part, Producer, Ring
 from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
@@ -20,6 +22,6 @@ from .errors import (
 from .queue import Receiver, Sender, create_pair
 
 __all__ = [
-    "Ring", "Producer", "Consumer", "Message", "Claim", "create_pair", "Sender", "Receiver",
-    "errors", *errors.__all__,
+    "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "create_pair", "Sender",
+    "Receiver", "errors", *errors.__all__,
 ]

@@ -1,25 +1,32 @@
 """A ``multiprocessing.Queue``-shaped queue over one ring: :func:`create_pair`.
 
-Objects are pickled with protocol 5; out-of-band buffers (numpy arrays, ``bytes``,
-``PickleBuffer``) are written straight into the ring's slots in place (the ring is pin-only,
-so the sender claims slots and fills them, no staging copy). A message larger than one slot
-spans several consecutive slots. The receiver reads by pinning: ``get()`` copies the message
-out once; ``get(zero_copy=True)`` returns objects whose buffers *view the slot* (read-only)
-when the message fits in one slot — those views must be dropped before the next ``get``
-(which otherwise raises ``BufferError``).
+Objects are pickled with protocol 5. The pickle stream and its out-of-band buffers (numpy
+arrays, ``PickleBuffer`` objects; a top-level ``bytes`` or ``bytearray`` payload too) are
+written as one message straight from their objects into the shared segment, in one native call:
+what fits goes into the slot, the rest into one allocation of the ring's in-segment allocator
+(ring-core's allocator; freed by the sender when the slot comes round again, so a receiver that
+dies leaks nothing). The receiver pins the message: ``get()`` copies each buffer out once into a
+``bytearray`` the unpickled objects own (writable numpy arrays); ``get(zero_copy=True)`` gives
+objects whose buffers *view the segment* (read-only numpy arrays, no copy at all). A zero-copy
+message stays pinned while anything made from it is alive and is released when the last of it
+goes; the next ``get`` and ``close`` raise ``BufferError`` while a view of it is still alive,
+so a view can never outlive the bytes it shows.
+
+Every message must fit ``max_message`` (``shmring.TooLarge`` otherwise): the ring gets
+``capacity`` slots and an arena of ``capacity + 1`` such messages (shared memory that is only
+touched as messages use it).
 
 Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned
 workers. A ``Receiver`` *moves* when pickled: the original stops reading (it leaves the ring)
 and the unpickled copy registers, so the sender never waits for a reader that is gone. The
-sender waits (within ``put``'s timeout) until a receiver is registered before its first
-message goes out, so nothing is published to nobody.
+sender waits (within ``put``'s timeout) until a receiver is registered before a message goes
+out, so nothing is published to nobody.
 """
 
 from __future__ import annotations
 
 import os
 import pickle
-import struct
 import time
 import uuid
 from typing import Any
@@ -29,52 +36,39 @@ from ._shmring import Ring
 
 __all__ = ["create_pair", "Sender", "Receiver"]
 
-_MAGIC = b"SRQ1"
-# magic, number of buffers, pickle length, total stream length; then one u64 per buffer.
-_HEAD = struct.Struct("<4sIQQ")
-_ALIGN = 64
+# A top-level bytes/bytearray payload at least this long skips the pickle stream (which would
+# copy it once more): it is sent as a raw part behind an empty or one-byte "pickle" part.
+_RAW_AT = 1 << 12
+_RAW_BYTES = b""
+_RAW_BYTEARRAY = b"\x00"
+_DEFAULT_MAX = 1 << 24
 
 
-def _pad(n: int) -> int:
-    return (-n) % _ALIGN
+def _geometry(capacity: int, max_message: int) -> dict[str, int]:
+    """Slot size, arena and allocation ceiling for ``capacity`` messages of ``max_message``."""
+    aligned = -(-max_message // 64) * 64
+    return {
+        "slots": capacity,
+        # Small messages (and the pickle stream of large ones) travel in the slot itself.
+        "slot_size": max(4096, min(1 << 16, aligned + 2048)),
+        # capacity + 1 messages, each with room for 64-byte alignment of up to 64 parts.
+        "arena": (capacity + 1) * (aligned + 64 * 64),
+        "max_live": capacity + 2,
+    }
 
 
-def _layout(pickle_len: int, lens: list[int]) -> tuple[int, list[int], int]:
-    """Header length, buffer offsets and total length of one message."""
-    head = _HEAD.size + 8 * len(lens)
-    off = head + pickle_len
-    offsets = []
-    for n in lens:
-        off += _pad(off)
-        offsets.append(off)
-        off += n
-    return head, offsets, off
-
-
-def _deadline(block: bool, timeout: float | None) -> float | None:
-    if not block:
-        return 0.0
-    if timeout is None:
-        return None
-    if timeout < 0:
-        raise ValueError("'timeout' must be a non-negative number")
-    return time.monotonic() + timeout
-
-
-def _left(deadline: float | None) -> float | None:
-    return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-def create_pair(capacity: int = 8, *, max_message: int = 1 << 20, name: str | None = None,
+def create_pair(capacity: int = 8, *, max_message: int = _DEFAULT_MAX, name: str | None = None,
                 ctx: Any = None) -> tuple[Sender, Receiver]:
-    """Creates a queue: ``capacity`` slots of ``max_message`` bytes each (a larger message
-    spans several slots). Returns ``(sender, receiver)``. ``ctx`` is accepted for
-    ``multiprocessing`` compatibility and unused: endpoints pickle to any start method."""
+    """Creates a queue of ``capacity`` messages of at most ``max_message`` bytes each (pickle
+    stream plus buffers; default 16 MiB). Returns ``(sender, receiver)``. ``ctx`` is accepted
+    for ``multiprocessing`` compatibility and unused: endpoints pickle to any start method."""
     del ctx
-    if not isinstance(capacity, int) or capacity < 1:
+    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
         raise ValueError("capacity must be a positive int")
+    if not isinstance(max_message, int) or max_message < 0:
+        raise ValueError("max_message must be an int >= 0")
     name = name or f"q-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    ring = Ring.create(name, slots=capacity, slot_size=max_message, consumers=4, pin_only=True)
+    ring = Ring.create(name, consumers=4, pin_only=True, **_geometry(capacity, max_message))
     return Sender(ring), Receiver(ring)
 
 
@@ -94,43 +88,33 @@ class Sender:
         return self._producer
 
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
-        """Puts ``obj``; waits up to ``timeout`` while the queue is full (``block=False``:
-        not at all). Raises ``queue.Full`` (``shmring.Full``) when it stays full."""
-        deadline = _deadline(block, timeout)
-        bufs: list[memoryview] = []
-
-        def keep(pb: pickle.PickleBuffer) -> bool:
-            try:
-                bufs.append(pb.raw())
-            except BufferError:
-                return True  # not contiguous: pickle it in band
-            return False
-
-        data = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-        lens = [m.nbytes for m in bufs]
-        head, offsets, total = _layout(len(data), lens)
-        header = _HEAD.pack(_MAGIC, len(lens), len(data), total) + struct.pack(
-            f"<{len(lens)}Q", *lens)
-        pieces = [(0, header), (head, data)] + list(zip(offsets, bufs))
+        """Puts ``obj``; waits up to ``timeout`` while the queue is full or no receiver is
+        attached yet (``block=False``: not at all). Raises ``queue.Full`` (``shmring.Full``)
+        when it stays full, ``shmring.TooLarge`` when the message exceeds ``max_message``."""
         producer = self._ensure()
-        if not producer.wait_for_consumers(1, _left(deadline)):
-            raise errors.Full("no receiver is attached to the queue yet")
-        slot = producer.slot_size
-        start = 0
-        first = True
-        while start < total:
-            n = min(slot, total - start)
-            # After the first slot the message must be completed: later chunks wait as long
-            # as it takes (dead receivers are reclaimed, so this cannot hang on a crash).
-            claim = producer.claim(n, _left(deadline) if first else None)
-            first = False
-            with claim as view:
-                for off, piece in pieces:
-                    lo, hi = max(off, start), min(off + len(piece), start + n)
-                    if lo < hi:
-                        view[lo - start:hi - start] = memoryview(piece).cast("B")[lo - off:hi - off]
-                del view
-            start += n
+        kind = type(obj)
+        if (kind is bytes or kind is bytearray) and len(obj) >= _RAW_AT:
+            parts = [_RAW_BYTES if kind is bytes else _RAW_BYTEARRAY, obj]
+        else:
+            parts = [b""]
+
+            def keep(pb: pickle.PickleBuffer) -> bool:
+                try:
+                    parts.append(pb.raw())
+                except BufferError:
+                    return True  # not contiguous: pickle it in band
+                return False
+
+            parts[0] = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+        if not block:
+            wait = 0.0
+        elif timeout is None:
+            wait = None
+        elif timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        else:
+            wait = timeout
+        producer._put_parts(parts, wait)
 
     def put_nowait(self, obj: Any) -> None:
         """``put(obj, block=False)``."""
@@ -186,42 +170,28 @@ class Receiver:
         """Gets the next object; waits up to ``timeout`` (``block=False``: not at all) and
         raises ``queue.Empty`` (``shmring.Empty``) when nothing came. Raises
         ``shmring.Disconnected`` once the sender closed and everything was read.
-        ``zero_copy=True``: buffers view the slot (see the module docs)."""
+        ``zero_copy=True``: buffers view the segment (see the module docs); a ``bytes`` or
+        ``bytearray`` payload then comes back as a read-only ``memoryview``."""
         consumer = self._ensure()
-        deadline = _deadline(block, timeout)
+        if not block:
+            wait = 0.0
+        elif timeout is None:
+            wait = None
+        elif timeout < 0:
+            raise ValueError("'timeout' must be a non-negative number")
+        else:
+            wait = timeout
         try:
-            msg = consumer.pin(_left(deadline))
+            parts = consumer._get_parts(wait, zero_copy)
         except errors.Timeout:
             raise errors.Empty("nothing came within the timeout") from None
-        view = memoryview(msg)
-        try:
-            magic, nbufs, pickle_len, total = _HEAD.unpack_from(view)
-            if magic != _MAGIC:
-                raise errors.Corrupt("not a shmring queue message")
-            lens = list(struct.unpack_from(f"<{nbufs}Q", view, _HEAD.size))
-            head, offsets, want = _layout(pickle_len, lens)
-            if want != total:
-                raise errors.Corrupt("inconsistent queue message header")
-            if zero_copy and total == len(view):
-                bufs = [view[o:o + n] for o, n in zip(offsets, lens)]
-                obj = pickle.loads(view[head:head + pickle_len], buffers=bufs)
-                del bufs
-                return obj
-            whole = bytearray(total)
-            got = len(view)
-            whole[:got] = view
-        finally:
-            view.release()
-        msg.close()
-        while got < total:
-            part = consumer.pin(None)
-            with memoryview(part) as pv:
-                whole[got:got + len(pv)] = pv
-                got += len(pv)
-            part.close()
-        mv = memoryview(whole)
-        return pickle.loads(mv[head:head + pickle_len],
-                            buffers=[mv[o:o + n] for o, n in zip(offsets, lens)])
+        head = parts[0]
+        if len(head) <= 1 and len(parts) == 2:  # a raw bytes / bytearray payload
+            body = parts[1]
+            if zero_copy:
+                return memoryview(body)
+            return body  # copied as bytes (empty head) or bytearray (one-byte head)
+        return pickle.loads(head, buffers=parts[1:])
 
     def get_nowait(self) -> Any:
         """``get(block=False)``."""

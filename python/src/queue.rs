@@ -39,7 +39,7 @@ use std::sync::Arc;
 use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
-use ring_core::alloc::{AllocError, Allocation, Allocator};
+use ring_core::arena::{AllocError, Allocation, Allocator};
 use ring_core::Memory as _;
 use ring_os::alloc::PRODUCER_ALLOC_OWNER;
 use ring_os::Mapping;

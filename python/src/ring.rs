@@ -85,7 +85,7 @@ fn geometry(
         .pin_only(pin_only);
     if arena > 0 {
         let live = match geometry_arg("max_live", max_live)? {
-            0 => ring_core::alloc::DEFAULT_MAX_LIVE,
+            0 => ring_core::arena::DEFAULT_MAX_LIVE,
             n => n,
         };
         b = b.allocator(arena, live);

@@ -24,12 +24,13 @@ use std::path::{Path, PathBuf};
 
 use windows_sys::Win32::Foundation::{
     ERROR_ACCESS_DENIED, ERROR_COMMITMENT_LIMIT, ERROR_DISK_FULL, ERROR_FILE_NOT_FOUND,
-    ERROR_INVALID_HANDLE, ERROR_NOT_ENOUGH_MEMORY, ERROR_OUTOFMEMORY, ERROR_PATH_NOT_FOUND, HANDLE,
-    INVALID_HANDLE_VALUE,
+    ERROR_INVALID_HANDLE, ERROR_NOT_ENOUGH_MEMORY, ERROR_OUTOFMEMORY, ERROR_PATH_NOT_FOUND,
+    GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::Storage::FileSystem::{
-    FileAllocationInfo, GetFileInformationByHandle, SetFileInformationByHandle,
-    BY_HANDLE_FILE_INFORMATION, FILE_ALLOCATION_INFO,
+    CreateFileW, FileAllocationInfo, GetFileInformationByHandle, SetFileInformationByHandle,
+    BY_HANDLE_FILE_INFORMATION, CREATE_NEW, FILE_ALLOCATION_INFO, FILE_ATTRIBUTE_NORMAL,
+    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
 };
 use windows_sys::Win32::System::Memory::{
     CreateFileMappingW, MapViewOfFile, OpenFileMappingW, UnmapViewOfFile, VirtualQuery,
@@ -557,22 +558,58 @@ impl Segment {
 }
 
 /// Opens (`create`: creates, failing if it exists) a segment file read-write, with read, write
-/// and delete sharing: peers map it, and a cleaner may remove it.
+/// and delete sharing: peers map it, and a cleaner may remove it. A new file is created with the
+/// owner-only descriptor (the counterpart of mode `0600`) in the create call itself, so no other
+/// user can open it in between.
 fn open_segment_file(path: &Path, create: bool) -> Result<std::fs::File, Error> {
     use std::os::windows::fs::OpenOptionsExt as _;
     let what = || format!("segment file {}", path.display());
-    std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create_new(create)
-        .share_mode(7)
-        .open(path)
-        .map_err(|e| match e.kind() {
-            std::io::ErrorKind::AlreadyExists => Error::AlreadyExists { what: what() },
-            std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
-            std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
-            _ => Error::io("CreateFile", e),
-        })
+    let opened = if create {
+        create_owner_only(path)
+    } else {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .share_mode(7)
+            .open(path)
+    };
+    opened.map_err(|e| match e.kind() {
+        std::io::ErrorKind::AlreadyExists => Error::AlreadyExists { what: what() },
+        std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
+        std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
+        _ => Error::io("CreateFile", e),
+    })
+}
+
+/// `CreateFileW(CREATE_NEW)` with [`OwnerOnly`]'s security attributes, as a `File`.
+fn create_owner_only(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::windows::ffi::OsStrExt as _;
+    use std::os::windows::io::FromRawHandle as _;
+    let wide: Vec<u16> = path
+        .as_os_str()
+        .encode_wide()
+        .chain(core::iter::once(0))
+        .collect();
+    let sd = OwnerOnly::get()?;
+    let attributes = sd.attributes();
+    // SAFETY: `wide` is NUL-terminated and outlives the call; `attributes` points at the
+    // process-wide descriptor, which lives for the whole process; no template handle.
+    let raw = unsafe {
+        CreateFileW(
+            wide.as_ptr(),
+            GENERIC_READ | GENERIC_WRITE,
+            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
+            &raw const attributes,
+            CREATE_NEW,
+            FILE_ATTRIBUTE_NORMAL,
+            core::ptr::null_mut(),
+        )
+    };
+    if raw == INVALID_HANDLE_VALUE {
+        return Err(sys::last_error());
+    }
+    // SAFETY: `raw` is a valid file handle this function owns; the `File` takes it over.
+    Ok(unsafe { std::fs::File::from_raw_handle(raw.cast()) })
 }
 
 /// Rejects what Windows sections cannot do.
@@ -674,6 +711,87 @@ mod tests {
         a.unlink().unwrap();
         drop(a);
         assert!(!path.exists());
+    }
+
+    /// The DACL of the file open as `file`, in SDDL.
+    fn dacl_of(file: &std::fs::File) -> String {
+        use windows_sys::Win32::Foundation::{LocalFree, ERROR_SUCCESS};
+        use windows_sys::Win32::Security::Authorization::{
+            ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo, SDDL_REVISION_1,
+            SE_FILE_OBJECT,
+        };
+        use windows_sys::Win32::Security::{DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR};
+        let mut sd: PSECURITY_DESCRIPTOR = core::ptr::null_mut();
+        // SAFETY: a valid file handle; null for the parts not asked for; `sd` a valid out
+        // pointer, freed with LocalFree below.
+        let rc = unsafe {
+            GetSecurityInfo(
+                file.as_raw_handle().cast(),
+                SE_FILE_OBJECT,
+                DACL_SECURITY_INFORMATION,
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                core::ptr::null_mut(),
+                &raw mut sd,
+            )
+        };
+        assert_eq!(rc, ERROR_SUCCESS, "GetSecurityInfo");
+        let mut text: *mut u16 = core::ptr::null_mut();
+        // SAFETY: `sd` came from GetSecurityInfo; `text` a valid out pointer (LocalFree below).
+        let ok = unsafe {
+            ConvertSecurityDescriptorToStringSecurityDescriptorW(
+                sd,
+                SDDL_REVISION_1,
+                DACL_SECURITY_INFORMATION,
+                &raw mut text,
+                core::ptr::null_mut(),
+            )
+        };
+        assert_ne!(
+            ok, 0,
+            "ConvertSecurityDescriptorToStringSecurityDescriptorW"
+        );
+        // SAFETY: `text` is a NUL-terminated UTF-16 string from the call above.
+        let sddl = unsafe {
+            let mut n = 0;
+            while *text.add(n) != 0 {
+                n += 1;
+            }
+            String::from_utf16_lossy(core::slice::from_raw_parts(text, n))
+        };
+        // SAFETY: both were allocated by the calls above with LocalAlloc.
+        unsafe {
+            LocalFree(text.cast());
+            LocalFree(sd);
+        }
+        sddl
+    }
+
+    #[test]
+    #[ignore = "Wine does not keep a file's DACL (it reports one made from the Unix mode bits, \
+                D:(A;;FA;;;SY)(A;;FA;;;user)); run on Windows with --ignored"]
+    fn file_segments_admit_only_their_creator() {
+        let path = std::env::temp_dir().join(format!("shmring-acl-{}.ring", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let _seg = Segment::create_file(&path, 4096, CreateOptions::new()).unwrap();
+        let file = std::fs::File::open(&path).unwrap();
+        let sddl = dacl_of(&file);
+        // A protected DACL with one allow entry (for the creating user), nothing inherited
+        // from the directory: the counterpart of mode 0600.
+        assert!(sddl.starts_with("D:P"), "{sddl}");
+        assert_eq!(sddl.matches("(A;").count(), 1, "{sddl}");
+        assert!(!sddl.contains(";ID;"), "inherited entries: {sddl}");
+        drop(file);
+        // A plain file in the same directory inherits (the control: the check can fail).
+        let plain = path.with_extension("plain");
+        let control = std::fs::File::create(&plain).unwrap();
+        let control_sddl = dacl_of(&control);
+        drop(control);
+        let _ = std::fs::remove_file(&plain);
+        assert_ne!(control_sddl, sddl);
+        drop(_seg);
+        let _ = std::fs::remove_file(&path);
     }
 
     #[test]

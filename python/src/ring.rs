@@ -27,15 +27,26 @@ pub(crate) struct Ring {
     mapping: Arc<Mapping>,
     name: String,
     /// The rendezvous serving a memfd ring's descriptor (`Ring.memfd(serve=...)`).
-    server: Option<ring_os::rendezvous::Server>,
+    server: Option<Server>,
+}
+
+/// What serves a memfd ring's descriptor (nothing on Windows: no descriptor passing there).
+#[cfg(unix)]
+type Server = ring_os::rendezvous::Server;
+/// What serves a memfd ring's descriptor (nothing on Windows: no descriptor passing there).
+#[cfg(windows)]
+type Server = ();
+
+/// The error of a descriptor-passing call on Windows.
+#[cfg(windows)]
+fn unix_only(what: &str) -> PyErr {
+    pyo3::exceptions::PyNotImplementedError::new_err(format!(
+        "{what} is Unix-only (descriptor passing); share a named ring instead"
+    ))
 }
 
 impl Ring {
-    fn wrap(
-        ring: ring_os::Ring,
-        name: String,
-        server: Option<ring_os::rendezvous::Server>,
-    ) -> Self {
+    fn wrap(ring: ring_os::Ring, name: String, server: Option<Server>) -> Self {
         Self {
             mapping: Arc::clone(ring.mapping()),
             inner: Some(ring),
@@ -98,6 +109,52 @@ fn geometry_arg(what: &str, v: u64) -> PyResult<u32> {
     u32::try_from(v).map_err(|_| PyValueError::new_err(format!("{what}={v} is too large")))
 }
 
+/// The descriptor-passing constructors (Unix only).
+#[cfg(unix)]
+impl Ring {
+    fn from_fd_unix(fd: i32) -> PyResult<Self> {
+        if fd < 0 {
+            return Err(PyValueError::new_err("fd must be a file descriptor >= 0"));
+        }
+        // SAFETY: the borrow is used for one `dup` only; a number that is not an open
+        // descriptor makes the dup fail with EBADF (reported below), nothing else reads it.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        let owned = borrowed
+            .try_clone_to_owned()
+            .map_err(|e| PyValueError::new_err(format!("fd {fd}: {e}")))?;
+        let ring = ring_os::Ring::from_fd(owned).map_err(os_err)?;
+        Ok(Self::wrap(ring, String::new(), None))
+    }
+
+    fn connect_unix(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Self> {
+        let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
+        let place =
+            ring_os::rendezvous::Rendezvous::new(&seg, ring_os::rendezvous::SocketPlace::Abstract);
+        let end = deadline(Some(timeout))?;
+        let found = sliced(py, end, |slice| match place.connect(slice) {
+            Ok(m) => Ok(Some(m)),
+            Err(ring_os::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(crate::errors::os(e)),
+        })?;
+        let Some(mapping) = found else {
+            return Err(crate::errors::os(ring_os::Error::NotFound {
+                what: format!("a memfd ring served as {name:?}"),
+            })
+            .into());
+        };
+        // The front door's handle is made from a descriptor: duplicate the received one (a
+        // second mapping of the same memfd; the first goes away with `mapping`).
+        let fd = mapping
+            .segment()
+            .fd()
+            .try_clone_to_owned()
+            .map_err(|e| PyValueError::new_err(format!("dup: {e}")))?;
+        drop(mapping);
+        let ring = ring_os::Ring::from_fd(fd).map_err(os_err)?;
+        Ok(Self::wrap(ring, name.to_owned(), None))
+    }
+}
+
 #[pymethods]
 impl Ring {
     /// Creates the named ring (raises `AlreadyExists` if the name is taken).
@@ -155,6 +212,12 @@ impl Ring {
             (arena, max_live),
         )?;
         let ring = builder.create().map_err(os_err)?;
+        #[cfg(windows)]
+        let server: Option<Server> = match serve {
+            Some(_) => return Err(unix_only("Ring.memfd(serve=...)")),
+            None => None,
+        };
+        #[cfg(unix)]
         let server = match serve {
             Some(name) => {
                 let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
@@ -173,17 +236,11 @@ impl Ring {
     /// closes its own). Its seals, size and header are checked.
     #[staticmethod]
     fn from_fd(fd: i32) -> PyResult<Self> {
-        if fd < 0 {
-            return Err(PyValueError::new_err("fd must be a file descriptor >= 0"));
-        }
-        // SAFETY: the borrow is used for one `dup` only; a number that is not an open
-        // descriptor makes the dup fail with EBADF (reported below), nothing else reads it.
-        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-        let owned = borrowed
-            .try_clone_to_owned()
-            .map_err(|e| PyValueError::new_err(format!("fd {fd}: {e}")))?;
-        let ring = ring_os::Ring::from_fd(owned).map_err(os_err)?;
-        Ok(Self::wrap(ring, String::new(), None))
+        #[cfg(unix)]
+        let ring = Self::from_fd_unix(fd);
+        #[cfg(windows)]
+        let ring = Err(unix_only(&format!("Ring.from_fd({fd})")));
+        ring
     }
 
     /// Connects to the memfd ring served as `name` (`Ring.memfd(serve=name)`) and maps it,
@@ -192,39 +249,30 @@ impl Ring {
     #[staticmethod]
     #[pyo3(signature = (name, *, timeout = 5.0))]
     fn connect(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Self> {
-        let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
-        let place =
-            ring_os::rendezvous::Rendezvous::new(&seg, ring_os::rendezvous::SocketPlace::Abstract);
-        let end = deadline(Some(timeout))?;
-        let found = sliced(py, end, |slice| match place.connect(slice) {
-            Ok(m) => Ok(Some(m)),
-            Err(ring_os::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(crate::errors::os(e)),
-        })?;
-        let Some(mapping) = found else {
-            return Err(crate::errors::os(ring_os::Error::NotFound {
-                what: format!("a memfd ring served as {name:?}"),
-            })
-            .into());
+        #[cfg(unix)]
+        let ring = Self::connect_unix(py, name, timeout);
+        #[cfg(windows)]
+        let ring = {
+            let _ = py;
+            Err(unix_only(&format!(
+                "Ring.connect({name:?}, timeout={timeout})"
+            )))
         };
-        // The front door's handle is made from a descriptor: duplicate the received one (a
-        // second mapping of the same memfd; the first goes away with `mapping`).
-        let fd = mapping
-            .segment()
-            .fd()
-            .try_clone_to_owned()
-            .map_err(|e| PyValueError::new_err(format!("dup: {e}")))?;
-        drop(mapping);
-        let ring = ring_os::Ring::from_fd(fd).map_err(os_err)?;
-        Ok(Self::wrap(ring, name.to_owned(), None))
+        ring
     }
 
     /// The ring's descriptor (a memfd or the named segment's file), for `Ring.from_fd` in
     /// another process (`os.dup`, `socket.send_fds`, `subprocess(pass_fds=...)`); owned by
     /// this handle.
     fn fileno(&self) -> PyResult<i32> {
-        use std::os::fd::AsRawFd as _;
-        Ok(self.handle()?.fd().as_raw_fd())
+        #[cfg(unix)]
+        let fd = {
+            use std::os::fd::AsRawFd as _;
+            Ok(self.handle()?.fd().as_raw_fd())
+        };
+        #[cfg(windows)]
+        let fd = Err(unix_only("Ring.fileno()"));
+        fd
     }
 
     /// `"named"` or `"memfd"` (or `"file"`).

@@ -72,6 +72,18 @@ def create_pair(capacity: int = 8, *, max_message: int = _DEFAULT_MAX, name: str
     return Sender(ring), Receiver(ring)
 
 
+
+def _wait(block: bool, timeout: float | None) -> float | None:
+    """The seconds a ``put``/``get`` may wait: 0 when not blocking, ``None`` for ever."""
+    if not block:
+        return 0.0
+    if timeout is None:
+        return None
+    if timeout < 0:
+        raise ValueError("'timeout' must be a non-negative number")
+    return timeout
+
+
 class Sender:
     """The writing end: ``put``, ``put_nowait``, ``wait_for_all_ack``, ``close``."""
 
@@ -106,14 +118,7 @@ class Sender:
                 return False
 
             parts[0] = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-        if not block:
-            wait = 0.0
-        elif timeout is None:
-            wait = None
-        elif timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
-        else:
-            wait = timeout
+        wait = _wait(block, timeout)
         producer._put_parts(parts, wait)
 
     def put_nowait(self, obj: Any) -> None:
@@ -173,14 +178,7 @@ class Receiver:
         ``zero_copy=True``: buffers view the segment (see the module docs); a ``bytes`` or
         ``bytearray`` payload then comes back as a read-only ``memoryview``."""
         consumer = self._ensure()
-        if not block:
-            wait = 0.0
-        elif timeout is None:
-            wait = None
-        elif timeout < 0:
-            raise ValueError("'timeout' must be a non-negative number")
-        else:
-            wait = timeout
+        wait = _wait(block, timeout)
         try:
             parts = consumer._get_parts(wait, zero_copy)
         except errors.Timeout:

@@ -4,7 +4,7 @@ use crate::class::DeliveryClass;
 use crate::error::{Error, ReadError};
 use crate::layout::{
     ConsumerEntry, ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING,
-    FLAG_ABORTED, FLAG_CLOSED, SEQ_LIMIT, WRITER,
+    FLAG_ABORTED, FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT, WRITER,
 };
 use crate::memory::Memory;
 use crate::owner::OwnerId;
@@ -284,7 +284,47 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Chooses the sequence to read next by delivery class, or says why there is none.
+    ///
+    /// Gating and skip-on-lag consumers follow the slot: message `next` is published once slot
+    /// `next % n` holds its final stamp, so the common case reads that one line (which carries
+    /// a small message too) and never the producer's `head` line. `head` is read only by
+    /// latest-only consumers and by a consumer whose slot already holds a later message (it
+    /// must learn how far behind it is).
     fn target(&self) -> Result<(u64, u64), ReadError> {
+        match self.class {
+            DeliveryClass::LatestOnly => self.target_by_head(),
+            DeliveryClass::Gating | DeliveryClass::SkipOnLag => {
+                let seq = self.next;
+                if seq >= SEQ_LIMIT {
+                    // The start point came from a corrupt `head`; stamps would overflow.
+                    return Err(ReadError::Corrupt(
+                        "the consumer's cursor is beyond the sequence range",
+                    ));
+                }
+                let want = 2 * seq + 2;
+                let stamp = self.stamp_of(seq);
+                if stamp == want {
+                    Ok((seq, 0))
+                } else if stamp < want {
+                    // Not published yet (an older message, or this one being written).
+                    Err(self.empty_or_closed(|c| c.stamp_of(seq) < want))
+                } else {
+                    self.target_by_head()
+                }
+            }
+        }
+    }
+
+    /// The stamp of the slot message `seq` goes to. Acquire: pairs with the producer's Release
+    /// stamp store that published it, so the message (and everything before it) is visible.
+    fn stamp_of(&self, seq: u64) -> u64 {
+        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        self.mem.slot_header(slot).stamp.load(Ordering::Acquire)
+    }
+
+    /// Chooses the sequence to read from `head`: the newest for latest-only, the oldest still
+    /// in the ring for a consumer that was overrun.
+    fn target_by_head(&self) -> Result<(u64, u64), ReadError> {
         let line = self.mem.producer_line();
         // Acquire: pairs with the producer's Release `head` store.
         let head = line.head.load(Ordering::Acquire);
@@ -294,17 +334,19 @@ impl<M: Memory> Consumer<M> {
                 "the published head is beyond the sequence range",
             ));
         }
+        // Acquire: as above; a re-check after a close (see `empty_or_closed`).
+        let unchanged = |c: &Self| c.mem.producer_line().head.load(Ordering::Acquire) == head;
         let n = self.mem.geometry().slots() as u64;
         let (seq, skipped) = match self.class {
             DeliveryClass::LatestOnly => {
                 if head == 0 || head - 1 < self.next {
-                    return Err(self.empty_or_closed(head));
+                    return Err(self.empty_or_closed(unchanged));
                 }
                 (head - 1, head - 1 - self.next)
             }
             DeliveryClass::Gating | DeliveryClass::SkipOnLag => {
                 if self.next >= head {
-                    return Err(self.empty_or_closed(head));
+                    return Err(self.empty_or_closed(unchanged));
                 }
                 let oldest = head.saturating_sub(n);
                 if self.next < oldest {
@@ -317,23 +359,32 @@ impl<M: Memory> Consumer<M> {
         Ok((seq, skipped))
     }
 
-    fn empty_or_closed(&self, head: u64) -> ReadError {
+    /// `Empty`, or the ring's ending once it is closed and `still_empty` confirms that nothing
+    /// was published before the close.
+    fn empty_or_closed(&self, still_empty: impl Fn(&Self) -> bool) -> ReadError {
         let line = self.mem.producer_line();
-        // Acquire: pairs with the producer's Release `fetch_or` in `close`.
+        // Acquire: pairs with the producer's Release `fetch_or` in `close`, which follows every
+        // publish of that producer: the re-check below sees them.
         let flags = line.flags.load(Ordering::Acquire);
-        if flags & FLAG_CLOSED != 0 {
-            // Re-check: a message published just before the close must still be read.
-            // Acquire: as in `target`.
-            if line.head.load(Ordering::Acquire) == head {
-                if flags & FLAG_ABORTED != 0 {
-                    return ReadError::Aborted {
-                        code: (flags >> ABORT_CODE_SHIFT) as u16,
-                    };
-                }
-                return ReadError::Closed;
+        if flags & FLAG_CLOSED != 0 && still_empty(self) {
+            if flags & FLAG_ABORTED != 0 {
+                return ReadError::Aborted {
+                    code: (flags >> ABORT_CODE_SHIFT) as u16,
+                };
             }
+            return ReadError::Closed;
         }
         ReadError::Empty
+    }
+
+    /// The words message `len` bytes long lies in: the header's inline words for a small one,
+    /// the payload area otherwise (`len` ≤ the slot capacity, checked by the caller).
+    fn message_words(&self, slot: usize, len: usize) -> &[AtomicU64] {
+        if len <= INLINE_CAPACITY {
+            &self.mem.slot_header(slot).inline
+        } else {
+            self.mem.payload(slot)
+        }
     }
 
     /// Pins the next message (by delivery class) without blocking.
@@ -417,18 +468,23 @@ impl<M: Memory> Consumer<M> {
         let hdr = self.mem.slot_header(slot);
         let bit = 1u64 << self.index;
         // Acquire: pairs with the producer's Release `fetch_and` that cleared WRITER after the
-        // message was written, so the payload is visible. One word for pins and claims gives
+        // message was written (before its final stamp), so the payload is visible. One word
+        // for pins and claims gives
         // them a single total order: if our bit went in first, the claim CAS fails.
         // Release: pairs with the failure Acquire of a claim CAS that sees our bit, so the
         // producer's sweep of free entries sees our registration and leaves the bit alone.
         let prev = hdr.state.fetch_or(bit, Ordering::AcqRel);
         if prev & WRITER != 0 {
-            // The producer is rewriting the slot (for a later message: `head` already covers
-            // `seq`). Release: pairs with its claim CAS, as any unpin does.
+            // The producer is rewriting the slot for a later message: we saw `seq` published
+            // (its final stamp, or a `head` stored after it), and the producer clears this
+            // message's WRITER bit before that. Release: pairs with its claim CAS, as any
+            // unpin does.
             self.refuse_pin(hdr, bit);
             return Err(Miss::Overrun);
         }
-        // Relaxed: the Acquire above already made the producer's stamp store visible.
+        // Relaxed: our target read saw `seq` published (the final stamp, or a `head` after it)
+        // with Acquire, so by coherence this load sees that stamp or a later one; and a later
+        // claim's odd stamp is visible through the Acquire above if its WRITER clear is.
         let stamp = hdr.stamp.load(Ordering::Relaxed);
         let want = 2 * seq + 2;
         if stamp != want {
@@ -480,6 +536,57 @@ impl<M: Memory> Consumer<M> {
         })
     }
 
+    /// Reads up to `max` ready messages (by delivery class), handing each to `f` while it is
+    /// pinned, then publishes the cursor once and checks for a parked producer once for the
+    /// whole batch. Returns how many were read.
+    ///
+    /// If `f` panics, the message it was given stays unconsumed: the next read takes its pin
+    /// back and reads it again.
+    ///
+    /// # Errors
+    /// When not even one message could be read, the error the first read gave (as
+    /// [`try_pin`](Self::try_pin)); an error after the first message ends the batch and comes
+    /// back from the next call.
+    pub fn try_read_batch(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(BatchItem<'_>),
+    ) -> Result<usize, ReadError> {
+        let bit = 1u64 << self.index;
+        let mut count = 0;
+        while count < max {
+            let (seq, missed, (slot, len)) = match self.read_next(|c, seq| c.pin_seq(seq)) {
+                Ok(got) => got,
+                Err(e) if count == 0 => return Err(e),
+                Err(_) => break,
+            };
+            // Should `f` unwind, the next read takes the pin back (a leaked pin).
+            self.held = Some(slot);
+            let hdr = self.mem.slot_header(slot);
+            // Relaxed: stable while pinned; ordered by the pin's Acquire.
+            let meta = [
+                hdr.meta[0].load(Ordering::Relaxed),
+                hdr.meta[1].load(Ordering::Relaxed),
+            ];
+            f(BatchItem {
+                words: &self.message_words(slot, len)[..len.div_ceil(8)],
+                seq,
+                len,
+                missed,
+                meta,
+            });
+            self.held = None;
+            // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads
+            // happen before its next writes to the slot. (The wake-up check is the batch's.)
+            hdr.state.fetch_and(!bit, Ordering::Release);
+            self.next = seq + 1;
+            self.received += 1;
+            count += 1;
+        }
+        self.publish_progress(true);
+        Ok(count)
+    }
+
     /// A copy read in a pin-only ring: pin message `seq`, copy it, unpin. The producer cannot
     /// claim the slot meanwhile, so its in-place writes never race with this read.
     fn copy_pinned_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
@@ -496,7 +603,7 @@ impl<M: Memory> Consumer<M> {
             hdr.meta[0].load(Ordering::Relaxed),
             hdr.meta[1].load(Ordering::Relaxed),
         ];
-        crate::words::read(self.mem.payload(slot), &mut buf[..len]);
+        crate::words::read(self.message_words(slot, len), &mut buf[..len]);
         // Release: the unpin, pairing with the producer's claim CAS: our reads happen before
         // its next writes. (Wakes a producer parked on the pin.)
         self.refuse_pin(hdr, bit);
@@ -535,7 +642,7 @@ impl<M: Memory> Consumer<M> {
                 needed: len as usize,
             }))
         } else {
-            crate::words::read(self.mem.payload(slot), &mut buf[..len as usize]);
+            crate::words::read(self.message_words(slot, len as usize), &mut buf[..len as usize]);
             None
         };
         // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
@@ -557,14 +664,20 @@ impl<M: Memory> Consumer<M> {
     fn advance(&mut self, seq: u64, unpinned: bool) {
         self.next = seq + 1;
         self.received += 1;
+        self.publish_progress(unpinned);
+    }
+
+    /// Publishes the local cursor and statistics to the entry (once per read, or once per
+    /// batch), then wakes a parked producer if `unpinned` or gating.
+    fn publish_progress(&mut self, unpinned: bool) {
         let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours to write.
         };
         // Release: pairs with the producer's Acquire cursor load in its gating scan, so that a
-        // `wait_drained` that sees this cursor returns after our reads of `seq` (and whatever we
-        // did while it was pinned). The overwrite of the slot is ordered by the unpin (pins) or
+        // `wait_drained` that sees this cursor returns after our reads up to it (and whatever we
+        // did while they were pinned). The overwrite of a slot is ordered by the unpin (pins) or
         // refused by the seqlock re-check (copies) already.
-        e.cursor.store(seq + 1, Ordering::Release);
+        e.cursor.store(self.next, Ordering::Release);
         // Relaxed: statistics for inspection.
         e.received.store(self.received, Ordering::Relaxed);
         e.missed.store(self.missed_total, Ordering::Relaxed);
@@ -745,23 +858,24 @@ impl<M: Memory> Pinned<'_, M> {
 
     /// The payload as atomic words (the last one zero-padded past `len`).
     pub fn words(&self) -> &[AtomicU64] {
-        &self.consumer.mem.payload(self.slot)[..self.len.div_ceil(8)]
+        &self.consumer.message_words(self.slot, self.len)[..self.len.div_ceil(8)]
     }
 
     /// Copies the message into `out` (which must be at least `len()` bytes; extra is untouched).
     /// Returns the number of bytes copied.
     pub fn copy_to(&self, out: &mut [u8]) -> usize {
         let n = self.len.min(out.len());
-        crate::words::read(self.consumer.mem.payload(self.slot), &mut out[..n]);
+        crate::words::read(self.consumer.message_words(self.slot, self.len), &mut out[..n]);
         n
     }
 
     /// The message bytes, zero-copy.
     #[cfg(not(any(ring_loom, ring_shuttle)))]
     pub fn bytes(&self) -> &[u8] {
-        let words = self.consumer.mem.payload(self.slot);
+        let words = self.consumer.message_words(self.slot, self.len);
         // SAFETY:
-        // - the words span `words.len() * 8 ≥ len` bytes (len ≤ capacity was checked at pin);
+        // - the words span `words.len() * 8 ≥ len` bytes (len ≤ capacity was checked at pin,
+        //   and inline words are used only for `len ≤ INLINE_CAPACITY`);
         // - `AtomicU64` has the layout of `u64`, so its bytes may be viewed as `u8`s;
         // - while this pin is held the producer cannot claim the slot (the claim CAS needs a
         //   zero reader mask), so no one writes these bytes for the borrow's life; other readers
@@ -785,5 +899,65 @@ impl<M: Memory> Drop for Pinned<'_, M> {
         // message happen before its next writes to the slot.
         hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
         c.advance(self.seq, true);
+    }
+}
+
+/// One message of [`Consumer::try_read_batch`], pinned while the callback runs.
+#[derive(Debug)]
+pub struct BatchItem<'a> {
+    words: &'a [AtomicU64],
+    seq: u64,
+    len: usize,
+    missed: u64,
+    meta: [u64; 2],
+}
+
+impl BatchItem<'_> {
+    /// The message's sequence number.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Messages skipped before this one (0 for a gating consumer that keeps up).
+    pub fn missed(&self) -> u64 {
+        self.missed
+    }
+
+    /// The message length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length message.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The message's metadata words.
+    pub fn meta(&self) -> [u64; 2] {
+        self.meta
+    }
+
+    /// The payload as atomic words (the last one zero-padded past `len`).
+    pub fn words(&self) -> &[AtomicU64] {
+        self.words
+    }
+
+    /// Copies the message into `out`; returns the number of bytes copied.
+    pub fn copy_to(&self, out: &mut [u8]) -> usize {
+        let n = self.len.min(out.len());
+        crate::words::read(self.words, &mut out[..n]);
+        n
+    }
+
+    /// The message bytes, zero-copy.
+    #[cfg(not(any(ring_loom, ring_shuttle)))]
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `words` covers `len.div_ceil(8) * 8 ≥ len` bytes of the pinned slot (cut by
+        // `try_read_batch` after the pin checked `len`); `AtomicU64` has the layout of `u64`;
+        // the pin is held until the callback this item was given to returns, and the item (a
+        // higher-ranked borrow) cannot outlive that call, so no one writes the bytes meanwhile
+        // (as for `Pinned::bytes`).
+        unsafe { core::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
     }
 }

@@ -49,6 +49,8 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     p.consumer_waiters.store(0, r);
     p.drain_futex.store(0, r);
     p.producer_waiting.store(0, r);
+    p.control_reserved.store(0, r);
+    p.wake_reserved.store(0, r);
 
     for i in 0..g.consumers() {
         let c = mem.consumer_entry(i);
@@ -69,6 +71,9 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
         s.len.store(0, r);
         s.meta[0].store(0, r);
         s.meta[1].store(0, r);
+        for w in &s.inline {
+            w.store(0, r);
+        }
         for w in mem.payload(i) {
             w.store(0, r);
         }

@@ -72,7 +72,7 @@ macro_rules! cache_aligned {
 /// `"SHMRING\0"` as a little-endian `u64`: the first word of every segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
 /// Bumped whenever the meaning of any shared byte changes.
-pub const ABI_VERSION: u32 = 2;
+pub const ABI_VERSION: u32 = 3;
 
 /// [`SegmentHeader::init_state`]: the bytes are not (yet) a segment.
 pub const INIT_NONE: u32 = 0;
@@ -150,12 +150,27 @@ pub const ABORT_CODE_SHIFT: u32 = 16;
 /// hostile peer, and producers and consumers report it as corruption instead of computing with it.
 pub const SEQ_LIMIT: u64 = 1 << 62;
 
+/// `AtomicU64` words in one [`CACHE_LINE`].
+pub const LINE_WORDS: usize = CACHE_LINE / 8;
+
 cache_aligned! {
-    /// The producer's line: the publish cursor and the wait words.
+    /// The producer's region: three cache lines, each with one writer in the steady state.
+    ///
+    /// - line 0, `head`: written by the producer on every publish (once per batch); consumers
+    ///   read it only when they must learn how far behind they are (latest-only reads, a
+    ///   skip-on-lag consumer that was overrun, registration);
+    /// - line 1, control (`owner`, `flags`, `epoch`, `publish_futex`): written by the producer
+    ///   when it starts or ends, and `publish_futex` only when a consumer announced that it
+    ///   parks; consumers read `flags` on an empty poll, so that read hits a line nobody writes;
+    /// - line 2, wake (`consumer_waiters`, `drain_futex`, `producer_waiting`): written only by
+    ///   whoever parks or wakes a parked peer.
     pub struct ProducerLine {
-        /// Number of messages published, i.e. the next sequence number. Written by the producer
-        /// only (Release, after the slot is published); consumers load it with Acquire.
+        /// Number of messages published, i.e. the next sequence number: a hint a consumer
+        /// follows when it must, since a message is published by its slot's stamp
+        /// (`docs/PROTOCOL.md`). Written by the producer only (Release); loaded with Acquire.
         pub head: AtomicU64,
+        /// Pads `head` to a line of its own; never read or written.
+        pub pad_head: [AtomicU64; LINE_WORDS - 1],
         /// The producer's owner id, 0 when there is none. Claimed with a CAS.
         pub owner: AtomicU64,
         /// [`FLAG_CLOSED`], [`FLAG_ABORTED`] and the abort code (bits 16..32). Written by the
@@ -169,18 +184,26 @@ cache_aligned! {
         /// [`Producer::new`]: crate::Producer::new
         /// [`Producer::take_over`]: crate::Producer::take_over
         pub epoch: AtomicU32,
-        /// Futex word consumers sleep on: bumped by one (wrapping) after every publish and by
-        /// the close, by the producer only. It only moves forward, so a value a parked consumer
+        /// Futex word consumers sleep on: bumped by one (wrapping) by a publish that finds a
+        /// consumer parked (`consumer_waiters` non-zero after its SeqCst fence) and by every
+        /// close, by the producer only. It only moves forward, so a value a parked consumer
         /// saw cannot come back within 2^32 changes (a reopened ring never repeats one).
         pub publish_futex: AtomicU32,
+        /// Zero; reserved.
+        pub control_reserved: AtomicU32,
+        /// Pads the control words to a line of their own; never read or written.
+        pub pad_control: [AtomicU64; LINE_WORDS - 3],
         /// Number of consumers parked (or about to park) on `publish_futex`. May over-count
         /// (a consumer killed while parked), never under-count: a reclaim gives back the count of
         /// a consumer whose entry says it was parked ([`ConsumerEntry::parked`]).
         pub consumer_waiters: AtomicU32,
-        /// Futex word the producer sleeps on while held back: bumped by consumers that advance.
+        /// Futex word the producer sleeps on while held back: bumped by consumers that make
+        /// progress while `producer_waiting` is set.
         pub drain_futex: AtomicU32,
         /// Non-zero while the producer is parked (or about to park) on `drain_futex`.
         pub producer_waiting: AtomicU32,
+        /// Zero; reserved.
+        pub wake_reserved: AtomicU32,
     }
 }
 
@@ -237,28 +260,45 @@ pub const WRITER: u64 = 1 << 63;
 /// Slot state word: the reader bits, one per consumer-table entry.
 pub const READER_MASK: u64 = (1 << 32) - 1;
 
+/// Bytes of one [`SlotHeader`]: a cache line, at least 64.
+pub const SLOT_HEADER_BYTES: usize = if CACHE_LINE >= 64 { CACHE_LINE } else { 64 };
+/// Payload words that travel inside the slot header (beside state, stamp, length and meta).
+pub const INLINE_WORDS: usize = (SLOT_HEADER_BYTES - 40) / 8;
+/// Messages of at most this many bytes travel in their slot header's line
+/// ([`SlotHeader::inline`]) instead of the slot's payload area: 88 bytes where
+/// [`CACHE_LINE`] is 128, 24 where it is 64 or 32.
+pub const INLINE_CAPACITY: usize = INLINE_WORDS * 8;
+
 cache_aligned! {
-    /// One slot's header: the pin/claim word and the seqlock stamp.
+    /// One slot's header: the pin/claim word, the seqlock stamp, the message's length and
+    /// metadata and, for a message of at most [`INLINE_CAPACITY`] bytes, the message itself.
     pub struct SlotHeader {
         /// `WRITER | reader bits`: the producer claims with a CAS from 0 to `WRITER`; consumer `i`
         /// pins by setting bit `i` only while `WRITER` is clear. One word, so every pin and claim
         /// is totally ordered (no SeqCst needed).
         pub state: AtomicU64,
         /// Seqlock stamp: `2·seq + 1` while message `seq` is being written, `2·seq + 2` once it
-        /// is complete, 0 before the slot's first message.
+        /// is complete (the publication itself: consumers poll it), 0 before the slot's first
+        /// message.
         pub stamp: AtomicU64,
         /// Length in bytes of the message in the slot (≤ the slot capacity; checked by readers).
         pub len: AtomicU64,
         /// Two words of user metadata (e.g. an allocator handle, a timestamp).
         pub meta: [AtomicU64; 2],
+        /// The message's bytes when `len ≤ INLINE_CAPACITY` (the last word zero-padded);
+        /// otherwise unused and the message is in the slot's payload area.
+        pub inline: [AtomicU64; INLINE_WORDS],
     }
 }
 
 /// A compile-time FNV-1a fingerprint of the layout facts peers must agree on.
 pub const LAYOUT_FINGERPRINT: u64 = {
-    let facts: [u64; 11] = [
+    let facts: [u64; 14] = [
         ABI_VERSION as u64,
         CACHE_LINE as u64,
+        INLINE_WORDS as u64,
+        core::mem::offset_of!(ProducerLine, owner) as u64,
+        core::mem::offset_of!(ProducerLine, consumer_waiters) as u64,
         core::mem::size_of::<SegmentHeader>() as u64,
         core::mem::size_of::<ProducerLine>() as u64,
         core::mem::size_of::<ConsumerEntry>() as u64,
@@ -303,18 +343,13 @@ mod checks {
         size_of::<SegmentHeader>(),
         if CACHE_LINE >= 128 { CACHE_LINE } else { 128 }
     );
-    const_assert_eq!(
-        size_of::<ProducerLine>(),
-        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
-    );
+    const_assert_eq!(size_of::<ProducerLine>(), 3 * CACHE_LINE);
     const_assert_eq!(
         size_of::<ConsumerEntry>(),
         if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
     );
-    const_assert_eq!(
-        size_of::<SlotHeader>(),
-        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
-    );
+    const_assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
+    const_assert_eq!(offset_of!(SlotHeader, inline) + INLINE_CAPACITY, SLOT_HEADER_BYTES);
 
     const_assert_eq!(offset_of!(SegmentHeader, magic), 0);
     const_assert_eq!(offset_of!(SegmentHeader, abi_version), 8);
@@ -335,14 +370,16 @@ mod checks {
     const_assert_eq!(offset_of!(SegmentHeader, creator), 104);
     const_assert_eq!(offset_of!(SegmentHeader, ring_flags), 112);
 
+    // Three lines, one writer each (see the type's doc).
     const_assert_eq!(offset_of!(ProducerLine, head), 0);
-    const_assert_eq!(offset_of!(ProducerLine, owner), 8);
-    const_assert_eq!(offset_of!(ProducerLine, flags), 16);
-    const_assert_eq!(offset_of!(ProducerLine, epoch), 20);
-    const_assert_eq!(offset_of!(ProducerLine, publish_futex), 24);
-    const_assert_eq!(offset_of!(ProducerLine, consumer_waiters), 28);
-    const_assert_eq!(offset_of!(ProducerLine, drain_futex), 32);
-    const_assert_eq!(offset_of!(ProducerLine, producer_waiting), 36);
+    const_assert_eq!(offset_of!(ProducerLine, owner), CACHE_LINE);
+    const_assert_eq!(offset_of!(ProducerLine, flags), CACHE_LINE + 8);
+    const_assert_eq!(offset_of!(ProducerLine, epoch), CACHE_LINE + 12);
+    const_assert_eq!(offset_of!(ProducerLine, publish_futex), CACHE_LINE + 16);
+    const_assert_eq!(offset_of!(ProducerLine, control_reserved), CACHE_LINE + 20);
+    const_assert_eq!(offset_of!(ProducerLine, consumer_waiters), 2 * CACHE_LINE);
+    const_assert_eq!(offset_of!(ProducerLine, drain_futex), 2 * CACHE_LINE + 4);
+    const_assert_eq!(offset_of!(ProducerLine, producer_waiting), 2 * CACHE_LINE + 8);
 
     const_assert_eq!(offset_of!(ConsumerEntry, state), 0);
     const_assert_eq!(offset_of!(ConsumerEntry, class), 4);
@@ -358,4 +395,5 @@ mod checks {
     const_assert_eq!(offset_of!(SlotHeader, stamp), 8);
     const_assert_eq!(offset_of!(SlotHeader, len), 16);
     const_assert_eq!(offset_of!(SlotHeader, meta), 24);
+    const_assert_eq!(offset_of!(SlotHeader, inline), 40);
 }

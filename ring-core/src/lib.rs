@@ -77,7 +77,7 @@ mod producer;
 mod wait;
 mod words;
 
-pub use consumer::{Consumer, Copied, Pinned, READ_RETRIES};
+pub use consumer::{BatchItem, Consumer, Copied, Pinned, READ_RETRIES};
 pub use error::{AttachError, ClaimError, Error, LayoutError, ReadError};
 pub use geometry::{
     Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,
@@ -85,7 +85,7 @@ pub use geometry::{
 #[cfg(feature = "alloc")]
 pub use heap::HeapSegment;
 pub use inspect::ConsumerInfo;
-pub use layout::CACHE_LINE;
+pub use layout::{CACHE_LINE, INLINE_CAPACITY};
 pub use memory::{Memory, RawMemory};
 #[cfg(feature = "alloc")]
 pub use owned::OwnedSegment;

@@ -44,6 +44,7 @@ fn slot_header() -> SlotHeader {
         stamp: new_u64(0),
         len: new_u64(0),
         meta: [new_u64(0), new_u64(0)],
+        inline: core::array::from_fn(|_| new_u64(0)),
     }
 }
 
@@ -103,13 +104,17 @@ impl OwnedSegment {
         });
         let producer = Box::new(ProducerLine {
             head: new_u64(0),
+            pad_head: core::array::from_fn(|_| new_u64(0)),
             owner: new_u64(0),
             flags: new_u32(0),
             epoch: new_u32(0),
             publish_futex: new_u32(0),
+            control_reserved: new_u32(0),
+            pad_control: core::array::from_fn(|_| new_u64(0)),
             consumer_waiters: new_u32(0),
             drain_futex: new_u32(0),
             producer_waiting: new_u32(0),
+            wake_reserved: new_u32(0),
         });
         let this = Self {
             header,

@@ -4,8 +4,9 @@ use crate::class::DeliveryClass;
 use crate::error::{ClaimError, Error};
 use crate::layout::{
     ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
-    FLAG_CLOSED, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
+    FLAG_CLOSED, INLINE_CAPACITY, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
+use crate::sync::AtomicU64;
 use crate::memory::Memory;
 use crate::owner::OwnerId;
 use crate::sync::{fence, Ordering};
@@ -34,8 +35,12 @@ use crate::wait::WaitStrategy;
 pub struct Producer<M: Memory> {
     mem: M,
     owner: OwnerId,
-    /// Local copy of the publish cursor (the producer is its only writer).
+    /// Local copy of the publish cursor (the producer is its only writer): every sequence below
+    /// it is complete in its slot (its stamp is final).
     head: u64,
+    /// The `head` value last stored to the producer line. Equal to `head` except inside a
+    /// batch, which stores `head` once at its end.
+    stored_head: u64,
     /// Claims of sequences below this bound need no gating scan: the smallest gating cursor
     /// seen (or the scanned sequence, if smaller), plus the slot count. Cursors only grow, and a
     /// consumer that joins later starts at a head at least the scanned sequence, so the bound
@@ -61,6 +66,9 @@ pub struct WriteSlot<'a, M: Memory> {
     /// word's padding itself: `publish` then stores no payload word (it never mixes an atomic
     /// store into memory just written through a plain reference).
     loaned: bool,
+    /// The message so far lies in the slot header's inline words, not the payload area
+    /// ([`WriteSlot::write`] of at most [`INLINE_CAPACITY`] bytes).
+    inline_direct: bool,
 }
 
 /// What [`Producer::reclaim`] cleared for a dead consumer.
@@ -207,11 +215,31 @@ impl<M: Memory> Producer<M> {
                 .fetch_and(!WRITER, Ordering::Release);
         }
         // Relaxed: ordered after the owner CAS (Acquire) above.
-        let head = line.head.load(Ordering::Relaxed);
+        let mut head = line.head.load(Ordering::Relaxed);
+        // A message is published by its stamp; `head` follows. A predecessor that died between
+        // a final stamp and its `head` store (or inside a batch) left complete messages beyond
+        // `head` that stamp-following consumers may have read already: move `head` past them
+        // rather than rewrite those sequences. At most one lap of slots.
+        let n = mem.geometry().slots() as u64;
+        let start_head = head;
+        while head < SEQ_LIMIT && head - start_head < n {
+            // Acquire: pairs with the predecessor's Release stamp store, so the message is
+            // complete for whoever reads `head` after our Release store below.
+            let stamp = mem.slot_header((head % n) as usize).stamp.load(Ordering::Acquire);
+            if stamp != 2 * head + 2 {
+                break;
+            }
+            head += 1;
+        }
+        if head != start_head {
+            // Release: pairs with consumers' Acquire `head` loads.
+            line.head.store(head, Ordering::Release);
+        }
         Self {
             mem,
             owner,
             head,
+            stored_head: head,
             gate_ok_below: 0,
             fenced: false,
             epoch,
@@ -273,6 +301,7 @@ impl<M: Memory> Producer<M> {
             meta: [0; 2],
             done: false,
             loaned: false,
+            inline_direct: false,
         }
     }
 
@@ -294,6 +323,15 @@ impl<M: Memory> Producer<M> {
             ));
         }
         if seq >= self.gate_ok_below {
+            if self.stored_head != seq {
+                // Inside a batch: the messages below `seq` are complete but `head` was not
+                // stored. The registration handshake below needs it stored (a consumer that
+                // registers without being seen must start at or after `seq`), so store it now.
+                // Release: pairs with consumers' Acquire `head` loads.
+                line.head.store(seq, Ordering::Release);
+                self.stored_head = seq;
+                self.fenced = false;
+            }
             if !self.fenced {
                 // SeqCst: registration handshake. A joining consumer stores ACTIVE, runs a
                 // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
@@ -396,19 +434,91 @@ impl<M: Memory> Producer<M> {
     /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
     /// `data` does not fit in a slot.
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
-        let capacity = self.mem.geometry().slot_capacity();
-        if data.len() > capacity {
-            return Err(ClaimError::TooLarge {
-                len: data.len(),
-                capacity,
-            });
-        }
+        self.check_fits(data.len())?;
         let mut slot = self.try_claim()?;
-        slot.write(data).map_err(|_| ClaimError::TooLarge {
-            len: data.len(),
-            capacity,
-        })?;
+        slot.fill(data);
         slot.publish()
+    }
+
+    fn check_fits(&self, len: usize) -> Result<(), ClaimError> {
+        let capacity = self.mem.geometry().slot_capacity();
+        if len > capacity {
+            return Err(ClaimError::TooLarge { len, capacity });
+        }
+        Ok(())
+    }
+
+    /// Publishes `msgs` in order, one slot each, with one `head` store and one wake-up check
+    /// for the whole batch. Returns how many were published: all of them, or the prefix that
+    /// fit before a claim failed (a gating consumer or a pin holds the next slot).
+    ///
+    /// Consumers that follow the slots see each message as soon as its stamp is final, before
+    /// the batch ends.
+    ///
+    /// # Errors
+    /// [`ClaimError::TooLarge`] (nothing published) when any message does not fit in a slot;
+    /// the error of the first claim when not even one message could be published;
+    /// [`ClaimError::Displaced`] when another producer took over meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let seg = HeapSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
+    /// let mut tx = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut rx = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// // Four slots and a gating reader: the fifth message does not fit yet.
+    /// assert_eq!(tx.try_publish_batch(&[b"a", b"b", b"c", b"d", b"e"]).unwrap(), 4);
+    /// let mut seen = Vec::new();
+    /// assert_eq!(rx.try_read_batch(8, |m| seen.push(m.bytes().to_vec())).unwrap(), 4);
+    /// assert_eq!(seen, [b"a", b"b", b"c", b"d"]);
+    /// ```
+    pub fn try_publish_batch<T: AsRef<[u8]>>(&mut self, msgs: &[T]) -> Result<usize, ClaimError> {
+        for m in msgs {
+            self.check_fits(m.as_ref().len())?;
+        }
+        let mut published = 0;
+        for m in msgs {
+            let slot = match self.claim_slot() {
+                Ok(slot) => slot,
+                Err(e) if published == 0 => return Err(e),
+                Err(_) => break,
+            };
+            let mut w = self.write_slot(slot);
+            w.fill(m.as_ref());
+            w.finish()?;
+            published += 1;
+        }
+        if published > 0 {
+            self.announce();
+        }
+        Ok(published)
+    }
+
+    /// Makes every finished message visible to `head` readers and wakes parked consumers: one
+    /// `head` store, one SeqCst fence and one load of the waiter count, for one message or a
+    /// batch.
+    fn announce(&mut self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with consumers' Acquire `head` loads (latest-only reads, lagging
+        // readers, registration): every message below it is complete.
+        line.head.store(self.head, Ordering::Release);
+        self.stored_head = self.head;
+        // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
+        // fence, then re-check their slot's stamp or `head`): either they see our stamps and
+        // `head` now, or we see them counted below and wake them. Also the registration
+        // handshake of the next claim.
+        fence(Ordering::SeqCst);
+        self.fenced = true;
+        // Relaxed: ordered by the fence above.
+        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+            // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a
+            // store of a value derived from `head`: the word only moves forward (see the
+            // layout). Only when someone parks, so the control line stays unwritten while
+            // consumers poll.
+            line.publish_futex.fetch_add(1, Ordering::Release);
+            self.mem.notify(&line.publish_futex);
+        }
     }
 
     /// Claims the next slot, waiting with `wait` while consumers hold the ring back.
@@ -789,6 +899,16 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when `data` is longer than the slot.
     pub fn write(&mut self, data: &[u8]) -> Result<(), Overflow> {
+        if data.len() <= INLINE_CAPACITY && data.len() <= self.capacity() {
+            // A small message goes straight into the header's line (the bound is the slot's,
+            // which may be smaller than the inline words).
+            let hdr = self.producer.mem.slot_header(self.slot);
+            let ok = crate::words::write(&hdr.inline, 0, data);
+            debug_assert!(ok, "INLINE_CAPACITY bytes fit the inline words");
+            self.inline_direct = true;
+            self.len = data.len();
+            return Ok(());
+        }
         self.write_at(0, data)?;
         self.len = data.len();
         Ok(())
@@ -799,6 +919,7 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
+        self.to_payload();
         let words = self.producer.mem.payload(self.slot);
         // Atomic word stores from here on: `publish` pads the last word atomically again.
         self.loaned = false;
@@ -849,6 +970,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         if len > capacity {
             return Err(LoanError::TooLarge { len, capacity });
         }
+        self.to_payload();
         self.len = len;
         self.loaned = true;
         let words = self.producer.mem.payload(self.slot);
@@ -884,6 +1006,9 @@ impl<M: Memory> WriteSlot<'_, M> {
                 attempted: len,
             });
         }
+        if len > INLINE_CAPACITY {
+            self.to_payload();
+        }
         self.len = len;
         Ok(())
     }
@@ -899,44 +1024,63 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// [`ClaimError::Displaced`] when another producer took the ring over since the claim:
     /// nothing is published, and the slot (now the successor's) is left alone.
     pub fn publish(mut self) -> Result<u64, ClaimError> {
+        let seq = self.finish()?;
+        self.producer.announce();
+        Ok(seq)
+    }
+
+    /// Writes `data` as the whole message: into the header's inline words when it fits there,
+    /// else into the payload area (the caller checked it fits the slot).
+    fn fill(&mut self, data: &[u8]) {
+        let ok = self.write(data);
+        debug_assert!(ok.is_ok(), "the caller checked the length");
+    }
+
+    /// Moves a message written inline into the payload area (before a write that may not fit
+    /// inline).
+    fn to_payload(&mut self) {
+        if self.inline_direct {
+            let hdr = self.producer.mem.slot_header(self.slot);
+            copy_words(&hdr.inline, self.producer.mem.payload(self.slot), self.len, false);
+            self.inline_direct = false;
+        }
+    }
+
+    /// Completes the message in its slot (the stamp is its publication) without storing
+    /// `head`; returns its sequence.
+    fn finish(&mut self) -> Result<u64, ClaimError> {
         self.done = true;
         let p = &mut *self.producer;
         p.check_epoch()?;
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
-        if self.len % 8 != 0 && !self.loaned {
+        let len = self.len;
+        if len <= INLINE_CAPACITY {
+            if self.inline_direct {
+                // Zero the last inline word past `len` (partial-word writes keep old bytes).
+                pad_last_word(&hdr.inline, len);
+            } else {
+                // A small message written into the payload area travels inline: the reader
+                // then touches only the header's line.
+                copy_words(p.mem.payload(self.slot), &hdr.inline, len, true);
+            }
+        } else if len % 8 != 0 && !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
-            if let Some(w) = p.mem.payload(self.slot).get(self.len / 8) {
-                // Relaxed: inside the seqlock write window, like every payload store.
-                let mut bytes = w.load(Ordering::Relaxed).to_ne_bytes();
-                bytes[self.len % 8..].fill(0);
-                w.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
-            }
+            pad_last_word(p.mem.payload(self.slot), len);
         }
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
-        hdr.len.store(self.len as u64, Ordering::Relaxed);
+        hdr.len.store(len as u64, Ordering::Relaxed);
         hdr.meta[0].store(self.meta[0], Ordering::Relaxed);
         hdr.meta[1].store(self.meta[1], Ordering::Relaxed);
-        // Release: ends the seqlock write; pairs with a copy reader's Acquire stamp load.
-        hdr.stamp.store(2 * seq + 2, Ordering::Release);
         // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
+        // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
+        // knows a *later* claim is under way (an overrun), never this message's own.
         hdr.state.fetch_and(!WRITER, Ordering::Release);
-        let line = p.mem.producer_line();
-        // Release: pairs with consumers' Acquire `head` loads: the message is available.
-        line.head.store(seq + 1, Ordering::Release);
+        // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
+        // of consumers that follow the slot and of copy readers.
+        hdr.stamp.store(2 * seq + 2, Ordering::Release);
         p.head = seq + 1;
-        // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a
-        // store of a value derived from `head`: the word only moves forward (see the layout).
-        line.publish_futex.fetch_add(1, Ordering::Release);
-        // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
-        // fence, then re-check `head`), and the registration handshake of the next claim.
-        fence(Ordering::SeqCst);
-        p.fenced = true;
-        // Relaxed: ordered by the fence above.
-        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
-            p.mem.notify(&line.publish_futex);
-        }
         Ok(seq)
     }
 
@@ -963,5 +1107,30 @@ impl<M: Memory> WriteSlot<'_, M> {
 impl<M: Memory> Drop for WriteSlot<'_, M> {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// Zeroes the bytes of the word holding byte `len` that lie past `len` (nothing when `len` is a
+/// multiple of 8 or beyond `words`). Relaxed: inside the seqlock write window.
+fn pad_last_word(words: &[AtomicU64], len: usize) {
+    if len % 8 == 0 {
+        return;
+    }
+    if let Some(w) = words.get(len / 8) {
+        let mut bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+        bytes[len % 8..].fill(0);
+        w.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+    }
+}
+
+/// Copies the words covering the first `len` bytes of `from` into `to` (both at least that
+/// long), zeroing the last word past `len` when `pad`. Relaxed: the producer's own words,
+/// inside the seqlock write window.
+fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize, pad: bool) {
+    for (f, t) in from.iter().zip(to).take(len.div_ceil(8)) {
+        t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    if pad {
+        pad_last_word(to, len);
     }
 }

@@ -260,23 +260,31 @@ pub const WRITER: u64 = 1 << 63;
 /// Slot state word: the reader bits, one per consumer-table entry.
 pub const READER_MASK: u64 = (1 << 32) - 1;
 
-/// Bytes of one [`SlotHeader`]: a cache line, at least 64.
-pub const SLOT_HEADER_BYTES: usize = if CACHE_LINE >= 64 { CACHE_LINE } else { 64 };
-/// Payload words that travel inside the slot header (beside state, stamp, length and meta).
-pub const INLINE_WORDS: usize = (SLOT_HEADER_BYTES - 40) / 8;
-/// Messages of at most this many bytes travel in their slot header's line
-/// ([`SlotHeader::inline`]) instead of the slot's payload area: 88 bytes where
-/// [`CACHE_LINE`] is 128, 24 where it is 64 or 32.
+/// Bytes of each of the two lines of a [`SlotHeader`]: a cache line, at least 64.
+pub const SLOT_LINE: usize = if CACHE_LINE >= 64 { CACHE_LINE } else { 64 };
+/// Bytes of one [`SlotHeader`]: the pin line and the message line.
+pub const SLOT_HEADER_BYTES: usize = 2 * SLOT_LINE;
+/// Payload words that travel in the slot's message line (beside stamp, length and meta).
+pub const INLINE_WORDS: usize = (SLOT_LINE - 32) / 8;
+/// Messages of at most this many bytes travel in their slot's message line
+/// ([`SlotHeader::inline`]) instead of the slot's payload area: 96 bytes where
+/// [`CACHE_LINE`] is 128, 32 where it is 64 or 32.
 pub const INLINE_CAPACITY: usize = INLINE_WORDS * 8;
 
 cache_aligned! {
-    /// One slot's header: the pin/claim word, the seqlock stamp, the message's length and
-    /// metadata and, for a message of at most [`INLINE_CAPACITY`] bytes, the message itself.
+    /// One slot's header, two lines:
+    /// - the pin line: the pin/claim word, which pinning consumers write;
+    /// - the message line: the seqlock stamp, the message's length and metadata and, for a
+    ///   message of at most [`INLINE_CAPACITY`] bytes, the message itself. Only the producer
+    ///   writes it, so a consumer polling the stamp reads a line nobody else writes, and a
+    ///   small message is that one line.
     pub struct SlotHeader {
         /// `WRITER | reader bits`: the producer claims with a CAS from 0 to `WRITER`; consumer `i`
         /// pins by setting bit `i` only while `WRITER` is clear. One word, so every pin and claim
         /// is totally ordered (no SeqCst needed).
         pub state: AtomicU64,
+        /// Pads the pin word to a line of its own; never read or written.
+        pub pad_state: [AtomicU64; SLOT_LINE / 8 - 1],
         /// Seqlock stamp: `2·seq + 1` while message `seq` is being written, `2·seq + 2` once it
         /// is complete (the publication itself: consumers poll it), 0 before the slot's first
         /// message.
@@ -350,6 +358,7 @@ mod checks {
     );
     const_assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
     const_assert_eq!(offset_of!(SlotHeader, inline) + INLINE_CAPACITY, SLOT_HEADER_BYTES);
+    const_assert_eq!(SLOT_LINE % CACHE_LINE, 0);
 
     const_assert_eq!(offset_of!(SegmentHeader, magic), 0);
     const_assert_eq!(offset_of!(SegmentHeader, abi_version), 8);
@@ -391,9 +400,10 @@ mod checks {
     const_assert_eq!(offset_of!(ConsumerEntry, parked), 48);
     const_assert_eq!(offset_of!(ConsumerEntry, ready), 52);
 
+    // The pin word alone on the first line; the message line after it.
     const_assert_eq!(offset_of!(SlotHeader, state), 0);
-    const_assert_eq!(offset_of!(SlotHeader, stamp), 8);
-    const_assert_eq!(offset_of!(SlotHeader, len), 16);
-    const_assert_eq!(offset_of!(SlotHeader, meta), 24);
-    const_assert_eq!(offset_of!(SlotHeader, inline), 40);
+    const_assert_eq!(offset_of!(SlotHeader, stamp), SLOT_LINE);
+    const_assert_eq!(offset_of!(SlotHeader, len), SLOT_LINE + 8);
+    const_assert_eq!(offset_of!(SlotHeader, meta), SLOT_LINE + 16);
+    const_assert_eq!(offset_of!(SlotHeader, inline), SLOT_LINE + 32);
 }

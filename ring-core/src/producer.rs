@@ -537,7 +537,7 @@ impl<M: Memory> Producer<M> {
                     | ClaimError::TooLarge { .. }),
                 ) => return Err(e),
                 Err(e) => {
-                    if !self.park(wait, Self::claimable) {
+                    if !self.park(wait, Self::is_claimable) {
                         return Err(e);
                     }
                 }
@@ -563,18 +563,25 @@ impl<M: Memory> Producer<M> {
     }
 
     /// Whether a claim of the next sequence would pass the gating check and find its slot
-    /// free of readers (the condition `claim` parks on).
+    /// free of readers (the condition `claim` parks on), without claiming: a busy-polling
+    /// producer spins on this and then claims once, so it never claims and aborts.
     ///
-    /// It must never be true while `claim_slot` would fail, or `claim` would spin without
-    /// spending its wait budget: so the slot test is the claim CAS's own (`state == 0`, not
-    /// just "no reader or writer bit": a corrupt peer can set the other bits).
-    fn claimable(&self) -> bool {
+    /// It is never true while [`try_claim`](Self::try_claim) would fail with `Full` or
+    /// `Pinned` (`claim` relies on that, or it would spin without spending its wait budget):
+    /// the slot test is the claim CAS's own (`state == 0`, not just "no reader or writer bit":
+    /// a corrupt peer can set the other bits). It may be false a moment before the claim would
+    /// succeed, and `try_claim` may still fail for another reason (`Closed`, `Displaced`).
+    pub fn is_claimable(&self) -> bool {
         let n = self.mem.geometry().slots() as u64;
-        let need = self.head.saturating_add(1).saturating_sub(n);
         let slot = (self.head % n) as usize;
         // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
         let state = self.mem.slot_header(slot).state.load(Ordering::Acquire);
-        self.lowest_gating_cursor().0 >= need && state == 0
+        if state != 0 {
+            return false;
+        }
+        // Below the cached bound no gating scan is needed (see `gate_ok_below`).
+        let need = self.head.saturating_add(1).saturating_sub(n);
+        self.head < self.gate_ok_below || self.lowest_gating_cursor().0 >= need
     }
 
     /// Waits until every active gating consumer has consumed everything published (an "ack
@@ -1076,7 +1083,12 @@ impl<M: Memory> WriteSlot<'_, M> {
         // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
         // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
         // knows a *later* claim is under way (an overrun), never this message's own.
-        hdr.state.fetch_and(!WRITER, Ordering::Release);
+        // A store of 0, not a `fetch_and`: while WRITER is set no pin holds the slot (the claim
+        // CAS needed 0, and a pin that finds WRITER takes its bit back without reading), so
+        // the only reader bits it can erase are such transient ones (their owners clear them
+        // again, harmlessly) or a corrupt peer's. On x86 a locked RMW here would drain the
+        // store buffer and wait for the message line a polling consumer keeps reading.
+        hdr.state.store(0, Ordering::Release);
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);

@@ -12,7 +12,7 @@ use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
 use crate::BenchError;
-use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
+use ring_core::{Config, DeliveryClass, ReadError};
 use ring_os::{
     ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmReadError, ShmRing,
 };
@@ -65,17 +65,15 @@ impl Tx for RingTx {
                 .claim(&mut FutexWait::until(deadline))
                 .map_err(err)?
         } else {
-            // Busy claim: a gating consumer that has not caught up holds us back.
+            // Busy claim: a gating consumer that has not caught up holds us back. Spin on
+            // the claim condition and claim once (a claim that is dropped aborts, and an
+            // abort is a store the polling consumer sees).
             let producer = &mut self.producer;
-            spin_until(deadline, "a free ring slot", || {
-                match producer.try_claim() {
-                    Ok(_) => Ok(Some(())),
-                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => Ok(None),
-                    Err(e) => Err(err(e)),
-                }
-            })?;
-            // The loop proved a slot is free; nobody else claims (one producer), so this
-            // second claim succeeds (claiming twice keeps the borrow checker simple).
+            if !producer.is_claimable() {
+                spin_until(deadline, "a free ring slot", || {
+                    Ok(producer.is_claimable().then_some(()))
+                })?;
+            }
             self.producer.try_claim().map_err(err)?
         };
         slot.write(src).map_err(err)?;

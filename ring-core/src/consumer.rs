@@ -642,7 +642,10 @@ impl<M: Memory> Consumer<M> {
                 needed: len as usize,
             }))
         } else {
-            crate::words::read(self.message_words(slot, len as usize), &mut buf[..len as usize]);
+            crate::words::read(
+                self.message_words(slot, len as usize),
+                &mut buf[..len as usize],
+            );
             None
         };
         // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
@@ -698,10 +701,31 @@ impl<M: Memory> Consumer<M> {
         !matches!(self.target(), Err(ReadError::Empty))
     }
 
+    /// Before parking: a consumer that follows the slot reads `Empty` while its slot's stamp
+    /// says "not yet"; if `head` says the message was published, a peer scribbled the stamp,
+    /// and waiting would only time out. (Non-blocking reads do not look at `head` on an empty
+    /// poll, so they report `Empty` for such a slot.)
+    fn check_stamp_not_behind_head(&self) -> Result<(), ReadError> {
+        if self.class == DeliveryClass::LatestOnly {
+            return Ok(()); // It reads from `head` already.
+        }
+        // Acquire: pairs with the producer's Release `head` store, which follows the stamp
+        // store of every message below it: the re-load below sees their final stamps.
+        let head = self.mem.producer_line().head.load(Ordering::Acquire);
+        if self.next < head && self.next < SEQ_LIMIT && self.stamp_of(self.next) < 2 * self.next + 2
+        {
+            return Err(ReadError::Corrupt(
+                "slot stamp is behind the published head",
+            ));
+        }
+        Ok(())
+    }
+
     /// Waits with `wait` until a read would find a message or the ring is closed.
     ///
     /// # Errors
-    /// [`ReadError::Timeout`] when `wait`'s bound ran out; [`ReadError::Evicted`].
+    /// [`ReadError::Timeout`] when `wait`'s bound ran out; [`ReadError::Evicted`];
+    /// [`ReadError::Corrupt`] when the slot's stamp is behind the published `head`.
     pub fn wait_ready<W: WaitStrategy>(&mut self, wait: &mut W) -> Result<(), ReadError> {
         let line = self.mem.producer_line();
         loop {
@@ -709,6 +733,7 @@ impl<M: Memory> Consumer<M> {
             if self.ready() {
                 return Ok(());
             }
+            self.check_stamp_not_behind_head()?;
             // Acquire: pairs with the producer's Release store of the futex word.
             let seen = line.publish_futex.load(Ordering::Acquire);
             // Relaxed + SeqCst fence: the Dekker handshake with `WriteSlot::publish` (head store,
@@ -865,7 +890,10 @@ impl<M: Memory> Pinned<'_, M> {
     /// Returns the number of bytes copied.
     pub fn copy_to(&self, out: &mut [u8]) -> usize {
         let n = self.len.min(out.len());
-        crate::words::read(self.consumer.message_words(self.slot, self.len), &mut out[..n]);
+        crate::words::read(
+            self.consumer.message_words(self.slot, self.len),
+            &mut out[..n],
+        );
         n
     }
 

@@ -357,7 +357,10 @@ mod checks {
         if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
     );
     const_assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
-    const_assert_eq!(offset_of!(SlotHeader, inline) + INLINE_CAPACITY, SLOT_HEADER_BYTES);
+    const_assert_eq!(
+        offset_of!(SlotHeader, inline) + INLINE_CAPACITY,
+        SLOT_HEADER_BYTES
+    );
     const_assert_eq!(SLOT_LINE % CACHE_LINE, 0);
 
     const_assert_eq!(offset_of!(SegmentHeader, magic), 0);
@@ -388,7 +391,10 @@ mod checks {
     const_assert_eq!(offset_of!(ProducerLine, control_reserved), CACHE_LINE + 20);
     const_assert_eq!(offset_of!(ProducerLine, consumer_waiters), 2 * CACHE_LINE);
     const_assert_eq!(offset_of!(ProducerLine, drain_futex), 2 * CACHE_LINE + 4);
-    const_assert_eq!(offset_of!(ProducerLine, producer_waiting), 2 * CACHE_LINE + 8);
+    const_assert_eq!(
+        offset_of!(ProducerLine, producer_waiting),
+        2 * CACHE_LINE + 8
+    );
 
     const_assert_eq!(offset_of!(ConsumerEntry, state), 0);
     const_assert_eq!(offset_of!(ConsumerEntry, class), 4);

@@ -6,9 +6,9 @@ use crate::layout::{
     ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
     FLAG_CLOSED, INLINE_CAPACITY, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
-use crate::sync::AtomicU64;
 use crate::memory::Memory;
 use crate::owner::OwnerId;
+use crate::sync::AtomicU64;
 use crate::sync::{fence, Ordering};
 use crate::wait::WaitStrategy;
 
@@ -225,7 +225,10 @@ impl<M: Memory> Producer<M> {
         while head < SEQ_LIMIT && head - start_head < n {
             // Acquire: pairs with the predecessor's Release stamp store, so the message is
             // complete for whoever reads `head` after our Release store below.
-            let stamp = mem.slot_header((head % n) as usize).stamp.load(Ordering::Acquire);
+            let stamp = mem
+                .slot_header((head % n) as usize)
+                .stamp
+                .load(Ordering::Acquire);
             if stamp != 2 * head + 2 {
                 break;
             }
@@ -1048,7 +1051,12 @@ impl<M: Memory> WriteSlot<'_, M> {
     fn to_payload(&mut self) {
         if self.inline_direct {
             let hdr = self.producer.mem.slot_header(self.slot);
-            copy_words(&hdr.inline, self.producer.mem.payload(self.slot), self.len, false);
+            copy_words(
+                &hdr.inline,
+                self.producer.mem.payload(self.slot),
+                self.len,
+                false,
+            );
             self.inline_direct = false;
         }
     }
@@ -1062,19 +1070,20 @@ impl<M: Memory> WriteSlot<'_, M> {
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
         let len = self.len;
-        if len <= INLINE_CAPACITY {
-            if self.inline_direct {
-                // Zero the last inline word past `len` (partial-word writes keep old bytes).
-                pad_last_word(&hdr.inline, len);
-            } else {
-                // A small message written into the payload area travels inline: the reader
-                // then touches only the header's line.
-                copy_words(p.mem.payload(self.slot), &hdr.inline, len, true);
-            }
-        } else if len % 8 != 0 && !self.loaned {
+        if !self.inline_direct && !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
             pad_last_word(p.mem.payload(self.slot), len);
+        }
+        if len <= INLINE_CAPACITY {
+            if self.inline_direct {
+                // Zero the last inline word past `len`, as above.
+                pad_last_word(&hdr.inline, len);
+            } else {
+                // A small message written into the payload area travels inline: the reader
+                // then touches only the message line. (The padded last word comes along.)
+                copy_words(p.mem.payload(self.slot), &hdr.inline, len, true);
+            }
         }
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);

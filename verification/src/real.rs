@@ -553,6 +553,18 @@ impl<'s, M: Memory> Real<'s, M> {
                 "slot {i}: payload {bytes:?} != model {:?}",
                 ms.bytes
             );
+            if stamp % 2 == 0 && stamp > 0 && ms.len <= ring_core::INLINE_CAPACITY {
+                // A small message travels in the message line: readers see those words.
+                let mut inline = vec![0u8; ms.len.div_ceil(8) * 8];
+                for (k, w) in h.inline.iter().take(ms.len.div_ceil(8)).enumerate() {
+                    inline[k * 8..k * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
+                }
+                let want = &ms.bytes[..inline.len().min(ms.bytes.len())];
+                ensure!(
+                    inline[..want.len()] == *want,
+                    "slot {i}: inline words {inline:?} != model {want:?}"
+                );
+            }
             if stamp % 2 == 0 && stamp > 0 {
                 let len = h.len.load(order);
                 ensure!(

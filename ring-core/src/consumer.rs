@@ -318,7 +318,7 @@ impl<M: Memory> Consumer<M> {
     /// The stamp of the slot message `seq` goes to. Acquire: pairs with the producer's Release
     /// stamp store that published it, so the message (and everything before it) is visible.
     fn stamp_of(&self, seq: u64) -> u64 {
-        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        let slot = self.mem.geometry().slot_of(seq);
         self.mem.slot_header(slot).stamp.load(Ordering::Acquire)
     }
 
@@ -464,7 +464,7 @@ impl<M: Memory> Consumer<M> {
 
     /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
-        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        let slot = self.mem.geometry().slot_of(seq);
         let hdr = self.mem.slot_header(slot);
         let bit = 1u64 << self.index;
         // Acquire: pairs with the producer's Release `fetch_and` that cleared WRITER after the
@@ -612,7 +612,7 @@ impl<M: Memory> Consumer<M> {
 
     /// One seqlock read of message `seq` into `buf`.
     fn copy_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
-        let slot = (seq % self.mem.geometry().slots() as u64) as usize;
+        let slot = self.mem.geometry().slot_of(seq);
         let hdr = self.mem.slot_header(slot);
         let want = 2 * seq + 2;
         // Acquire: pairs with the producer's Release stamp store that completed message `seq`.

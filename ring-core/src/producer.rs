@@ -226,7 +226,7 @@ impl<M: Memory> Producer<M> {
             // Acquire: pairs with the predecessor's Release stamp store, so the message is
             // complete for whoever reads `head` after our Release store below.
             let stamp = mem
-                .slot_header((head % n) as usize)
+                .slot_header(mem.geometry().slot_of(head))
                 .stamp
                 .load(Ordering::Acquire);
             if stamp != 2 * head + 2 {
@@ -348,7 +348,7 @@ impl<M: Memory> Producer<M> {
             }
             self.gate_ok_below = self.gate(seq, n)?;
         }
-        let slot = (seq % n) as usize;
+        let slot = self.mem.geometry().slot_of(seq);
         let hdr = self.mem.slot_header(slot);
         // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
         // reads of the old message happen before our writes. Failure Acquire: synchronises with
@@ -576,7 +576,7 @@ impl<M: Memory> Producer<M> {
     /// succeed, and `try_claim` may still fail for another reason (`Closed`, `Displaced`).
     pub fn is_claimable(&self) -> bool {
         let n = self.mem.geometry().slots() as u64;
-        let slot = (self.head % n) as usize;
+        let slot = self.mem.geometry().slot_of(self.head);
         // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
         let state = self.mem.slot_header(slot).state.load(Ordering::Acquire);
         if state != 0 {
@@ -929,7 +929,7 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
-        self.to_payload();
+        self.move_to_payload();
         let words = self.producer.mem.payload(self.slot);
         // Atomic word stores from here on: `publish` pads the last word atomically again.
         self.loaned = false;
@@ -980,7 +980,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         if len > capacity {
             return Err(LoanError::TooLarge { len, capacity });
         }
-        self.to_payload();
+        self.move_to_payload();
         self.len = len;
         self.loaned = true;
         let words = self.producer.mem.payload(self.slot);
@@ -1017,7 +1017,7 @@ impl<M: Memory> WriteSlot<'_, M> {
             });
         }
         if len > INLINE_CAPACITY {
-            self.to_payload();
+            self.move_to_payload();
         }
         self.len = len;
         Ok(())
@@ -1048,7 +1048,7 @@ impl<M: Memory> WriteSlot<'_, M> {
 
     /// Moves a message written inline into the payload area (before a write that may not fit
     /// inline).
-    fn to_payload(&mut self) {
+    fn move_to_payload(&mut self) {
         if self.inline_direct {
             let hdr = self.producer.mem.slot_header(self.slot);
             copy_words(

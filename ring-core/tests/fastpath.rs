@@ -7,8 +7,8 @@ use core::sync::atomic::Ordering::Relaxed;
 use ring_core::inspect::{consumer_info, total_pins};
 use ring_core::layout::SEQ_LIMIT;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer,
-    ReadError, INLINE_CAPACITY,
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
+    INLINE_CAPACITY,
 };
 
 fn id(n: u64) -> OwnerId {
@@ -149,7 +149,11 @@ fn a_batch_publishes_a_prefix_and_says_why_not_more() {
     let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| data(8 + i, i as u8)).collect();
     assert_eq!(p.try_publish_batch::<Vec<u8>>(&[]), Ok(0));
-    assert_eq!(p.try_publish_batch(&msgs), Ok(4), "four slots, one gating reader");
+    assert_eq!(
+        p.try_publish_batch(&msgs),
+        Ok(4),
+        "four slots, one gating reader"
+    );
     assert_eq!(p.published(), 4);
     assert_eq!(s.producer_line().head.load(Relaxed), 4, "one head store");
     assert!(matches!(
@@ -161,7 +165,11 @@ fn a_batch_publishes_a_prefix_and_says_why_not_more() {
         p.try_publish_batch(&too_large),
         Err(ClaimError::TooLarge { len: 65, .. })
     ));
-    assert_eq!(p.published(), 4, "a batch with a message too large publishes nothing");
+    assert_eq!(
+        p.published(),
+        4,
+        "a batch with a message too large publishes nothing"
+    );
     for (i, msg) in msgs.iter().take(4).enumerate() {
         let m = c.try_pin().unwrap();
         assert_eq!((m.seq(), m.bytes()), (i as u64, &msg[..]));
@@ -187,7 +195,9 @@ fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
     assert_eq!(n, 3);
     assert_eq!(
         seen,
-        (0..3u8).map(|i| (u64::from(i), vec![i; 9])).collect::<Vec<_>>()
+        (0..3u8)
+            .map(|i| (u64::from(i), vec![i; 9]))
+            .collect::<Vec<_>>()
     );
     assert_eq!(total_pins(&s), 0);
     assert_eq!(consumer_info(&s, c.index()).unwrap().cursor, 3);
@@ -208,7 +218,9 @@ fn a_panicking_batch_callback_leaves_its_message_unread() {
     p.try_publish(b"first").unwrap();
     p.try_publish(b"second").unwrap();
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        c.try_read_batch(4, |m| assert_ne!(m.seq(), 1, "the callback fails on message 1"))
+        c.try_read_batch(4, |m| {
+            assert_ne!(m.seq(), 1, "the callback fails on message 1")
+        })
     }));
     assert!(r.is_err());
     // Message 0 was consumed, message 1 was not; its pin is taken back by the next read.

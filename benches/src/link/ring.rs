@@ -58,11 +58,13 @@ impl Tx for RingTx {
             what: format!("{NAME}: {len} bytes exceed the case size"),
         })?;
         stamp(src, self.seq);
-        let deadline = Instant::now() + crate::child::RUN_TIMEOUT;
+        // The deadline is read from the clock only when a wait begins: the floor pays no clock
+        // read per message, and neither does a claim that finds its slot free.
+        let deadline = || Instant::now() + crate::child::RUN_TIMEOUT;
         let mut slot = if self.mode == Mode::Futex {
             // Blocks on the segment's drain futex while a gating consumer holds the ring full.
             self.producer
-                .claim(&mut FutexWait::until(deadline))
+                .claim(&mut FutexWait::until(deadline()))
                 .map_err(err)?
         } else {
             // Busy claim: a gating consumer that has not caught up holds us back. Spin on
@@ -70,7 +72,7 @@ impl Tx for RingTx {
             // abort is a store the polling consumer sees).
             let producer = &mut self.producer;
             if !producer.is_claimable() {
-                spin_until(deadline, "a free ring slot", || {
+                spin_until(deadline(), "a free ring slot", || {
                     Ok(producer.is_claimable().then_some(()))
                 })?;
             }

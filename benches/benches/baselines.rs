@@ -6,6 +6,11 @@
 //!   single thread: the cost of the data structure plus two copies.
 //! - `handoff/<peer>`: a producer thread streams 8-byte messages to a consumer thread; time per
 //!   message.
+//! - `batch/<peer>/32`: 32 messages of 64 bytes in and out, single thread, per message
+//!   (elements), as `batch/ring-batch/32` and `batch/ring-single/32` in `ring.rs`: `rtrb` (a
+//!   ring of `[u8; 64]`) writes them with one `write_chunk_uninit` and reads them in place with
+//!   one `read_chunk`; `ArrayQueue<[u8; 64]>` has no chunks: 32 pushes, then 32 pops (each pop
+//!   copies the message out).
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,
@@ -145,5 +150,43 @@ fn handoff(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, publish_read, handoff);
+/// Messages per `batch` sample (shared with the ring benches).
+const BATCH: usize = 32;
+
+/// Message size of the `batch` group (shared with the ring benches).
+const BATCH_BYTES: usize = 64;
+
+fn batch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let msgs = [[7u8; BATCH_BYTES]; BATCH];
+    let (mut p, mut q) = rtrb::RingBuffer::<[u8; BATCH_BYTES]>::new(2 * BATCH);
+    g.bench_with_input(BenchmarkId::new("rtrb", BATCH), &BATCH, |b, _| {
+        b.iter(|| {
+            let chunk = p.write_chunk_uninit(BATCH).expect("room for a batch");
+            assert_eq!(chunk.fill_from_iter(msgs.iter().copied()), BATCH);
+            let chunk = q.read_chunk(BATCH).expect("a whole batch");
+            let (a, rest) = chunk.as_slices();
+            for m in a.iter().chain(rest) {
+                black_box((m.first(), m.last()));
+            }
+            chunk.commit_all();
+        });
+    });
+    let aq = ArrayQueue::<[u8; BATCH_BYTES]>::new(2 * BATCH);
+    g.bench_with_input(BenchmarkId::new("crossbeam", BATCH), &BATCH, |b, _| {
+        b.iter(|| {
+            for m in &msgs {
+                aq.push(black_box(*m)).expect("room for a batch");
+            }
+            for _ in 0..BATCH {
+                let m = aq.pop().expect("a whole batch");
+                black_box((m.first(), m.last()));
+            }
+        });
+    });
+    g.finish();
+}
+
+criterion_group!(benches, publish_read, handoff, batch);
 criterion_main!(benches);

@@ -7,6 +7,10 @@
 //! - `read/pinned/<bytes>` and `read/copy/<bytes>`: the read alone (the publish is not timed);
 //! - `readers/<k>`: a producer thread streams 64-byte messages to `k` = 1..3 gating consumer
 //!   threads; time per message: compare `readers/1` with `handoff/rtrb`;
+//! - `batch/ring-batch/32` and `batch/ring-single/32`: 32 messages of 64 bytes in and out,
+//!   single thread: one `try_publish_batch` of 32 then one `try_read_batch` touching each
+//!   message in place, against 32 `try_publish` then 32 `try_pin`; per message (elements):
+//!   compare with `batch/rtrb/32` and `batch/crossbeam/32`;
 //! - `alloc/alloc_free` and `alloc/alloc_free_64_live`: the in-segment allocator.
 #![allow(
     clippy::std_instead_of_core,
@@ -184,6 +188,46 @@ fn readers(c: &mut Criterion) {
     g.finish();
 }
 
+/// Messages per `batch` sample (shared with the baselines).
+const BATCH: usize = 32;
+
+/// Message size of the `batch` group (shared with the baselines).
+const BATCH_BYTES: usize = 64;
+
+fn batch(c: &mut Criterion) {
+    let mut g = c.benchmark_group("batch");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    let seg = segment(2 * BATCH as u32, BATCH_BYTES, 1);
+    let mut tx = Producer::new(&seg, owner(1)).unwrap();
+    let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+    let msgs = [[7u8; BATCH_BYTES]; BATCH];
+    g.bench_with_input(BenchmarkId::new("ring-batch", BATCH), &BATCH, |b, _| {
+        b.iter(|| {
+            assert_eq!(tx.try_publish_batch(&msgs).unwrap(), BATCH);
+            let read = rx
+                .try_read_batch(BATCH, |m| {
+                    let bytes = m.bytes();
+                    black_box((bytes.first(), bytes.last()));
+                })
+                .unwrap();
+            assert_eq!(read, BATCH);
+        });
+    });
+    g.bench_with_input(BenchmarkId::new("ring-single", BATCH), &BATCH, |b, _| {
+        b.iter(|| {
+            for m in &msgs {
+                tx.try_publish(m).unwrap();
+            }
+            for _ in 0..BATCH {
+                let p = rx.try_pin().unwrap();
+                let bytes = p.bytes();
+                black_box((bytes.first(), bytes.last()));
+            }
+        });
+    });
+    g.finish();
+}
+
 fn alloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("alloc");
     let arena = 1 << 20;
@@ -211,5 +255,13 @@ fn alloc(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, claim_publish, publish_read, read, readers, alloc);
+criterion_group!(
+    benches,
+    claim_publish,
+    publish_read,
+    read,
+    readers,
+    batch,
+    alloc
+);
 criterion_main!(benches);

@@ -16,6 +16,10 @@ pub enum Transport {
     RingCopy,
     /// The slot ring with a blocking (futex) consumer.
     RingFutex,
+    /// The slot ring, batched (throughput only): the child publishes groups of messages with
+    /// `Producer::try_publish_batch` (one `head` store and one fence per group), the busy-polling
+    /// parent reads them with `Consumer::try_read_batch` (one cursor store per batch), zero-copy.
+    RingBatch,
     /// iceoryx2 publish-subscribe, busy-polling subscriber.
     Iceoryx2,
     /// iceoryx2 publish-subscribe woken by its event listener (blocking).
@@ -30,12 +34,13 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 10] = [
+    pub const ALL: [Transport; 11] = [
         Transport::Floor,
         Transport::Memcpy,
         Transport::RingPinned,
         Transport::RingCopy,
         Transport::RingFutex,
+        Transport::RingBatch,
         Transport::Iceoryx2,
         Transport::Iceoryx2Event,
         Transport::Unix,
@@ -51,6 +56,7 @@ impl Transport {
             Transport::RingPinned => "ring-pinned",
             Transport::RingCopy => "ring-copy",
             Transport::RingFutex => "ring-futex",
+            Transport::RingBatch => "ring-batch",
             Transport::Iceoryx2 => "iceoryx2",
             Transport::Iceoryx2Event => "iceoryx2-event",
             Transport::Unix => "unix",
@@ -72,6 +78,7 @@ impl Transport {
                 | Transport::Memcpy
                 | Transport::RingPinned
                 | Transport::RingCopy
+                | Transport::RingBatch
                 | Transport::Iceoryx2
         )
     }
@@ -81,6 +88,7 @@ impl Transport {
         match self {
             Transport::Floor => metric == Metric::RoundTrip && bytes == 64,
             Transport::Memcpy => metric == Metric::Acquire,
+            Transport::RingBatch => metric == Metric::Throughput && bytes == 64,
             _ => true,
         }
     }

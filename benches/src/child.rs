@@ -270,6 +270,8 @@ fn run(case: &Case, link: &mut Link, iters: usize, ctl: &mut Ctl) -> Result<(), 
                 for _ in 0..THROUGHPUT_BATCH {
                     tx.send(up, &mut nothing)?;
                 }
+                // A transport that groups messages publishes its last, partial group here.
+                tx.flush()?;
             }
         }
     }

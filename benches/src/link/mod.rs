@@ -27,6 +27,13 @@ pub trait Tx {
         len: usize,
         at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
     ) -> Result<(), BenchError>;
+
+    /// Makes every message sent so far visible to the peers. A transport that groups messages
+    /// (`ring-batch`) publishes its partial group here; the others publish in
+    /// [`send`](Tx::send) and have nothing to do.
+    fn flush(&mut self) -> Result<(), BenchError> {
+        Ok(())
+    }
 }
 
 /// The receiving half of a link.
@@ -62,9 +69,10 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
         Transport::Floor => floor::parent_begin(setups),
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::parent_begin(setups),
         Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::parent_begin(setups),
-        Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
-            ring::parent_begin(setups)
-        }
+        Transport::RingPinned
+        | Transport::RingCopy
+        | Transport::RingFutex
+        | Transport::RingBatch => ring::parent_begin(setups),
         Transport::Memcpy => Err(BenchError::Usage {
             what: "memcpy runs in the parent alone".to_owned(),
         }),
@@ -77,9 +85,10 @@ pub fn child_setup(setup: &Setup) -> Result<Link, BenchError> {
         Transport::Floor => floor::child_setup(setup),
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::child_setup(setup),
         Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::child_setup(setup),
-        Transport::RingPinned | Transport::RingCopy | Transport::RingFutex => {
-            ring::child_setup(setup)
-        }
+        Transport::RingPinned
+        | Transport::RingCopy
+        | Transport::RingFutex
+        | Transport::RingBatch => ring::child_setup(setup),
         Transport::Memcpy => Err(BenchError::Usage {
             what: "memcpy runs in the parent alone".to_owned(),
         }),

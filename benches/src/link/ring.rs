@@ -1,6 +1,9 @@
 //! The slot ring across processes: `ring-pinned` (busy-polling consumer, zero-copy pin),
-//! `ring-copy` (busy-polling consumer, seqlock copy-out) and `ring-futex` (consumer and producer
-//! block on the segment's futex words; zero-copy pin).
+//! `ring-copy` (busy-polling consumer, seqlock copy-out), `ring-futex` (consumer and producer
+//! block on the segment's futex words; zero-copy pin) and `ring-batch` (throughput only: the
+//! child publishes groups of [`BATCH_GROUP`] messages with `try_publish_batch`, the busy-polling
+//! parent reads up to [`BATCH_READ`] at a time with `try_read_batch`, zero-copy; the parent's
+//! one request per sample goes down the single-message `ring-pinned` path).
 //!
 //! Each direction is its own ring (`ring_os::ShmRing` in a file of the case directory, pages
 //! reserved and pre-faulted; its `Mapping` wakes futex waiters across processes): parent → children (one producer, one gating consumer per child) and
@@ -12,7 +15,7 @@ use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
 use crate::BenchError;
-use ring_core::{Config, DeliveryClass, ReadError};
+use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 use ring_os::{
     ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmReadError, ShmRing,
 };
@@ -37,9 +40,16 @@ fn mode(t: Transport) -> Mode {
     match t {
         Transport::RingCopy => Mode::Copy,
         Transport::RingFutex => Mode::Futex,
+        // `ring-batch`'s single-message halves (the parent's request, the child's read of it).
         _ => Mode::Pinned,
     }
 }
+
+/// Messages `ring-batch` groups into one `try_publish_batch`.
+pub const BATCH_GROUP: usize = 32;
+
+/// Most messages `ring-batch` reads in one `try_read_batch`.
+pub const BATCH_READ: usize = 64;
 
 struct RingTx {
     producer: ShmProducer,
@@ -136,6 +146,153 @@ impl Rx for RingRx {
     }
 }
 
+/// One message of a `ring-batch` group: a case-sized buffer, of which `len` bytes are sent.
+struct Queued {
+    buf: Vec<u8>,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Queued {
+    fn as_ref(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&self.buf)
+    }
+}
+
+/// `ring-batch`'s sending half: stamps each message into the next buffer of its group, and
+/// publishes the group with `try_publish_batch` once it holds [`BATCH_GROUP`] messages (or at
+/// [`Tx::flush`]).
+struct RingBatchTx {
+    producer: ShmProducer,
+    group: Vec<Queued>,
+    /// Messages of `group` stamped but not yet published.
+    queued: usize,
+    seq: u64,
+}
+
+impl RingBatchTx {
+    fn new(producer: ShmProducer, bytes: usize) -> Self {
+        Self {
+            producer,
+            group: (0..BATCH_GROUP)
+                .map(|_| Queued {
+                    buf: pattern(bytes),
+                    len: bytes,
+                })
+                .collect(),
+            queued: 0,
+            seq: 0,
+        }
+    }
+}
+
+impl Tx for RingBatchTx {
+    /// Queues the message; it becomes visible when its group is published. `at_publish` runs
+    /// when the message is queued (`ring-batch` takes part in `throughput` only, whose child
+    /// passes a no-op).
+    fn send(
+        &mut self,
+        len: usize,
+        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
+    ) -> Result<(), BenchError> {
+        let q = self
+            .group
+            .get_mut(self.queued)
+            .ok_or_else(|| err("batch group overran"))?;
+        let buf = q.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
+            what: format!("{NAME}: {len} bytes exceed the case size"),
+        })?;
+        stamp(buf, self.seq);
+        q.len = len;
+        self.queued += 1;
+        self.seq += 1;
+        at_publish()?;
+        if self.queued == BATCH_GROUP {
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    /// Publishes the queued messages, as few `try_publish_batch` calls as the consumer allows:
+    /// each publishes the prefix that fits, and the rest waits (spinning on `is_claimable`, as
+    /// `ring-pinned` does) for the consumer to free slots.
+    fn flush(&mut self) -> Result<(), BenchError> {
+        let deadline = Instant::now() + crate::child::RUN_TIMEOUT;
+        let mut done = 0;
+        while done < self.queued {
+            let producer = &mut self.producer;
+            let rest = self
+                .group
+                .get(done..self.queued)
+                .ok_or_else(|| err("batch group overran"))?;
+            done += spin_until(deadline, "free ring slots", || {
+                if !producer.is_claimable() {
+                    return Ok(None);
+                }
+                match producer.try_publish_batch(rest) {
+                    Ok(n) => Ok(Some(n)),
+                    // Transient (another pin came in meanwhile): spin again.
+                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => Ok(None),
+                    Err(e) => Err(err(e)),
+                }
+            })?;
+        }
+        self.queued = 0;
+        Ok(())
+    }
+}
+
+/// `ring-batch`'s receiving half: a `try_read_batch` takes up to [`BATCH_READ`] ready messages
+/// at once and checks each inside the callback, while it is pinned; the `recv` calls that follow
+/// are served from that count until it runs out.
+struct RingBatchRx {
+    transport: Transport,
+    consumers: Vec<ShmConsumer>,
+    /// Per peer: the sequence number the next message read must carry.
+    seq: Vec<u64>,
+    /// Per peer: messages read and checked, not yet handed out by `recv`.
+    ready: Vec<usize>,
+}
+
+impl Rx for RingBatchRx {
+    fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
+        let transport = self.transport;
+        let (Some(c), Some(seq), Some(ready)) = (
+            self.consumers.get_mut(peer),
+            self.seq.get_mut(peer),
+            self.ready.get_mut(peer),
+        ) else {
+            return Err(BenchError::Usage {
+                what: format!("{transport}: no peer {peer}"),
+            });
+        };
+        if *ready == 0 {
+            let mut bad = None;
+            let n = spin_until(deadline, "ring messages", || {
+                let read = c.try_read_batch(BATCH_READ, |item| {
+                    // Every byte is usable in place while pinned: check the stamps at both ends.
+                    if bad.is_none() {
+                        bad = check(item.bytes(), len, *seq, transport).err();
+                    }
+                    *seq += 1;
+                });
+                match read {
+                    Ok(n) => Ok(Some(n)),
+                    Err(ReadError::Empty) => Ok(None),
+                    Err(e) => Err(err(e)),
+                }
+            })?;
+            if let Some(e) = bad {
+                return Err(e);
+            }
+            *ready = n;
+        }
+        *ready = ready
+            .checked_sub(1)
+            .ok_or_else(|| err("try_read_batch read nothing"))?;
+        Ok(())
+    }
+}
+
 fn config(case_bytes: usize, depth: usize, consumers: usize) -> Result<Config, BenchError> {
     let cap = u32::try_from(case_bytes).map_err(|_| err("message too large for a slot"))?;
     let slots = u32::try_from(depth).map_err(|_| err("too many slots"))?;
@@ -184,6 +341,22 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     }
     let n = consumers.len();
     Ok(Box::new(move |_| {
+        let rx: Box<dyn Rx> = if transport == Transport::RingBatch {
+            Box::new(RingBatchRx {
+                transport,
+                consumers,
+                seq: vec![0; n],
+                ready: vec![0; n],
+            })
+        } else {
+            Box::new(RingRx {
+                transport,
+                mode: mode(transport),
+                consumers,
+                buf: vec![0; case.up_bytes()],
+                seq: vec![0; n],
+            })
+        };
         Ok(Link {
             tx: Box::new(RingTx {
                 producer,
@@ -191,13 +364,7 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 buf: pattern(case.down_bytes()),
                 seq: 0,
             }),
-            rx: Box::new(RingRx {
-                transport,
-                mode: mode(transport),
-                consumers,
-                buf: vec![0; case.up_bytes()],
-                seq: vec![0; n],
-            }),
+            rx,
         })
     }))
 }
@@ -208,13 +375,18 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
     let consumer = ShmRing::consumer(&down, DeliveryClass::Gating).map_err(err)?;
     let up = ShmRing::open_file(&up_path(s, s.child)).map_err(err)?;
     let producer = ShmRing::producer(&up).map_err(err)?;
-    Ok(Link {
-        tx: Box::new(RingTx {
+    let tx: Box<dyn Tx> = if s.transport == Transport::RingBatch {
+        Box::new(RingBatchTx::new(producer, s.case.up_bytes()))
+    } else {
+        Box::new(RingTx {
             producer,
             mode: mode(s.transport),
             buf: pattern(s.case.up_bytes()),
             seq: 0,
-        }),
+        })
+    };
+    Ok(Link {
+        tx,
         rx: Box::new(RingRx {
             transport: s.transport,
             mode: mode(s.transport),
@@ -223,4 +395,60 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
             seq: vec![0],
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::case::{plan, Metric};
+    use std::time::Duration;
+
+    #[test]
+    fn batch_link_groups_flushes_and_checks() {
+        let dir = std::env::temp_dir().join(format!("ring-batch-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let case = plan(true)
+            .into_iter()
+            .find(|c| c.metric == Metric::Throughput)
+            .unwrap();
+        let mut setups = [Setup {
+            transport: Transport::RingBatch,
+            case: case.clone(),
+            child: 0,
+            children: 1,
+            dir: dir.clone(),
+            tag: String::new(),
+            port: 0,
+        }];
+        let pending = parent_begin(&mut setups).unwrap();
+        let mut child = child_setup(&setups[0]).unwrap();
+        let mut parent = pending(Instant::now()).unwrap();
+        let soon = || Instant::now() + Duration::from_millis(50);
+        let (up, mut nothing) = (case.up_bytes(), || Ok(()));
+
+        // The request goes down the single-message path.
+        parent.tx.send(case.down_bytes(), &mut nothing).unwrap();
+        child.rx.recv(0, case.down_bytes(), soon()).unwrap();
+
+        // Two whole groups are published as they fill; the last five wait for the flush.
+        for _ in 0..2 * BATCH_GROUP + 5 {
+            child.tx.send(up, &mut nothing).unwrap();
+        }
+        for _ in 0..2 * BATCH_GROUP {
+            parent.rx.recv(0, up, soon()).unwrap();
+        }
+        assert!(matches!(
+            parent.rx.recv(0, up, soon()),
+            Err(BenchError::Timeout { .. })
+        ));
+        child.tx.flush().unwrap();
+        for _ in 0..5 {
+            parent.rx.recv(0, up, soon()).unwrap();
+        }
+        // Nothing more, and a flush with nothing queued publishes nothing.
+        child.tx.flush().unwrap();
+        assert!(parent.rx.recv(0, up, soon()).is_err());
+        drop((parent, child));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

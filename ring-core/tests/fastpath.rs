@@ -217,7 +217,7 @@ fn a_panicking_batch_callback_leaves_its_message_unread() {
     let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
     p.try_publish(b"first").unwrap();
     p.try_publish(b"second").unwrap();
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
         c.try_read_batch(4, |m| {
             assert_ne!(m.seq(), 1, "the callback fails on message 1")
         })

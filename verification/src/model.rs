@@ -276,6 +276,8 @@ pub enum Outcome {
     AllocWrote(Result<(), AllocError>, Result<(), AllocError>),
     /// A free.
     Free(Result<u64, AllocError>),
+    /// `free_all_of`: count and bytes.
+    FreedAll(Result<(u64, u64), AllocError>),
     /// `try_publish_batch`: how many were published, or the error.
     PublishedBatch(Result<usize, ClaimError>),
     /// `try_read_batch`: each message read (as [`Outcome::Read`]), or the error.
@@ -283,8 +285,6 @@ pub enum Outcome {
     /// The real side saw a property broken inside a call (the model never returns this, so
     /// the step fails naming it).
     Broken(String),
-    /// `free_all_of`: count and bytes.
-    FreedAll(Result<(u64, u64), AllocError>),
 }
 
 /// The ring's shape for a model run.
@@ -765,20 +765,16 @@ impl Model {
         Outcome::ReadBatch(Ok(items))
     }
 
-    fn claim(&mut self) -> Outcome {
-        if self.claim.is_some() {
-            return Outcome::Skipped;
-        }
-        if self.closed {
-            return Outcome::ClaimFailed(ClaimError::Closed);
-        }
+    /// Why a claim of the next sequence would be refused for a gating consumer or a pin
+    /// (`Full`, `Pinned`), if it would: what `Producer::is_claimable` tells without claiming.
+    pub fn claim_blocked(&self) -> Option<ClaimError> {
         let n = self.slots.len() as u64;
         let seq = self.head;
         let need = (seq + 1).saturating_sub(n);
         for (i, c) in self.consumers.iter().enumerate() {
             if let Some(c) = c {
                 if c.class == Class::Gating && c.cursor < need {
-                    return Outcome::ClaimFailed(ClaimError::Full {
+                    return Some(ClaimError::Full {
                         consumer: i,
                         cursor: c.cursor,
                     });
@@ -787,9 +783,22 @@ impl Model {
         }
         let slot = (seq % n) as usize;
         let readers = self.readers(slot);
-        if readers != 0 {
-            return Outcome::ClaimFailed(ClaimError::Pinned { slot, readers });
+        (readers != 0).then_some(ClaimError::Pinned { slot, readers })
+    }
+
+    fn claim(&mut self) -> Outcome {
+        if self.claim.is_some() {
+            return Outcome::Skipped;
         }
+        if self.closed {
+            return Outcome::ClaimFailed(ClaimError::Closed);
+        }
+        if let Some(e) = self.claim_blocked() {
+            return Outcome::ClaimFailed(e);
+        }
+        let n = self.slots.len() as u64;
+        let seq = self.head;
+        let slot = (seq % n) as usize;
         self.slots[slot].stamp = 2 * seq + 1;
         self.claim = Some(ModelClaim { slot, seq, len: 0 });
         Outcome::Claimed(seq)

@@ -580,6 +580,16 @@ impl<'s, M: Memory> Real<'s, M> {
             p.owner,
             model.producer_owner
         );
+        // `is_claimable` (what a polling producer spins on): true exactly when a claim would
+        // not be refused for a gating consumer or a pin.
+        if let Some(prod) = self.producer.as_ref().and_then(Held::peek) {
+            let blocked = model.claim_blocked();
+            ensure!(
+                prod.is_claimable() == blocked.is_none(),
+                "is_claimable() {} but the model's claim would be {blocked:?}",
+                prod.is_claimable()
+            );
+        }
         // Invariant 1 (one writer): at most one slot is being written, the claimed one, and
         // never one a reader pins.
         ensure!(

@@ -67,9 +67,26 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         1 => any::<u8>().prop_map(|owner| Op::FreeAllOf { owner }),
         // The batch calls: mixed lengths (inline and payload-area messages in one batch when
         // the slots are wider than the message line), some too large for the slot.
-        4 => (0u8..7, prop_oneof![0..cap / 2 + 1, 0..cap + 9], any::<u8>())
+        4 => (0u8..7, batch_len(cap), any::<u8>())
             .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
         4 => (c.clone(), 0u8..6).prop_map(|(consumer, max)| Op::ReadBatch { consumer, max }),
+    ]
+}
+
+/// Lengths of [`Op::PublishBatch`]'s even messages (the odd ones have half): up to the slot
+/// and a little past it, and the message line's boundaries (`INLINE_CAPACITY` and one more,
+/// for the even messages and, doubled, for the odd ones).
+fn batch_len(cap: u16) -> impl Strategy<Value = u16> {
+    let inline = ring_core::INLINE_CAPACITY as u16;
+    prop_oneof![
+        3 => 0..cap / 2 + 1,
+        3 => 0..cap + 9,
+        1 => prop_oneof![
+            Just(inline),
+            Just(inline + 1),
+            Just(2 * inline),
+            Just(2 * inline + 2)
+        ],
     ]
 }
 

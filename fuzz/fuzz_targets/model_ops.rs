@@ -6,8 +6,9 @@
 use libfuzzer_sys::fuzz_target;
 use ring_verification::model::{ModelConfig, Op};
 
-/// The shapes `verification/tests/proptest_model.rs` runs, plus `ModelConfig::small()`.
-const CONFIGS: [ModelConfig; 4] = [
+/// The shapes `verification/tests/proptest_model.rs` runs, plus `ModelConfig::small()` and
+/// `ModelConfig::wide()` (slots wider than the message line: inline and payload-area messages).
+const CONFIGS: [ModelConfig; 6] = [
     ModelConfig::small(),
     ModelConfig {
         slots: 1,
@@ -29,6 +30,14 @@ const CONFIGS: [ModelConfig; 4] = [
         consumers: 3,
         arena: 2048,
         max_live: 40,
+    },
+    ModelConfig::wide(),
+    ModelConfig {
+        slots: 3,
+        capacity: 256,
+        consumers: 2,
+        arena: 0,
+        max_live: 0,
     },
 ];
 

@@ -340,3 +340,88 @@ fn ops_overrun_then_empty_counts_missed() {
     ];
     assert_eq!(run_ops(0, ops), Ok(()));
 }
+
+/// Every ABI 3 word a hostile peer can scribble, on a ring wider than the message line (two
+/// slots of `INLINE_CAPACITY + 32` bytes, an inline and a payload-area message in them): the
+/// inline words of a small message, its length moved across `INLINE_CAPACITY` and past the
+/// slot, a stamp rolled back (by one message, to 0, to an odd value). Then pins, copies, bounded
+/// waits and (in the oracle's batch probe) `try_read_batch` and `try_publish_batch` must fail
+/// cleanly or return a whole message of a length the slot holds.
+#[test]
+fn hostile_abi3_words_fail_cleanly() {
+    use oracles::hostile::{HostileInput, Step, Target, Value};
+    use oracles::ops::{Class, Op, Shape};
+    let inline = ring_core::INLINE_CAPACITY as u64;
+    let cap = inline + 32;
+    let pokes: Vec<(Target, Value)> = [0u8, 1]
+        .into_iter()
+        .flat_map(|index| {
+            let inline_words = [0xF0u8, 0xF1, 0xFB]
+                .map(move |word| (Target::Payload { index, word }, Value::Raw(u64::MAX)));
+            let lens = [0, inline - 1, inline, inline + 1, cap, cap + 1, u64::MAX]
+                .map(move |v| (Target::Slot { index, field: 2 }, Value::Raw(v)));
+            let stamps = [
+                Value::Delta(-2),
+                Value::Delta(-1),
+                Value::Small(0),
+                Value::Delta(-4),
+            ]
+            .map(move |v| (Target::Slot { index, field: 1 }, v));
+            inline_words.into_iter().chain(lens).chain(stamps)
+        })
+        .collect();
+    let reads = |who: u8| {
+        [
+            Op::Pin {
+                who,
+                claim_while_pinned: false,
+            },
+            Op::Copy { who, buf: 255 },
+            Op::WaitReady(who),
+            Op::Pin {
+                who,
+                claim_while_pinned: true,
+            },
+        ]
+    };
+    let mut runs = 0;
+    for (target, value) in pokes {
+        for classes in [
+            [Class::Gating, Class::SkipOnLag],
+            [Class::LatestOnly, Class::Gating],
+        ] {
+            let mut steps = vec![
+                Step::Op(Op::Register(classes[0])),
+                Step::Op(Op::Register(classes[1])),
+                // Slot 0 gets a small (inline) message, slot 1 one for the payload area.
+                Step::Op(Op::Publish { len: 20, fill: 7 }),
+                Step::Op(Op::Publish {
+                    len: (inline + 17) as u8,
+                    fill: 9,
+                }),
+                Step::Poke { target, value },
+            ];
+            for who in 0..2 {
+                steps.extend(reads(who).map(Step::Op));
+            }
+            let input = HostileInput {
+                // `cap_words` 0xFD: INLINE_CAPACITY + 32 bytes.
+                shape: Shape {
+                    slots: 1,
+                    cap_words: 0xFD,
+                    consumers: 1,
+                },
+                with_allocator: false,
+                steps,
+            };
+            assert_eq!(input.shape.capacity() as u64, cap);
+            assert_eq!(
+                oracles::hostile::run(&input),
+                Ok(()),
+                "{target:?} <- {value:?}"
+            );
+            runs += 1;
+        }
+    }
+    assert!(runs > 40);
+}

@@ -369,19 +369,35 @@ impl XorShift {
     }
 }
 
-/// Deterministic op sequence `n` for the model runs.
+/// Deterministic op sequence `n` for the model runs, for 32-byte slots.
 pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
+    sequence_for(seed, len, 32)
+}
+
+/// Deterministic op sequence `n` for the model runs, with writes and batches sized for
+/// `cap`-byte slots (some longer: refused).
+pub fn sequence_for(seed: u64, len: usize, cap: u16) -> Vec<Op> {
     let mut r = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let cap = cap.max(8);
     (0..len)
         .map(|_| {
             let x = r.next();
             let b = (x >> 8) as u8;
-            match x % 20 {
+            match x % 24 {
                 0..=2 => Op::Claim,
                 3 | 4 => Op::Write {
-                    offset: (b % 40).into(),
-                    len: (x >> 16) as u16 % 20,
+                    offset: (x >> 40) as u16 % (cap + 8),
+                    len: (x >> 16) as u16 % (cap / 2 + 4),
                     seed: b,
+                },
+                20 | 21 => Op::PublishBatch {
+                    count: (x >> 24) as u8 % 6,
+                    len: (x >> 32) as u16 % (cap + 4),
+                    seed: b,
+                },
+                22 | 23 => Op::ReadBatch {
+                    consumer: b,
+                    max: (x >> 24) as u8 % 5,
                 },
                 5..=7 => Op::Publish,
                 8 => Op::Abort,
@@ -389,7 +405,7 @@ pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
                 11 => Op::Unpin { consumer: b },
                 12 => Op::CopyRead {
                     consumer: b,
-                    buf: 32,
+                    buf: cap,
                 },
                 13 => Op::Register {
                     class: [Class::Gating, Class::LatestOnly, Class::SkipOnLag][b as usize % 3],
@@ -415,13 +431,16 @@ pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
         .collect()
 }
 
-/// Every invariant against the reference model, for fixed op sequences.
+/// Every invariant against the reference model, for fixed op sequences: on 32-byte slots
+/// (every message inline) and on 160-byte slots (inline and payload-area messages).
 pub fn model_sequences<B: Backend>(b: &B) -> Check {
-    let cfg = ModelConfig::small();
     let (runs, len) = if cfg!(miri) { (2, 60) } else { (40, 300) };
-    for seed in 0..runs {
-        let m = b.create(&cfg.config())?;
-        run_on(&m, &cfg, &sequence(seed, len)).map_err(|f| Failure(format!("seed {seed}: {f}")))?;
+    for cfg in [ModelConfig::small(), ModelConfig::wide()] {
+        for seed in 0..runs {
+            let m = b.create(&cfg.config())?;
+            let ops = sequence_for(seed, len, cfg.capacity as u16);
+            run_on(&m, &cfg, &ops).map_err(|f| Failure(format!("{cfg:?} seed {seed}: {f}")))?;
+        }
     }
     Ok(())
 }

@@ -14,7 +14,7 @@
 
 use arbitrary::Arbitrary;
 use ring_core::arena::{AllocError, Allocation, GRANULE_BYTES};
-use ring_core::{ClaimError, Config, Error, ReadError, Reclaimed, READ_RETRIES};
+use ring_core::{ClaimError, Config, Error, ReadError, Reclaimed, INLINE_CAPACITY, READ_RETRIES};
 
 /// A delivery class, as an operation parameter: the fuzz oracles' type, one copy for both.
 pub use ring_oracles::ops::Class;
@@ -190,6 +190,40 @@ pub enum Op {
         /// Owner id (mod 4).
         owner: u8,
     },
+    /// The producer publishes [`batch_messages`]`(count, len, seed)` with
+    /// `try_publish_batch` (no claim held): the same as that many claim, write, publish in a
+    /// row, stopping where a claim fails (an error only when the first one does), `TooLarge`
+    /// up front. Messages written whole go inline when they fit the message line.
+    PublishBatch {
+        /// Messages in the batch.
+        count: u8,
+        /// Length of the even-numbered messages (the odd ones have half of it).
+        len: u16,
+        /// First byte of the first message's pattern.
+        seed: u8,
+    },
+    /// Consumer reads up to `max` messages with `try_read_batch` (each pinned while the
+    /// callback runs, then released): the same as that many pin-and-unpin reads, stopping at
+    /// the first that fails (an error only when the first one does), the shared cursor stored
+    /// once at the end.
+    ReadBatch {
+        /// Consumer-table index.
+        consumer: u8,
+        /// Most messages to read.
+        max: u8,
+    },
+}
+
+/// The messages [`Op::PublishBatch`] publishes: message `k` has `len` bytes (`k` even) or
+/// `len / 2` (`k` odd), so one batch mixes payload-area and inline messages when `len` is
+/// above [`INLINE_CAPACITY`]; its bytes are [`pattern`]`(seed + 31 k, ..)`.
+pub fn batch_messages(count: u8, len: u16, seed: u8) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|k| {
+            let l = if k % 2 == 0 { len } else { len / 2 };
+            pattern(seed.wrapping_add(k.wrapping_mul(31)), l as usize)
+        })
+        .collect()
 }
 
 /// What one operation did, compared between the model and the real ring.
@@ -244,6 +278,13 @@ pub enum Outcome {
     Free(Result<u64, AllocError>),
     /// `free_all_of`: count and bytes.
     FreedAll(Result<(u64, u64), AllocError>),
+    /// `try_publish_batch`: how many were published, or the error.
+    PublishedBatch(Result<usize, ClaimError>),
+    /// `try_read_batch`: each message read (as [`Outcome::Read`]), or the error.
+    ReadBatch(Result<Vec<Outcome>, ReadError>),
+    /// The real side saw a property broken inside a call (the model never returns this, so
+    /// the step fails naming it).
+    Broken(String),
 }
 
 /// The ring's shape for a model run.
@@ -268,6 +309,19 @@ impl ModelConfig {
         Self {
             slots: 4,
             capacity: 32,
+            consumers: 3,
+            arena: 1024,
+            max_live: 6,
+        }
+    }
+
+    /// Slots wider than the message line: 4 slots of 160 bytes, so messages of up to
+    /// [`INLINE_CAPACITY`] bytes travel inline and longer ones in the payload area; 3
+    /// consumers, a 1 KiB arena with 6 live allocations at most.
+    pub const fn wide() -> Self {
+        Self {
+            slots: 4,
+            capacity: 160,
             consumers: 3,
             arena: 1024,
             max_live: 6,
@@ -303,12 +357,27 @@ pub struct ModelSlot {
     /// Seqlock stamp: `2 seq + 1` while claimed for `seq` (or after an abort), `2 seq + 2`
     /// once `seq` is published.
     pub stamp: u64,
-    /// All payload bytes of the slot.
+    /// All payload bytes of the slot (the payload area).
     pub bytes: Vec<u8>,
+    /// The slot header's inline words ([`INLINE_CAPACITY`] bytes): where a message of at most
+    /// that many bytes travels.
+    pub inline: Vec<u8>,
     /// The published message's length.
     pub len: usize,
     /// The published message's metadata.
     pub meta: [u64; 2],
+}
+
+impl ModelSlot {
+    /// The published message's bytes: in the inline words when it is small, else in the
+    /// payload area.
+    pub fn message(&self) -> &[u8] {
+        if self.len <= INLINE_CAPACITY {
+            &self.inline[..self.len]
+        } else {
+            &self.bytes[..self.len]
+        }
+    }
 }
 
 /// One consumer-table entry in the model.
@@ -435,6 +504,7 @@ impl Model {
                 .map(|_| ModelSlot {
                     stamp: 0,
                     bytes: vec![0; cap],
+                    inline: vec![0; INLINE_CAPACITY],
                     len: 0,
                     meta: [0; 2],
                 })
@@ -494,6 +564,11 @@ impl Model {
                     // padded even where a short message overwrote a longer one.
                     let pad_end = c.len.div_ceil(8) * 8;
                     s.bytes[c.len..pad_end].fill(0);
+                    if c.len <= INLINE_CAPACITY {
+                        // A small message written into the payload area travels inline: its
+                        // padded words are copied into the message line.
+                        s.inline[..pad_end].copy_from_slice(&s.bytes[..pad_end]);
+                    }
                     s.stamp = 2 * c.seq + 2;
                     s.len = c.len;
                     s.meta = [c.seq, c.len as u64];
@@ -607,7 +682,108 @@ impl Model {
             Op::AllocWrite { which, seed, extra } => self.alloc_write(which, seed, extra),
             Op::Free { which, mode } => self.free(which, mode),
             Op::FreeAllOf { owner } => self.free_all_of(owner),
+            Op::PublishBatch { count, len, seed } => self.publish_batch(count, len, seed),
+            Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max),
         })
+    }
+
+    /// [`Op::PublishBatch`].
+    fn publish_batch(&mut self, count: u8, len: u16, seed: u8) -> Outcome {
+        if self.claim.is_some() {
+            // The claim borrows the producer.
+            return Outcome::Skipped;
+        }
+        let msgs = batch_messages(count, len, seed);
+        let cap = self.capacity();
+        if let Some(m) = msgs.iter().find(|m| m.len() > cap) {
+            return Outcome::PublishedBatch(Err(ClaimError::TooLarge {
+                len: m.len(),
+                capacity: cap,
+            }));
+        }
+        let mut published = 0;
+        for m in &msgs {
+            match self.claim() {
+                Outcome::Claimed(_) => {}
+                Outcome::ClaimFailed(e) if published == 0 => {
+                    return Outcome::PublishedBatch(Err(e));
+                }
+                _ => break,
+            }
+            let Some(c) = self.claim.take() else {
+                return Outcome::Skipped;
+            };
+            let s = &mut self.slots[c.slot];
+            let len = m.len();
+            let pad_end = len.div_ceil(8) * 8;
+            // Written whole: a small message straight into the message line (the payload
+            // area untouched), a longer one into the payload area; the last word padded.
+            let words = if len <= INLINE_CAPACITY {
+                &mut s.inline
+            } else {
+                &mut s.bytes
+            };
+            words[..len].copy_from_slice(m);
+            words[len..pad_end].fill(0);
+            s.stamp = 2 * c.seq + 2;
+            s.len = len;
+            s.meta = [0; 2];
+            self.head = c.seq + 1;
+            published += 1;
+        }
+        Outcome::PublishedBatch(Ok(published))
+    }
+
+    /// [`Op::ReadBatch`].
+    fn read_batch(&mut self, i: usize, max: u8) -> Outcome {
+        match &self.consumers[i] {
+            Some(c) if c.alive && (c.pin.is_none() || c.leaked) => {}
+            _ => return Outcome::Skipped,
+        }
+        let mut items = Vec::new();
+        while items.len() < usize::from(max) {
+            let read = self.read(i, None);
+            match read {
+                Outcome::Read { seq, .. } => {
+                    let c = self.consumers[i].as_mut().expect("checked above");
+                    // Released right after the callback.
+                    c.pin = None;
+                    c.next = seq + 1;
+                    c.received += 1;
+                    items.push(read);
+                }
+                Outcome::ReadFailed(e) if items.is_empty() => {
+                    return Outcome::ReadBatch(Err(e));
+                }
+                _ => break,
+            }
+        }
+        // One cursor store for the batch: the consumer's next sequence (past any message a
+        // failed last read stepped over).
+        let c = self.consumers[i].as_mut().expect("checked above");
+        c.cursor = c.next;
+        Outcome::ReadBatch(Ok(items))
+    }
+
+    /// Why a claim of the next sequence would be refused for a gating consumer or a pin
+    /// (`Full`, `Pinned`), if it would: what `Producer::is_claimable` tells without claiming.
+    pub fn claim_blocked(&self) -> Option<ClaimError> {
+        let n = self.slots.len() as u64;
+        let seq = self.head;
+        let need = (seq + 1).saturating_sub(n);
+        for (i, c) in self.consumers.iter().enumerate() {
+            if let Some(c) = c {
+                if c.class == Class::Gating && c.cursor < need {
+                    return Some(ClaimError::Full {
+                        consumer: i,
+                        cursor: c.cursor,
+                    });
+                }
+            }
+        }
+        let slot = (seq % n) as usize;
+        let readers = self.readers(slot);
+        (readers != 0).then_some(ClaimError::Pinned { slot, readers })
     }
 
     fn claim(&mut self) -> Outcome {
@@ -617,24 +793,12 @@ impl Model {
         if self.closed {
             return Outcome::ClaimFailed(ClaimError::Closed);
         }
+        if let Some(e) = self.claim_blocked() {
+            return Outcome::ClaimFailed(e);
+        }
         let n = self.slots.len() as u64;
         let seq = self.head;
-        let need = (seq + 1).saturating_sub(n);
-        for (i, c) in self.consumers.iter().enumerate() {
-            if let Some(c) = c {
-                if c.class == Class::Gating && c.cursor < need {
-                    return Outcome::ClaimFailed(ClaimError::Full {
-                        consumer: i,
-                        cursor: c.cursor,
-                    });
-                }
-            }
-        }
         let slot = (seq % n) as usize;
-        let readers = self.readers(slot);
-        if readers != 0 {
-            return Outcome::ClaimFailed(ClaimError::Pinned { slot, readers });
-        }
         self.slots[slot].stamp = 2 * seq + 1;
         self.claim = Some(ModelClaim { slot, seq, len: 0 });
         Outcome::Claimed(seq)
@@ -735,7 +899,7 @@ impl Model {
             let out = Outcome::Read {
                 seq,
                 missed,
-                bytes: s.bytes[..s.len].to_vec(),
+                bytes: s.message().to_vec(),
                 meta: s.meta,
             };
             if buf.is_some() {

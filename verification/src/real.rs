@@ -3,7 +3,8 @@
 
 use crate::ensure;
 use crate::model::{
-    pattern, DisplacedCall, Model, Op, Outcome, VictimCall, CONSUMER_OWNER_BASE, PRODUCER_OWNER,
+    batch_messages, pattern, DisplacedCall, Model, Op, Outcome, VictimCall, CONSUMER_OWNER_BASE,
+    PRODUCER_OWNER,
 };
 use crate::model::{Failure, ALLOC_OWNERS};
 use ring_core::arena::{AllocError, Allocator};
@@ -310,6 +311,77 @@ impl<'s, M: Memory> Real<'s, M> {
                         .map(|f| (f.count, f.bytes)),
                 ),
             },
+            Op::PublishBatch { count, len, seed } => {
+                // A held claim borrows the producer: the model skips, and so do we.
+                match self.producer.as_mut().and_then(Held::get) {
+                    Some(p) => Outcome::PublishedBatch(
+                        p.try_publish_batch(&batch_messages(count, len, seed)),
+                    ),
+                    None => Outcome::Skipped,
+                }
+            }
+            Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max),
+        }
+    }
+
+    /// [`Op::ReadBatch`]: each item as the model's read outcome, and while the callback runs,
+    /// the item must be pinned (our bit in its slot), whole, and its words padded.
+    fn read_batch(&mut self, i: usize, max: u8) -> Outcome {
+        let mem = self.mem;
+        let n = mem.geometry().slots() as u64;
+        let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
+            return Outcome::Skipped;
+        };
+        let bit = 1u64 << c.index();
+        let mut items = Vec::new();
+        let mut broken = Vec::new();
+        let r = c.try_read_batch(usize::from(max), |m| {
+            let slot = (m.seq() % n) as usize;
+            let state = mem
+                .slot_header(slot)
+                .state
+                .load(ring_core::sync::Ordering::Relaxed);
+            if state & bit == 0 || state & WRITER != 0 {
+                broken.push(format!(
+                    "seq {}: slot {slot} state {state:#x} during the callback",
+                    m.seq()
+                ));
+            }
+            let words = m.words();
+            let mut padded = vec![0u8; m.len().div_ceil(8) * 8];
+            padded[..m.len()].copy_from_slice(m.bytes());
+            let got: Vec<u8> = words
+                .iter()
+                .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+                .collect();
+            if got != padded {
+                broken.push(format!(
+                    "seq {}: words {got:?} != bytes padded {padded:?}",
+                    m.seq()
+                ));
+            }
+            let mut out = vec![0u8; m.len() + 3];
+            if m.copy_to(&mut out) != m.len() || out[..m.len()] != *m.bytes() {
+                broken.push(format!("seq {}: copy_to disagrees with bytes", m.seq()));
+            }
+            items.push(Outcome::Read {
+                seq: m.seq(),
+                missed: m.missed(),
+                bytes: m.bytes().to_vec(),
+                meta: m.meta(),
+            });
+        });
+        if !broken.is_empty() {
+            // Shows as a disagreement with the model, naming what broke.
+            return Outcome::Broken(broken.join("; "));
+        }
+        match r {
+            Ok(k) if k == items.len() => Outcome::ReadBatch(Ok(items)),
+            Ok(k) => Outcome::Broken(format!(
+                "try_read_batch returned {k}, called back {} times",
+                items.len()
+            )),
+            Err(e) => Outcome::ReadBatch(Err(e)),
         }
     }
 
@@ -508,6 +580,16 @@ impl<'s, M: Memory> Real<'s, M> {
             p.owner,
             model.producer_owner
         );
+        // `is_claimable` (what a polling producer spins on): true exactly when a claim would
+        // not be refused for a gating consumer or a pin.
+        if let Some(prod) = self.producer.as_ref().and_then(Held::peek) {
+            let blocked = model.claim_blocked();
+            ensure!(
+                prod.is_claimable() == blocked.is_none(),
+                "is_claimable() {} but the model's claim would be {blocked:?}",
+                prod.is_claimable()
+            );
+        }
         // Invariant 1 (one writer): at most one slot is being written, the claimed one, and
         // never one a reader pins.
         ensure!(
@@ -553,18 +635,18 @@ impl<'s, M: Memory> Real<'s, M> {
                 "slot {i}: payload {bytes:?} != model {:?}",
                 ms.bytes
             );
-            if stamp % 2 == 0 && stamp > 0 && ms.len <= ring_core::INLINE_CAPACITY {
-                // A small message travels in the message line: readers see those words.
-                let mut inline = vec![0u8; ms.len.div_ceil(8) * 8];
-                for (k, w) in h.inline.iter().take(ms.len.div_ceil(8)).enumerate() {
-                    inline[k * 8..k * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
-                }
-                let want = &ms.bytes[..inline.len().min(ms.bytes.len())];
-                ensure!(
-                    inline[..want.len()] == *want,
-                    "slot {i}: inline words {inline:?} != model {want:?}"
-                );
+            // The message line's inline words, all of them: a small message travels there
+            // (written straight in, or copied from the payload area at publish, its last word
+            // padded), and nothing else writes them.
+            let mut inline = vec![0u8; ms.inline.len()];
+            for (k, w) in h.inline.iter().enumerate() {
+                inline[k * 8..k * 8 + 8].copy_from_slice(&w.load(order).to_ne_bytes());
             }
+            ensure!(
+                inline == ms.inline,
+                "slot {i}: inline words {inline:?} != model {:?}",
+                ms.inline
+            );
             if stamp % 2 == 0 && stamp > 0 {
                 let len = h.len.load(order);
                 ensure!(
@@ -686,10 +768,10 @@ impl<'s, M: Memory> Real<'s, M> {
                 pin.slot()
             );
             ensure!(
-                ms.stamp == 2 * seq + 2 && pin.bytes() == &ms.bytes[..ms.len],
+                ms.stamp == 2 * seq + 2 && pin.bytes() == ms.message(),
                 "consumer {i}: pinned message {seq} changed under the pin: {:?} vs {:?}",
                 pin.bytes(),
-                &ms.bytes[..ms.len]
+                ms.message()
             );
         } else if let Some(c) = cell.peek() {
             ensure!(

@@ -57,7 +57,7 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         1 => any::<bool>().prop_map(|same_owner| Op::TakeOverLive { same_owner }),
         1 => (any::<u8>(), displaced_call())
             .prop_map(|(which, call)| Op::Displaced { which, call }),
-        2 => c.prop_map(|consumer| Op::ForgetPin { consumer }),
+        2 => c.clone().prop_map(|consumer| Op::ForgetPin { consumer }),
         3 => (0u16..400, any::<u8>()).prop_map(|(len, owner)| Op::Alloc { len, owner }),
         2 => (any::<u8>(), any::<u8>(), prop_oneof![Just(0u8), 1u8..9])
             .prop_map(|(which, seed, extra)| Op::AllocWrite { which, seed, extra }),
@@ -65,6 +65,28 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
                 Just(FreeMode::Owner), Just(FreeMode::Foreign), Just(FreeMode::Stale)])
             .prop_map(|(which, mode)| Op::Free { which, mode }),
         1 => any::<u8>().prop_map(|owner| Op::FreeAllOf { owner }),
+        // The batch calls: mixed lengths (inline and payload-area messages in one batch when
+        // the slots are wider than the message line), some too large for the slot.
+        4 => (0u8..7, batch_len(cap), any::<u8>())
+            .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
+        4 => (c.clone(), 0u8..6).prop_map(|(consumer, max)| Op::ReadBatch { consumer, max }),
+    ]
+}
+
+/// Lengths of [`Op::PublishBatch`]'s even messages (the odd ones have half): up to the slot
+/// and a little past it, and the message line's boundaries (`INLINE_CAPACITY` and one more,
+/// for the even messages and, doubled, for the odd ones).
+fn batch_len(cap: u16) -> impl Strategy<Value = u16> {
+    let inline = ring_core::INLINE_CAPACITY as u16;
+    prop_oneof![
+        3 => 0..cap / 2 + 1,
+        3 => 0..cap + 9,
+        1 => prop_oneof![
+            Just(inline),
+            Just(inline + 1),
+            Just(2 * inline),
+            Just(2 * inline + 2)
+        ],
     ]
 }
 
@@ -92,24 +114,43 @@ fn len() -> usize {
     }
 }
 
+/// The ring shapes, with the operations for each: writes and batches as long as the slot
+/// (at least 32 bytes), so the wide shapes see messages on both sides of
+/// `ring_core::INLINE_CAPACITY`.
+fn shaped_ops() -> impl Strategy<Value = (ModelConfig, Vec<Op>)> {
+    shapes().prop_flat_map(|cfg| {
+        let cap = cfg.capacity.max(32) as u16;
+        (Just(cfg), ops(cap, len()))
+    })
+}
+
 fn shapes() -> impl Strategy<Value = ModelConfig> {
     prop_oneof![
-        Just(ModelConfig::small()),
-        Just(ModelConfig {
+        1 => Just(ModelConfig::small()),
+        // Slots wider than the message line: inline and payload-area messages.
+        2 => Just(ModelConfig::wide()),
+        1 => Just(ModelConfig {
+            slots: 3,
+            capacity: 256,
+            consumers: 2,
+            arena: 0,
+            max_live: 0
+        }),
+        1 => Just(ModelConfig {
             slots: 1,
             capacity: 16,
             consumers: 2,
             arena: 512,
             max_live: 3
         }),
-        Just(ModelConfig {
+        1 => Just(ModelConfig {
             slots: 2,
             capacity: 24,
             consumers: 4,
             arena: 0,
             max_live: 0
         }),
-        Just(ModelConfig {
+        1 => Just(ModelConfig {
             slots: 8,
             capacity: 8,
             consumers: 3,
@@ -124,7 +165,7 @@ proptest! {
 
     /// The heap backend (the `RawMemory` path every OS mapping uses) matches the model.
     #[test]
-    fn heap_ring_matches_the_model(cfg in shapes(), ops in ops(32, len())) {
+    fn heap_ring_matches_the_model((cfg, ops) in shaped_ops()) {
         let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
             prop_assert!(false, "{}", f);
@@ -133,8 +174,10 @@ proptest! {
 
     /// The owned (typed, loom-shaped) backend matches the model too.
     #[test]
-    fn owned_ring_matches_the_model(ops in ops(32, len())) {
-        let cfg = ModelConfig::small();
+    fn owned_ring_matches_the_model((cfg, ops) in prop_oneof![
+        Just(ModelConfig::small()),
+        Just(ModelConfig::wide()),
+    ].prop_flat_map(|cfg| (Just(cfg), ops(cfg.capacity as u16, len())))) {
         let seg = OwnedSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
             prop_assert!(false, "{}", f);

@@ -224,9 +224,13 @@ impl<'s> Harness<'s> {
         if let Err(e) = &got {
             displays(e)?;
             ensure!(
+                // `Corrupt`: the slot's stamp is behind the published `head` (a peer rolled
+                // it back), reported before parking since ABI 3.
                 matches!(
                     e,
-                    ring_core::ReadError::Timeout | ring_core::ReadError::Evicted
+                    ring_core::ReadError::Timeout
+                        | ring_core::ReadError::Evicted
+                        | ring_core::ReadError::Corrupt(_)
                 ),
                 "wait_ready: undocumented {e:?}"
             );

@@ -11,6 +11,7 @@
 //! a message, reads never return more than the slot or the buffer holds, and the corrupted
 //! segment still attaches or is refused cleanly afterwards.
 
+use super::attach::{claim_error_documented, read_error_documented};
 use super::harness::Harness;
 use super::ops::{Op, Shape, MAX_OPS};
 use super::Outcome;
@@ -84,7 +85,10 @@ pub enum Target {
         /// Field number.
         field: u8,
     },
-    /// Payload word `word % words` of slot `index % slots`.
+    /// Payload word `word % words` of slot `index % slots`; `word` in `0xF0..` names the slot
+    /// header's inline word `(word - 0xF0) % INLINE_WORDS` instead (the message line's copy of
+    /// a small message). (A carved-out range, not a new variant: saved inputs keep their
+    /// meaning.)
     Payload {
         /// Slot.
         index: u8,
@@ -197,6 +201,10 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
                 _ => poke64(&s.meta[1], value),
             }
         }
+        Target::Payload { index, word } if word >= 0xF0 => {
+            let inline = &mem.slot_header(usize::from(index) % g.slots()).inline;
+            poke64(&inline[usize::from(word - 0xF0) % inline.len()], value);
+        }
         Target::Payload { index, word } => {
             let words = mem.payload(usize::from(index) % g.slots());
             if !words.is_empty() {
@@ -235,7 +243,71 @@ pub fn run(input: &HostileInput) -> Outcome {
             }
         }
     }
+    if h.model.is_none() {
+        // The peer wrote: the batch calls on whatever it left (after the steps, so the steps
+        // of a saved input run as they always did).
+        batch_probe(&mut h)?;
+    }
     h.finish()?;
     // Whatever the peer left behind: attach refuses it cleanly, or serves it safely.
     super::attach::run(&seg.to_bytes())
+}
+
+/// Every live consumer reads a batch (`try_read_batch`), the producer publishes a batch of
+/// a small and a slot-sized message (`try_publish_batch`: inline and, in a ring wider than
+/// the message line, payload area), and every consumer reads a batch again. Whatever the peer
+/// wrote (a stamp rolled back, a length across `INLINE_CAPACITY` or past the slot, junk in the
+/// inline words), each call returns a documented error or messages no longer than the slot,
+/// whose bytes, words and copies agree, and never more than it was asked for.
+pub fn batch_probe(h: &mut Harness<'_>) -> Outcome {
+    let cap = h.cap;
+    for round in 0..2 {
+        if round == 1 {
+            if let Some(p) = h.producer.as_mut() {
+                let msgs = [vec![0x11u8; cap.min(5)], vec![0x22u8; cap]];
+                match p.try_publish_batch(&msgs) {
+                    Ok(n) => ensure!(n <= msgs.len(), "try_publish_batch published {n} of 2"),
+                    Err(e) => claim_error_documented(&e, h.slots, cap)?,
+                }
+            }
+        }
+        for (k, r) in h.readers.iter_mut().enumerate() {
+            let mut broken = Vec::new();
+            let mut calls = 0;
+            let got = r.consumer.try_read_batch(3, |m| {
+                calls += 1;
+                let len = m.len();
+                if len > cap {
+                    broken.push(format!(
+                        "a batch item of {len} bytes from a {cap}-byte slot"
+                    ));
+                    return;
+                }
+                if m.bytes().len() != len || m.words().len() != len.div_ceil(8) {
+                    broken.push(format!(
+                        "item of len {len}: {} bytes, {} words",
+                        m.bytes().len(),
+                        m.words().len()
+                    ));
+                    return;
+                }
+                let mut out = vec![0u8; len];
+                if m.copy_to(&mut out) != len || out != m.bytes() {
+                    broken.push(format!("item of len {len}: copy_to disagrees with bytes()"));
+                }
+            });
+            ensure!(broken.is_empty(), "reader {k}: {}", broken.join("; "));
+            match got {
+                Ok(n) => ensure!(
+                    n == calls && n <= 3,
+                    "reader {k}: try_read_batch returned {n} after {calls} callbacks (max 3)"
+                ),
+                Err(e) => {
+                    read_error_documented(&e, false)?;
+                    ensure!(calls == 0, "reader {k}: an error after {calls} callbacks");
+                }
+            }
+        }
+    }
+    Ok(())
 }

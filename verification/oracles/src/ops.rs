@@ -24,7 +24,11 @@ pub const MAX_OPS: usize = 256;
 pub struct Shape {
     /// Slots: `1 + slots % 8`.
     pub slots: u8,
-    /// Slot capacity: `8 * (1 + cap_words % 8)` bytes.
+    /// Slot capacity: `8 * (1 + cap_words % 8)` bytes; the top seven values (`0xF9..`)
+    /// stand for slots wider than the message line: [`ring_core::INLINE_CAPACITY`] `+ 8 k`
+    /// bytes for `k = cap_words - 0xF9`, so messages travel inline and in the payload area.
+    /// (A carved-out range no saved input uses, not a wider modulus: saved inputs keep their
+    /// meaning.)
     pub cap_words: u8,
     /// Consumer-table entries: `1 + consumers % 5`.
     pub consumers: u8,
@@ -33,11 +37,16 @@ pub struct Shape {
 impl Shape {
     /// The ring configuration this shape stands for.
     pub fn config(self) -> Config {
-        Config::new(
-            1 + u32::from(self.slots % 8),
-            8 * (1 + u32::from(self.cap_words % 8)),
-        )
-        .with_consumers(1 + u32::from(self.consumers % 5))
+        Config::new(1 + u32::from(self.slots % 8), self.capacity())
+            .with_consumers(1 + u32::from(self.consumers % 5))
+    }
+
+    /// The slot capacity in bytes.
+    pub fn capacity(self) -> u32 {
+        match self.cap_words {
+            k @ 0xF9.. => ring_core::INLINE_CAPACITY as u32 + 8 * u32::from(k - 0xF9),
+            k => 8 * (1 + u32::from(k % 8)),
+        }
     }
 }
 

@@ -458,6 +458,9 @@ impl<M: Memory> Consumer<M> {
     /// producer's claim CAS. A producer whose claim failed on this transient bit may have
     /// parked, so it is woken like after any unpin.
     fn refuse_pin(&self, hdr: &crate::layout::SlotHeader, bit: u64) {
+        if !self.pins() {
+            return; // A gating read sets no bit (its cursor is its pin).
+        }
         hdr.state.fetch_and(!bit, Ordering::Release);
         self.wake_producer();
     }
@@ -466,6 +469,9 @@ impl<M: Memory> Consumer<M> {
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
         let slot = self.mem.geometry().slot_of(seq);
         let hdr = self.mem.slot_header(slot);
+        if !self.pins() {
+            return self.hold_by_cursor(hdr, slot, seq);
+        }
         let bit = 1u64 << self.index;
         // Acquire: pairs with the producer's Release `fetch_and` that cleared WRITER after the
         // message was written (before its final stamp), so the payload is visible. One word
@@ -504,6 +510,49 @@ impl<M: Memory> Consumer<M> {
         if len > cap {
             // Release: an unpin.
             self.refuse_pin(hdr, bit);
+            return Err(Miss::Fatal(ReadError::Corrupt(
+                "message length exceeds the slot capacity",
+            )));
+        }
+        Ok((slot, len as usize))
+    }
+
+    /// Whether this consumer's reads set a reader bit. A gating consumer's cursor is its pin:
+    /// the producer claims the slot of message `seq` only once every gating cursor is past
+    /// `seq` (its gating check, P12 with the consumer's Release cursor store C8), and our
+    /// shared cursor stays at the message we read until we are done with it. So a gating read
+    /// touches neither the pin line nor a locked instruction: only the message line.
+    fn pins(&self) -> bool {
+        self.class != DeliveryClass::Gating
+    }
+
+    /// `pin_seq` for a gating consumer: message `seq` is ours to read in place while our
+    /// shared cursor is at most `seq` (see [`pins`](Self::pins)); check that the slot holds it.
+    fn hold_by_cursor(
+        &self,
+        hdr: &crate::layout::SlotHeader,
+        slot: usize,
+        seq: u64,
+    ) -> Result<(usize, usize), Miss> {
+        // Acquire: pairs with the producer's Release stamp store that published `seq`, so the
+        // message's words are visible (the target's load already did, this re-load is for
+        // reads that targeted through `head`).
+        let stamp = hdr.stamp.load(Ordering::Acquire);
+        let want = 2 * seq + 2;
+        if stamp != want {
+            // The gating check keeps the producer off this slot: another stamp is a peer's
+            // scribble (or a reclaimed, still running consumer, which `own_entry` reports).
+            return Err(if stamp > want {
+                Miss::Overrun
+            } else {
+                Miss::Fatal(ReadError::Corrupt(
+                    "slot stamp is behind the published head",
+                ))
+            });
+        }
+        // Relaxed: stable while our cursor holds the slot; ordered by the Acquire above.
+        let len = hdr.len.load(Ordering::Relaxed);
+        if len > self.mem.geometry().slot_capacity() as u64 {
             return Err(Miss::Fatal(ReadError::Corrupt(
                 "message length exceeds the slot capacity",
             )));
@@ -576,9 +625,12 @@ impl<M: Memory> Consumer<M> {
                 meta,
             });
             self.held = None;
-            // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads
-            // happen before its next writes to the slot. (The wake-up check is the batch's.)
-            hdr.state.fetch_and(!bit, Ordering::Release);
+            if self.pins() {
+                // Release: the unpin; pairs with the producer's Acquire claim CAS, so our
+                // reads happen before its next writes to the slot. (The wake-up check is the
+                // batch's.) A gating read's pin is its cursor, stored once below.
+                hdr.state.fetch_and(!bit, Ordering::Release);
+            }
             self.next = seq + 1;
             self.received += 1;
             count += 1;
@@ -906,8 +958,9 @@ impl<M: Memory> Pinned<'_, M> {
         //   and inline words are used only for `len ≤ INLINE_CAPACITY`);
         // - `AtomicU64` has the layout of `u64`, so its bytes may be viewed as `u8`s;
         // - while this pin is held the producer cannot claim the slot (the claim CAS needs a
-        //   zero reader mask), so no one writes these bytes for the borrow's life; other readers
-        //   only read. A hostile process could still write them: shared memory cannot stop a
+        //   zero reader mask; for a gating consumer, whose pin is its cursor, the gating check
+        //   needs our shared cursor past `seq`, which `Drop` stores only after the borrow), so
+        //   no one writes these bytes for the borrow's life; other readers only read. A hostile process could still write them: shared memory cannot stop a
         //   peer that ignores the protocol, which the threat model (`docs/DESIGN.md`) accepts for pinned reads.
         unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), self.len) }
     }
@@ -922,10 +975,14 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             // this entry now, with the same owner id); write nothing.
             return;
         }
-        let hdr = c.mem.slot_header(self.slot);
-        // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of the
-        // message happen before its next writes to the slot.
-        hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
+        if c.pins() {
+            let hdr = c.mem.slot_header(self.slot);
+            // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
+            // the message happen before its next writes to the slot.
+            hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
+        }
+        // A gating consumer's pin is its cursor: the Release cursor store in `advance` lets
+        // the producer's gating scan (Acquire) past this message.
         c.advance(self.seq, true);
     }
 }

@@ -59,26 +59,32 @@ pub unsafe trait Memory {
 #[macro_export]
 macro_rules! forward_memory_accessors {
     (|$s:ident| $inner:expr) => {
+        #[inline]
         fn geometry(&self) -> &$crate::Geometry {
             let $s = self;
             $crate::Memory::geometry($inner)
         }
+        #[inline]
         fn header(&self) -> &$crate::layout::SegmentHeader {
             let $s = self;
             $crate::Memory::header($inner)
         }
+        #[inline]
         fn producer_line(&self) -> &$crate::layout::ProducerLine {
             let $s = self;
             $crate::Memory::producer_line($inner)
         }
+        #[inline]
         fn consumer_entry(&self, index: usize) -> &$crate::layout::ConsumerEntry {
             let $s = self;
             $crate::Memory::consumer_entry($inner, index)
         }
+        #[inline]
         fn slot_header(&self, index: usize) -> &$crate::layout::SlotHeader {
             let $s = self;
             $crate::Memory::slot_header($inner, index)
         }
+        #[inline]
         fn payload(&self, index: usize) -> &[$crate::AtomicU64] {
             let $s = self;
             $crate::Memory::payload($inner, index)
@@ -224,17 +230,21 @@ impl RawMemory {
 // with a real `assert!`, since an out-of-range index here would be out-of-bounds memory), and the
 // constructors' contracts keep the bytes valid for `&self`.
 unsafe impl Memory for RawMemory {
+    #[inline]
     fn geometry(&self) -> &Geometry {
         &self.geometry
     }
+    #[inline]
     fn header(&self) -> &SegmentHeader {
         // SAFETY: offset 0 holds the header (total_len ≥ header size by construction).
         unsafe { self.at(0) }
     }
+    #[inline]
     fn producer_line(&self) -> &ProducerLine {
         // SAFETY: `producer_off` is inside the segment and cache-line aligned (Geometry::new).
         unsafe { self.at(self.geometry.producer_off) }
     }
+    #[inline]
     fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
         assert!(
             index < self.geometry.consumers(),
@@ -244,12 +254,14 @@ unsafe impl Memory for RawMemory {
         // SAFETY: `index` is in range (asserted), so the entry lies in the consumer table.
         unsafe { self.at(off) }
     }
+    #[inline]
     fn slot_header(&self, index: usize) -> &SlotHeader {
         assert!(index < self.geometry.slots(), "slot index out of range");
         let off = self.geometry.slots_off + index * core::mem::size_of::<SlotHeader>();
         // SAFETY: `index` is in range (asserted), so the header lies in the slot-header table.
         unsafe { self.at(off) }
     }
+    #[inline]
     fn payload(&self, index: usize) -> &[AtomicU64] {
         assert!(index < self.geometry.slots(), "slot index out of range");
         let off = self.geometry.payloads_off + index * self.geometry.payload_stride;

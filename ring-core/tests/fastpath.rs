@@ -187,8 +187,10 @@ fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
     let mut seen = Vec::new();
     let n = c
         .try_read_batch(3, |m| {
-            // Pinned while the callback runs.
-            assert_eq!(total_pins(&s), 1);
+            // A gating reader's pin is its cursor: no reader bit, and the shared cursor stays
+            // at the batch's first message until the batch ends.
+            assert_eq!(total_pins(&s), 0);
+            assert_eq!(consumer_info(&s, 0).unwrap().cursor, 0);
             seen.push((m.seq(), m.bytes().to_vec()));
         })
         .unwrap();
@@ -308,4 +310,40 @@ fn the_futex_word_moves_only_for_parked_consumers() {
     s.producer_line().consumer_waiters.store(0, Relaxed);
     p.close();
     assert_eq!(word(), before.wrapping_add(2), "a close always bumps");
+}
+
+/// A skip-on-lag reader pins each message of its batch (a reader bit) while the callback runs,
+/// so the producer is refused that slot; a gating one holds it by its cursor instead.
+#[test]
+fn batch_reads_hold_their_message_while_the_callback_runs() {
+    let s = seg(2, 64);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut skip = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    p.try_publish(b"zero").unwrap();
+    p.try_publish(b"one").unwrap();
+    let mut calls = 0;
+    let n = skip
+        .try_read_batch(1, |m| {
+            calls += 1;
+            assert_eq!(m.bytes(), b"zero");
+            assert_eq!(total_pins(&s), 1);
+        })
+        .unwrap();
+    assert_eq!((n, calls), (1, 1));
+    assert_eq!(total_pins(&s), 0);
+    let mut gating = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    p.try_publish(b"two").unwrap();
+    let pinned = gating.try_pin().unwrap();
+    assert_eq!(pinned.bytes(), b"two");
+    // Slot 0 holds message 2 and the gating reader is at 2: the producer may claim slot 1
+    // (message 3) but not slot 0 again (message 4) until the reader is done.
+    assert_eq!(p.try_publish(b"three"), Ok(3));
+    assert!(matches!(
+        p.try_publish(b"four"),
+        Err(ClaimError::Full { .. })
+    ));
+    assert_eq!(pinned.bytes(), b"two");
+    drop(pinned);
+    drop(gating.try_pin().unwrap());
+    assert_eq!(p.try_publish(b"four"), Ok(4));
 }

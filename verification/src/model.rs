@@ -522,15 +522,18 @@ impl Model {
         self.slots.first().map_or(0, |s| s.bytes.len())
     }
 
-    /// Reader bits of `slot`: bit `i` when consumer `i` (alive or dead) pins it.
+    /// Reader bits of `slot`: bit `i` when consumer `i` (alive or dead) pins it. A gating
+    /// consumer sets none: its pin is its cursor (the gating check keeps the producer off).
     pub fn readers(&self, slot: usize) -> u32 {
         let mut bits = 0;
         for (i, c) in self.consumers.iter().enumerate() {
             if let Some(ModelConsumer {
-                pin: Some((s, _)), ..
+                pin: Some((s, _)),
+                class,
+                ..
             }) = c
             {
-                if *s == slot {
+                if *s == slot && *class != Class::Gating {
                     bits |= 1 << i;
                 }
             }
@@ -965,7 +968,7 @@ impl Model {
         Outcome::Reclaim(Ok(Reclaimed {
             index: i,
             owner: c.owner,
-            pins_cleared: u32::from(c.pin.is_some()),
+            pins_cleared: u32::from(c.pin.is_some() && c.class != Class::Gating),
             cursor: c.cursor,
             was_registered: true,
         }))

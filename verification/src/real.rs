@@ -333,6 +333,10 @@ impl<'s, M: Memory> Real<'s, M> {
             return Outcome::Skipped;
         };
         let bit = 1u64 << c.index();
+        let index = c.index();
+        // A gating reader's pin is its cursor: no bit, but its shared cursor stays at or
+        // below the message until the batch ends.
+        let gating = c.class() == ring_core::DeliveryClass::Gating;
         let mut items = Vec::new();
         let mut broken = Vec::new();
         let r = c.try_read_batch(usize::from(max), |m| {
@@ -341,9 +345,15 @@ impl<'s, M: Memory> Real<'s, M> {
                 .slot_header(slot)
                 .state
                 .load(ring_core::sync::Ordering::Relaxed);
-            if state & bit == 0 || state & WRITER != 0 {
+            let held = if gating {
+                ring_core::inspect::consumer_info(mem, index).is_some_and(|e| e.cursor <= m.seq())
+            } else {
+                state & bit != 0
+            };
+            if !held || state & WRITER != 0 {
                 broken.push(format!(
-                    "seq {}: slot {slot} state {state:#x} during the callback",
+                    "seq {}: slot {slot} state {state:#x} (gating: {gating}) not held during \
+                     the callback",
                     m.seq()
                 ));
             }
@@ -718,7 +728,8 @@ impl<'s, M: Memory> Real<'s, M> {
             mc.cursor
         );
         ensure!(
-            info.pins == u32::from(mc.pin.is_some()),
+            // A gating reader's pin is its cursor: no reader bit.
+            info.pins == u32::from(mc.pin.is_some() && mc.class != crate::model::Class::Gating),
             "entry {i}: {} pins != model {:?}",
             info.pins,
             mc.pin

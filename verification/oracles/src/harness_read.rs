@@ -70,7 +70,12 @@ impl<'s> Harness<'s> {
             ..
         } = self;
         let r = &mut readers[i];
-        let bit = 1u32 << r.model.index;
+        // A gating reader's pin is its cursor: it sets no reader bit.
+        let bit = if r.model.class == DeliveryClass::Gating {
+            0
+        } else {
+            1u32 << r.model.index
+        };
         let want = model.as_ref().map(|m| m.read(&mut r.model, None));
         let pinned = match r.consumer.try_pin() {
             Ok(p) => p,
@@ -256,7 +261,10 @@ impl<'s> Harness<'s> {
                         "try_pin pinned seq {}, model {want:?}",
                         pinned.seq()
                     );
-                    m.slots[slot].readers |= 1 << r.model.index;
+                    if r.model.class != DeliveryClass::Gating {
+                        // A gating reader's pin is its cursor: no reader bit to leave behind.
+                        m.slots[slot].readers |= 1 << r.model.index;
+                    }
                 }
                 core::mem::forget(pinned);
             }

@@ -29,13 +29,13 @@ fn seg(slots: u32, cap: u32) -> HeapSegment {
 fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
     let s = seg(2, 16);
     let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut a = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut a = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
     p.try_publish(b"m0").unwrap();
     // SAFETY: `a` is between calls and holds no pin (the lying-oracle case the contract allows).
     let r = unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
     assert!(r.was_registered);
     assert!(!a.is_registered());
-    let mut b = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut b = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
     assert_eq!(b.index(), a.index(), "B takes the freed entry");
     assert_ne!(b.generation(), a.generation());
     p.try_publish(b"m1").unwrap();
@@ -50,8 +50,9 @@ fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
     drop(a);
     let after = consumer_info(&s, b_index).unwrap();
     assert_eq!(before, after, "A's drop changed B's entry");
+    // Skip-on-lag readers pin with a reader bit (a gating reader's pin is its cursor).
     assert_eq!(total_pins(&s), 1, "A's drop cleared B's pin");
-    // B's pin still holds the producer off its slot (1) and B's cursor still gates.
+    // B's pin still holds the producer off its slot (1).
     assert_eq!(p.try_publish(b"m2"), Ok(2));
     assert!(matches!(
         p.try_publish(b"m3"),

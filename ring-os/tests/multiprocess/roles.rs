@@ -134,7 +134,12 @@ fn stress_consumer() -> i32 {
 /// Registers (gating), pins one message and holds it until killed.
 fn pin_holder() -> i32 {
     let ring = ShmRing::open_named(&name()).expect("open");
-    let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("register");
+    // A gating reader's pin is its cursor; a skip-on-lag reader's is a reader bit.
+    let class = match std::env::var("PIN_CLASS").as_deref() {
+        Ok("skip") => DeliveryClass::SkipOnLag,
+        _ => DeliveryClass::Gating,
+    };
+    let mut c = ShmRing::consumer(&ring, class).expect("register");
     say!("REGISTERED index={}", c.index());
     let pin = match c.recv_pinned(Duration::from_secs(20)) {
         Ok(p) => p,

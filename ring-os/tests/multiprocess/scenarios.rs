@@ -96,7 +96,17 @@ pub fn kill_consumer() {
     let mut seq = 0u64;
     let mut worst = Duration::ZERO;
     for round in 0..20 {
-        let mut child = Child::spawn("pin-holder", &[("RING_NAME", name.as_str().to_owned())]);
+        // Both kinds of pin: a gating reader's cursor (rounds 0, 1 mod 4) and a skip-on-lag
+        // reader's bit (rounds 2, 3 mod 4), each recovered automatically and explicitly.
+        let skip = round % 4 >= 2;
+        let class = if skip { "skip" } else { "gating" };
+        let mut child = Child::spawn(
+            "pin-holder",
+            &[
+                ("RING_NAME", name.as_str().to_owned()),
+                ("PIN_CLASS", class.to_owned()),
+            ],
+        );
         child.expect_line("REGISTERED", SECS(20));
         make_payload(seq, 120, &mut buf);
         p.publish(&buf, SECS(5)).expect("publish for the holder");
@@ -124,7 +134,11 @@ pub fn kill_consumer() {
                 std::thread::sleep(Duration::from_millis(1));
             };
             assert_eq!(reclaimed.len(), 1, "{reclaimed:?}");
-            assert_eq!(reclaimed[0].pins_cleared, 1, "{reclaimed:?}");
+            assert_eq!(
+                reclaimed[0].pins_cleared,
+                u32::from(skip),
+                "{class}: {reclaimed:?}"
+            );
             assert!(reclaimed[0].was_registered);
         }
         let recovery = t0.elapsed();

@@ -1092,12 +1092,10 @@ impl<M: Memory> WriteSlot<'_, M> {
         // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
         // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
         // knows a *later* claim is under way (an overrun), never this message's own.
-        // A store of 0, not a `fetch_and`: while WRITER is set no pin holds the slot (the claim
-        // CAS needed 0, and a pin that finds WRITER takes its bit back without reading), so
-        // the only reader bits it can erase are such transient ones (their owners clear them
-        // again, harmlessly) or a corrupt peer's. On x86 a locked RMW here would drain the
-        // store buffer and wait for the message line a polling consumer keeps reading.
-        hdr.state.store(0, Ordering::Release);
+        // An RMW, not a store of 0: a plain store here (tried) let the loom model
+        // `sweep_of_free_bits_races_a_registering_pinner` end with WRITER set after the
+        // publish, next to a refused pin's `fetch_and` of its transient bit.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);

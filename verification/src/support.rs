@@ -29,3 +29,66 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
     });
     eprintln!("loom explored {} executions", runs.load(Relaxed));
 }
+
+/// A futex modelled for loom, one copy for every model that parks (`loom_alloc_wait.rs`,
+/// `loom_fastpath.rs`): `wait` sleeps only if the word still holds the expected value *under
+/// the lock*, `notify` takes the lock (the kernel's atomicity), and nothing times out, so a
+/// lost wake-up is a deadlock loom reports.
+#[cfg(ring_loom)]
+pub mod futex {
+    use loom::sync::{Condvar, Mutex};
+    use ring_core::sync::AtomicU32;
+    use ring_core::{Config, OwnedSegment, WaitStrategy};
+    use std::sync::Arc;
+
+    /// The modelled kernel: a lock and a condition variable.
+    #[derive(Default)]
+    pub struct Kernel {
+        lock: Mutex<()>,
+        cv: Condvar,
+    }
+
+    /// A segment whose `notify` wakes the modelled futex.
+    pub struct FutexSegment {
+        seg: OwnedSegment,
+        kernel: Kernel,
+    }
+
+    // SAFETY: forwards every accessor to the `OwnedSegment`, which keeps its promises.
+    unsafe impl ring_core::Memory for FutexSegment {
+        ring_core::forward_memory_accessors!(|s| &s.seg);
+        fn notify(&self, _word: &AtomicU32) {
+            let _g = self.kernel.lock.lock().unwrap();
+            self.kernel.cv.notify_all();
+        }
+    }
+
+    /// Sleeps on the modelled futex with no timeout.
+    pub struct FutexWait(pub Arc<FutexSegment>);
+
+    impl WaitStrategy for FutexWait {
+        fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
+            let k = &self.0.kernel;
+            let g = k.lock.lock().unwrap();
+            // Relaxed: the futex compares under its lock; ordering comes from the callers'
+            // handshake (their fences), exactly as with the kernel's futex.
+            if word.load(ring_core::sync::Ordering::Relaxed) != expected {
+                return true;
+            }
+            drop(k.cv.wait(g).unwrap());
+            true
+        }
+    }
+
+    /// A one-consumer segment of `slots` slots of `capacity` bytes over the modelled futex.
+    pub fn futex_seg(slots: u32, capacity: u32) -> Arc<FutexSegment> {
+        Arc::new(FutexSegment {
+            seg: OwnedSegment::new(
+                &Config::new(slots, capacity).with_consumers(1),
+                super::id(1),
+            )
+            .unwrap(),
+            kernel: Kernel::default(),
+        })
+    }
+}

@@ -5,14 +5,10 @@
 #![cfg(ring_loom)]
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
-use loom::sync::{Condvar, Mutex};
 use loom::thread;
 use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
-use ring_core::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
-use ring_core::{
-    AtomicU32, AtomicU64, Config, Consumer, DeliveryClass, Geometry, Memory, OwnedSegment,
-    Producer, WaitStrategy,
-};
+use ring_core::{AtomicU64, Consumer, DeliveryClass, Producer};
+use ring_verification::support::futex::{self, FutexSegment, FutexWait};
 use ring_verification::support::{id, model};
 use std::sync::Arc;
 
@@ -178,72 +174,8 @@ fn reclaim_vs_reader(yield_first: bool) {
     });
 }
 
-/// A futex modelled with a loom mutex and condvar: `wait` sleeps only if the word still holds
-/// the expected value *under the lock*, `wake` takes the lock: the kernel's atomicity.
-#[derive(Default)]
-struct Kernel {
-    lock: Mutex<()>,
-    cv: Condvar,
-}
-
-/// A segment whose `notify` wakes the modelled futex.
-struct FutexSegment {
-    seg: OwnedSegment,
-    kernel: Kernel,
-}
-
-// SAFETY: forwards every accessor to the `OwnedSegment`, which keeps its promises.
-unsafe impl Memory for FutexSegment {
-    fn geometry(&self) -> &Geometry {
-        self.seg.geometry()
-    }
-    fn header(&self) -> &SegmentHeader {
-        self.seg.header()
-    }
-    fn producer_line(&self) -> &ProducerLine {
-        self.seg.producer_line()
-    }
-    fn consumer_entry(&self, index: usize) -> &ConsumerEntry {
-        self.seg.consumer_entry(index)
-    }
-    fn slot_header(&self, index: usize) -> &SlotHeader {
-        self.seg.slot_header(index)
-    }
-    fn payload(&self, index: usize) -> &[AtomicU64] {
-        self.seg.payload(index)
-    }
-    fn alloc_words(&self) -> &[AtomicU64] {
-        self.seg.alloc_words()
-    }
-    fn notify(&self, _word: &AtomicU32) {
-        let _g = self.kernel.lock.lock().unwrap();
-        self.kernel.cv.notify_all();
-    }
-}
-
-/// Sleeps on the modelled futex with no timeout: a lost wake-up is a deadlock, which loom
-/// reports.
-struct FutexWait(Arc<FutexSegment>);
-
-impl WaitStrategy for FutexWait {
-    fn wait(&mut self, word: &AtomicU32, expected: u32) -> bool {
-        let k = &self.0.kernel;
-        let g = k.lock.lock().unwrap();
-        // Relaxed: the futex compares under its lock; ordering comes from the callers'
-        // handshake (their fences), exactly as with the kernel's futex.
-        if word.load(ring_core::sync::Ordering::Relaxed) != expected {
-            return true;
-        }
-        drop(k.cv.wait(g).unwrap());
-        true
-    }
-}
-
 fn futex_seg(slots: u32) -> Arc<FutexSegment> {
-    Arc::new(FutexSegment {
-        seg: OwnedSegment::new(&Config::new(slots, 8).with_consumers(1), id(1)).unwrap(),
-        kernel: Kernel::default(),
-    })
+    futex::futex_seg(slots, 8)
 }
 
 /// A consumer parks until a message arrives; the producer publishes once. No lost wake-up

@@ -709,3 +709,45 @@ fn publish_futex_never_repeats_with_a_waiter() {
         );
     });
 }
+
+/// A skip-on-lag pinner races the only publish of a 2-slot ring: nothing overwrites message 0,
+/// so it must never be counted missed. The reader either pins it (whole, missed 0) or finds
+/// nothing yet, and after the producer is done it reads it. Catches a publish that stores the
+/// final stamp before clearing WRITER (`finish-order-swap`): a pin that saw the final stamp
+/// would find the message's own WRITER and count it as overrun.
+#[test]
+fn a_skip_pinner_never_misses_a_message_nothing_overwrote() {
+    model(|| {
+        let s = seg(2, SMALL as u32, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let t = thread::spawn(move || {
+            p.try_publish(&small(0)).unwrap();
+            p
+        });
+        let mut got = false;
+        match c.try_pin() {
+            Ok(m) => {
+                assert_eq!((m.seq(), m.missed()), (0, 0));
+                let mut buf = [0u8; SMALL];
+                m.copy_to(&mut buf);
+                assert_whole(&buf, 0, SMALL);
+                got = true;
+            }
+            Err(ReadError::Empty) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        let _p = t.join().unwrap();
+        if !got {
+            let m = c
+                .try_pin()
+                .expect("message 0, published and never overwritten");
+            assert_eq!((m.seq(), m.missed()), (0, 0));
+        }
+        assert_eq!(
+            c.missed(),
+            0,
+            "a message nothing overwrote was counted missed"
+        );
+    });
+}

@@ -909,16 +909,11 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when `data` is longer than the slot.
     pub fn write(&mut self, data: &[u8]) -> Result<(), Overflow> {
-        if data.len() <= INLINE_CAPACITY && data.len() <= self.capacity() {
-            // A small message goes straight into the header's line (the bound is the slot's,
-            // which may be smaller than the inline words).
-            let hdr = self.producer.mem.slot_header(self.slot);
-            let ok = crate::words::write(&hdr.inline, 0, data);
-            debug_assert!(ok, "INLINE_CAPACITY bytes fit the inline words");
-            self.inline_direct = true;
-            self.len = data.len();
-            return Ok(());
-        }
+        // Every message is written into the payload area, small ones too: the payload area then
+        // always holds what the slot held (what `set_len` past the written bytes shows), and
+        // `finish` copies a small message into the message line. (Writing small messages only
+        // inline left the payload area without them; the `ops` fuzz oracle found the
+        // difference through a later `set_len`.)
         self.write_at(0, data)?;
         self.len = data.len();
         Ok(())
@@ -1050,13 +1045,15 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// inline).
     fn move_to_payload(&mut self) {
         if self.inline_direct {
+            // Exactly `len` bytes: the payload area's bytes past them stay what the slot held
+            // (a whole-word copy brought the inline words' old tail bytes along, found by the
+            // `ops` fuzz oracle: a `set_len` past a small `write`).
             let hdr = self.producer.mem.slot_header(self.slot);
-            copy_words(
-                &hdr.inline,
-                self.producer.mem.payload(self.slot),
-                self.len,
-                false,
-            );
+            let mut buf = [0u8; INLINE_CAPACITY];
+            let len = self.len.min(INLINE_CAPACITY);
+            crate::words::read(&hdr.inline, &mut buf[..len]);
+            let ok = crate::words::write(self.producer.mem.payload(self.slot), 0, &buf[..len]);
+            debug_assert!(ok, "a direct inline write was within the slot capacity");
             self.inline_direct = false;
         }
     }

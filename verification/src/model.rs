@@ -193,7 +193,8 @@ pub enum Op {
     /// The producer publishes [`batch_messages`]`(count, len, seed)` with
     /// `try_publish_batch` (no claim held): the same as that many claim, write, publish in a
     /// row, stopping where a claim fails (an error only when the first one does), `TooLarge`
-    /// up front. Messages written whole go inline when they fit the message line.
+    /// up front. Messages are written into the payload area; small ones are copied into the
+    /// message line at publish.
     PublishBatch {
         /// Messages in the batch.
         count: u8,
@@ -719,15 +720,13 @@ impl Model {
             let s = &mut self.slots[c.slot];
             let len = m.len();
             let pad_end = len.div_ceil(8) * 8;
-            // Written whole: a small message straight into the message line (the payload
-            // area untouched), a longer one into the payload area; the last word padded.
-            let words = if len <= INLINE_CAPACITY {
-                &mut s.inline
-            } else {
-                &mut s.bytes
-            };
-            words[..len].copy_from_slice(m);
-            words[len..pad_end].fill(0);
+            // Written whole into the payload area, the last word padded; a small message is
+            // then copied into the message line (as `finish` does).
+            s.bytes[..len].copy_from_slice(m);
+            s.bytes[len..pad_end].fill(0);
+            if len <= INLINE_CAPACITY {
+                s.inline[..pad_end].copy_from_slice(&s.bytes[..pad_end]);
+            }
             s.stamp = 2 * c.seq + 2;
             s.len = len;
             s.meta = [0; 2];

@@ -444,14 +444,19 @@ fn take_over_after_death_before_the_publish_fence_loses_nothing() {
             assert_eq!(slot.seq(), 1);
             slot.write(&[0xA1; 16]).unwrap();
             std::mem::forget(slot);
-            // `WriteSlot::publish`'s stores, in its order and orderings, up to `head`.
+            // `WriteSlot::publish`'s stores, in its order and orderings, up to `head`: the
+            // 16-byte message is copied into the message line (it travels inline), then the
+            // length, metadata, WRITER clear, final stamp and `head`.
             let hdr = s.slot_header(0);
+            for w in hdr.inline.iter().take(2) {
+                w.store(u64::from_ne_bytes([0xA1; 8]), Ordering::Relaxed);
+            }
             hdr.len.store(16, Ordering::Relaxed);
             hdr.meta[0].store(0, Ordering::Relaxed);
             hdr.meta[1].store(0, Ordering::Relaxed);
-            hdr.stamp.store(4, Ordering::Release); // 2 * seq + 2, seq 1
             hdr.state
                 .fetch_and(!ring_core::layout::WRITER, Ordering::Release);
+            hdr.stamp.store(4, Ordering::Release); // 2 * seq + 2, seq 1
             s.producer_line().head.store(2, Ordering::Release);
             std::mem::forget(dead);
         }

@@ -66,9 +66,6 @@ pub struct WriteSlot<'a, M: Memory> {
     /// word's padding itself: `publish` then stores no payload word (it never mixes an atomic
     /// store into memory just written through a plain reference).
     loaned: bool,
-    /// The message so far lies in the slot header's inline words, not the payload area
-    /// ([`WriteSlot::write`] of at most [`INLINE_CAPACITY`] bytes).
-    inline_direct: bool,
 }
 
 /// What [`Producer::reclaim`] cleared for a dead consumer.
@@ -304,7 +301,6 @@ impl<M: Memory> Producer<M> {
             meta: [0; 2],
             done: false,
             loaned: false,
-            inline_direct: false,
         }
     }
 
@@ -924,7 +920,6 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
     pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
-        self.move_to_payload();
         let words = self.producer.mem.payload(self.slot);
         // Atomic word stores from here on: `publish` pads the last word atomically again.
         self.loaned = false;
@@ -975,7 +970,6 @@ impl<M: Memory> WriteSlot<'_, M> {
         if len > capacity {
             return Err(LoanError::TooLarge { len, capacity });
         }
-        self.move_to_payload();
         self.len = len;
         self.loaned = true;
         let words = self.producer.mem.payload(self.slot);
@@ -1011,9 +1005,6 @@ impl<M: Memory> WriteSlot<'_, M> {
                 attempted: len,
             });
         }
-        if len > INLINE_CAPACITY {
-            self.move_to_payload();
-        }
         self.len = len;
         Ok(())
     }
@@ -1041,23 +1032,6 @@ impl<M: Memory> WriteSlot<'_, M> {
         debug_assert!(ok.is_ok(), "the caller checked the length");
     }
 
-    /// Moves a message written inline into the payload area (before a write that may not fit
-    /// inline).
-    fn move_to_payload(&mut self) {
-        if self.inline_direct {
-            // Exactly `len` bytes: the payload area's bytes past them stay what the slot held
-            // (a whole-word copy brought the inline words' old tail bytes along, found by the
-            // `ops` fuzz oracle: a `set_len` past a small `write`).
-            let hdr = self.producer.mem.slot_header(self.slot);
-            let mut buf = [0u8; INLINE_CAPACITY];
-            let len = self.len.min(INLINE_CAPACITY);
-            crate::words::read(&hdr.inline, &mut buf[..len]);
-            let ok = crate::words::write(self.producer.mem.payload(self.slot), 0, &buf[..len]);
-            debug_assert!(ok, "a direct inline write was within the slot capacity");
-            self.inline_direct = false;
-        }
-    }
-
     /// Completes the message in its slot (the stamp is its publication) without storing
     /// `head`; returns its sequence.
     fn finish(&mut self) -> Result<u64, ClaimError> {
@@ -1067,20 +1041,15 @@ impl<M: Memory> WriteSlot<'_, M> {
         let seq = self.seq;
         let hdr = p.mem.slot_header(self.slot);
         let len = self.len;
-        if !self.inline_direct && !self.loaned {
+        if !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
             pad_last_word(p.mem.payload(self.slot), len);
         }
         if len <= INLINE_CAPACITY {
-            if self.inline_direct {
-                // Zero the last inline word past `len`, as above.
-                pad_last_word(&hdr.inline, len);
-            } else {
-                // A small message written into the payload area travels inline: the reader
-                // then touches only the message line. (The padded last word comes along.)
-                copy_words(p.mem.payload(self.slot), &hdr.inline, len, true);
-            }
+            // A small message travels in the message line: the reader then touches only that
+            // line. (The padded last word comes along.)
+            copy_words(p.mem.payload(self.slot), &hdr.inline, len);
         }
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);
@@ -1140,13 +1109,11 @@ fn pad_last_word(words: &[AtomicU64], len: usize) {
 }
 
 /// Copies the words covering the first `len` bytes of `from` into `to` (both at least that
-/// long), zeroing the last word past `len` when `pad`. Relaxed: the producer's own words,
-/// inside the seqlock write window.
-fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize, pad: bool) {
+/// long), zeroing the last word past `len`. Relaxed: the producer's own words, inside the
+/// seqlock write window.
+fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize) {
     for (f, t) in from.iter().zip(to).take(len.div_ceil(8)) {
         t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
     }
-    if pad {
-        pad_last_word(to, len);
-    }
+    pad_last_word(to, len);
 }

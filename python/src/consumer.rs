@@ -23,6 +23,7 @@ use ring_os::{Mapping, RecvTimeoutError, Subscriber};
 use crate::errors::{self, exported, Fail};
 use crate::export;
 use crate::queue::{self as q, Arena, Part};
+use crate::recycle::{Buffer, Recycler, RECYCLE_AT};
 use crate::wait::{deadline, sliced};
 
 /// A pin with its borrow of the subscriber extended to `'static` (see [`Held`]).
@@ -102,6 +103,8 @@ pub(crate) struct Consumer {
     /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
     /// none).
     arena: Option<Option<Arena>>,
+    /// Memory of freed large received parts, for the next copying `_get_parts`.
+    recycler: Arc<Recycler>,
 }
 
 impl Consumer {
@@ -113,6 +116,7 @@ impl Consumer {
             missed: 0,
             mapping: Arc::clone(mapping),
             arena: None,
+            recycler: Arc::default(),
         }
     }
 
@@ -259,11 +263,19 @@ impl Consumer {
         let mut total = 0usize;
         // An empty pickle part marks a raw `bytes` payload (see `shmring.queue`).
         let raw_bytes = parts.len() == 2 && parts[0].len == 0;
+        // A raw `bytes`/`bytearray` payload must come back as that type.
+        let raw = parts.len() == 2 && parts[0].len <= 1;
         for (i, g) in parts.iter().enumerate() {
             if i == 0 {
                 // SAFETY: validated by `parse` to lie in the pinned slot or its allocation.
                 let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len) };
                 out.push(PyBytes::new(py, b).into_any());
+            } else if !raw && g.len >= RECYCLE_AT {
+                // A pickled array's buffer: into recycled memory (see `recycle`).
+                let (obj, dst) = Buffer::make(py, &me.recycler, g.len)?;
+                jobs.push((g.addr, dst, g.len));
+                total += g.len;
+                out.push(obj);
             } else {
                 let (obj, dst) = q::new_buffer(py, g.len, raw_bytes)?;
                 jobs.push((g.addr, dst, g.len));
@@ -275,8 +287,8 @@ impl Consumer {
         let copy = move || {
             for (src, dst, len) in jobs {
                 // SAFETY: `src..src + len` lies in the pinned slot or its allocation (`parse`),
-                // stable while pinned; `dst` is a fresh bytearray of `len` bytes that nothing
-                // else references yet (held in `out`).
+                // stable while pinned; `dst` is the memory of a new bytearray or `Buffer` of
+                // `len` bytes (held in `out`) that no other code has seen yet.
                 unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
             }
         };
@@ -316,6 +328,11 @@ impl Consumer {
     #[getter]
     fn mode(&self) -> &'static str {
         crate::ring::mode_of(self.class)
+    }
+
+    /// Freed received buffers this consumer keeps for reuse (at most two; see `get`).
+    fn _recycled(&self) -> usize {
+        self.recycler.kept()
     }
 
     /// Messages received so far.

@@ -14,6 +14,7 @@ mod errors;
 mod export;
 mod producer;
 mod queue;
+mod recycle;
 mod ring;
 mod wait;
 
@@ -28,6 +29,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
     m.add_class::<queue::Part>()?;
+    m.add_class::<recycle::Buffer>()?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     Ok(())
 }

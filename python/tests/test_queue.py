@@ -357,3 +357,39 @@ def test_dropping_a_zero_copy_result_releases_its_slot(name):
         del a  # the last view and the last part go: the pin goes with them, before any get
         s.put_nowait(2)
         assert r.get(timeout=5) == 2
+
+
+def test_large_copied_arrays_reuse_freed_memory_and_never_share_live_memory(name):
+    # A copying get of a large array copies into memory recycled from freed results (no page
+    # faults), but never into the memory of a result that is still alive.
+    s, r = shmring.create_pair(2, max_message=8 << 20, name=name)
+    with s, r:
+        rng = np.random.default_rng(1)
+        one, two, three = (rng.integers(0, 255, 3 << 20, dtype=np.uint8) for _ in range(3))
+        s.put(one)
+        s.put(two)
+        a = r.get(timeout=10)
+        b = r.get(timeout=10)
+        assert a.flags.writeable and b.flags.writeable
+        assert a.ctypes.data != b.ctypes.data
+        lo, hi = r._ring.address_range()
+        assert not lo <= a.ctypes.data < hi  # owned memory, not the segment
+        assert r._consumer._recycled() == 0
+        freed = a.ctypes.data
+        del a  # its memory goes back to the receiver
+        assert r._consumer._recycled() == 1
+        s.put(three)
+        c = r.get(timeout=10)
+        assert c.ctypes.data == freed  # reused, not freshly mapped
+        assert np.array_equal(c, three) and np.array_equal(b, two)  # b, alive, untouched
+        c[:] = 7  # writable, and writing it touches nothing else
+        assert np.array_equal(b, two)
+        # A much smaller array does not take a big freed buffer (at most twice its size).
+        del c
+        s.put(np.ones(1 << 20, np.uint8))
+        d = r.get(timeout=10)
+        assert d.ctypes.data != freed and int(d.sum()) == 1 << 20
+        # Raw bytes / bytearray payloads keep their types.
+        s.put(bytes(2 << 20))
+        s.put(bytearray(2 << 20))
+        assert type(r.get(timeout=10)) is bytes and type(r.get(timeout=10)) is bytearray

@@ -298,13 +298,7 @@ impl Consumer {
             copy();
         }
         held.unpin("release the message")?;
-        if ring_os::sigbus::repaired_faults() != faults {
-            return Err(Fail::new(
-                "Truncated",
-                "the segment was truncated while the message was copied",
-            )
-            .into());
-        }
+        truncated_since(faults)?;
         Ok(out)
     }
 
@@ -316,12 +310,61 @@ impl Consumer {
         me.pin_next(py, timeout)?;
         let held = me.held()?;
         let (ptr, len) = held.bytes;
+        let faults = ring_os::sigbus::repaired_faults();
         // SAFETY: the pin just taken keeps these `len` bytes stable and mapped.
         let out = PyBytes::new(py, unsafe {
             core::slice::from_raw_parts(ptr as *const u8, len)
         });
         held.unpin("release the message")?;
+        truncated_since(faults)?;
         Ok(out)
+    }
+
+    /// Copies the next message into `buffer` (any writable C-contiguous buffer: `bytearray`,
+    /// numpy array, `memoryview`, `mmap`) and returns its length; waits as `pin` does. The
+    /// reader of large messages reuses one buffer instead of a new `bytes` each time. A
+    /// message longer than the buffer raises `TooLarge` and is consumed (a buffer of the
+    /// ring's `slot_size` holds any message).
+    #[pyo3(signature = (buffer, timeout = None))]
+    fn recv_into(
+        slf: &Bound<'_, Self>,
+        buffer: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        let py = slf.py();
+        let view = crate::producer::View::writable(buffer)?;
+        let (dst, room) = view.raw();
+        let mut me = slf.try_borrow_mut()?;
+        me.pin_next(py, timeout)?;
+        let held = me.held()?;
+        let (src, len) = held.bytes;
+        if len > room {
+            held.unpin("release the message")?;
+            return Err(Fail::new(
+                "TooLarge",
+                format!(
+                    "a message of {len} bytes does not fit a buffer of {room} (it was consumed)"
+                ),
+            )
+            .into());
+        }
+        let faults = ring_os::sigbus::repaired_faults();
+        let copy = move || {
+            // SAFETY: `src..src + len` is the pinned message, mapped and stable while pinned;
+            // `dst..dst + len` lies in the writable view `view`, held (so the object cannot be
+            // resized or freed) until after the copy. Raw pointers only, and `copy` allows
+            // overlap, so even a view into the segment itself cannot make this unsound.
+            unsafe { core::ptr::copy(src as *const u8, dst as *mut u8, len) };
+        };
+        if len >= q::RELEASE_GIL_AT {
+            py.allow_threads(copy);
+        } else {
+            copy();
+        }
+        drop(view);
+        held.unpin("release the message")?;
+        truncated_since(faults)?;
+        Ok(len)
     }
 
     /// The delivery mode: `"gating"`, `"latest"` or `"skip"`.
@@ -389,6 +432,19 @@ impl Consumer {
 }
 
 /// Whether `e` is an instance of `shmring.errors.<kind>`.
+/// `Truncated` when a peer shrank the segment under a copy made since `faults` was read
+/// (the SIGBUS guard replaced the missing pages, so the copy holds zeros, not the message).
+fn truncated_since(faults: u64) -> PyResult<()> {
+    if ring_os::sigbus::repaired_faults() != faults {
+        return Err(Fail::new(
+            "Truncated",
+            "the segment was truncated while the message was copied",
+        )
+        .into());
+    }
+    Ok(())
+}
+
 fn is_kind(py: Python<'_>, e: &PyErr, kind: &str) -> bool {
     py.import("shmring.errors")
         .and_then(|m| m.getattr(kind))

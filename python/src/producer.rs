@@ -93,19 +93,36 @@ pub(crate) struct Producer {
 }
 
 /// A contiguous buffer-protocol view of a Python object, released on drop.
-struct View(ffi::Py_buffer);
+pub(crate) struct View(ffi::Py_buffer);
 
 impl View {
+    /// A read-only view.
     fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Self::with_flags(obj, ffi::PyBUF_SIMPLE, "")
+    }
+
+    /// A writable view.
+    pub(crate) fn writable(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
+        Self::with_flags(obj, ffi::PyBUF_WRITABLE, "writable ")
+    }
+
+    /// The writable view's memory: its address and length.
+    pub(crate) fn raw(&self) -> (usize, usize) {
+        (
+            self.0.buf as usize,
+            usize::try_from(self.0.len).unwrap_or(0),
+        )
+    }
+
+    fn with_flags(obj: &Bound<'_, PyAny>, flags: core::ffi::c_int, what: &str) -> PyResult<Self> {
         let mut v = core::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
         // SAFETY: `v` is writable storage for one `Py_buffer`; on success the interpreter
         // filled it and we release it exactly once in `Drop`.
-        let rc =
-            unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), v.as_mut_ptr(), ffi::PyBUF_SIMPLE) };
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), v.as_mut_ptr(), flags) };
         if rc != 0 {
             let e = PyErr::fetch(obj.py());
             return Err(PyTypeError::new_err(format!(
-                "expected a C-contiguous object supporting the buffer protocol (bytes, \
+                "expected a C-contiguous {what}object supporting the buffer protocol (bytes, \
                  bytearray, memoryview, numpy array), got {}: {e}",
                 obj.get_type()
                     .name()

@@ -70,14 +70,17 @@ impl Recycler {
 
     /// How many freed buffers are kept (for the tests).
     pub(crate) fn kept(&self) -> usize {
-        self.free.lock().unwrap_or_else(PoisonError::into_inner).len()
+        self.free
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len()
     }
 }
 
 /// A writable buffer a copying `get` filled (the memory behind a received numpy array).
 /// Exports its bytes through the buffer protocol; when Python frees it (no view can be alive
 /// then: each view holds a reference), its memory goes back to the consumer's recycler.
-#[pyclass(module = "shmring", frozen)]
+#[pyclass(module = "shmring", name = "RecvBuffer", frozen)]
 pub(crate) struct Buffer {
     /// Owns the memory; `None` only inside `drop`.
     map: Option<MmapMut>,
@@ -170,6 +173,6 @@ impl Buffer {
     unsafe fn __releasebuffer__(_slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {}
 
     fn __repr__(&self) -> String {
-        format!("<shmring.Buffer of {} bytes>", self.len)
+        format!("<shmring.RecvBuffer of {} bytes>", self.len)
     }
 }

@@ -393,3 +393,15 @@ def test_large_copied_arrays_reuse_freed_memory_and_never_share_live_memory(name
         s.put(bytes(2 << 20))
         s.put(bytearray(2 << 20))
         assert type(r.get(timeout=10)) is bytes and type(r.get(timeout=10)) is bytearray
+
+
+def test_recycled_buffers_are_exported_as_recv_buffers(name):
+    s, r = shmring.create_pair(1, max_message=4 << 20, name=name)
+    with s, r:
+        s.put(np.arange(1 << 18, dtype=np.int64))  # 2 MiB: a recycled buffer
+        got = r.get(timeout=10)
+        owner = got.base
+        while isinstance(owner, (memoryview, np.ndarray)):
+            owner = owner.obj if isinstance(owner, memoryview) else owner.base
+        assert isinstance(owner, shmring.RecvBuffer) and len(owner) == got.nbytes
+        assert int(got[-1]) == (1 << 18) - 1

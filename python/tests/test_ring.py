@@ -158,6 +158,9 @@ def test_a_truncated_segment(name):
         with pytest.raises(shmring.Corrupt):  # Truncated is a Corrupt
             msg = c.pin(timeout=1)
             bytes(msg)
+        for read in (lambda: c.recv(timeout=1), lambda: c.recv_into(bytearray(4096), timeout=1)):
+            with pytest.raises(shmring.Corrupt):
+                read()
         with pytest.raises(shmring.Corrupt):
             shmring.Ring.open(name, timeout=0.2)
 
@@ -182,3 +185,34 @@ print(resource_tracker._resource_tracker._pid)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "None"
+
+
+def test_recv_into_copies_into_the_callers_buffer(name):
+    with shmring.Ring.create(name, slots=4, slot_size=1 << 17) as ring:
+        c = ring.consumer("gating")
+        with ring.producer() as p:
+            big = np.random.default_rng(2).integers(0, 255, 100_000, dtype=np.uint8)
+            p.publish(b"hello")
+            p.publish(big)
+            p.publish(b"x" * 300)
+            p.publish(b"last")
+            into = bytearray(16)
+            assert c.recv_into(into, timeout=5) == 5 and into[:5] == b"hello"
+            # A numpy array of another dtype, reused: every byte lands, GIL released (>= 64 KiB).
+            frame = np.zeros(100_000 // 8, np.uint64)
+            assert c.recv_into(frame, timeout=5) == 100_000
+            assert np.array_equal(frame.view(np.uint8), big)
+            # Too small: TooLarge, the message is consumed, the buffer untouched.
+            small = bytearray(b"\xff" * 100)
+            with pytest.raises(shmring.TooLarge, match="300 bytes"):
+                c.recv_into(small, timeout=5)
+            assert small == bytearray(b"\xff" * 100)
+            assert c.recv_into(memoryview(into)[4:], timeout=5) == 4 and into[4:8] == b"last"
+            # Read-only or non-buffer destinations are refused before anything is consumed.
+            p.publish(b"kept")
+            for bad in (b"immutable bytes", np.zeros(8).view(np.uint8)[::2], 42):
+                with pytest.raises(TypeError):
+                    c.recv_into(bad, timeout=5)
+            assert c.recv(timeout=5) == b"kept"
+            with pytest.raises(shmring.Timeout):
+                c.recv_into(bytearray(8), timeout=0)

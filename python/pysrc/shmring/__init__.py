@@ -13,7 +13,7 @@ Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
 """
 
 from . import errors
-from ._shmring import Claim, Consumer, Message, Part, Producer, Ring
+from ._shmring import Claim, Consumer, Message, Part, Producer, RecvBuffer, Ring
 from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
@@ -22,6 +22,6 @@ from .errors import (
 from .queue import Receiver, Sender, create_pair
 
 __all__ = [
-    "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "create_pair", "Sender",
+    "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "create_pair", "Sender",
     "Receiver", "errors", *errors.__all__,
 ]

@@ -5,13 +5,14 @@ arrays, ``PickleBuffer`` objects; a top-level ``bytes`` or ``bytearray`` payload
 written as one message straight from their objects into the shared segment, in one native call:
 what fits goes into the slot, the rest into one allocation of the ring's in-segment allocator
 (ring-core's allocator; freed by the sender when the slot comes round again, so a receiver that
-dies leaks nothing). The receiver pins the message: ``get()`` copies each buffer out once into memory
-the unpickled objects own (writable numpy arrays; from 1 MiB up a ``shmring.Buffer`` whose memory
-the receiver reuses once it is freed, so large copies land in memory that is already mapped); ``get(zero_copy=True)`` gives
-objects whose buffers *view the segment* (read-only numpy arrays, no copy at all). A zero-copy
-message stays pinned while anything made from it is alive and is released when the last of it
-goes; the next ``get`` and ``close`` raise ``BufferError`` while a view of it is still alive,
-so a view can never outlive the bytes it shows.
+dies leaks nothing). The receiver pins the message: ``get()`` copies each buffer out once into
+memory the unpickled objects own (writable numpy arrays; from 1 MiB up a ``shmring.RecvBuffer``
+whose memory the receiver reuses once it is freed, so large copies land in memory that is
+already mapped); ``get(zero_copy=True)`` gives objects whose buffers *view the segment*
+(read-only numpy arrays, no copy at all). A zero-copy message stays pinned while anything
+made from it is alive and is released when the last of it goes; the next ``get`` and
+``close`` raise ``BufferError`` while a view of it is still alive, so a view can never outlive
+the bytes it shows.
 
 Every message must fit ``max_message`` (``shmring.TooLarge`` otherwise): the ring gets
 ``capacity`` slots and an arena of ``capacity + 1`` such messages (shared memory that is only

@@ -1,9 +1,10 @@
-//! Happens-before with a single route, for Miri's race detector: in each test exactly one
-//! acquire/release pair orders a plain (non-atomic) read of a message against the producer's
-//! writes of that slot. The threads signal each other with Relaxed flags only, and neither runs
-//! a fence between the signal and the access that would race (under Miri a SeqCst fence
-//! synchronises with every earlier one, which would hide the race). Weaken that pair and Miri
-//! reports a data race on every seed and schedule; with it, the run is clean. Each test names
+//! Happens-before with a single route, for Miri's race detector: in each test one
+//! acquire/release pair (in one test, two pairs that each cover the other, weakened together)
+//! orders a plain (non-atomic) read of a message against the producer's writes of that slot.
+//! The threads signal each other with Relaxed flags only, and neither runs a fence between the
+//! signal and the access that would race (under Miri a SeqCst fence synchronises with every
+//! earlier one, which would hide the race). Weaken the route and Miri reports a data race on
+//! every seed and schedule; with it, the run is clean. Each test names
 //! the mutant of `verification/mutants.txt` it catches. Runs under Miri (`ci/miri.sh`).
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
@@ -37,11 +38,12 @@ fn wait_for(flag: &AtomicU32) {
 
 /// `drop-bits-release`: a skip-on-lag consumer pins message 0 (a reader bit), reads its bytes
 /// in place, leaks the pin and is dropped; `Consumer::drop`'s Release bit clear is then the
-/// only route from those reads to the producer's rewrite of the slot. The producer takes its
-/// gating scan and fence on a claim refused while the pin is held (so the claim that succeeds
-/// skips both), then polls the slot's state word with Relaxed loads until the bit is gone,
-/// claims and writes. With the clear Relaxed, its claim CAS synchronises only with the pin's
-/// `fetch_or` (before the reads): a data race between the reads and the rewrite.
+/// only route from those reads to the producer's rewrite of the slot. The producer's claim
+/// refused while the pin is held takes the gating scan (whose Acquire loads could read the
+/// drop's FREE store), so the claim that succeeds runs no scan and no fence (the last publish
+/// fenced); the producer polls the slot's state word with Relaxed loads until the bit is
+/// gone, then claims and writes. With the clear Relaxed, its claim CAS synchronises only with
+/// the pin's `fetch_or` (before the reads): a data race between the reads and the rewrite.
 #[test]
 fn a_dropped_consumers_bit_clear_orders_its_leaked_pins_reads_before_the_rewrite() {
     let s = one_slot();

@@ -23,7 +23,8 @@
 #   conformance     conformance suite (heap, owned, ring-os memfd)
 #   miri[=FILTER]   conformance under Miri (threaded_stress, data races)
 #   miri-alloc      tests/alloc_race.rs under Miri (weak-memory emulation of the allocator snapshot)
-#   miri-core=FILTER  ring-core's tests/ownership.rs under Miri, tests matching FILTER
+#   miri-core=[TEST:]FILTER  ring-core's tests/TEST.rs (default ownership) under Miri, tests
+#                   matching FILTER
 #   core[=TEST]     ring-core's own unit and integration tests (only tests/TEST.rs when given)
 #   os=TEST         ring-os's tests/TEST.rs
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
@@ -87,8 +88,10 @@ run_layer() {
             MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
                 cargo +nightly miri test -q -j "$jobs" -p ring-verification --test alloc_race ;;
         miri-core)
+            local test=ownership
+            [[ $arg == *:* ]] && test=${arg%%:*} arg=${arg#*:}
             MIRIFLAGS="-Zmiri-strict-provenance -Zmiri-seed=1" CARGO_TARGET_DIR="$work/t-miri" \
-                cargo +nightly miri test -q -j "$jobs" -p ring-core --test ownership -- "$arg" ;;
+                cargo +nightly miri test -q -j "$jobs" -p ring-core --test "$test" -- "$arg" ;;
         core)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-core --release \
                 ${arg:+--test "$arg"} ;;

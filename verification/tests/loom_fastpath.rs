@@ -240,8 +240,8 @@ fn alt_len(seq: u64) -> usize {
     }
 }
 
-/// Inline and payload messages in the same slot, pinning reader: message 0 (16 bytes, written
-/// inline by `write`) is published, then the producer rewrites the slot with message 1
+/// Inline and payload messages in the same slot, pinning reader: message 0 (16 bytes, which
+/// `write` puts in the payload area and `publish` copies into the inline words) is published, then the producer rewrites the slot with message 1
 /// (120 bytes, `write` into the payload area) while the reader pins twice. Each pin is
 /// message 0 or 1 whole (the length says where it lies), or refused; never a mix.
 #[test]

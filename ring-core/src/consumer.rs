@@ -590,7 +590,8 @@ impl<M: Memory> Consumer<M> {
     /// whole batch. Returns how many were read.
     ///
     /// If `f` panics, the message it was given stays unconsumed: the next read takes its pin
-    /// back and reads it again.
+    /// back and reads it again. `max == 0` reads nothing and returns `Ok(0)` without looking
+    /// at the ring's state (an eviction or the stream's end shows on the next read).
     ///
     /// # Errors
     /// When not even one message could be read, the error the first read gave (as

@@ -11,7 +11,7 @@ use loom::thread;
 use ring_core::sync::Ordering;
 use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
-    ReadError, Spin,
+    ReadError, Spin, INLINE_CAPACITY,
 };
 use ring_verification::support::{id, model};
 use std::sync::Arc;
@@ -263,19 +263,26 @@ fn close_after_publish_loses_nothing() {
 /// The reader registers before message 0 is published, so message 0 is its to read (a reader
 /// registered after it starts at head 1 and only ever reads `Empty`: the model's first version
 /// did that and could not fail).
+///
+/// Message 0 is longer than `INLINE_CAPACITY`, so the reader reads it from the payload area,
+/// where the dead producer's half write lies. (A small message would be read from its copy in
+/// the message line, which a write never touches before `finish` — with 16-byte messages the
+/// model stopped telling the mutant apart once ABI 3 put small messages inline.)
 #[test]
 fn take_over_hands_back_a_half_written_slot() {
+    const LEN: usize = INLINE_CAPACITY + 8;
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
+        let cfg = Config::new(1, LEN as u32).with_consumers(1);
+        let s = Arc::new(OwnedSegment::new(&cfg, id(1)).expect("valid config"));
         let mut p = Producer::new(s.clone(), id(1)).unwrap();
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
-        assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
+        assert_eq!(p.try_publish(&[0xA0; LEN]), Ok(0));
         let reader = thread::spawn(move || {
             thread::yield_now();
             if let Ok(m) = c.try_pin() {
-                let mut a = [0u8; 16];
+                let mut a = [0u8; LEN];
                 m.copy_to(&mut a);
-                assert_eq!((m.seq(), a), (0, [0xA0; 16]), "pinned a half-written slot");
+                assert_eq!((m.seq(), a), (0, [0xA0; LEN]), "pinned a half-written slot");
             }
         });
         let dying = thread::spawn(move || {

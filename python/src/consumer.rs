@@ -431,7 +431,6 @@ impl Consumer {
     }
 }
 
-/// Whether `e` is an instance of `shmring.errors.<kind>`.
 /// `Truncated` when a peer shrank the segment under a copy made since `faults` was read
 /// (the SIGBUS guard replaced the missing pages, so the copy holds zeros, not the message).
 fn truncated_since(faults: u64) -> PyResult<()> {
@@ -445,6 +444,7 @@ fn truncated_since(faults: u64) -> PyResult<()> {
     Ok(())
 }
 
+/// Whether `e` is an instance of `shmring.errors.<kind>`.
 fn is_kind(py: Python<'_>, e: &PyErr, kind: &str) -> bool {
     py.import("shmring.errors")
         .and_then(|m| m.getattr(kind))

@@ -17,10 +17,31 @@ use pyo3::prelude::*;
 pub(crate) unsafe fn fill(
     obj: &Bound<'_, PyAny>,
     view: *mut ffi::Py_buffer,
-    (ptr, len): (usize, usize),
+    bytes: (usize, usize),
     readonly: bool,
     flags: c_int,
     exports: &AtomicUsize,
+) -> PyResult<()> {
+    // SAFETY: the caller's contract, and the count below keeps the bytes while the view lives.
+    unsafe { fill_view(obj, view, bytes, readonly, flags) }?;
+    // Relaxed: every access to an export counter happens with the GIL held, which orders them.
+    exports.fetch_add(1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Fills `view` over the `len` bytes at `ptr` for `obj`, counting nothing: for an object whose
+/// bytes live exactly as long as the object itself (the view holds a reference to it).
+///
+/// # Safety
+///
+/// `view` is a `Py_buffer` the interpreter passed to `__getbuffer__`; the bytes stay mapped,
+/// stable (and, unless `readonly`, ours to write) while the view lives.
+pub(crate) unsafe fn fill_view(
+    obj: &Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    (ptr, len): (usize, usize),
+    readonly: bool,
+    flags: c_int,
 ) -> PyResult<()> {
     // SAFETY: the caller's contract; `PyBuffer_FillInfo` takes a reference to `obj` for
     // `view.obj`, so `obj` outlives the view, and it refuses a writable request on a read-only
@@ -38,8 +59,6 @@ pub(crate) unsafe fn fill(
     if rc != 0 {
         return Err(PyErr::fetch(obj.py()));
     }
-    // Relaxed: every access to an export counter happens with the GIL held, which orders them.
-    exports.fetch_add(1, Ordering::Relaxed);
     Ok(())
 }
 

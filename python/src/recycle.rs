@@ -12,11 +12,11 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::{MmapMut, MmapOptions};
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::errors::Fail;
+use crate::export;
 
 /// Parts at least this long are copied into a recycled [`Buffer`]; smaller ones into a
 /// `bytearray` (the allocator caches small blocks itself).
@@ -144,25 +144,11 @@ impl Buffer {
         flags: core::ffi::c_int,
     ) -> PyResult<()> {
         let me = slf.get();
-        let len = isize::try_from(me.len).map_err(|_| PyBufferError::new_err("too large"))?;
         // SAFETY: `view` is the interpreter's; `addr..addr + len` is memory `map` owns, mapped
-        // until this object is freed, which cannot happen while the view holds its reference
-        // (`PyBuffer_FillInfo` takes one). Python writes through the view; Rust never makes a
-        // reference into these bytes after `new`'s caller filled them.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
-                view,
-                slf.as_ptr(),
-                me.addr as *mut core::ffi::c_void,
-                len,
-                0,
-                flags,
-            )
-        };
-        if rc != 0 {
-            return Err(PyErr::fetch(slf.py()));
-        }
-        Ok(())
+        // until this object is freed, which cannot happen while the view holds its reference.
+        // Python writes through the view; Rust never makes a reference into these bytes after
+        // `make`'s caller filled them.
+        unsafe { export::fill_view(slf.as_any(), view, (me.addr, me.len), false, flags) }
     }
 
     /// Nothing to do: the view's reference keeps this object, and so its memory, alive.

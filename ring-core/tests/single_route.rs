@@ -102,8 +102,8 @@ fn a_stamp_following_pin_sees_the_payload_through_the_stamp_or_the_writer_clear(
 }
 
 /// `pin-only-copy-pins`: in a pin-only ring a copy read pins, so its unpin (`refuse_pin`'s
-/// Release, which `takeback-release` weakens too) is the only route from its loads of message 0 to the producer's `&mut` loan of the slot for
-/// message 1. The producer claims once the reader says (Relaxed) that it has copied; the
+/// Release, which `takeback-release` weakens too) is the only route from its loads of message
+/// 0 to the producer's `&mut` loan of the slot for message 1. The producer claims once the reader says (Relaxed) that it has copied; the
 /// reader keeps its consumer until the loan is published (`Consumer::drop` clears reader bits
 /// with Release, a second route). A copy that reads optimistically instead leaves the claim
 /// unordered after its loads: a data race with the loan's plain writes.

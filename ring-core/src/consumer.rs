@@ -6,7 +6,7 @@ use crate::layout::{
     ConsumerEntry, ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_JOINING,
     FLAG_ABORTED, FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT, WRITER,
 };
-use crate::memory::Memory;
+use crate::memory::{Memory, OpenJoin};
 use crate::owner::OwnerId;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::wait::WaitStrategy;
@@ -81,30 +81,33 @@ enum Miss {
     Fatal(ReadError),
 }
 
-impl<M: Memory> Consumer<M> {
-    /// Registers a consumer of `class` in the first free consumer-table entry.
+impl<M: OpenJoin> Consumer<M> {
+    /// Registers a consumer of `class` in the first free consumer-table entry, on memory that
+    /// carries no liveness contract ([`OpenJoin`]; for any other memory see
+    /// [`new_unchecked`](Self::new_unchecked)).
     ///
     /// The consumer starts at the current head: it receives messages published from now on.
+    ///
+    /// ```compile_fail,E0277
+    /// // RawMemory (what an OS mapping opens) is not `OpenJoin`: a consumer registered there
+    /// // without its liveness lock would be reclaimed, and its pinned bytes overwritten, by a
+    /// // producer that judges it dead.
+    /// use ring_core::{Consumer, DeliveryClass, OwnerId, RawMemory};
+    /// fn join(raw: &RawMemory) {
+    ///     let _ = Consumer::new(raw, DeliveryClass::Gating, OwnerId::new(9).unwrap());
+    /// }
+    /// ```
     ///
     /// # Errors
     /// [`Error::ConsumerTableFull`].
     pub fn new(mem: M, class: DeliveryClass, owner: OwnerId) -> Result<Self, Error> {
-        let mut mem = mem;
-        for index in 0..mem.geometry().consumers() {
-            match Self::new_at(mem, index, class, owner) {
-                Ok(c) => return Ok(c),
-                Err((m, _)) => mem = m,
-            }
-        }
-        Err(Error::ConsumerTableFull {
-            capacity: mem.geometry().config.consumers,
-        })
+        // SAFETY: `M: OpenJoin`: nothing judges participants on this memory dead, so only an
+        // `unsafe` `Producer::reclaim` (whose caller answers for it) can reclaim us.
+        unsafe { Self::new_unchecked(mem, class, owner) }
     }
 
     /// Registers a consumer of `class` in consumer-table entry `index`, if it is free.
-    ///
-    /// For callers that must own the entry's index before they register (ring-os takes the
-    /// entry's liveness lock first). On failure the memory comes back with the error.
+    /// On failure the memory comes back with the error.
     ///
     /// # Errors
     /// [`Error::NoSuchConsumer`] beyond the table, [`Error::EntryBusy`] when the entry is
@@ -119,21 +122,75 @@ impl<M: Memory> Consumer<M> {
         class: DeliveryClass,
         owner: OwnerId,
     ) -> Result<Self, (M, Error)> {
-        if index >= mem.geometry().consumers() {
-            return Err((mem, Error::NoSuchConsumer { index }));
+        // SAFETY: as in `new`.
+        unsafe { Self::new_at_unchecked(mem, index, class, owner) }
+    }
+}
+
+impl<M: Memory> Consumer<M> {
+    /// [`new`](Self::new) on any memory.
+    ///
+    /// # Safety
+    /// For as long as the returned consumer (or a [`Pinned`] of it) lives, whatever judges the
+    /// liveness of this ring's participants judges it alive: no
+    /// [`Producer::reclaim`](crate::Producer::reclaim) of its entry runs on a "the owner is
+    /// dead" verdict. ring-os, for example, takes the entry's role lock before it registers
+    /// and holds it until after the consumer left the entry.
+    ///
+    /// # Errors
+    /// [`Error::ConsumerTableFull`].
+    pub unsafe fn new_unchecked(
+        mem: M,
+        class: DeliveryClass,
+        owner: OwnerId,
+    ) -> Result<Self, Error> {
+        let mut mem = mem;
+        for index in 0..mem.geometry().consumers() {
+            // SAFETY: the caller's promise covers whichever entry we register in.
+            match unsafe { Self::new_at_unchecked(mem, index, class, owner) } {
+                Ok(c) => return Ok(c),
+                Err((m, _)) => mem = m,
+            }
         }
-        Self::new_at_with_hook(mem, index, class, owner, || {})
+        Err(Error::ConsumerTableFull {
+            capacity: mem.geometry().config.consumers,
+        })
     }
 
-    /// [`new_at`](Self::new_at) with `between_steps` run after the entry is ACTIVE and before
-    /// its start point is final — where a preemption used to let a subscriber lose messages.
-    /// A test hook: it lets a test inject the delay a preemption would.
+    /// [`new_at`](Self::new_at) on any memory: for callers that must own the entry's index
+    /// before they register (ring-os takes the entry's liveness lock first).
+    ///
+    /// # Safety
+    /// As [`new_unchecked`](Self::new_unchecked), for entry `index`.
+    ///
+    /// # Errors
+    /// As [`new_at`](Self::new_at).
+    #[allow(
+        clippy::result_large_err,
+        reason = "the memory handle is given back to the caller"
+    )]
+    pub unsafe fn new_at_unchecked(
+        mem: M,
+        index: usize,
+        class: DeliveryClass,
+        owner: OwnerId,
+    ) -> Result<Self, (M, Error)> {
+        // SAFETY: the caller's promise is ours.
+        unsafe { Self::new_at_with_hook(mem, index, class, owner, || {}) }
+    }
+
+    /// [`new_at_unchecked`](Self::new_at_unchecked) with `between_steps` run after the entry is
+    /// ACTIVE and before its start point is final — where a preemption used to let a subscriber
+    /// lose messages. A test hook: it lets a test inject the delay a preemption would.
+    ///
+    /// # Safety
+    /// As [`new_unchecked`](Self::new_unchecked), for entry `index`.
     #[doc(hidden)]
     #[allow(
         clippy::result_large_err,
         reason = "the memory handle is given back to the caller"
     )]
-    pub fn new_at_with_hook(
+    pub unsafe fn new_at_with_hook(
         mem: M,
         index: usize,
         class: DeliveryClass,

@@ -94,6 +94,11 @@ impl HeapSegment {
     }
 }
 
+// SAFETY: a heap segment lives in this process only, and nothing in the workspace judges the
+// liveness of its participants: reclaims and take-overs on it are the `unsafe` calls alone.
+// It hands out no other `Memory` over its bytes.
+unsafe impl crate::memory::OpenJoin for HeapSegment {}
+
 // SAFETY: forwards to the `RawMemory`, whose bytes `_buf` keeps alive.
 unsafe impl Memory for HeapSegment {
     crate::forward_memory_accessors!(|s| &s.raw);

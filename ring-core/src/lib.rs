@@ -86,7 +86,7 @@ pub use geometry::{
 pub use heap::HeapSegment;
 pub use inspect::ConsumerInfo;
 pub use layout::{CACHE_LINE, INLINE_CAPACITY};
-pub use memory::{Memory, RawMemory};
+pub use memory::{Memory, OpenJoin, RawMemory};
 #[cfg(feature = "alloc")]
 pub use owned::OwnedSegment;
 pub use producer::{LoanError, Overflow, Producer, Reclaimed, WriteSlot};

@@ -52,6 +52,38 @@ pub unsafe trait Memory {
     }
 }
 
+/// Memory on which participants may be made by safe code: nothing judges the liveness of
+/// the participants on it.
+///
+/// Reclaiming a consumer ([`Producer::reclaim`](crate::Producer::reclaim)) and taking a
+/// producer over ([`Producer::take_over`](crate::Producer::take_over)) are `unsafe`: they
+/// require the displaced participant to be inside no call and to hold no pin or slot. A
+/// backend that makes those calls from *safe* code on a verdict of its own ("the owner's role
+/// lock is free, so it is dead", as ring-os does) can only be sound if every participant on its
+/// memory takes part in that verdict. So the safe constructors ([`Producer::new`],
+/// [`Consumer::new`], [`Consumer::new_at`]) exist only for `OpenJoin` memory, and everyone
+/// else goes through the `unsafe` `*_unchecked` forms, whose contract is that the verdict
+/// holds for the participant they make.
+///
+/// [`Producer::new`]: crate::Producer::new
+/// [`Consumer::new`]: crate::Consumer::new
+/// [`Consumer::new_at`]: crate::Consumer::new_at
+///
+/// # Safety
+/// No code that can be reached without `unsafe` (in this crate or any other) reclaims or
+/// takes over a participant on this memory because it judged that participant dead. In
+/// particular a type that implements this trait must not also be a memory that a backend's
+/// liveness checks reclaim on (ring-os's `RoleFile`), and must not hand out, from safe code,
+/// another `Memory` over the same bytes that is not `OpenJoin` either.
+pub unsafe trait OpenJoin: Memory {}
+
+// SAFETY: a borrow is the same memory, with the same (absent) verdicts.
+unsafe impl<T: OpenJoin + ?Sized> OpenJoin for &T {}
+
+#[cfg(feature = "alloc")]
+// SAFETY: as for `&T`.
+unsafe impl<T: OpenJoin + ?Sized> OpenJoin for alloc::sync::Arc<T> {}
+
 /// Writes the six accessor methods of [`Memory`] (everything but `notify`) inside an
 /// `unsafe impl Memory for …` block, forwarding each to another `Memory` reached from `self`:
 /// `forward_memory_accessors!(|s| &s.inner)`. The `unsafe impl` (and its `// SAFETY:` comment)

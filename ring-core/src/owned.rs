@@ -151,6 +151,9 @@ impl OwnedSegment {
     }
 }
 
+// SAFETY: as for `HeapSegment`: in-process memory whose participants nothing judges dead.
+unsafe impl crate::memory::OpenJoin for OwnedSegment {}
+
 // SAFETY: every accessor indexes a collection sized from the geometry (out-of-range indices
 // panic in the bounds check instead of touching foreign memory); nothing is ever resized.
 unsafe impl Memory for OwnedSegment {

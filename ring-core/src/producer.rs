@@ -6,7 +6,7 @@ use crate::layout::{
     ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
     FLAG_CLOSED, INLINE_CAPACITY, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
-use crate::memory::Memory;
+use crate::memory::{Memory, OpenJoin};
 use crate::owner::OwnerId;
 use crate::sync::AtomicU64;
 use crate::sync::{fence, Ordering};
@@ -138,15 +138,46 @@ impl core::fmt::Display for Overflow {
 
 impl core::error::Error for Overflow {}
 
-impl<M: Memory> Producer<M> {
-    /// Becomes the ring's producer.
+impl<M: OpenJoin> Producer<M> {
+    /// Becomes the ring's producer, on memory that carries no liveness contract.
     ///
-    /// Reopens a ring a previous producer closed; clears a `WRITER` bit a previous producer left
-    /// behind (its unpublished message is dropped).
+    /// The unchecked form, for memory whose participants some liveness oracle may judge dead
+    /// (ring-os's role locks), is [`new_unchecked`](Self::new_unchecked): a producer built
+    /// there without taking part in that oracle would be "taken over" while it still writes.
+    ///
+    /// ```compile_fail,E0277
+    /// // RawMemory (what an OS mapping opens) is not `OpenJoin`: no safe producer on it.
+    /// use ring_core::{OwnerId, Producer, RawMemory};
+    /// fn join(raw: &RawMemory) {
+    ///     let _ = Producer::new(raw, OwnerId::new(1).unwrap()); // error[E0277]: not OpenJoin
+    /// }
+    /// ```
     ///
     /// # Errors
     /// [`Error::ProducerExists`] when another producer owns the ring.
     pub fn new(mem: M, owner: OwnerId) -> Result<Self, Error> {
+        // SAFETY: `M: OpenJoin`: no liveness oracle judges participants on this memory, so
+        // only an `unsafe` `take_over` (whose caller answers for it) can displace us.
+        unsafe { Self::new_unchecked(mem, owner) }
+    }
+}
+
+impl<M: Memory> Producer<M> {
+    /// Becomes the ring's producer on any memory.
+    ///
+    /// Reopens a ring a previous producer closed; clears a `WRITER` bit a previous producer left
+    /// behind (its unpublished message is dropped).
+    ///
+    /// # Safety
+    /// For as long as the returned producer (or a [`WriteSlot`] of it) lives, whatever judges
+    /// the liveness of this ring's participants judges it alive: no [`take_over`](Self::take_over)
+    /// of it runs on a "the owner is dead" verdict. ring-os, for example, takes the producer's
+    /// role lock first and holds it for the producer's whole life; the safe
+    /// [`new`](Self::new) is for [`OpenJoin`] memory, where no such verdict exists.
+    ///
+    /// # Errors
+    /// [`Error::ProducerExists`] when another producer owns the ring.
+    pub unsafe fn new_unchecked(mem: M, owner: OwnerId) -> Result<Self, Error> {
         let line = mem.producer_line();
         // Success AcqRel: Acquire synchronises with the previous producer's Release store of 0
         // in `Drop`, so its last `head` is visible; Release publishes nothing yet but keeps a

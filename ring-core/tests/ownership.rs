@@ -346,14 +346,16 @@ fn a_half_registered_subscriber_is_not_ready_and_loses_nothing() {
     let go_on = Arc::new(AtomicU32::new(0));
     let (s2, h2, g2) = (Arc::clone(&s), Arc::clone(&in_hook), Arc::clone(&go_on));
     let t = std::thread::spawn(move || {
-        let mut c = Consumer::new_at_with_hook(s2, 0, DeliveryClass::Gating, id(2), || {
-            h2.store(1, Ordering::SeqCst);
-            while g2.load(Ordering::SeqCst) == 0 {
-                spin_loop();
-            }
-        })
-        .map_err(|(_, e)| e)
-        .unwrap();
+        // SAFETY: a heap segment: nothing judges this consumer dead.
+        let joined = unsafe {
+            Consumer::new_at_with_hook(s2, 0, DeliveryClass::Gating, id(2), || {
+                h2.store(1, Ordering::SeqCst);
+                while g2.load(Ordering::SeqCst) == 0 {
+                    spin_loop();
+                }
+            })
+        };
+        let mut c = joined.map_err(|(_, e)| e).unwrap();
         let mut buf = [0u8; 16];
         let mut got = std::vec::Vec::new();
         loop {

@@ -337,7 +337,10 @@ mod tests {
         );
         assert!(t.elapsed() >= Duration::from_millis(45));
         // A producer that died: reported within about one liveness period.
-        let mut p = Producer::new(std::sync::Arc::clone(&ring), dead_owner()).unwrap();
+        // SAFETY: `p` stands for a process that died (no lock): nothing takes it over in this
+        // test (the consumer only reports it gone), and it is forgotten, not used, afterwards.
+        let mut p =
+            unsafe { Producer::new_unchecked(std::sync::Arc::clone(&ring), dead_owner()) }.unwrap();
         p.try_publish(b"last words").unwrap();
         let got = c.recv(&mut buf, Duration::MAX).unwrap();
         assert_eq!(
@@ -364,11 +367,15 @@ mod tests {
         let config = Config::new(4, 64).with_consumers(2);
         let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
         let mut p = ShmRing::producer(&ring).unwrap();
-        let dead = Consumer::new(
-            std::sync::Arc::clone(&ring),
-            DeliveryClass::Gating,
-            dead_owner(),
-        )
+        // SAFETY: `dead` stands for a process that died: it is forgotten at once, before the
+        // producer reclaims it, and holds no pin.
+        let dead = unsafe {
+            Consumer::new_unchecked(
+                std::sync::Arc::clone(&ring),
+                DeliveryClass::Gating,
+                dead_owner(),
+            )
+        }
         .unwrap();
         // A dead process runs no destructors.
         core::mem::forget(dead);

@@ -82,14 +82,18 @@ pub(crate) fn become_producer<T: RoleFile>(
         });
     };
     // Without OFD locks (non-Linux) a free lock proves nothing: never displace anyone there.
-    match Producer::new(Arc::clone(ring), me) {
+    // SAFETY: we hold Role::Producer, and the caller keeps `held` for the producer's whole
+    // life (ShmProducer drops its producer before its lock), so the lock-based verdict that
+    // every take-over and reclaim on this memory relies on judges this producer alive.
+    match unsafe { Producer::new_unchecked(Arc::clone(ring), me) } {
         Ok(p) => Ok((p, held)),
         Err(ring_core::Error::ProducerExists { owner }) if lock::SUPPORTED => {
             let dead = OwnerId::new(owner).ok_or(Error::ProducerAlive { owner })?;
-            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock: its
-            // process is gone (the kernel released the lock), so it is inside no call and holds
-            // no `WriteSlot`. (A producer made without ring-os holds no lock either; it takes
-            // that risk, and the epoch fence still stops it from publishing.)
+            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock. Every
+            // producer on a ring-os mapping holds that lock for its whole life (`Mapping` is not
+            // `OpenJoin`: the only producers on it are made here, or by `unsafe` code that
+            // promised the same), so its process is gone (the kernel released the lock): it is
+            // inside no call and holds no `WriteSlot`.
             let p = unsafe { Producer::take_over(Arc::clone(ring), me, dead) }?;
             Ok((p, held))
         }
@@ -132,7 +136,12 @@ pub(crate) fn register_consumer<T: RoleFile>(
                     std::thread::sleep(d);
                 }
             };
-            match Consumer::new_at_with_hook(Arc::clone(ring), index, class, me, hook) {
+            // SAFETY: we hold entry `index`'s lock, and the caller keeps `held` until after the
+            // consumer left the entry (ShmConsumer drops its consumer first), so no reclaim of
+            // this entry runs while the consumer lives.
+            let joined =
+                unsafe { Consumer::new_at_with_hook(Arc::clone(ring), index, class, me, hook) };
+            match joined {
                 Ok(consumer) => return Ok((consumer, held)),
                 // Taken between our look and our lock (by a peer without ring-os's locks, or a
                 // producer sweeping its bits): try the next entry.
@@ -168,9 +177,10 @@ pub(crate) fn reclaim_if_dead<M: RoleFile>(p: &mut Producer<M>, index: usize) ->
     // An entry is held by its owner word (ring-core claims entries with an owner CAS), so a
     // consumer that died at any point of its registration is found here by its owner id.
     let owner = OwnerId::new(p.consumer_info(index)?.owner)?;
-    // SAFETY: we hold the entry's lock, which the kernel released when its owner died (a live
-    // ring-os consumer holds it for its whole life): the owner is inside no call and holds no
-    // `Pinned`.
+    // SAFETY: we hold the entry's lock, which the kernel released when its owner died: a live
+    // consumer on a ring-os mapping holds it for its whole life (`Mapping` is not `OpenJoin`,
+    // so the only consumers on it are registered under that lock, or by `unsafe` code that
+    // promised the same): the owner is inside no call and holds no `Pinned`.
     unsafe { p.reclaim(index, owner) }
         .ok()
         .filter(|r| r.was_registered)

@@ -50,6 +50,25 @@ fn fail<E: core::fmt::Display>(what: &'static str) -> impl Fn(E) -> Failure {
     move |e| Failure(format!("{what}: {e}"))
 }
 
+// The suite's participants. Every memory it joins is a fresh segment from a `Backend` that no
+// one else uses, and nothing in the suite judges a participant dead on a verdict of its own:
+// its reclaims are explicit `unsafe` calls with their own promises. So the `*_unchecked`
+// contract (no liveness verdict displaces this participant while it lives) holds.
+
+fn join_producer<M: Memory>(m: M, owner: OwnerId) -> Result<Producer<M>, Failure> {
+    // SAFETY: see above: no liveness oracle runs on the suite's memories.
+    unsafe { Producer::new_unchecked(m, owner) }.map_err(fail("producer"))
+}
+
+fn join_consumer<M: Memory>(
+    m: M,
+    class: DeliveryClass,
+    owner: OwnerId,
+) -> Result<Consumer<M>, Failure> {
+    // SAFETY: see above: no liveness oracle runs on the suite's memories.
+    unsafe { Consumer::new_unchecked(m, class, owner) }.map_err(fail("consumer"))
+}
+
 /// Every check, by name, for `backend`.
 pub fn all<B: Backend>(backend: &B) -> Vec<(&'static str, Check)> {
     vec![
@@ -102,9 +121,9 @@ pub fn run_all<B: Backend>(backend: &B) -> Check {
 /// Publish, then pin and copy the message back; metadata and emptiness after.
 pub fn roundtrip<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(4, 64).with_consumers(2))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut pin = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
-    let mut copy = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut pin = join_consumer(&m, DeliveryClass::Gating, id(2))?;
+    let mut copy = join_consumer(&m, DeliveryClass::SkipOnLag, id(3))?;
     let mut slot = p.try_claim().map_err(fail("claim"))?;
     slot.write(b"conformance").map_err(fail("write"))?;
     slot.set_meta([5, 6]);
@@ -142,8 +161,8 @@ pub fn roundtrip<B: Backend>(b: &B) -> Check {
 /// Invariant 1: a slot a reader pins cannot be claimed; after the unpin it can.
 pub fn pinned_slot_is_not_claimable<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(1, 16).with_consumers(2))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut c = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut c = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
     p.try_publish(b"one").map_err(fail("publish"))?;
     let bit = 1u32 << c.index();
     let pinned = c.try_pin().map_err(fail("pin"))?;
@@ -170,8 +189,8 @@ pub fn pinned_slot_is_not_claimable<B: Backend>(b: &B) -> Check {
 /// Invariant 4 (gating): the producer is refused, never overwrites, and names the consumer.
 pub fn gating_is_lossless<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(2))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut g = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut g = join_consumer(&m, DeliveryClass::Gating, id(2))?;
     let mut buf = [0u8; 16];
     for round in 0..5u8 {
         p.try_publish(&[round; 3]).map_err(fail("publish a"))?;
@@ -196,9 +215,9 @@ pub fn gating_is_lossless<B: Backend>(b: &B) -> Check {
 /// 1-slot ring is rewritten under the reader.
 pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(4, 16).with_consumers(2))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut s = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
-    let mut l = Consumer::new(&m, DeliveryClass::LatestOnly, id(3)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut s = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
+    let mut l = join_consumer(&m, DeliveryClass::LatestOnly, id(3))?;
     for i in 0..10u8 {
         p.try_publish(&[i]).map_err(fail("publish"))?;
     }
@@ -215,8 +234,8 @@ pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
     ensure!((got.seq, got.missed) == (9, 9), "latest-only read {got:?}");
     // The regression the model found: a 1-slot ring whose only message is being rewritten.
     let m1 = b.create(&Config::new(1, 16).with_consumers(1))?;
-    let mut p1 = Producer::new(&m1, id(1)).map_err(fail("producer"))?;
-    let mut c1 = Consumer::new(&m1, DeliveryClass::LatestOnly, id(2)).map_err(fail("consumer"))?;
+    let mut p1 = join_producer(&m1, id(1))?;
+    let mut c1 = join_consumer(&m1, DeliveryClass::LatestOnly, id(2))?;
     p1.try_publish(b"a").map_err(fail("publish"))?;
     let claim = p1.try_claim().map_err(fail("claim"))?;
     ensure!(
@@ -236,9 +255,9 @@ pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
 /// Invariant 7: reclaiming a dead consumer clears exactly its pins and its gating hold.
 pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(3))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut dead = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
-    let mut live = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut dead = join_consumer(&m, DeliveryClass::Gating, id(2))?;
+    let mut live = join_consumer(&m, DeliveryClass::SkipOnLag, id(3))?;
     p.try_publish(b"0").map_err(fail("publish"))?;
     p.try_publish(b"1").map_err(fail("publish"))?;
     let (di, li) = (dead.index(), live.index());
@@ -281,9 +300,9 @@ pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
 /// and by copy, never read out of bounds.
 pub fn hostile_length_is_refused<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(2))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut pin = Consumer::new(&m, DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
-    let mut copy = Consumer::new(&m, DeliveryClass::SkipOnLag, id(3)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut pin = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
+    let mut copy = join_consumer(&m, DeliveryClass::SkipOnLag, id(3))?;
     p.try_publish(b"ok").map_err(fail("publish"))?;
     m.slot_header(0).len.store(17, Ordering::Relaxed);
     ensure!(
@@ -302,8 +321,8 @@ pub fn hostile_length_is_refused<B: Backend>(b: &B) -> Check {
 /// Invariant 6: a stamp behind the published head (a peer rolled it back) is refused.
 pub fn hostile_stamp_is_refused<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(1))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut c = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut c = join_consumer(&m, DeliveryClass::Gating, id(2))?;
     p.try_publish(b"ok").map_err(fail("publish"))?;
     m.slot_header(0).stamp.store(0, Ordering::Relaxed);
     // A consumer that follows its slot's stamp cannot tell a scribbled stamp from a message
@@ -340,8 +359,8 @@ pub fn hostile_stamp_is_refused<B: Backend>(b: &B) -> Check {
 /// Invariant 6: blocked waits end at their bound.
 pub fn bounded_waits<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(1, 16).with_consumers(1))?;
-    let mut p = Producer::new(&m, id(1)).map_err(fail("producer"))?;
-    let mut c = Consumer::new(&m, DeliveryClass::Gating, id(2)).map_err(fail("consumer"))?;
+    let mut p = join_producer(&m, id(1))?;
+    let mut c = join_consumer(&m, DeliveryClass::Gating, id(2))?;
     ensure!(
         c.wait_ready(&mut Spin::new(100)) == Err(ReadError::Timeout),
         "consumer wait unbounded"
@@ -470,7 +489,7 @@ pub fn threaded_stress<B: Backend>(b: &B) -> Check {
     .into_iter()
     .enumerate()
     {
-        let mut c = Consumer::new(m.clone(), class, id(10 + k as u64)).map_err(fail("consumer"))?;
+        let mut c = join_consumer(m.clone(), class, id(10 + k as u64))?;
         consumers.push(std::thread::spawn(move || -> Check {
             let mut last = None;
             let mut buf = [0u8; 24];
@@ -507,7 +526,7 @@ pub fn threaded_stress<B: Backend>(b: &B) -> Check {
             Ok(())
         }));
     }
-    let mut p = Producer::new(m.clone(), id(1)).map_err(fail("producer"))?;
+    let mut p = join_producer(m.clone(), id(1))?;
     for seq in 0..n {
         let mut slot = p
             .claim(&mut SpinThenYield::new(64, 1_000_000))
@@ -531,8 +550,7 @@ pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
     let n: u64 = if cfg!(miri) { 12 } else { 5_000 };
     let m = Arc::new(b.create(&Config::new(1, 16).with_consumers(1))?);
     let msg = |seq: u64| -> [u8; 16] { [seq as u8; 16] };
-    let mut c =
-        Consumer::new(m.clone(), DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let mut c = join_consumer(m.clone(), DeliveryClass::SkipOnLag, id(2))?;
     let reader = std::thread::spawn(move || -> Check {
         let mut seen = 0;
         for _ in 0..10_000_000u64 {
@@ -549,7 +567,7 @@ pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
         ensure!(seen > 0, "the reader saw nothing");
         Ok(())
     });
-    let mut p = Producer::new(m.clone(), id(1)).map_err(fail("producer"))?;
+    let mut p = join_producer(m.clone(), id(1))?;
     let mut seq = 0;
     for _ in 0..10_000_000u64 {
         if seq == n {
@@ -576,8 +594,7 @@ pub fn batch_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
     let n: u64 = if cfg!(miri) { 12 } else { 5_000 };
     let m = Arc::new(b.create(&Config::new(1, 16).with_consumers(1))?);
     let msg = |seq: u64| -> [u8; 16] { [seq as u8; 16] };
-    let mut c =
-        Consumer::new(m.clone(), DeliveryClass::SkipOnLag, id(2)).map_err(fail("consumer"))?;
+    let mut c = join_consumer(m.clone(), DeliveryClass::SkipOnLag, id(2))?;
     let reader = std::thread::spawn(move || -> Check {
         let mut seen = 0;
         let mut torn = None;
@@ -597,7 +614,7 @@ pub fn batch_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
         ensure!(seen > 0, "the reader saw nothing");
         Ok(())
     });
-    let mut p = Producer::new(m.clone(), id(1)).map_err(fail("producer"))?;
+    let mut p = join_producer(m.clone(), id(1))?;
     let mut seq = 0;
     for _ in 0..10_000_000u64 {
         if seq == n {

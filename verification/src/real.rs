@@ -121,7 +121,11 @@ impl<'s, M: Memory> Real<'s, M> {
     /// # Errors
     /// A [`Failure`] when the producer cannot be created or the allocator region is invalid.
     pub fn new(mem: &'s M) -> Result<Self, Failure> {
-        let producer = Producer::new(mem, owner(PRODUCER_OWNER))
+        // SAFETY: the harness is the only party on `mem` (a fresh segment for its run) that
+        // reclaims or takes over, and it does so only through its explicit `ReclaimLive` /
+        // `TakeOverLive` steps (the lying oracle it models), which hold no pin or slot when they
+        // run and whose old handles are kept only to check that they are fenced out.
+        let producer = unsafe { Producer::new_unchecked(mem, owner(PRODUCER_OWNER)) }
             .map_err(|e| Failure(format!("Producer::new: {e}")))?;
         let words = mem.alloc_words();
         let alloc = if words.is_empty() {
@@ -396,7 +400,8 @@ impl<'s, M: Memory> Real<'s, M> {
     }
 
     fn register(&mut self, class: crate::model::Class, id: OwnerId) -> Outcome {
-        match Consumer::new(self.mem, class.into(), id) {
+        // SAFETY: as in `Real::new`.
+        match unsafe { Consumer::new_unchecked(self.mem, class.into(), id) } {
             Ok(c) => {
                 self.registrations += 1;
                 let i = c.index();

@@ -413,7 +413,10 @@ fn register<M: RoleFile>(
             else {
                 continue; // A registrant or a reclaimer holds it right now.
             };
-            match Consumer::new_at(mem, index, class, owner) {
+            // SAFETY: we hold entry `index`'s role lock, and the caller keeps it in the
+            // `DeviceConsumer` after the consumer (released only once the consumer left the
+            // entry), so no lock-based reclaim of the entry runs while the consumer lives.
+            match unsafe { Consumer::new_at_unchecked(mem, index, class, owner) } {
                 Ok(c) => return Ok((role, c)),
                 // Taken between our look and our lock (a peer without the locks, or a producer
                 // sweeping its bits): try the next entry.

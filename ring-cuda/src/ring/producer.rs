@@ -581,14 +581,17 @@ fn become_producer<M: RoleFile>(
     let ring = match OwnerId::new(registered(&mem)) {
         // Without OFD locks a free lock proves nothing: never displace anyone there.
         Some(dead) if ring_os::lock::SUPPORTED => {
-            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock: its
-            // process is gone (the kernel released the lock), so it is inside no call and
-            // holds no slot. (A producer made without ring-os's locks takes that risk; the
-            // epoch fence still stops it from publishing.) If the line changed meanwhile,
-            // the take-over's compare-exchange fails instead.
+            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock. Every
+            // producer on this memory holds that lock for its whole life (it is not `OpenJoin`:
+            // producers on it are made here, by ring-os, or by `unsafe` code that promised the
+            // same), so its process is gone (the kernel released the lock): it is inside no
+            // call and holds no slot. If the line changed meanwhile, the take-over's
+            // compare-exchange fails instead.
             unsafe { Producer::take_over(mem, owner, dead) }
         }
-        _ => Producer::new(mem, owner),
+        // SAFETY: we hold Role::Producer, and the caller keeps it in the `DeviceProducer`
+        // after the producer (released only once the producer left the line).
+        _ => unsafe { Producer::new_unchecked(mem, owner) },
     };
     ring.map(|p| (role, p)).map_err(RingError::Ring)
 }

@@ -7,24 +7,32 @@
 //! dropped before the subscriber. A `Message` is a ticket (`pin_id`) for the current pin; the
 //! buffer-export count lives in the consumer, so neither the message nor the consumer can give
 //! the slot back while a `memoryview` or numpy array still views it.
+//!
+//! The consumer is usable from any thread: [`Held`] lives in a [`Handoff`], lent to one
+//! blocking call at a time (which waits without holding a lock), so `close()` from another
+//! thread wakes a waiting call within one slice. A pin another thread can see (one in the
+//! handoff) is released only with the GIL held, so a `Message` method that found its pin
+//! current may use the bytes until it releases the GIL.
 
 use core::ffi::c_int;
 use core::ptr::NonNull;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use pyo3::exceptions::{PyBufferError, PyValueError};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use ring_core::inspect::{consumer_info, producer_info};
 use ring_core::{DeliveryClass, Pinned, ReadError};
 use ring_os::{Mapping, RecvTimeoutError, Subscriber};
 
-use crate::errors::{self, exported, Fail};
+use crate::errors::{self, exported_fail, Fail};
 use crate::export;
+use crate::handoff::{Handoff, Lease};
 use crate::queue::{self as q, Arena, Part};
 use crate::recycle::{Buffer, Recycler, RECYCLE_AT};
-use crate::wait::{deadline, sliced};
+use crate::wait::{deadline, sliced, unlocked};
 
 /// A pin with its borrow of the subscriber extended to `'static` (see [`Held`]).
 type Pin = Pinned<'static, Arc<Mapping>>;
@@ -42,16 +50,16 @@ struct Held {
     /// Live buffer exports of the current pin (shared with its `Message`, so a view can be
     /// released without borrowing the consumer). A fresh counter for every pin.
     exports: Arc<AtomicUsize>,
+    /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
+    /// none).
+    arena: Option<Option<Arena>>,
 }
 
 // SAFETY: `Held` owns the `Subscriber` (as a `Box` would) and a pin that borrows only it;
 // both are `Send` (a `Subscriber` is a plain owner of an `Arc<Mapping>` and role lock), and
 // nothing in `Held` is shared with another owner, so moving it to another thread is sound.
+// (It is not `Sync`: the `Handoff` mutex gives one thread at a time access to it.)
 unsafe impl Send for Held {}
-
-// SAFETY: a shared `&Held` reaches no method that dereferences `sub` or uses the pin (all of
-// them take `&mut self`, which PyO3 hands out to one borrower at a time).
-unsafe impl Sync for Held {}
 
 impl Held {
     fn new(sub: Subscriber) -> Self {
@@ -61,13 +69,19 @@ impl Held {
             pin_id: 0,
             bytes: (0, 0),
             exports: Arc::new(AtomicUsize::new(0)),
+            arena: None,
         }
     }
 
-    /// Releases the current pin; refuses while its bytes are exported.
-    fn unpin(&mut self, what: &str) -> PyResult<()> {
+    /// Whether `pin_id` names the current pin.
+    fn pins(&self, pin_id: u64) -> bool {
+        self.pin.is_some() && self.pin_id == pin_id
+    }
+
+    /// Releases the current pin; refuses while its bytes are exported. Calls no Python.
+    fn unpin(&mut self, what: &str) -> Result<(), Fail> {
         if self.pin.is_some() && export::live(&self.exports) {
-            return Err(exported(what));
+            return Err(exported_fail(what));
         }
         self.pin = None;
         Ok(())
@@ -92,52 +106,54 @@ impl Drop for Held {
     }
 }
 
-/// A consumer of a ring (see `Ring.consumer`). Pins one message at a time.
-#[pyclass(module = "shmring")]
+/// A consumer of a ring (see `Ring.consumer`). Pins one message at a time; usable from any
+/// thread (see the module doc).
+#[pyclass(module = "shmring", frozen)]
 pub(crate) struct Consumer {
-    held: Option<Held>,
+    held: Handoff<Held>,
     class: DeliveryClass,
-    received: u64,
-    missed: u64,
+    /// Its consumer-table entry (for `pending`).
+    index: usize,
+    /// Relaxed: statistics, written only by the lease holder.
+    received: AtomicU64,
+    /// Relaxed: as `received`.
+    missed: AtomicU64,
     mapping: Arc<Mapping>,
-    /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
-    /// none).
-    arena: Option<Option<Arena>>,
     /// Memory of freed large received parts, for the next copying `_get_parts`.
     recycler: Arc<Recycler>,
 }
 
 impl Consumer {
-    pub(crate) fn new(sub: Subscriber, class: DeliveryClass, mapping: &Arc<Mapping>) -> Self {
+    pub(crate) fn new(mut sub: Subscriber, class: DeliveryClass, mapping: &Arc<Mapping>) -> Self {
+        let index = sub.inner().index();
         Self {
-            held: Some(Held::new(sub)),
+            held: Handoff::new(Held::new(sub), "consumer"),
             class,
-            received: 0,
-            missed: 0,
+            index,
+            received: AtomicU64::new(0),
+            missed: AtomicU64::new(0),
             mapping: Arc::clone(mapping),
-            arena: None,
             recycler: Arc::default(),
         }
     }
 
-    fn held(&mut self) -> PyResult<&mut Held> {
-        self.held
-            .as_mut()
-            .ok_or_else(|| Fail::new("Closed", "this consumer is closed").into())
-    }
-
-    /// Pins the next message, waiting as `timeout` says; `None` when it ran out.
-    fn pin_next(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<u64> {
+    /// Takes the consumer state for one call and pins the next message, waiting as `timeout`
+    /// says (raises `Timeout` when it runs out). The pin is in the lease's `Held`.
+    fn pin_next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Lease<'_, Held>> {
         let end = deadline(timeout)?;
-        let held = self.held()?;
-        held.unpin("pin the next message")?;
-        let sub = SubPtr(held.sub);
-        let got = sliced(py, end, move |slice| {
-            let sub = sub;
-            // SAFETY: the box is alive (the consumer is mutably borrowed for this call and
-            // `Held` frees it only in `Drop`) and no pin borrows it (released above); the
-            // resulting pin is stored in `Held`, which drops it before the box.
-            let s: &'static mut Subscriber = unsafe { &mut *sub.0.as_ptr() };
+        let no_message = || Fail::new("Timeout", "no message came within the timeout").into();
+        let mut lease = self
+            .held
+            .lease(py, end, |h| h.unpin("pin the next message"))?
+            .ok_or_else(no_message)?;
+        let got = sliced(py, end, &mut lease, move |lease, slice| {
+            lease.check_open()?;
+            let sub = lease.get()?.sub;
+            // SAFETY: the box is alive (the lease owns `Held`, which frees it only in `Drop`)
+            // and no pin borrows it (released when the lease was taken, and a pin taken here
+            // is returned at once); the resulting pin is stored in `Held`, which drops it
+            // before the box.
+            let s: &'static mut Subscriber = unsafe { &mut *sub.as_ptr() };
             match s.recv_pinned_timeout(slice) {
                 Ok(p) => Ok(Some(SendPin(p))),
                 Err(RecvTimeoutError::Timeout)
@@ -146,26 +162,19 @@ impl Consumer {
             }
         })?;
         let Some(SendPin(pin)) = got else {
-            return Err(Fail::new("Timeout", "no message came within the timeout").into());
+            return Err(no_message());
         };
         let bytes = pin.bytes();
-        let held = self.held()?;
+        self.received.fetch_add(1, Ordering::Relaxed);
+        self.missed.fetch_add(pin.missed(), Ordering::Relaxed);
+        let held = lease.get()?;
         held.bytes = (bytes.as_ptr() as usize, bytes.len());
         held.pin_id += 1;
         held.exports = Arc::new(AtomicUsize::new(0));
-        let id = held.pin_id;
-        self.received += 1;
-        self.missed += pin.missed();
-        self.held()?.pin = Some(pin);
-        Ok(id)
+        held.pin = Some(pin);
+        Ok(lease)
     }
 }
-
-/// The subscriber's address, sent into the GIL-free closure.
-#[derive(Clone, Copy)]
-struct SubPtr(NonNull<Subscriber>);
-// SAFETY: only dereferenced by the one call that holds the consumer mutably (see `pin_next`).
-unsafe impl Send for SubPtr {}
 
 /// A pin carried out of the GIL-free closure.
 struct SendPin(Pin);
@@ -178,13 +187,12 @@ impl Consumer {
     /// seconds (`None`: as long as it takes; raises `Timeout`). The previous message is
     /// released first; if its bytes are still exported, this raises `BufferError`.
     /// Raises `Disconnected` once the stream was closed and drained, `Aborted` if it was
-    /// aborted.
+    /// aborted, `Closed` when another thread closes the consumer meanwhile.
     #[pyo3(signature = (timeout = None))]
     fn pin(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Message> {
         let py = slf.py();
-        let mut me = slf.try_borrow_mut()?;
-        let id = me.pin_next(py, timeout)?;
-        let held = me.held()?;
+        let mut lease = slf.get().pin_next(py, timeout)?;
+        let held = lease.get()?;
         let pin = held
             .pin
             .as_ref()
@@ -192,7 +200,7 @@ impl Consumer {
         Ok(Message {
             consumer: slf.clone().unbind(),
             exports: Arc::clone(&held.exports),
-            pin_id: id,
+            pin_id: held.pin_id,
             seq: pin.seq(),
             missed: pin.missed(),
             len: pin.len(),
@@ -214,22 +222,18 @@ impl Consumer {
         zero_copy: bool,
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let py = slf.py();
-        let mut me = slf.try_borrow_mut()?;
-        if me.arena.is_none() {
+        let me = slf.get();
+        let mut lease = me.pin_next(py, timeout)?;
+        let held = lease.get()?;
+        if held.arena.is_none() {
             let a = Arena::attach(&me.mapping).map_err(|f| f.into_py(py))?;
-            me.arena = Some(a);
+            held.arena = Some(a);
         }
-        let id = me.pin_next(py, timeout)?;
-        let me = &mut *me;
-        let held = me
-            .held
-            .as_mut()
-            .ok_or_else(|| Fail::new("Closed", "this consumer is closed"))?;
         let (ptr, len) = held.bytes;
         let meta = held.pin.as_ref().map_or([0, 0], |p| p.meta());
         // SAFETY: the pin just taken keeps these `len` bytes mapped and stable.
         let slot = unsafe { core::slice::from_raw_parts(ptr as *const u8, len) };
-        let parsed = q::parse(slot, meta, me.arena.as_ref().and_then(Option::as_ref));
+        let parsed = q::parse(slot, meta, held.arena.as_ref().and_then(Option::as_ref));
         let parts = match parsed {
             Ok(p) => p,
             Err(f) => {
@@ -240,6 +244,9 @@ impl Consumer {
         if zero_copy {
             let consumer = slf.clone().unbind();
             let siblings = Arc::new(AtomicUsize::new(parts.len()));
+            let (exports, id) = (Arc::clone(&held.exports), held.pin_id);
+            // The pin goes back with the lease: the parts find it there.
+            drop(lease);
             return parts
                 .iter()
                 .map(|g| {
@@ -247,7 +254,7 @@ impl Consumer {
                         py,
                         Part {
                             consumer: consumer.clone_ref(py),
-                            exports: Arc::clone(&held.exports),
+                            exports: Arc::clone(&exports),
                             siblings: Arc::clone(&siblings),
                             pin_id: id,
                             addr: g.addr,
@@ -287,28 +294,27 @@ impl Consumer {
         let copy = move || {
             for (src, dst, len) in jobs {
                 // SAFETY: `src..src + len` lies in the pinned slot or its allocation (`parse`),
-                // stable while pinned; `dst` is the memory of a new bytearray or `Buffer` of
-                // `len` bytes (held in `out`) that no other code has seen yet.
+                // stable while pinned (the lease keeps the pin); `dst` is the memory of a new
+                // bytearray or `Buffer` of `len` bytes (held in `out`) that no other code has
+                // seen yet.
                 unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
             }
         };
         if total >= q::RELEASE_GIL_AT {
-            py.allow_threads(copy);
+            unlocked(py, &mut lease, |_| copy());
         } else {
             copy();
         }
-        held.unpin("release the message")?;
+        lease.get()?.unpin("release the message")?;
         truncated_since(faults)?;
         Ok(out)
     }
 
     /// Copies the next message out as `bytes` (waits as `pin` does).
     #[pyo3(signature = (timeout = None))]
-    fn recv<'py>(slf: &Bound<'py, Self>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
-        let py = slf.py();
-        let mut me = slf.try_borrow_mut()?;
-        me.pin_next(py, timeout)?;
-        let held = me.held()?;
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
+        let mut lease = self.pin_next(py, timeout)?;
+        let held = lease.get()?;
         let (ptr, len) = held.bytes;
         let faults = ring_os::sigbus::repaired_faults();
         // SAFETY: the pin just taken keeps these `len` bytes stable and mapped.
@@ -327,19 +333,17 @@ impl Consumer {
     /// ring's `slot_size` holds any message).
     #[pyo3(signature = (buffer, timeout = None))]
     fn recv_into(
-        slf: &Bound<'_, Self>,
+        &self,
+        py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        let py = slf.py();
         let view = crate::producer::View::writable(buffer)?;
         let (dst, room) = view.raw();
-        let mut me = slf.try_borrow_mut()?;
-        me.pin_next(py, timeout)?;
-        let held = me.held()?;
-        let (src, len) = held.bytes;
+        let mut lease = self.pin_next(py, timeout)?;
+        let (src, len) = lease.get()?.bytes;
         if len > room {
-            held.unpin("release the message")?;
+            lease.get()?.unpin("release the message")?;
             return Err(Fail::new(
                 "TooLarge",
                 format!(
@@ -350,19 +354,20 @@ impl Consumer {
         }
         let faults = ring_os::sigbus::repaired_faults();
         let copy = move || {
-            // SAFETY: `src..src + len` is the pinned message, mapped and stable while pinned;
-            // `dst..dst + len` lies in the writable view `view`, held (so the object cannot be
-            // resized or freed) until after the copy. Raw pointers only, and `copy` allows
-            // overlap, so even a view into the segment itself cannot make this unsound.
+            // SAFETY: `src..src + len` is the pinned message, mapped and stable while pinned
+            // (the lease keeps the pin); `dst..dst + len` lies in the writable view `view`,
+            // held (so the object cannot be resized or freed) until after the copy. Raw
+            // pointers only, and `copy` allows overlap, so even a view into the segment itself
+            // cannot make this unsound.
             unsafe { core::ptr::copy(src as *const u8, dst as *mut u8, len) };
         };
         if len >= q::RELEASE_GIL_AT {
-            py.allow_threads(copy);
+            unlocked(py, &mut lease, |_| copy());
         } else {
             copy();
         }
         drop(view);
-        held.unpin("release the message")?;
+        lease.get()?.unpin("release the message")?;
         truncated_since(faults)?;
         Ok(len)
     }
@@ -381,29 +386,39 @@ impl Consumer {
     /// Messages received so far.
     #[getter]
     fn received(&self) -> u64 {
-        self.received
+        self.received.load(Ordering::Relaxed)
     }
 
     /// Messages skipped so far (latest and skip modes).
     #[getter]
     fn missed(&self) -> u64 {
-        self.missed
+        self.missed.load(Ordering::Relaxed)
+    }
+
+    /// Messages published that this consumer has not taken yet (0 once closed): what
+    /// `close()` would discard. A snapshot; the producer may publish more meanwhile.
+    #[getter]
+    fn pending(&self) -> u64 {
+        if self.held.is_closed() {
+            return 0;
+        }
+        let head = producer_info(&*self.mapping).head;
+        consumer_info(&*self.mapping, self.index).map_or(0, |c| head.saturating_sub(c.cursor))
     }
 
     /// Whether the consumer is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.held.is_none()
+        self.held.is_closed()
     }
 
-    /// Leaves the ring (raises `BufferError` while the current message is exported).
-    fn close(&mut self) -> PyResult<()> {
-        if let Some(h) = self.held.as_mut() {
-            h.unpin("close the consumer")?;
+    /// Leaves the ring (raises `BufferError` while the current message is exported). From
+    /// another thread, a call waiting in `pin`/`recv` raises `Closed` within one slice.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        if let Some(mut h) = self.held.close(py, |h| h.unpin("close the consumer"))? {
             // Touch the subscriber once, so a closed ring is left now, not at collection.
             let _ = h.sub();
         }
-        self.held = None;
         Ok(())
     }
 
@@ -412,8 +427,8 @@ impl Consumer {
     }
 
     #[pyo3(signature = (*_args))]
-    fn __exit__(&mut self, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 
@@ -468,17 +483,28 @@ pub(crate) struct Message {
 }
 
 impl Message {
-    /// Runs `f` on the consumer state if this message's pin is still the current one.
-    fn with_pin<T>(&self, py: Python<'_>, f: impl FnOnce(&mut Held) -> PyResult<T>) -> PyResult<T> {
-        let mut c = self.consumer.bind(py).try_borrow_mut()?;
-        match c.held.as_mut() {
-            Some(h) if h.pin.is_some() && h.pin_id == self.pin_id => f(h),
-            _ => Err(Fail::new(
+    /// Runs `f` on the consumer state if this message's pin is still the current one. `f`
+    /// runs under the consumer's lock: it must not call Python. The GIL (`_py`) is held, so
+    /// the pin stays current until the caller releases the GIL (see the module doc).
+    fn with_pin<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Held) -> Result<T, Fail>,
+    ) -> PyResult<T> {
+        let pin_id = self.pin_id;
+        let done = self
+            .consumer
+            .get()
+            .held
+            .with(|h| h.pins(pin_id).then(|| f(h)))
+            .flatten();
+        done.unwrap_or_else(|| {
+            Err(Fail::new(
                 "Closed",
                 "this message was released (closed, or a later pin replaced it)",
-            )
-            .into()),
-        }
+            ))
+        })
+        .map_err(|f| f.into_py(py))
     }
 }
 
@@ -514,13 +540,12 @@ impl Message {
 
     /// A copy of the bytes.
     fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        self.with_pin(py, |h| {
-            let (ptr, len) = h.bytes;
-            // SAFETY: the pin is current, so these bytes are mapped and stable.
-            Ok(PyBytes::new(py, unsafe {
-                core::slice::from_raw_parts(ptr as *const u8, len)
-            }))
-        })
+        let (ptr, len) = self.with_pin(py, |h| Ok(h.bytes))?;
+        // SAFETY: the pin is current and the GIL is held since `with_pin` checked it, so
+        // these bytes are mapped and stable (pins are released only with the GIL).
+        Ok(PyBytes::new(py, unsafe {
+            core::slice::from_raw_parts(ptr as *const u8, len)
+        }))
     }
 
     /// Releases the pin (raises `BufferError` while an export is alive; idempotent).
@@ -625,16 +650,7 @@ impl Drop for Message {
         // view is alive, which cannot be: each export holds a reference to the message).
         // No Python call here (no error objects either): a destructor may run while an
         // exception is propagating, and calling into Python then would clobber it.
-        Python::with_gil(|py| {
-            let Ok(mut c) = self.consumer.bind(py).try_borrow_mut() else {
-                return;
-            };
-            if let Some(h) = c.held.as_mut() {
-                if h.pin_id == self.pin_id && !export::live(&h.exports) {
-                    h.pin = None;
-                }
-            }
-        });
+        Python::with_gil(|_py| release_pin(&self.consumer, self.pin_id));
     }
 }
 
@@ -645,24 +661,19 @@ fn release_export(_py: Python<'_>, obj: &Bound<'_, PyAny>) {
     }
 }
 
-/// Whether `consumer`'s current pin is the one numbered `pin_id` (for `queue::Part`).
-pub(crate) fn pin_is(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) -> bool {
-    consumer.bind(py).try_borrow().is_ok_and(|c| {
-        c.held
-            .as_ref()
-            .is_some_and(|h| h.pin.is_some() && h.pin_id == pin_id)
-    })
+/// Whether `consumer`'s current pin is the one numbered `pin_id` (for `queue::Part`); the
+/// GIL (`_py`) keeps it current while it is held.
+pub(crate) fn pin_is(_py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) -> bool {
+    consumer.get().held.with(|h| h.pins(pin_id)) == Some(true)
 }
 
 /// Releases `consumer`'s pin if it is still the one numbered `pin_id` and nothing exports it
-/// (the last `queue::Part` of a message went away). Quietly does nothing otherwise.
-pub(crate) fn release_pin(py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) {
-    let Ok(mut c) = consumer.bind(py).try_borrow_mut() else {
-        return;
-    };
-    if let Some(h) = c.held.as_mut() {
+/// (a `Message` or the last `queue::Part` of a message went away). Quietly does nothing
+/// otherwise. Called with the GIL held (from a destructor; see the module doc).
+pub(crate) fn release_pin(consumer: &Py<Consumer>, pin_id: u64) {
+    consumer.get().held.with(|h| {
         if h.pin_id == pin_id && !export::live(&h.exports) {
             h.pin = None;
         }
-    }
+    });
 }

@@ -145,10 +145,14 @@ pub(crate) fn os_err(e: Error) -> PyErr {
     os(e).into()
 }
 
-/// The `BufferError` raised when something is released while a buffer export is alive.
-pub(crate) fn exported(what: &str) -> PyErr {
-    PyBufferError::new_err(format!(
-        "cannot {what}: a buffer export (a memoryview, a numpy array, an Arrow buffer) still \
-         views the slot; release those views first"
-    ))
+/// The `BufferError` raised when something is released while a buffer export is alive (made
+/// without calling Python, so it may be made under an endpoint's lock).
+pub(crate) fn exported_fail(what: &str) -> Fail {
+    Fail::new(
+        "BufferError",
+        format!(
+            "cannot {what}: a buffer export (a memoryview, a numpy array, an Arrow buffer) \
+             still views the slot; release those views first"
+        ),
+    )
 }

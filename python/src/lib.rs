@@ -12,6 +12,7 @@ mod consumer;
 mod dlpack;
 mod errors;
 mod export;
+mod handoff;
 mod producer;
 mod queue;
 mod recycle;
@@ -31,5 +32,6 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<queue::Part>()?;
     m.add_class::<recycle::Buffer>()?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
+    m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;
     Ok(())
 }

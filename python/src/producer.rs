@@ -6,11 +6,15 @@
 //! As with pins, the loan borrows the publisher: [`Lent`] owns the publisher on the heap and
 //! the loan next to it, and the export count of the loan's buffer keeps the slot claimed while
 //! any view of it lives, so a stale view can never write into a later message.
+//!
+//! The producer is usable from any thread: [`Lent`] lives in a [`Handoff`], lent to one
+//! blocking call at a time, so `close()` from another thread wakes a waiting `publish`/`put`
+//! within one slice (see `handoff`).
 
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use core::time::Duration;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyTypeError;
@@ -18,11 +22,13 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::Memory as _;
 use ring_os::{Loan, Mapping, Publisher, SendTimeoutError};
+use std::time::Instant;
 
-use crate::errors::{self, exported, Fail};
+use crate::errors::{self, exported_fail, Fail};
 use crate::export;
+use crate::handoff::{Handoff, Lease};
 use crate::queue::{self as q, SendState};
-use crate::wait::{deadline, sliced};
+use crate::wait::{deadline, sliced, unlocked};
 
 /// A loan with its borrow of the publisher extended to `'static` (see [`Lent`]).
 type StaticLoan = Loan<'static>;
@@ -36,27 +42,40 @@ struct Lent {
     bytes: (usize, usize),
     /// Live buffer exports of the current loan (shared with its `Claim`); fresh per loan.
     exports: Arc<AtomicUsize>,
+    /// The queue's allocator state, attached by the first `_put_parts`.
+    queue: Option<SendState>,
 }
 
 // SAFETY: `Lent` owns the publisher (as a `Box` would) and a loan that borrows only it; both
-// are `Send`, and nothing in `Lent` is shared with another owner.
+// are `Send`, and nothing in `Lent` is shared with another owner. (It is not `Sync`: the
+// `Handoff` mutex gives one thread at a time access to it.)
 unsafe impl Send for Lent {}
 
-// SAFETY: a shared `&Lent` reaches no method that dereferences `publisher` or uses the loan
-// (all take `&mut self`, which PyO3 hands out to one borrower at a time).
-unsafe impl Sync for Lent {}
-
 impl Lent {
-    fn publisher(&mut self) -> PyResult<&mut Publisher> {
+    /// The publisher; refuses (`Busy`) while a claimed slot is open. Calls no Python.
+    fn publisher(&mut self) -> Result<&mut Publisher, Fail> {
         if self.loan.is_some() {
             return Err(Fail::new(
                 "Busy",
                 "a claimed slot is still open: publish or abort it first",
-            )
-            .into());
+            ));
         }
         // SAFETY: the box is alive until `Drop`, and no loan borrows it (checked above).
         Ok(unsafe { self.publisher.as_mut() })
+    }
+
+    /// The publisher behind the lease `l`, with its borrow extended to `'static` for a loan
+    /// that `Lent` keeps (or drops) before the box.
+    ///
+    /// # Safety
+    ///
+    /// No loan is open (the lease was taken with `Lent::publisher` as its check and nothing
+    /// opened one since), and the returned reference is not used after the lease goes back.
+    unsafe fn publisher_static(l: &mut Lease<'_, Self>) -> Result<&'static mut Publisher, Fail> {
+        let p = l.get()?.publisher;
+        // SAFETY: the caller's obligations: the lease owns the box exclusively and no loan
+        // borrows it.
+        Ok(unsafe { &mut *p.as_ptr() })
     }
 }
 
@@ -69,27 +88,23 @@ impl Drop for Lent {
     }
 }
 
-/// The publisher's address, sent into the GIL-free closure.
-#[derive(Clone, Copy)]
-struct PubPtr(NonNull<Publisher>);
-// SAFETY: dereferenced only by the one call that holds the producer mutably.
-unsafe impl Send for PubPtr {}
-
 /// A loan carried out of the GIL-free closure.
 struct SendLoan(StaticLoan);
 // SAFETY: as for `Lent`.
 unsafe impl Send for SendLoan {}
 
 /// The ring's one producer (see `Ring.producer`). `close()` ends the stream as finished;
-/// dropping it (or `abort()`) ends it as aborted: consumers drain, then get `Aborted`.
-#[pyclass(module = "shmring")]
+/// dropping it (or `abort()`) ends it as aborted: consumers drain, then get `Aborted`. Usable
+/// from any thread (see the module doc).
+#[pyclass(module = "shmring", frozen)]
 pub(crate) struct Producer {
-    lent: Option<Lent>,
+    lent: Handoff<Lent>,
     capacity: usize,
     pin_only: bool,
     mapping: Arc<Mapping>,
-    /// The queue's allocator state, attached by the first `_put_parts`.
-    queue: Option<SendState>,
+    /// Messages published (the next sequence number). Relaxed: a statistic, raised with
+    /// `fetch_max` after each send.
+    sent: AtomicU64,
 }
 
 /// A contiguous buffer-protocol view of a Python object, released on drop.
@@ -160,25 +175,38 @@ unsafe impl Send for Bytes {}
 impl Producer {
     pub(crate) fn new(publisher: Publisher, mapping: &Arc<Mapping>) -> Self {
         let g = mapping.geometry();
+        let sent = publisher.sent();
         Self {
-            lent: Some(Lent {
-                publisher: NonNull::from(Box::leak(Box::new(publisher))),
-                loan: None,
-                loan_id: 0,
-                bytes: (0, 0),
-                exports: Arc::new(AtomicUsize::new(0)),
-            }),
+            lent: Handoff::new(
+                Lent {
+                    publisher: NonNull::from(Box::leak(Box::new(publisher))),
+                    loan: None,
+                    loan_id: 0,
+                    bytes: (0, 0),
+                    exports: Arc::new(AtomicUsize::new(0)),
+                    queue: None,
+                },
+                "producer",
+            ),
             capacity: g.slot_capacity(),
             pin_only: g.config().pin_only,
             mapping: Arc::clone(mapping),
-            queue: None,
+            sent: AtomicU64::new(sent),
         }
     }
 
-    fn lent(&mut self) -> PyResult<&mut Lent> {
+    /// Takes the producer state for one call (waiting up to `end` for another thread's call;
+    /// `Full` when that does not end in time); refuses while a claimed slot is open.
+    fn lease(&self, py: Python<'_>, end: Option<Instant>) -> PyResult<Lease<'_, Lent>> {
         self.lent
-            .as_mut()
-            .ok_or_else(|| Fail::new("Closed", "this producer is closed").into())
+            .lease(py, end, |l| l.publisher().map(drop))?
+            .ok_or_else(|| Fail::new("Full", "another thread's call held the producer").into())
+    }
+
+    /// Records that message `seq` went out.
+    fn published(&self, seq: u64) -> u64 {
+        self.sent.fetch_max(seq + 1, Ordering::Relaxed);
+        seq
     }
 
     fn too_large(&self, len: usize) -> PyErr {
@@ -193,20 +221,21 @@ impl Producer {
     }
 
     /// Sends the bytes, waiting as `timeout` says.
-    fn send(&mut self, py: Python<'_>, data: Bytes, timeout: Option<f64>) -> PyResult<u64> {
+    fn send(&self, py: Python<'_>, data: Bytes, timeout: Option<f64>) -> PyResult<u64> {
         if data.1 > self.capacity {
             return Err(self.too_large(data.1));
         }
         let end = deadline(timeout)?;
-        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
-        let sent = sliced(py, end, move |slice| {
-            let (p, data) = (p, data);
-            // SAFETY: the producer is mutably borrowed for this call and no loan is open
-            // (checked by `publisher()`), so this is the one reference to the live box; the
-            // view behind `data` is held by our caller across this call.
+        let mut lease = self.lease(py, end)?;
+        let sent = sliced(py, end, &mut lease, move |lease, slice| {
+            let data = data;
+            lease.check_open()?;
+            // SAFETY: the lease was taken with `publisher()` as its check (no loan open) and
+            // the reference is used only within this slice; the view behind `data` is held by
+            // our caller across this call.
             let (publisher, bytes) = unsafe {
                 (
-                    &mut *p.0.as_ptr(),
+                    Lent::publisher_static(lease)?,
                     core::slice::from_raw_parts(data.0, data.1),
                 )
             };
@@ -216,7 +245,28 @@ impl Producer {
                 Err(e) => Err(errors::send(e)),
             }
         })?;
-        sent.ok_or_else(|| Fail::new("Full", "the ring stayed full for the whole timeout").into())
+        let seq =
+            sent.ok_or_else(|| Fail::new("Full", "the ring stayed full for the whole timeout"))?;
+        Ok(self.published(seq))
+    }
+
+    /// Waits (GIL released, in slices) until `done(publisher, slice)` says so; False on
+    /// timeout.
+    fn wait_until(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        done: impl Fn(&mut Publisher, Duration) -> bool + Send + Sync,
+    ) -> PyResult<bool> {
+        let end = deadline(timeout)?;
+        let Some(mut lease) = self.lent.lease(py, end, |l| l.publisher().map(drop))? else {
+            return Ok(false);
+        };
+        let got = sliced(py, end, &mut lease, |lease, slice| {
+            lease.check_open()?;
+            Ok(done(lease.get()?.publisher()?, slice).then_some(()))
+        })?;
+        Ok(got.is_some())
     }
 }
 
@@ -227,7 +277,7 @@ impl Producer {
     /// up to `timeout` seconds (`None`: as long as it takes), then raises `Full`.
     #[pyo3(signature = (data, timeout = None))]
     fn publish(
-        &mut self,
+        &self,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
         timeout: Option<f64>,
@@ -240,7 +290,7 @@ impl Producer {
     }
 
     /// Publishes only if a slot is free now; raises `Full` otherwise.
-    fn try_publish(&mut self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+    fn try_publish(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
         self.publish(py, data, Some(0.0))
     }
 
@@ -250,7 +300,7 @@ impl Producer {
     #[pyo3(signature = (nbytes, timeout = None))]
     fn claim(slf: &Bound<'_, Self>, nbytes: usize, timeout: Option<f64>) -> PyResult<Claim> {
         let py = slf.py();
-        let mut me = slf.try_borrow_mut()?;
+        let me = slf.get();
         if !me.pin_only {
             return Err(Fail::new(
                 "NotPinOnly",
@@ -264,11 +314,12 @@ impl Producer {
             return Err(me.too_large(nbytes));
         }
         let end = deadline(timeout)?;
-        let p = PubPtr(NonNull::from(me.lent()?.publisher()?));
-        let got = sliced(py, end, move |slice| {
-            let p = p;
-            // SAFETY: as in `send`; the loan is stored in `Lent`, which drops it before the box.
-            let publisher: &'static mut Publisher = unsafe { &mut *p.0.as_ptr() };
+        let mut lease = me.lease(py, end)?;
+        let got = sliced(py, end, &mut lease, move |lease, slice| {
+            lease.check_open()?;
+            // SAFETY: as in `send`; the loan is stored in `Lent`, which drops it before the
+            // box, or dropped before the lease goes back.
+            let publisher = unsafe { Lent::publisher_static(lease)? };
             match publisher.loan(nbytes, slice) {
                 Ok(loan) => Ok(Some(SendLoan(loan))),
                 Err(SendTimeoutError::Timeout) => Ok(None),
@@ -279,7 +330,7 @@ impl Producer {
             return Err(Fail::new("Full", "the ring stayed full for the whole timeout").into());
         };
         let bytes = loan.bytes();
-        let lent = me.lent()?;
+        let lent = lease.get()?;
         lent.bytes = (bytes.as_mut_ptr() as usize, bytes.len());
         lent.loan = Some(loan);
         lent.loan_id += 1;
@@ -302,7 +353,7 @@ impl Producer {
     /// Returns the sequence number.
     #[pyo3(signature = (parts, timeout = None))]
     fn _put_parts(
-        &mut self,
+        &self,
         py: Python<'_>,
         parts: Vec<Bound<'_, PyAny>>,
         timeout: Option<f64>,
@@ -319,10 +370,13 @@ impl Producer {
                 format!("{} parts do not fit in a slot's header", lens.len()),
             )
         })?;
-        if self.queue.is_none() {
-            self.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
+        let end = deadline(timeout)?;
+        let mut lease = self.lease(py, end)?;
+        let lent = lease.get()?;
+        if lent.queue.is_none() {
+            lent.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
         }
-        let max_alloc = self.queue.as_ref().map_or(0, |s| s.max_alloc);
+        let max_alloc = lent.queue.as_ref().map_or(0, |s| s.max_alloc);
         if plan.arena_len > max_alloc {
             return Err(Fail::new(
                 "TooLarge",
@@ -334,15 +388,13 @@ impl Producer {
             )
             .into());
         }
-        let end = deadline(timeout)?;
         let slots = self.mapping.geometry().slots() as u64;
-        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
         let slot_len = plan.slot_len;
-        let got = sliced(py, end, move |slice| {
-            let p = p;
-            // SAFETY: as in `claim`: the producer is mutably borrowed for this call, no loan
-            // is open, and the loan is sent (or dropped) before this call returns.
-            let publisher: &'static mut Publisher = unsafe { &mut *p.0.as_ptr() };
+        let got = sliced(py, end, &mut lease, move |lease, slice| {
+            lease.check_open()?;
+            // SAFETY: as in `claim`: the loan is kept in `Lent` (or sent, or dropped) before
+            // the lease goes back.
+            let publisher = unsafe { Lent::publisher_static(lease)? };
             if publisher.subscribers() == 0 && !publisher.wait_for_subscribers(1, slice) {
                 return Ok(None);
             }
@@ -362,7 +414,8 @@ impl Producer {
             .into());
         };
         let index = usize::try_from(seq % slots).unwrap_or(0);
-        let state = self
+        let lent = lease.get()?;
+        let state = lent
             .queue
             .as_mut()
             .ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
@@ -402,57 +455,52 @@ impl Producer {
             }
         };
         if total >= q::RELEASE_GIL_AT {
-            py.allow_threads(copy);
+            // The loan rides in `Lent` meanwhile, so a thread parked at exit gives it back
+            // with the lease (no `Claim` has its id).
+            let lent = lease.get()?;
+            lent.loan = Some(loan);
+            lent.loan_id += 1;
+            unlocked(py, &mut lease, |_| copy());
+            loan = lease
+                .get()?
+                .loan
+                .take()
+                .ok_or_else(|| Fail::new("Error", "the loan vanished"))?;
         } else {
             copy();
         }
         loan.set_meta([handle, plan.arena_len as u64]);
         let seq = loan.send().map_err(|e| errors::send(e).into_py(py))?;
+        drop(lease);
         drop(views);
-        Ok(seq)
+        Ok(self.published(seq))
     }
 
     /// Waits up to `timeout` seconds until `n` consumers are registered and will receive
     /// everything published after this returns; False on timeout.
     #[pyo3(signature = (n = 1, timeout = None))]
-    fn wait_for_consumers(
-        &mut self,
-        py: Python<'_>,
-        n: usize,
-        timeout: Option<f64>,
-    ) -> PyResult<bool> {
-        let end = deadline(timeout)?;
-        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
-        let done = sliced(py, end, move |slice| {
-            let p = p;
-            // SAFETY: as in `send`.
-            let publisher = unsafe { &mut *p.0.as_ptr() };
-            Ok(publisher.wait_for_subscribers(n, slice).then_some(()))
-        })?;
-        Ok(done.is_some())
+    fn wait_for_consumers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
+        self.wait_until(py, timeout, move |p, slice| {
+            p.wait_for_subscribers(n, slice)
+        })
     }
 
     /// Waits up to `timeout` seconds until every gating consumer consumed everything
     /// published (reclaiming dead ones); False on timeout.
     #[pyo3(signature = (timeout = None))]
-    fn wait_drained(&mut self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
-        let end = deadline(timeout)?;
-        let p = PubPtr(NonNull::from(self.lent()?.publisher()?));
-        let done = sliced(py, end, move |slice| {
-            let p = p;
-            // SAFETY: as in `send`.
-            let publisher = unsafe { &mut *p.0.as_ptr() };
-            Ok(publisher
-                .wait_drained(slice.max(Duration::from_millis(1)))
-                .then_some(()))
-        })?;
-        Ok(done.is_some())
+    fn wait_drained(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        self.wait_until(py, timeout, |p, slice| {
+            p.wait_drained(slice.max(Duration::from_millis(1)))
+        })
     }
 
     /// Messages published so far (the next sequence number).
     #[getter]
-    fn sent(&mut self) -> PyResult<u64> {
-        Ok(self.lent()?.publisher()?.sent())
+    fn sent(&self) -> PyResult<u64> {
+        if self.lent.is_closed() {
+            return Err(self.lent.closed_error().into());
+        }
+        Ok(self.sent.load(Ordering::Relaxed))
     }
 
     /// Payload bytes per slot.
@@ -464,26 +512,19 @@ impl Producer {
     /// Whether the producer is closed.
     #[getter]
     fn closed(&self) -> bool {
-        self.lent.is_none()
+        self.lent.is_closed()
     }
 
-    /// Ends the stream as finished: consumers drain, then get `Disconnected`.
-    fn close(&mut self) -> PyResult<()> {
-        if self.lent.is_some() {
-            self.lent()?.publisher()?.close();
-            self.lent = None;
-        }
-        Ok(())
+    /// Ends the stream as finished: consumers drain, then get `Disconnected`. From another
+    /// thread, a call waiting in `publish`/`claim`/`wait_*` raises `Closed` within one slice.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.end(py, None)
     }
 
     /// Ends the stream as aborted with `code`: consumers drain, then get `Aborted`.
     #[pyo3(signature = (code = 0))]
-    fn abort(&mut self, code: u16) -> PyResult<()> {
-        if self.lent.is_some() {
-            self.lent()?.publisher()?.abort(code);
-            self.lent = None;
-        }
-        Ok(())
+    fn abort(&self, py: Python<'_>, code: u16) -> PyResult<()> {
+        self.end(py, Some(code))
     }
 
     fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
@@ -493,17 +534,32 @@ impl Producer {
     /// A clean exit closes (finished); an exception aborts.
     #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
     fn __exit__(
-        &mut self,
+        &self,
+        py: Python<'_>,
         exc_type: Option<Bound<'_, PyAny>>,
         _exc: Option<Bound<'_, PyAny>>,
         _tb: Option<Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         if exc_type.is_some_and(|t| !t.is_none()) {
-            self.abort(0)?;
+            self.abort(py, 0)?;
         } else {
-            self.close()?;
+            self.close(py)?;
         }
         Ok(false)
+    }
+}
+
+impl Producer {
+    /// Ends the stream: finished (`None`) or aborted with the code.
+    fn end(&self, py: Python<'_>, abort: Option<u16>) -> PyResult<()> {
+        if let Some(mut l) = self.lent.close(py, |l| l.publisher().map(drop))? {
+            let p = l.publisher()?;
+            match abort {
+                None => p.close(),
+                Some(code) => p.abort(code),
+            }
+        }
+        Ok(())
     }
 }
 
@@ -524,16 +580,27 @@ pub(crate) struct Claim {
 }
 
 impl Claim {
+    /// Runs `f` on the producer state if this claim's loan is still open. `f` runs under the
+    /// producer's lock: it must not call Python.
     fn with_loan<T>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Lent) -> PyResult<T>,
+        f: impl FnOnce(&mut Lent) -> Result<T, Fail>,
     ) -> PyResult<T> {
-        let mut p = self.producer.bind(py).try_borrow_mut()?;
-        match p.lent.as_mut() {
-            Some(l) if l.loan.is_some() && l.loan_id == self.loan_id => f(l),
-            _ => Err(Fail::new("Closed", "this claim was already published or aborted").into()),
-        }
+        let id = self.loan_id;
+        let done = self
+            .producer
+            .get()
+            .lent
+            .with(|l| (l.loan.is_some() && l.loan_id == id).then(|| f(l)))
+            .flatten();
+        done.unwrap_or_else(|| {
+            Err(Fail::new(
+                "Closed",
+                "this claim was already published or aborted",
+            ))
+        })
+        .map_err(|f| f.into_py(py))
     }
 
     /// Releases the memoryview handed out by `__enter__` (raises if views of it are alive).
@@ -549,30 +616,24 @@ impl Claim {
 
     /// Ends the loan: publishes it (`publish`) or gives the slot back.
     fn finish(&self, py: Python<'_>, publish: bool) -> PyResult<Option<u64>> {
-        self.release_view(py).map_err(|_| {
-            exported(if publish {
-                "publish the claim"
-            } else {
-                "abort the claim"
-            })
-        })?;
-        let loan = self.with_loan(py, |l| {
+        let what = if publish {
+            "publish the claim"
+        } else {
+            "abort the claim"
+        };
+        self.release_view(py)
+            .map_err(|_| exported_fail(what).into_py(py))?;
+        // Sent (or dropped) under the producer's lock: the loan borrows the publisher.
+        let seq = self.with_loan(py, |l| {
             if export::live(&l.exports) {
-                return Err(exported(if publish {
-                    "publish the claim"
-                } else {
-                    "abort the claim"
-                }));
+                return Err(exported_fail(what));
             }
-            Ok(l.loan.take())
+            match l.loan.take() {
+                Some(loan) if publish => loan.send().map(Some).map_err(errors::send),
+                _ => Ok(None),
+            }
         })?;
-        match loan {
-            Some(loan) if publish => loan
-                .send()
-                .map(Some)
-                .map_err(|e| errors::send(e).into_py(py)),
-            _ => Ok(None),
-        }
+        Ok(seq.map(|s| self.producer.get().published(s)))
     }
 }
 
@@ -665,14 +726,10 @@ impl Drop for Claim {
         // holds a reference to the claim).
         // No Python call here (no error objects either): a destructor may run while an
         // exception is propagating, and calling into Python then would clobber it.
-        Python::with_gil(|py| {
-            let Ok(mut p) = self.producer.bind(py).try_borrow_mut() else {
-                return;
-            };
-            if let Some(l) = p.lent.as_mut() {
-                if l.loan_id == self.loan_id && !export::live(&l.exports) {
-                    l.loan = None;
-                }
+        let id = self.loan_id;
+        self.producer.get().lent.with(|l| {
+            if l.loan_id == id && !export::live(&l.exports) {
+                l.loan = None;
             }
         });
     }

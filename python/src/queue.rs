@@ -416,7 +416,7 @@ impl Drop for Part {
         }
         // No Python call and no error object here (as in `Message`'s destructor): a
         // destructor may run while an exception propagates.
-        Python::with_gil(|py| crate::consumer::release_pin(py, &self.consumer, self.pin_id));
+        Python::with_gil(|_py| crate::consumer::release_pin(&self.consumer, self.pin_id));
     }
 }
 

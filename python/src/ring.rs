@@ -131,7 +131,7 @@ impl Ring {
         let place =
             ring_os::rendezvous::Rendezvous::new(&seg, ring_os::rendezvous::SocketPlace::Abstract);
         let end = deadline(Some(timeout))?;
-        let found = sliced(py, end, |slice| match place.connect(slice) {
+        let found = sliced(py, end, &mut (), |(), slice| match place.connect(slice) {
             Ok(m) => Ok(Some(m)),
             Err(ring_os::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(crate::errors::os(e)),
@@ -300,16 +300,19 @@ impl Ring {
     fn open(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Self> {
         // The deadline is checked here; each slice opens with a zero wait, so Ctrl-C works.
         let end = deadline(Some(timeout))?;
-        let found = sliced(py, end, |slice| {
-            match ring_os::Ring::builder(name).open_timeout(slice).open() {
+        let found = sliced(
+            py,
+            end,
+            &mut (),
+            |(), slice| match ring_os::Ring::builder(name).open_timeout(slice).open() {
                 Ok(r) => Ok(Some(r)),
                 Err(ring_os::Error::NotFound { .. }) => {
                     std::thread::sleep(slice.min(crate::wait::SLICE / 5));
                     Ok(None)
                 }
                 Err(e) => Err(crate::errors::os(e)),
-            }
-        })?;
+            },
+        )?;
         let ring = match found {
             Some(r) => r,
             None => ring_os::Ring::builder(name)

@@ -12,8 +12,11 @@ Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
   :meth:`Ring.connect`).
 """
 
+import atexit as _atexit
+
 from . import errors
 from ._shmring import Claim, Consumer, Message, Part, Producer, RecvBuffer, Ring
+from ._shmring import _interpreter_exiting
 from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
@@ -25,3 +28,8 @@ __all__ = [
     "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "create_pair", "Sender",
     "Receiver", "errors", *errors.__all__,
 ]
+
+# A thread blocked in a wait when the interpreter exits must not take the GIL back while it
+# finalizes (CPython would terminate it through native frames and the process would abort):
+# from this hook on, such a thread parks until the process ends. See python/src/wait.rs.
+_atexit.register(_interpreter_exiting)

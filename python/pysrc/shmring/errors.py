@@ -22,8 +22,12 @@ class Timeout(Error, TimeoutError):
     """A blocking call ran out of time."""
 
 
-class Disconnected(Error):
-    """No message will come: the producer closed the stream (and it was drained) or died."""
+class Disconnected(Error, _queue.Empty):
+    """No message will come: the producer closed the stream (and it was drained) or died.
+
+    A ``queue.Empty`` too, so code written for ``multiprocessing.Queue`` that stops on
+    ``Empty`` stops at the end of the stream; a loop that *retries* on ``Empty`` must catch
+    ``Disconnected`` first, or it spins once the sender is gone."""
 
 
 class Aborted(Error):

@@ -23,14 +23,22 @@ workers. A ``Receiver`` *moves* when pickled: the original stops reading (it lea
 and the unpickled copy registers, so the sender never waits for a reader that is gone. The
 sender waits (within ``put``'s timeout) until a receiver is registered before a message goes
 out, so nothing is published to nobody.
+
+Both endpoints are thread-safe: ``put``, ``get`` and ``close`` may be called from any thread of
+the process (concurrent calls on one endpoint take turns). ``close()`` from another thread wakes
+a blocked ``put``/``get`` within one slice (``shmring._shmring.SLICE_SECONDS``) with
+``shmring.Closed``. A daemon thread still blocked in ``get``/``put`` at interpreter exit is
+simply left behind (it never runs Python again), as one blocked in ``time.sleep`` is.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import pickle
-import time
+import threading
 import uuid
+import warnings
 from typing import Any
 
 from . import errors
@@ -76,35 +84,50 @@ def create_pair(capacity: int = 8, *, max_message: int = _DEFAULT_MAX, name: str
 
 
 def _wait(block: bool, timeout: float | None) -> float | None:
-    """The seconds a ``put``/``get`` may wait: 0 when not blocking, ``None`` for ever."""
+    """The seconds a ``put``/``get`` may wait: 0 when not blocking, ``None`` for ever
+    (``timeout=None`` or ``float("inf")``). A negative or NaN timeout is a ``ValueError``, as
+    ``queue.Queue`` says for negative ones; with ``block=False`` the timeout is ignored."""
     if not block:
         return 0.0
     if timeout is None:
         return None
-    if timeout < 0:
-        raise ValueError("'timeout' must be a non-negative number")
-    return timeout
+    timeout = float(timeout)
+    if math.isnan(timeout) or timeout < 0:
+        raise ValueError(f"'timeout' must be a non-negative number or None, not {timeout}")
+    return None if math.isinf(timeout) else timeout
 
 
 class Sender:
-    """The writing end: ``put``, ``put_nowait``, ``wait_for_all_ack``, ``close``."""
+    """The writing end: ``put``, ``put_nowait``, ``wait_for_all_ack``, ``close``. Thread-safe."""
 
     def __init__(self, ring: Ring) -> None:
         self._ring = ring
         self._producer = None
         self._closed = False
+        # Guards the fields above, never held while waiting (the native producer lends
+        # itself to one blocking call at a time).
+        self._lock = threading.Lock()
 
     def _ensure(self):
-        if self._closed:
-            raise errors.Closed("this sender is closed")
-        if self._producer is None:
-            self._producer = self._ring.producer()
-        return self._producer
+        with self._lock:
+            if self._closed:
+                raise errors.Closed("this sender is closed")
+            if self._producer is None:
+                self._producer = self._ring.producer()
+            return self._producer
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def put(self, obj: Any, block: bool = True, timeout: float | None = None) -> None:
         """Puts ``obj``; waits up to ``timeout`` while the queue is full or no receiver is
-        attached yet (``block=False``: not at all). Raises ``queue.Full`` (``shmring.Full``)
-        when it stays full, ``shmring.TooLarge`` when the message exceeds ``max_message``."""
+        attached yet (``block=False``: not at all; ``timeout=None`` or ``inf``: as long as it
+        takes). Raises ``queue.Full`` (``shmring.Full``) when it stays full,
+        ``shmring.TooLarge`` when the message exceeds ``max_message``, ``shmring.Closed`` when
+        the sender is closed (also by another thread while this waits)."""
+        wait = _wait(block, timeout)
         producer = self._ensure()
         kind = type(obj)
         if (kind is bytes or kind is bytearray) and len(obj) >= _RAW_AT:
@@ -120,7 +143,6 @@ class Sender:
                 return False
 
             parts[0] = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-        wait = _wait(block, timeout)
         producer._put_parts(parts, wait)
 
     def put_nowait(self, obj: Any) -> None:
@@ -129,19 +151,22 @@ class Sender:
 
     def wait_for_all_ack(self, timeout: float | None = None) -> bool:
         """Waits until every receiver consumed everything put; False on timeout."""
-        if self._producer is None:
+        producer = self._producer
+        if producer is None:
             return True
-        return self._producer.wait_drained(timeout)
+        return producer.wait_drained(_wait(True, timeout))
 
     def close(self) -> None:
         """Ends the stream as finished (receivers drain what is there, then get
-        ``Disconnected``) and releases this end."""
-        if not self._closed:
+        ``Disconnected``) and releases this end. From another thread, a ``put`` waiting
+        meanwhile raises ``shmring.Closed`` within one slice. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            if self._producer is not None:
-                self._producer.close()
-            self._producer = None
-            self._ring = None
+            producer, self._producer, self._ring = self._producer, None, None
+        if producer is not None:
+            producer.close()
 
     def __enter__(self) -> Sender:
         return self
@@ -150,37 +175,48 @@ class Sender:
         self.close()
 
     def __reduce__(self):
-        if self._closed:
-            raise errors.Closed("a closed sender cannot be pickled")
-        if self._producer is not None:
-            raise TypeError("a sender that has put messages cannot move to another process")
-        return (_attach_sender, (self._ring.name,))
+        with self._lock:
+            if self._closed:
+                raise errors.Closed("a closed sender cannot be pickled")
+            if self._producer is not None:
+                raise TypeError("a sender that has put messages cannot move to another process")
+            return (_attach_sender, (self._ring.name,))
 
 
 class Receiver:
-    """The reading end: ``get``, ``get_nowait``, ``close``."""
+    """The reading end: ``get``, ``get_nowait``, ``close``. Thread-safe."""
 
     def __init__(self, ring: Ring) -> None:
         self._ring = ring
         self._consumer = ring.consumer("gating")
         self._closed = False
+        # Guards the fields above, never held while waiting (see Sender).
+        self._lock = threading.Lock()
 
     def _ensure(self):
-        if self._closed:
-            raise errors.Closed("this receiver is closed")
-        if self._consumer is None:
-            self._consumer = self._ring.consumer("gating")
-        return self._consumer
+        with self._lock:
+            if self._closed:
+                raise errors.Closed("this receiver is closed")
+            if self._consumer is None:
+                self._consumer = self._ring.consumer("gating")
+            return self._consumer
+
+    @property
+    def closed(self) -> bool:
+        """Whether ``close()`` was called."""
+        return self._closed
 
     def get(self, block: bool = True, timeout: float | None = None, *,
             zero_copy: bool = False) -> Any:
-        """Gets the next object; waits up to ``timeout`` (``block=False``: not at all) and
-        raises ``queue.Empty`` (``shmring.Empty``) when nothing came. Raises
-        ``shmring.Disconnected`` once the sender closed and everything was read.
+        """Gets the next object; waits up to ``timeout`` (``block=False``: not at all;
+        ``timeout=None`` or ``inf``: as long as it takes) and raises ``queue.Empty``
+        (``shmring.Empty``) when nothing came. Raises ``shmring.Disconnected`` (also a
+        ``queue.Empty``) once the sender closed and everything was read, ``shmring.Closed``
+        when the receiver is closed (also by another thread while this waits).
         ``zero_copy=True``: buffers view the segment (see the module docs); a ``bytes`` or
         ``bytearray`` payload then comes back as a read-only ``memoryview``."""
-        consumer = self._ensure()
         wait = _wait(block, timeout)
+        consumer = self._ensure()
         try:
             parts = consumer._get_parts(wait, zero_copy)
         except errors.Timeout:
@@ -198,28 +234,47 @@ class Receiver:
         return self.get(block=False)
 
     def close(self) -> None:
-        """Leaves the queue, discarding what this end has not read."""
-        if not self._closed:
+        """Leaves the queue, discarding what this end has not read (with a
+        ``RuntimeWarning`` saying how many messages that was). From another thread, a ``get``
+        waiting meanwhile raises ``shmring.Closed`` within one slice. Idempotent."""
+        self._close(stacklevel=3)
+
+    def _close(self, stacklevel: int) -> None:
+        with self._lock:
+            if self._closed:
+                return
             self._closed = True
-            if self._consumer is not None:
-                self._consumer.close()
-            self._consumer = None
-            self._ring = None
+            consumer, ring = self._consumer, self._ring
+            self._consumer = self._ring = None
+        if consumer is None:
+            return
+        try:
+            unread = consumer.pending
+            consumer.close()
+        except BaseException:
+            with self._lock:  # still open: a zero-copy view is alive (BufferError)
+                self._closed, self._consumer, self._ring = False, consumer, ring
+            raise
+        if unread:
+            warnings.warn(f"shmring.Receiver.close() discarded {unread} unread message(s)",
+                          RuntimeWarning, stacklevel=stacklevel)
 
     def __enter__(self) -> Receiver:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        self._close(stacklevel=3)
 
     def __reduce__(self):
-        if self._closed:
-            raise errors.Closed("a closed receiver cannot be pickled")
-        # Moving: this end stops reading so the sender does not wait for it.
-        if self._consumer is not None:
-            self._consumer.close()
-            self._consumer = None
-        return (_attach_receiver, (self._ring.name,))
+        with self._lock:
+            if self._closed:
+                raise errors.Closed("a closed receiver cannot be pickled")
+            # Moving: this end stops reading so the sender does not wait for it.
+            consumer, self._consumer = self._consumer, None
+            name = self._ring.name
+        if consumer is not None:
+            consumer.close()
+        return (_attach_receiver, (name,))
 
 
 def _attach_sender(name: str) -> Sender:

@@ -27,6 +27,7 @@
 #                   matching FILTER
 #   core[=TEST]     ring-core's own unit and integration tests (only tests/TEST.rs when given)
 #   os=TEST         ring-os's tests/TEST.rs
+#   doc=CRATE       CRATE's doctests (the compile_fail ones are the safe-API checks)
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
 
@@ -98,6 +99,8 @@ run_layer() {
         os)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-os --release \
                 --test "$arg" ;;
+        doc)
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p "$arg" --doc ;;
         clippy)
             CARGO_TARGET_DIR="$work/t-clippy" cargo clippy -q -j "$jobs" -p ring-core -- -D warnings ;;
         *) echo "unknown layer $name" >&2; return 2 ;;

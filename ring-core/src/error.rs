@@ -281,6 +281,49 @@ impl fmt::Display for ClaimError {
     }
 }
 
+/// Abort codes with a meaning every party shares: what [`Producer::abort`] is given and
+/// [`ReadError::Aborted`] carries. Codes below [`APPLICATION`](abort_code::APPLICATION) are
+/// reserved for these; an application's own codes start there.
+///
+/// [`Producer::abort`]: crate::Producer::abort
+///
+/// ```
+/// use ring_core::{abort_code, ReadError};
+/// let e = ReadError::Aborted { code: abort_code::TIMED_OUT };
+/// assert!(e.to_string().contains("gave up waiting"));
+/// assert_eq!(abort_code::describe(abort_code::APPLICATION + 7), None);
+/// ```
+pub mod abort_code {
+    /// The producer was dropped without closing the ring (an error, a panic or an early
+    /// return that said nothing more).
+    pub const DROPPED: u16 = 0;
+    /// The producer gave up waiting: its consumers held the ring back past its timeout.
+    pub const TIMED_OUT: u16 = 1;
+    /// The producer's own input failed (a read error, a source that broke).
+    pub const INPUT_FAILED: u16 = 2;
+    /// A gating reader died with messages unread, and the producer ended the stream.
+    pub const READER_LOST: u16 = 3;
+    /// The producer was interrupted (SIGINT, SIGTERM, a cancellation).
+    pub const INTERRUPTED: u16 = 4;
+    /// The segment was truncated or corrupted under the producer.
+    pub const SEGMENT_BROKEN: u16 = 5;
+    /// The first code an application may give its own meaning.
+    pub const APPLICATION: u16 = 256;
+
+    /// What a shared code means; `None` for an application's code or an unassigned one.
+    pub const fn describe(code: u16) -> Option<&'static str> {
+        match code {
+            DROPPED => Some("the producer was dropped without closing the stream"),
+            TIMED_OUT => Some("the producer gave up waiting for its consumers"),
+            INPUT_FAILED => Some("the producer's input failed"),
+            READER_LOST => Some("a gating reader died with messages unread"),
+            INTERRUPTED => Some("the producer was interrupted"),
+            SEGMENT_BROKEN => Some("the segment was truncated or corrupted under the producer"),
+            _ => None,
+        }
+    }
+}
+
 /// Why a consumer read returned no message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ReadError {
@@ -291,7 +334,7 @@ pub enum ReadError {
     /// The producer aborted the stream (it failed, or was dropped without closing) and
     /// everything readable was read: messages may be missing at the end.
     Aborted {
-        /// The producer's abort code (0 when it was dropped without one).
+        /// The producer's abort code ([`abort_code`]; 0 when it was dropped without one).
         code: u16,
     },
     /// The message was overwritten while being read, more often than the retry bound allows
@@ -315,11 +358,13 @@ impl fmt::Display for ReadError {
         match self {
             Self::Empty => f.write_str("no new message"),
             Self::Closed => f.write_str("the ring is closed and drained"),
-            Self::Aborted { code } => write!(
-                f,
-                "the producer aborted the stream (code {code}) and the ring is drained: messages \
-                 may be missing at the end"
-            ),
+            Self::Aborted { code } => {
+                write!(f, "the producer aborted the stream (code {code}")?;
+                if let Some(why) = abort_code::describe(*code) {
+                    write!(f, ": {why}")?;
+                }
+                f.write_str(") and the ring is drained: messages may be missing at the end")
+            }
             Self::Lagging => {
                 f.write_str("messages were overwritten faster than they could be read; retry")
             }

@@ -78,7 +78,7 @@ mod wait;
 mod words;
 
 pub use consumer::{BatchItem, Consumer, Copied, Pinned, READ_RETRIES};
-pub use error::{AttachError, ClaimError, Error, LayoutError, ReadError};
+pub use error::{abort_code, AttachError, ClaimError, Error, LayoutError, ReadError};
 pub use geometry::{
     Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,
 };
@@ -89,7 +89,7 @@ pub use layout::{CACHE_LINE, INLINE_CAPACITY};
 pub use memory::{Memory, OpenJoin, RawMemory};
 #[cfg(feature = "alloc")]
 pub use owned::OwnedSegment;
-pub use producer::{LoanError, Overflow, Producer, Reclaimed, WriteSlot};
+pub use producer::{LoanError, LostReader, LostReaders, Overflow, Producer, Reclaimed, WriteSlot};
 pub use wait::{Spin, SpinThenYield, WaitStrategy};
 
 pub use class::DeliveryClass;

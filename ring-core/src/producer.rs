@@ -50,6 +50,8 @@ pub struct Producer<M: Memory> {
     fenced: bool,
     /// The producer line's epoch this producer started with (its fencing token).
     epoch: u32,
+    /// The consumers this producer reclaimed (readers that died without leaving).
+    lost: LostReaders,
 }
 
 /// A claimed slot. Write the message, then [`publish`](WriteSlot::publish) it; dropping it
@@ -81,6 +83,44 @@ pub struct Reclaimed {
     pub cursor: u64,
     /// False when the entry was already free (reclaim is idempotent).
     pub was_registered: bool,
+}
+
+/// A consumer that ended without leaving: its holder died (or was judged dead), and this
+/// producer reclaimed its entry. A consumer that finished leaves its entry itself and is never
+/// one of these.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LostReader {
+    /// What the reclaim cleared (entry, owner, pins, the reader's cursor).
+    pub reclaimed: Reclaimed,
+    /// The reader's class as its entry recorded it (`None`: a value no class has).
+    pub class: Option<DeliveryClass>,
+    /// Messages this producer had published when it reclaimed the reader: a gating reader
+    /// whose `reclaimed.cursor` is below this died before it consumed everything.
+    pub published: u64,
+}
+
+impl LostReader {
+    /// Messages a gating reader had not consumed when it died (0 for other classes, which
+    /// never promised to read everything).
+    pub fn unread(&self) -> u64 {
+        match self.class {
+            Some(DeliveryClass::Gating) => self.published.saturating_sub(self.reclaimed.cursor),
+            _ => 0,
+        }
+    }
+}
+
+/// The readers a producer lost: [`Producer::lost_readers`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LostReaders {
+    /// Readers reclaimed so far.
+    pub total: u64,
+    /// Of those, gating readers (the stream's lossless readers).
+    pub gating: u64,
+    /// The most recent one.
+    pub last: Option<LostReader>,
+    /// The first gating reader that died with messages unread, if any.
+    pub first_gating_unread: Option<LostReader>,
 }
 
 /// Why [`WriteSlot::loan`] refused.
@@ -274,6 +314,7 @@ impl<M: Memory> Producer<M> {
             gate_ok_below: 0,
             fenced: false,
             epoch,
+            lost: LostReaders::default(),
         }
     }
 
@@ -784,13 +825,47 @@ impl<M: Memory> Producer<M> {
     /// # Errors
     /// [`Error::NoSuchConsumer`], [`Error::OwnerMismatch`].
     pub unsafe fn reclaim(&mut self, index: usize, expected: OwnerId) -> Result<Reclaimed, Error> {
+        // Relaxed: the class is only reported (and validated: a scribbled value reads as None).
+        let class = (index < self.mem.geometry().consumers())
+            .then(|| self.mem.consumer_entry(index).class.load(Ordering::Relaxed))
+            .and_then(DeliveryClass::from_u32);
         // SAFETY: the caller's promise is `reclaim`'s.
-        unsafe { reclaim(&self.mem, index, expected) }
+        let r = unsafe { reclaim(&self.mem, index, expected) }?;
+        if r.was_registered {
+            self.lost.record(LostReader {
+                reclaimed: r,
+                class,
+                published: self.head,
+            });
+        }
+        Ok(r)
+    }
+
+    /// The readers this producer reclaimed because their holders died without leaving (a
+    /// reader that finished leaves its entry and is not counted): how many, how many of them
+    /// gated the stream, the last one and the first gating one that died with messages unread.
+    /// A publisher that must not lose data checks `first_gating_unread` before it reports
+    /// success.
+    pub fn lost_readers(&self) -> LostReaders {
+        self.lost
     }
 
     /// Information about consumer-table entry `index` (None beyond the table).
     pub fn consumer_info(&self, index: usize) -> Option<crate::ConsumerInfo> {
         crate::inspect::consumer_info(&self.mem, index)
+    }
+}
+
+impl LostReaders {
+    fn record(&mut self, lost: LostReader) {
+        self.total += 1;
+        if lost.class == Some(DeliveryClass::Gating) {
+            self.gating += 1;
+            if lost.unread() > 0 && self.first_gating_unread.is_none() {
+                self.first_gating_unread = Some(lost);
+            }
+        }
+        self.last = Some(lost);
     }
 }
 

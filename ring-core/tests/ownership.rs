@@ -564,3 +564,53 @@ fn a_leaked_pin_taken_back_by_the_next_read_races_nothing() {
 fn a_leaked_pin_taken_back_by_the_drop_races_nothing() {
     leaked_pins_race_the_producer(true);
 }
+
+/// Endings of readers are told apart: a reader that leaves (drop) is not lost; one that dies
+/// (forgotten, then reclaimed) is, with its class, cursor and what it had not read; reclaiming
+/// a free entry again counts nothing.
+#[test]
+fn a_producer_counts_the_readers_it_reclaimed_and_not_the_ones_that_left() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut dying = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let finished = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    let latest = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    let (dying_at, latest_at) = (dying.index(), latest.index());
+    for i in 0..3u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    dying.try_copy(&mut buf).unwrap();
+    drop(finished);
+    // Two processes die: they run no destructor.
+    core::mem::forget(dying);
+    core::mem::forget(latest);
+    assert_eq!(p.lost_readers(), ring_core::LostReaders::default());
+    // SAFETY: both consumers were forgotten (dead): inside no call, holding no pin.
+    unsafe {
+        p.reclaim(dying_at, id(2)).unwrap();
+        p.reclaim(latest_at, id(4)).unwrap();
+        // Already free: idempotent, and not a second loss.
+        p.reclaim(dying_at, id(2)).unwrap();
+    }
+    let lost = p.lost_readers();
+    assert_eq!((lost.total, lost.gating), (2, 1), "{lost:?}");
+    let first = lost
+        .first_gating_unread
+        .expect("the gating reader died with 2 unread");
+    assert_eq!(
+        (first.reclaimed.index, first.reclaimed.owner),
+        (dying_at, 2)
+    );
+    assert_eq!(
+        (first.reclaimed.cursor, first.published, first.unread()),
+        (1, 3, 2)
+    );
+    let last = lost.last.expect("a last one");
+    assert_eq!(last.class, Some(DeliveryClass::LatestOnly));
+    assert_eq!(
+        last.unread(),
+        0,
+        "a latest-only reader never promised every message"
+    );
+}

@@ -388,6 +388,15 @@ mod tests {
         assert!(t.elapsed() >= LIVENESS_PERIOD / 2 && t.elapsed() < Duration::from_secs(2));
         assert!(p.reclaim_dead().is_empty(), "already reclaimed");
         assert_eq!(p.consumer_info(0).unwrap().state, EntryState::Free);
+        // The publisher can tell it lost a reader, and which, and how much it had not read.
+        let lost = p.lost_readers();
+        assert_eq!((lost.total, lost.gating), (1, 1), "{lost:?}");
+        let first = lost
+            .first_gating_unread
+            .expect("a gating reader died with messages unread");
+        assert_eq!(first.class, Some(DeliveryClass::Gating));
+        assert_eq!((first.reclaimed.cursor, first.published), (0, 4));
+        assert_eq!(first.unread(), 4);
     }
 
     #[test]

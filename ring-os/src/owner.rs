@@ -104,6 +104,55 @@ pub fn describe(id: OwnerId) -> String {
     format!("pid {} ({what})", pid_of(id))
 }
 
+/// Where the pid in an owner id names its process, for a viewer who knows whether the role's
+/// lock is held ([`pid_place`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PidPlace {
+    /// A process with that pid and start time runs in this pid namespace.
+    Here,
+    /// The lock is held, so the owner lives, but not as that pid here: it runs in another pid
+    /// namespace (a container), or `hidepid` hides it. The pid means nothing to this viewer.
+    OtherNamespace,
+    /// The lock is free and no such process runs here.
+    Gone,
+    /// `/proc` could not tell.
+    Unknown,
+}
+
+impl PidPlace {
+    /// `"here"`, `"another pid namespace"`, `"gone"` or `"unknown"`.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Here => "here",
+            Self::OtherNamespace => "another pid namespace",
+            Self::Gone => "gone",
+            Self::Unknown => "unknown",
+        }
+    }
+}
+
+/// Where the pid in `id` names its process, given whether the role's lock is held.
+#[must_use]
+pub fn pid_place(id: OwnerId, alive: bool) -> PidPlace {
+    match (seen(id), alive) {
+        (Seen::Running, _) => PidPlace::Here,
+        (Seen::NotHere, true) => PidPlace::OtherNamespace,
+        (Seen::NotHere, false) => PidPlace::Gone,
+        (Seen::Unknown, _) => PidPlace::Unknown,
+    }
+}
+
+/// The owner's pid as a viewer can use it: `pid 1234`, or `pid 3 in another pid namespace`
+/// when the role's lock is held by a process this pid namespace does not show as that pid.
+#[must_use]
+pub fn shown_pid(id: OwnerId, alive: bool) -> String {
+    match pid_place(id, alive) {
+        PidPlace::OtherNamespace => format!("pid {} in another pid namespace", pid_of(id)),
+        _ => format!("pid {}", pid_of(id)),
+    }
+}
+
 /// This process's id.
 #[cfg(unix)]
 fn pid_now() -> u32 {

@@ -16,7 +16,8 @@ pub struct ShmProducer<T: Memory = Mapping> {
     /// The ring-core producer; declared first, so it closes the ring and leaves the producer
     /// line before the lock below is released.
     producer: Producer<Arc<T>>,
-    /// The role lock (`None` for a producer made without ring-os, which peers judge dead).
+    /// The role lock (`None` for a producer converted with `From`: on a ring-os mapping only
+    /// `unsafe` code can make one, whose contract then makes it answer for peers' verdicts).
     lock: Option<RoleLock>,
 }
 

@@ -28,22 +28,39 @@ pub struct Owner {
     pub pid: u32,
     /// Whether a process holds the role's lock (the kernel's word, valid across pid namespaces).
     pub alive: bool,
+    /// Where `pid` names that process (`ring_os::owner::PidPlace`): "here", "another pid
+    /// namespace", "gone" or "unknown".
+    pub pid_namespace: &'static str,
 }
 
 impl Owner {
     /// Describes the raw owner id recorded for `role`; `None` for 0.
     pub fn of(ring: &Ring, role: Role, id: u64) -> Option<Self> {
         let nz = OwnerId::new(id)?;
+        let alive = ring::alive(ring, role, id).unwrap_or(false);
         Some(Self {
             id,
             pid: ring_os::owner::pid_of(nz),
-            alive: ring::alive(ring, role, id).unwrap_or(false),
+            alive,
+            pid_namespace: ring_os::owner::pid_place(nz, alive).as_str(),
         })
+    }
+
+    /// `pid N`, or `pid N in another pid namespace` (a pid the viewer cannot use).
+    fn pid_text(&self) -> String {
+        match OwnerId::new(self.id) {
+            Some(id) => ring_os::owner::shown_pid(id, self.alive),
+            None => format!("pid {}", self.pid),
+        }
     }
 
     fn describe(owner: Option<&Self>) -> String {
         match owner {
-            Some(o) => format!("pid {} ({})", o.pid, if o.alive { "alive" } else { "dead" }),
+            Some(o) => format!(
+                "{} ({})",
+                o.pid_text(),
+                if o.alive { "alive" } else { "dead" }
+            ),
             None => "none".to_owned(),
         }
     }
@@ -278,7 +295,13 @@ fn render(v: &View) -> String {
         );
         for c in &v.consumers {
             let (pid, alive) = c.owner.as_ref().map_or(("-".to_owned(), "-"), |w| {
-                (w.pid.to_string(), if w.alive { "yes" } else { "DEAD" })
+                let other = ring_os::owner::PidPlace::OtherNamespace.as_str();
+                let pid = if w.pid_namespace == other {
+                    format!("{} (other pid ns)", w.pid)
+                } else {
+                    w.pid.to_string()
+                };
+                (pid, if w.alive { "yes" } else { "DEAD" })
             });
             t.add_row([
                 c.index.to_string(),

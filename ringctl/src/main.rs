@@ -99,7 +99,7 @@ fn run(command: Command) -> Result<bool> {
         Command::Inspect(args) => inspect::run(&args).map(|()| true),
         Command::List(args) => segments::list(&args).map(|()| true),
         Command::Clean(args) => segments::clean(&args).map(|()| true),
-        Command::Pub(args) => pubsub::publish(&args).map(|()| true),
+        Command::Pub(args) => pubsub::publish(&args),
         Command::Sub(args) => pubsub::subscribe(&args).map(|()| true),
         Command::Grab(args) => grab::run(&args).map(|()| true),
         #[cfg(feature = "bridge")]

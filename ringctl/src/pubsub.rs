@@ -56,8 +56,9 @@ fn open_or_create(args: &PubArgs) -> Result<(Ring, bool)> {
     }
 }
 
-/// Runs `ringctl pub`.
-pub fn publish(args: &PubArgs) -> Result<()> {
+/// Runs `ringctl pub`: `Ok(false)` when the stream was delivered but a gating reader died with
+/// messages unread (exit status 1, the reader named on stderr).
+pub fn publish(args: &PubArgs) -> Result<bool> {
     let timeout = seconds(args.timeout, "--timeout")?;
     let frame = args.frame_size.bytes;
     if frame == 0 || frame > MAX_SLOT_CAPACITY as usize {
@@ -90,7 +91,78 @@ pub fn publish(args: &PubArgs) -> Result<()> {
     }
     // Takes the ring over if its previous producer died.
     let mut producer = ShmRing::producer(&ring)?;
-    wait_for_consumers(&mut producer, &ring, args.wait_consumers, timeout)?;
+    // A failure ends the stream as aborted with a code that says why (dropping the producer
+    // would say only "dropped"), so `ringctl sub` can tell its reader what happened.
+    if let Err(e) = stream(args, &ring, &mut producer, timeout) {
+        producer.abort(abort_code_of(&e));
+        return Err(e);
+    }
+    Ok(report_lost_readers(&producer.lost_readers()))
+}
+
+/// The shared abort code ([`ring_core::abort_code`]) a failure of `pub` ends the stream with.
+fn abort_code_of(e: &CliError) -> u16 {
+    use ring_core::abort_code;
+    match e {
+        CliError::Timeout(_) => abort_code::TIMED_OUT,
+        CliError::Io { .. } => abort_code::INPUT_FAILED,
+        CliError::Interrupted => abort_code::INTERRUPTED,
+        CliError::Os(ring_os::Error::Truncated { .. }) => abort_code::SEGMENT_BROKEN,
+        _ => abort_code::DROPPED,
+    }
+}
+
+/// Tells stderr about every reader that died without leaving; false when a gating reader died
+/// with messages unread (the stream did not reach everyone it promised to).
+fn report_lost_readers(lost: &ring_core::LostReaders) -> bool {
+    if lost.total == 0 {
+        return true;
+    }
+    let who = |l: &ring_core::LostReader| {
+        let class = l.class.map_or("unknown-class", |c| match c {
+            ring_core::DeliveryClass::Gating => "gating",
+            ring_core::DeliveryClass::LatestOnly => "latest-only",
+            ring_core::DeliveryClass::SkipOnLag => "skip-on-lag",
+        });
+        let owner = ring_core::OwnerId::new(l.reclaimed.owner)
+            .map_or_else(|| "no owner".to_owned(), ring_os::owner::describe);
+        format!("{class} reader in entry {} ({owner})", l.reclaimed.index)
+    };
+    match &lost.first_gating_unread {
+        Some(l) => {
+            eprintln!(
+                "ringctl: pub: the {} died with {} of {} messages unread; {} reader(s) died in \
+                 all",
+                who(l),
+                l.unread(),
+                l.published,
+                lost.total
+            );
+            false
+        }
+        None => {
+            if let Some(l) = &lost.last {
+                eprintln!(
+                    "ringctl: pub: {} reader(s) died without leaving (last: the {}); no gating \
+                     reader lost messages",
+                    lost.total,
+                    who(l)
+                );
+            }
+            true
+        }
+    }
+}
+
+/// Streams stdin into the ring, then closes it and waits for the gating readers.
+fn stream(
+    args: &PubArgs,
+    ring: &Ring,
+    producer: &mut ring_os::ShmProducer,
+    timeout: Duration,
+) -> Result<()> {
+    let frame = args.frame_size.bytes;
+    wait_for_consumers(producer, ring, args.wait_consumers, timeout)?;
     let mut stdin = std::io::stdin().lock();
     let mut buf = vec![0u8; frame];
     loop {
@@ -106,7 +178,7 @@ pub fn publish(args: &PubArgs) -> Result<()> {
                     "consumers held the ring back for {}: {e}",
                     crate::table::duration(timeout)
                 )),
-                e => ring::or_truncated(&ring, e),
+                e => ring::or_truncated(ring, e),
             })?;
     }
     producer.close();

@@ -24,7 +24,10 @@ struct Listed {
 #[derive(Debug, Serialize)]
 struct ListedOwner {
     role: String,
+    /// The pid recorded in the owner id (usable only where `pid_namespace` is "here").
     pid: u32,
+    /// `ring_os::owner::PidPlace`: "here", "another pid namespace", "gone", "unknown".
+    pid_namespace: &'static str,
     alive: bool,
 }
 
@@ -40,10 +43,17 @@ fn listed(info: &SegmentInfo) -> Listed {
             parts
                 .iter()
                 .filter(|p| p.owner != 0)
-                .map(|p| ListedOwner {
-                    role: p.role.to_string(),
-                    pid: ring_core::OwnerId::new(p.owner).map_or(0, ring_os::owner::pid_of),
-                    alive: p.liveness == Liveness::Alive,
+                .map(|p| {
+                    let alive = p.liveness == Liveness::Alive;
+                    let id = ring_core::OwnerId::new(p.owner);
+                    ListedOwner {
+                        role: p.role.to_string(),
+                        pid: id.map_or(0, ring_os::owner::pid_of),
+                        pid_namespace: id.map_or("unknown", |id| {
+                            ring_os::owner::pid_place(id, alive).as_str()
+                        }),
+                        alive,
+                    }
                 })
                 .collect(),
             None,
@@ -82,7 +92,13 @@ pub fn list(args: &ListArgs) -> Result<()> {
                 .iter()
                 .map(|o| {
                     let state = if o.alive { "alive" } else { "dead" };
-                    format!("{} pid {} ({state})", o.role, o.pid)
+                    let other = ring_os::owner::PidPlace::OtherNamespace.as_str();
+                    let elsewhere = if o.pid_namespace == other {
+                        " in another pid namespace"
+                    } else {
+                        ""
+                    };
+                    format!("{} pid {}{elsewhere} ({state})", o.role, o.pid)
                 })
                 .collect::<Vec<_>>()
                 .join(", ")

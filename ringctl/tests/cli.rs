@@ -720,3 +720,170 @@ fn an_aborted_stream_is_not_a_finished_one() {
         text(&got.stderr)
     );
 }
+
+/// Spawns a gating `ringctl sub NAME` whose stdout the returned thread reads, pausing `pause`
+/// after every 64 KiB it reads (so a publisher is held back), until `stop_after` bytes or EOF.
+fn slow_sub(
+    name: &str,
+    pause: Duration,
+    stop_after: usize,
+) -> (Child, std::thread::JoinHandle<usize>) {
+    let mut sub = Command::new(BIN)
+        .args(["sub", name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub");
+    let mut out = sub.stdout.take().expect("stdout");
+    let reader = std::thread::spawn(move || {
+        use std::io::Read as _;
+        let mut got = 0;
+        let mut buf = vec![0u8; 64 * 1024];
+        while got < stop_after {
+            match out.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got += n,
+            }
+            std::thread::sleep(pause);
+        }
+        got
+    });
+    (sub, reader)
+}
+
+/// A gating `ringctl sub` SIGKILLed mid-stream is a lost reader, not a finished one: `pub`
+/// exits 1 (an integrity failure) and names it. Before, `pub` reclaimed it, streamed the rest
+/// to nobody and exited 0 with nothing on stderr.
+#[test]
+fn pub_exits_nonzero_when_its_only_gating_sub_is_killed_mid_stream() {
+    let name = unique("lostsub");
+    let _cleanup = Cleanup(name.clone());
+    let data = vec![0x5a_u8; 8 << 20];
+    let (mut sub, reader) = slow_sub(&name, Duration::from_millis(2), 1 << 20);
+    let mut publ = common::spawn_piped(&["pub", &name, "--frame-size", "4096", "--timeout", "30"]);
+    let mut input = publ.stdin.take().expect("stdin");
+    std::thread::spawn(move || {
+        let _ = input.write_all(&data);
+    });
+    // Mid-stream: the reader has had 1 MiB of the 8, the publisher is held back.
+    let got = reader.join().expect("reader");
+    assert!(got >= 1 << 20, "sub delivered only {got} bytes");
+    sub.kill().expect("SIGKILL sub");
+    let _ = sub.wait();
+    let out = finish(publ, Duration::from_secs(60));
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "pub: {stderr}");
+    assert!(
+        stderr.contains("gating reader in entry") && stderr.contains("unread"),
+        "pub does not name the lost reader: {stderr}"
+    );
+}
+
+/// A `pub` that gives up waiting for a stalled gating `sub` ends the stream with the shared
+/// abort code for it, and the `sub` says why (it used to say "aborted (code 0)").
+#[test]
+fn a_pub_that_times_out_tells_its_sub_why() {
+    let name = unique("timeout");
+    let _cleanup = Cleanup(name.clone());
+    // The sub's stdout is read only after the publisher gave up: it stalls behind its pipe and
+    // its 1 MiB buffer, holding the 4-slot ring.
+    let mut sub = Command::new(BIN)
+        .args(["sub", &name])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub");
+    let publ = ringctl(
+        &[
+            "pub",
+            &name,
+            "--frame-size",
+            "4096",
+            "--slots",
+            "4",
+            "--timeout",
+            "1",
+        ],
+        &vec![1u8; 4 << 20],
+        Duration::from_secs(60),
+    );
+    assert_eq!(publ.status.code(), Some(2), "pub: {}", text(&publ.stderr));
+    // Now drain the sub: it reads what is there, then meets the abort.
+    let mut out = sub.stdout.take().expect("stdout");
+    let drain = std::thread::spawn(move || {
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+    });
+    let got = finish(sub, Duration::from_secs(30));
+    let _ = drain.join();
+    let stderr = text(&got.stderr);
+    assert!(
+        !got.status.success(),
+        "sub exited 0 after an aborted stream"
+    );
+    assert!(
+        stderr.contains("code 1: the producer gave up waiting for its consumers"),
+        "sub does not say why the stream was aborted: {stderr}"
+    );
+}
+
+/// A producer in another pid namespace is listed as such: its pid means nothing on the host
+/// (it showed as `creator pid 3 (alive)`, host pid 3 being a kernel thread).
+#[test]
+fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
+    if rustix_is_root_with_unshare().is_none() {
+        eprintln!("skipped: needs root and `unshare` for a pid namespace");
+        return;
+    }
+    let name = unique("nslist");
+    let _cleanup = Cleanup(name.clone());
+    // A publisher that waits on its stdin (kept open) inside a new pid namespace.
+    let mut publ = Command::new("unshare")
+        .args([
+            "--pid",
+            "--fork",
+            "--mount-proc",
+            "--kill-child",
+            BIN,
+            "pub",
+            &name,
+        ])
+        .args(["--wait-consumers", "0", "--frame-size", "64"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning pub under unshare");
+    assert!(
+        eventually(Duration::from_secs(20), || shm_path(&name).exists()),
+        "pub did not create its ring"
+    );
+    let mut listed = Value::Null;
+    let found = eventually(Duration::from_secs(20), || {
+        let out = run(&["list", "--json"]);
+        let rows = last_json(&out);
+        listed = rows
+            .as_array()
+            .and_then(|rows| rows.iter().find(|r| r["name"] == name.as_str()).cloned())
+            .unwrap_or(Value::Null);
+        listed["owners"]
+            .as_array()
+            .is_some_and(|o| o.iter().any(|o| o["role"] == "producer"))
+    });
+    let plain = text(&run(&["list"]).stdout);
+    drop(publ.stdin.take());
+    let _ = finish(publ, Duration::from_secs(30));
+    assert!(found, "no producer listed: {listed}");
+    for owner in listed["owners"].as_array().expect("owners") {
+        assert_eq!(owner["alive"], true, "{listed}");
+        assert_eq!(
+            owner["pid_namespace"], "another pid namespace",
+            "a namespaced owner's pid shown as usable: {listed}"
+        );
+    }
+    assert!(
+        plain.contains("in another pid namespace"),
+        "the table does not say so: {plain}"
+    );
+}

@@ -22,8 +22,9 @@
 //!     subscriber.recv(&mut buf)?; // RecvError
 //!     subscriber.recv_timeout(&mut buf, t)?; // RecvTimeoutError
 //!     subscriber.inner().try_copy(&mut buf)?; // ring_core::ReadError
-//!     let full = ring_core::Consumer::new(ring.mapping(), DeliveryClass::Gating, ring_core::OwnerId::new(9).unwrap());
-//!     drop(full?); // ring_core::Error
+//!     let id = ring_core::OwnerId::new(9).unwrap();
+//!     let heap = ring_core::HeapSegment::new(&ring_core::Config::new(2, 16), id).unwrap();
+//!     drop(ring_core::Consumer::new(&heap, DeliveryClass::Gating, id)?); // ring_core::Error
 //!     Ok(publisher.sent())
 //! }
 //!

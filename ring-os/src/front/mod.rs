@@ -124,7 +124,54 @@ impl Ring {
         self.mapping.segment().unlink()
     }
 
-    /// The mapping (for ring-core's lower-level API and the allocator).
+    /// The mapping: for the allocator ([`AllocReader`](crate::AllocReader)), inspection
+    /// (`ring_core::inspect`) and the segment's descriptor.
+    ///
+    /// It makes no participant by safe code: a producer or consumer on it would hold no role
+    /// lock, so a publisher would judge it dead, reclaim its entry and overwrite the bytes it
+    /// pins (or take its ring over while it writes). [`Mapping`] is not
+    /// [`ring_core::OpenJoin`], so ring-core's safe constructors refuse it; participants come
+    /// from [`publisher`](Self::publisher) and [`subscriber`](Self::subscriber) (or
+    /// [`ShmRing`](crate::ShmRing)'s, for ring-core's lower-level API), which hold their locks.
+    ///
+    /// ```compile_fail,E0277
+    /// #![forbid(unsafe_code)]
+    /// use std::sync::Arc;
+    /// use ring_os::prelude::*;
+    /// let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    /// let owner = ring_core::OwnerId::new(9).unwrap();
+    /// // A consumer without its role lock: refused at compile time.
+    /// let c = ring_core::Consumer::new(Arc::clone(ring.mapping()), DeliveryClass::Gating, owner);
+    /// ```
+    ///
+    /// ```compile_fail,E0277
+    /// #![forbid(unsafe_code)]
+    /// use ring_os::prelude::*;
+    /// let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    /// // A second writer without the producer lock: refused at compile time.
+    /// let p = ring_core::Producer::new(ring.mapping(), ring_core::OwnerId::new(9).unwrap());
+    /// ```
+    ///
+    /// ```compile_fail,E0277
+    /// #![forbid(unsafe_code)]
+    /// use ring_os::{Mapping, Segment, SizeCheck};
+    /// // Any other mapping of the segment is no different.
+    /// let ring = ring_os::prelude::Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    /// let seg = Segment::from_fd(ring.fd().try_clone_to_owned().unwrap(), SizeCheck::AtLeast(64));
+    /// let mapping = Mapping::attach(seg.unwrap()).unwrap();
+    /// let p = ring_core::Producer::new(&mapping, ring_core::OwnerId::new(9).unwrap());
+    /// ```
+    ///
+    /// The unchecked constructors exist, but only in `unsafe` code, with the liveness contract
+    /// as their safety condition:
+    ///
+    /// ```compile_fail
+    /// #![forbid(unsafe_code)]
+    /// use ring_os::prelude::*;
+    /// let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    /// let owner = ring_core::OwnerId::new(9).unwrap();
+    /// let p = unsafe { ring_core::Producer::new_unchecked(ring.mapping(), owner) };
+    /// ```
     #[must_use]
     pub fn mapping(&self) -> &Arc<Mapping> {
         &self.mapping
@@ -168,5 +215,5 @@ pub mod prelude {
         SendTimeoutError, Subscriber, TryRecvError, TrySendError,
     };
     pub use crate::Error;
-    pub use ring_core::DeliveryClass;
+    pub use ring_core::{abort_code, DeliveryClass, LostReader, LostReaders};
 }

@@ -2,7 +2,7 @@
 
 use core::time::Duration;
 
-use ring_core::{ClaimError, LoanError, Memory as _, WriteSlot};
+use ring_core::{ClaimError, LoanError, LostReaders, Memory as _, WriteSlot};
 
 use super::errors::{SendError, SendTimeoutError, TrySendError};
 use crate::blocking::LIVENESS_PERIOD;
@@ -160,13 +160,36 @@ impl Publisher {
         self.inner.published()
     }
 
+    /// The subscribers this publisher reclaimed because their processes died without leaving
+    /// (one that finished leaves by itself and is not counted): how many, how many gated the
+    /// stream, and the first gating one that died with messages unread. A publisher that
+    /// promised its gating subscribers every message checks this before it reports success.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_os::prelude::*;
+    /// let ring = Ring::memfd().slots(2).slot_size(64).create()?;
+    /// let mut publisher = ring.publisher()?;
+    /// let subscriber = ring.subscriber(DeliveryClass::Gating)?;
+    /// publisher.send(b"one")?;
+    /// drop(subscriber); // finished, not lost
+    /// assert_eq!(publisher.lost_subscribers().total, 0);
+    /// # Ok::<(), ring_os::Error>(())
+    /// ```
+    #[must_use]
+    pub fn lost_subscribers(&self) -> LostReaders {
+        self.inner.lost_readers()
+    }
+
     /// Ends the stream as complete (subscribers drain, then are disconnected).
     pub fn close(&mut self) {
         self.inner.close();
     }
 
     /// Ends the stream as aborted with `code` (subscribers drain, then get
-    /// `ReadError::Aborted { code }`).
+    /// `ReadError::Aborted { code }`): one of [`abort_code`](ring_core::abort_code)'s shared
+    /// codes, or an application's own from `abort_code::APPLICATION` up.
     pub fn abort(&mut self, code: u16) {
         self.inner.abort(code);
     }

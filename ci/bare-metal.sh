@@ -33,7 +33,7 @@ run() {
     echo "   (exit status $rc, $((SECONDS - started)) s with the build)"
 }
 
-for example in riscv-harts; do
+for example in riscv-harts cortex-m4-irq cortex-m0-cs; do
     echo "== $example"
     run "$example"
     if [ "$rc" -ne 0 ] || ! grep -q "received 100000 .*corrupt 0, out of order 0: ok" "$log"; then

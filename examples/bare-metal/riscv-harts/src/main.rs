@@ -8,9 +8,8 @@
 #![no_main]
 
 use bare_metal_traffic as traffic;
-use ring_core::{Consumer, DeliveryClass, Producer, Spin};
 use riscv::register::{mie, mip};
-use semihosting::process::exit;
+use semihosting as _; // The panic handler: a panic exits non-zero.
 
 /// The ring's bytes: formatted by hart 0, attached to by hart 1.
 static SEGMENT: traffic::Segment = traffic::Segment::new();
@@ -50,41 +49,24 @@ fn main(hartid: usize) -> ! {
 }
 
 fn produce() -> ! {
-    // SAFETY: hart 1 is still parked in `mp_hook` (it is woken below), and nothing else on this
-    // hart has touched the segment.
-    let mem = unsafe { SEGMENT.format(traffic::PRODUCER) };
-    // SAFETY: hart 1's MSIP register in the virt machine's CLINT; setting it wakes hart 1.
-    unsafe { ((CLINT_MSIP + 4) as *mut u32).write_volatile(1) };
-    // SAFETY: nothing on this machine judges ring participants dead: no reclaim or take_over
-    // runs on this memory while the producer lives.
-    let tx = unsafe { Producer::new_unchecked(mem, traffic::PRODUCER) };
-    let mut tx = tx.unwrap_or_else(|e| panic!("cannot become the producer: {e}"));
-    // Publish nothing before the gating consumer on hart 1 is in: it must see message 0.
-    assert!(
-        tx.wait_for_consumers(1, &mut Spin::new(u64::MAX)),
-        "hart 1's consumer never registered"
-    );
-    traffic::send_all(&mut tx, core::hint::spin_loop);
-    // The consumer reports and exits the machine; keep the (closed) producer alive meanwhile.
+    // SAFETY: hart 1, the only other party, stays parked in `mp_hook` until `wake` sends it the
+    // IPI, and nothing else on this hart touches the segment.
+    unsafe { traffic::produce(&SEGMENT, wake_hart_1, core::hint::spin_loop) };
+    // The consumer reports and exits the machine.
     loop {
         riscv::asm::wfi();
     }
 }
 
+fn wake_hart_1() {
+    // SAFETY: hart 1's MSIP register in the virt machine's CLINT; setting it wakes hart 1.
+    unsafe { ((CLINT_MSIP + 4) as *mut u32).write_volatile(1) };
+}
+
 fn consume() -> ! {
-    let mem = loop {
-        if let Ok(mem) = SEGMENT.attach() {
-            break mem;
-        }
-        core::hint::spin_loop();
-    };
-    // SAFETY: nothing on this machine judges ring participants dead: no reclaim or take_over
-    // runs on this memory while the consumer lives.
-    let rx = unsafe { Consumer::new_unchecked(mem, DeliveryClass::Gating, traffic::CONSUMER) };
-    let mut rx = rx.unwrap_or_else(|e| panic!("cannot register the consumer: {e}"));
-    let mut tally = traffic::Tally::new();
-    while !tally.drain(&mut rx).unwrap_or_else(|e| panic!("read: {e}")) {
+    let mut receiver = traffic::Receiver::new("riscv32imac, 2 harts");
+    loop {
+        receiver.poll(&SEGMENT);
         core::hint::spin_loop();
     }
-    exit(tally.report("riscv32imac, 2 harts"))
 }

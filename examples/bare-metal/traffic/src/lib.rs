@@ -5,16 +5,17 @@
 //! number (`u32`, little-endian), bytes from a generator seeded by `seq`, and an FNV-1a checksum
 //! of everything before it. The consumer checks that each message has the length, the sequence
 //! number and the checksum it should, and that a gating consumer sees every message once, in
-//! order. The examples share this crate; each one wires a producer and a consumer to its own
-//! machine (two harts, or thread mode and an interrupt handler).
+//! order. The examples share this crate: [`produce`] and [`Receiver::poll`] are the two sides,
+//! and each example wires them to its own machine (two harts, or thread mode and an interrupt
+//! handler).
 #![no_std]
 
 use core::cell::UnsafeCell;
 use core::ptr::NonNull;
 use core::sync::atomic::{AtomicBool, Ordering};
 use ring_core::{
-    AttachError, ClaimError, Config, Consumer, Memory, OwnerId, Producer, RawMemory, ReadError,
-    INLINE_CAPACITY,
+    AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnerId, Producer, RawMemory,
+    ReadError, INLINE_CAPACITY,
 };
 
 /// Messages each example sends.
@@ -170,6 +171,98 @@ pub fn send_all<M: Memory>(tx: &mut Producer<M>, mut on_full: impl FnMut()) {
         }
     }
     tx.close();
+}
+
+/// The producer's side: formats `segment`, calls `wake` (the consumer's side may reach the
+/// segment from then on), waits for the consumer to register, sends every message and closes
+/// the ring. `on_full` runs while the producer waits (spin, or pend the consumer's interrupt).
+///
+/// # Safety
+/// As [`Segment::format`]: nothing else reaches `segment` before `wake` runs.
+///
+/// # Panics
+/// When the producer cannot start, or a claim fails for any reason but a full ring.
+pub unsafe fn produce(segment: &'static Segment, wake: impl FnOnce(), mut on_full: impl FnMut()) {
+    // SAFETY: the caller keeps everyone else away from the segment until `wake`.
+    let mem = unsafe { segment.format(PRODUCER) };
+    wake();
+    // SAFETY: nothing on these machines judges ring participants dead: no reclaim or take_over
+    // runs on this memory while the producer lives.
+    let tx = unsafe { Producer::new_unchecked(mem, PRODUCER) };
+    let mut tx = tx.unwrap_or_else(|e| panic!("cannot become the producer: {e}"));
+    // Publish nothing before the gating consumer is in: it must see message 0.
+    while tx.ready_consumers() == 0 {
+        on_full();
+    }
+    send_all(&mut tx, on_full);
+}
+
+/// The Cortex-M examples' thread mode: starts the SysTick timer (every 2000 core cycles, often
+/// enough to land anywhere in a claim, write or publish) and produces, pending SysTick when the
+/// ring is full. The handler is the consumer: it calls [`Receiver::poll`].
+#[cfg(feature = "cortex-m")]
+pub fn cortex_m_thread(segment: &'static Segment) -> ! {
+    use cortex_m::peripheral::{syst::SystClkSource, SCB};
+    let mut syst = cortex_m::Peripherals::take().expect("taken once").SYST;
+    let start_timer = || {
+        syst.set_clock_source(SystClkSource::Core);
+        syst.set_reload(2_000);
+        syst.clear_current();
+        syst.enable_counter();
+        syst.enable_interrupt();
+    };
+    // SAFETY: the SysTick handler, the only other party, cannot run before `start_timer`
+    // enables its interrupt (nothing pends it before).
+    unsafe { produce(segment, start_timer, SCB::set_pendst) };
+    // The consumer reports and exits the machine.
+    loop {
+        cortex_m::asm::wfi();
+    }
+}
+
+/// The consumer's side, polled by its hart's loop or its interrupt handler.
+#[derive(Debug)]
+pub struct Receiver {
+    machine: &'static str,
+    rx: Option<Consumer<RawMemory>>,
+    tally: Tally,
+}
+
+impl Receiver {
+    /// A consumer not yet registered; `machine` names the run in the report.
+    pub const fn new(machine: &'static str) -> Self {
+        Self {
+            machine,
+            rx: None,
+            tally: Tally::new(),
+        }
+    }
+
+    /// Registers a gating consumer once `segment` is formatted, then reads and checks every
+    /// message published so far. Once the producer closed the ring and everything was read,
+    /// prints the counts and exits through semihosting (0 when every message arrived once, in
+    /// order and intact).
+    ///
+    /// # Panics
+    /// When the consumer cannot register, or a read fails.
+    pub fn poll(&mut self, segment: &'static Segment) {
+        let rx = match &mut self.rx {
+            Some(rx) => rx,
+            None => {
+                let Ok(mem) = segment.attach() else {
+                    return; // Not formatted yet.
+                };
+                // SAFETY: nothing on these machines judges ring participants dead: no reclaim
+                // or take_over runs on this memory while the consumer lives.
+                let rx = unsafe { Consumer::new_unchecked(mem, DeliveryClass::Gating, CONSUMER) };
+                let rx = rx.unwrap_or_else(|e| panic!("cannot register the consumer: {e}"));
+                self.rx.insert(rx)
+            }
+        };
+        if self.tally.drain(rx).unwrap_or_else(|e| panic!("read: {e}")) {
+            semihosting::process::exit(self.tally.report(self.machine));
+        }
+    }
 }
 
 /// What a consumer received, and what was wrong with it.

@@ -47,4 +47,10 @@ for example in riscv-harts cortex-m4-irq cortex-m0-cs; do
         exit 1
     fi
 done
+echo "== footprint (docs/OS.md, Bare metal): .text and .bss of a producer plus a consumer, Cortex-M4"
+(cd examples/bare-metal/footprint && cargo build --release --bins)
+if command -v llvm-size >/dev/null 2>&1; then
+    (cd "$CARGO_TARGET_DIR/thumbv7em-none-eabihf/release" &&
+        llvm-size -A baseline ring_core bbqueue heapless | grep -E "^(baseline|ring_core|bbqueue|heapless|\.text|\.bss) ")
+fi
 echo "bare metal: every example passed, and every broken variant failed as it should"

@@ -86,7 +86,9 @@ impl<M: OpenJoin> Consumer<M> {
     /// carries no liveness contract ([`OpenJoin`]; for any other memory see
     /// [`new_unchecked`](Self::new_unchecked)).
     ///
-    /// The consumer starts at the current head: it receives messages published from now on.
+    /// A gating or skip-on-lag consumer starts at the current head: it receives messages
+    /// published from now on. A latest-only consumer starts at the newest message present when
+    /// it joins (a frame grabber that opens the ring after the frame was published gets it).
     ///
     /// ```compile_fail,E0277
     /// // RawMemory (what an OS mapping opens) is not `OpenJoin`: a consumer registered there
@@ -264,14 +266,22 @@ impl<M: Memory> Consumer<M> {
         fence(Ordering::SeqCst);
         between_steps();
         let head = line.head.load(Ordering::Acquire);
+        // A latest-only consumer starts one back, so the newest message present when it joins
+        // is its first (a late-joining frame grabber gets the frame already there); it gates
+        // nothing, so its cursor may lie below what the producer has overwritten (its read
+        // then takes the newest message, or reports an overrun, as any latest-only read).
+        let start = match class {
+            DeliveryClass::LatestOnly => head.saturating_sub(1),
+            DeliveryClass::Gating | DeliveryClass::SkipOnLag => head,
+        };
         // Release: pairs with the producer's Acquire cursor load.
-        e.cursor.store(head, Ordering::Release);
+        e.cursor.store(start, Ordering::Release);
         // Release: the start point is final; pairs with the Acquire load in
         // `Producer::ready_consumers`, so a producer that counts us publishes its next message
         // at a sequence ≥ our cursor and we receive it.
         e.ready.store(1, Ordering::Release);
         wake_producer(mem);
-        Some((generation, head))
+        Some((generation, start))
     }
 
     /// This consumer's consumer-table index (its reader bit is `1 << index`).

@@ -430,3 +430,47 @@ fn every_class_reports_an_abort_after_draining() {
         assert_eq!(last, Some(2), "{:?} did not drain first", c.class());
     }
 }
+
+/// A latest-only consumer that joins after messages were published starts at the newest one
+/// present (the frame grabber's flow: request, descriptor, open, read the frame that is
+/// there); gating and skip-on-lag consumers start at the head. On an empty ring it waits, and
+/// after a close it gets the last message before `Closed`.
+#[test]
+fn a_late_latest_only_consumer_gets_the_newest_message_present() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut early = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    assert_eq!(
+        early.try_pin().unwrap_err(),
+        ReadError::Empty,
+        "nothing yet"
+    );
+    for i in 0..6u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut late = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    let mut gating = Consumer::new(&s, DeliveryClass::Gating, id(4)).unwrap();
+    let mut skip = Consumer::new(&s, DeliveryClass::SkipOnLag, id(5)).unwrap();
+    let m = late.try_pin().unwrap();
+    assert_eq!((m.seq(), m.missed(), m.bytes()), (5, 0, &[5u8][..]));
+    drop(m);
+    assert_eq!(late.try_pin().unwrap_err(), ReadError::Empty, "read once");
+    let mut buf = [0u8; 16];
+    assert_eq!(gating.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+    assert_eq!(skip.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+    drop((gating, skip));
+    p.try_publish(&[6]).unwrap();
+    p.close();
+    let mut closed_late = Consumer::new(&s, DeliveryClass::LatestOnly, id(6)).unwrap();
+    assert_eq!(
+        closed_late.try_copy(&mut buf).unwrap().seq,
+        6,
+        "the last frame"
+    );
+    assert_eq!(
+        closed_late.try_copy(&mut buf).unwrap_err(),
+        ReadError::Closed
+    );
+    assert_eq!(late.try_copy(&mut buf).unwrap().seq, 6);
+    assert_eq!(early.try_copy(&mut buf).unwrap().seq, 6);
+}

@@ -925,13 +925,18 @@ impl Model {
                 capacity: self.cfg.consumers,
             });
         };
+        // Latest-only consumers start at the newest message present (one back from head).
+        let start = match class {
+            Class::LatestOnly => self.head.saturating_sub(1),
+            _ => self.head,
+        };
         self.consumers[i] = Some(ModelConsumer {
             owner,
             class,
             alive: true,
-            next: self.head,
-            cursor: self.head,
-            start: self.head,
+            next: start,
+            cursor: start,
+            start,
             received: 0,
             missed: 0,
             pin: None,

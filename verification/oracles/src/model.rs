@@ -149,7 +149,11 @@ impl RingModel {
 
     /// `Consumer::new`: the first free entry, starting at the current head.
     pub fn register(&mut self, class: DeliveryClass, owner: u64) -> Result<ReaderModel, Error> {
-        let head = self.head;
+        // Latest-only readers start at the newest message present (one back from head).
+        let head = match class {
+            DeliveryClass::LatestOnly => self.head.saturating_sub(1),
+            _ => self.head,
+        };
         let Some(index) = self.entries.iter().position(|e| !e.active) else {
             return Err(Error::ConsumerTableFull {
                 capacity: self.entries.len() as u32,

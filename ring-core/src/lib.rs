@@ -38,8 +38,14 @@
 //! Atomics come from `portable-atomic`. On targets whose 64-bit atomics are not lock-free
 //! (thumbv6m has no compare-and-swap at all; 32-bit cores have no 64-bit atomics) it supplies
 //! fallbacks — a global lock table, or interrupt masking with the `critical-section` feature —
-//! that are correct between the threads and interrupt handlers of **one** address space, and
-//! the ring works there (core to interrupt, task to task). They cannot work across processes,
+//! that are correct between the threads (cores) of **one** address space, and the ring works
+//! there (core to core, task to task). Between thread mode and an interrupt handler on one
+//! core, a spin lock deadlocks (the handler spins on a lock the code it interrupted holds):
+//! there the lock must be interrupt masking, which the `critical-section` feature gives on
+//! targets without compare-and-swap (thumbv6m) and portable-atomic's
+//! `unsafe-assume-single-core` feature, enabled by the final binary, gives on single-core
+//! targets that have compare-and-swap but no 64-bit atomics (thumbv7em, riscv32imac);
+//! `examples/bare-metal` runs all three under QEMU. They cannot work across processes,
 //! because the lock is not in the shared memory: [`CROSS_PROCESS_SAFE`] is `false` on such
 //! targets, and `ring-os` refuses to compile for them.
 //!

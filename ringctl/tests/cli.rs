@@ -887,3 +887,32 @@ fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
         "the table does not say so: {plain}"
     );
 }
+
+/// The frame grabber's flow from the shell: a frame is published, then a latest-only `sub`
+/// opens the ring and gets that frame (it used to wait for the next one, which never came).
+#[test]
+fn a_latest_sub_started_after_a_publish_gets_that_message() {
+    let name = unique("latejoin");
+    let _cleanup = Cleanup(name.clone());
+    let publ = ringctl(
+        &[
+            "pub",
+            &name,
+            "--keep",
+            "--wait-consumers",
+            "0",
+            "--frame-size",
+            "64",
+        ],
+        b"the frame that is already there",
+        Duration::from_secs(60),
+    );
+    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    let sub = ringctl(
+        &["sub", &name, "--class", "latest", "--timeout", "5"],
+        b"",
+        Duration::from_secs(60),
+    );
+    assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
+    assert_eq!(text(&sub.stdout), "the frame that is already there");
+}

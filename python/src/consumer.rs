@@ -245,9 +245,7 @@ impl Consumer {
             let consumer = slf.clone().unbind();
             let siblings = Arc::new(AtomicUsize::new(parts.len()));
             let (exports, id) = (Arc::clone(&held.exports), held.pin_id);
-            // The pin goes back with the lease: the parts find it there.
-            drop(lease);
-            return parts
+            let made = parts
                 .iter()
                 .map(|g| {
                     Ok(Bound::new(
@@ -264,6 +262,9 @@ impl Consumer {
                     .into_any())
                 })
                 .collect();
+            // The pin goes back with the lease: the parts find it there.
+            drop(lease);
+            return made;
         }
         let mut out = Vec::with_capacity(parts.len());
         let mut jobs = Vec::with_capacity(parts.len());

@@ -16,6 +16,7 @@
 
 use core::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
+use std::thread::ThreadId;
 use std::time::Instant;
 
 use pyo3::prelude::*;
@@ -27,8 +28,8 @@ use crate::wait::{sliced, GiveBack};
 enum Place<T> {
     /// Idle, in the handoff.
     Here(T),
-    /// Taken by a blocking call.
-    Lent,
+    /// Taken by a blocking call of this thread.
+    Lent(ThreadId),
     /// Closed for good.
     Closed,
 }
@@ -87,7 +88,7 @@ impl<T: Send> Handoff<T> {
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut T) -> R) -> Option<R> {
         match &mut *self.lock() {
             Place::Here(t) => Some(f(t)),
-            Place::Lent | Place::Closed => None,
+            Place::Lent(_) | Place::Closed => None,
         }
     }
 
@@ -100,7 +101,7 @@ impl<T: Send> Handoff<T> {
         until_closing: bool,
     ) -> PyResult<bool> {
         let waiting = |p: &mut Place<T>| {
-            matches!(p, Place::Lent) && !(until_closing && self.closing.load(Ordering::Relaxed))
+            matches!(p, Place::Lent(_)) && !(until_closing && self.closing.load(Ordering::Relaxed))
         };
         let back = sliced(py, end, &mut (), |(), slice| {
             let (guard, _) = self
@@ -142,7 +143,7 @@ impl<T: Send> Handoff<T> {
         prepare: &mut impl FnMut(&mut T) -> Result<(), Fail>,
     ) -> Option<Result<Lease<'_, T>, Fail>> {
         let mut place = self.lock();
-        match core::mem::replace(&mut *place, Place::Lent) {
+        match core::mem::replace(&mut *place, Place::Lent(std::thread::current().id())) {
             Place::Here(mut t) => {
                 let ready = if self.closing.load(Ordering::Relaxed) {
                     Err(self.closed_error())
@@ -164,14 +165,18 @@ impl<T: Send> Handoff<T> {
                 *place = Place::Closed;
                 Some(Err(self.closed_error()))
             }
-            Place::Lent => None,
+            Place::Lent(by) => {
+                *place = Place::Lent(by);
+                None
+            }
         }
     }
 
     /// Closes: waits (GIL released, in slices) for a lent state to come back — its holder
-    /// sees the closing flag within one slice — then runs `check` on it (with the GIL, under the
-    /// lock: no Python calls; an error leaves the endpoint open) and returns it for the caller to finish. `None`: closed
-    /// before.
+    /// sees the closing flag within one slice — then runs `check` on it (with the GIL, under
+    /// the lock: no Python calls; an error leaves the endpoint open) and returns it for the
+    /// caller to finish. `None`: closed before, or called from within this thread's own
+    /// blocking call on the endpoint (a signal handler), which then raises `Closed` instead.
     pub(crate) fn close(
         &self,
         py: Python<'_>,
@@ -194,9 +199,15 @@ impl<T: Send> Handoff<T> {
                         return Ok(Some(t));
                     }
                     Place::Closed => return Ok(None),
-                    Place::Lent => {
-                        *place = Place::Lent;
+                    Place::Lent(by) => {
+                        *place = Place::Lent(by);
                         self.closing.store(true, Ordering::Relaxed);
+                        if by == std::thread::current().id() {
+                            // Called inside this thread's own blocking call (a signal
+                            // handler): waiting would never end. That call raises `Closed`
+                            // at its next slice; the state goes when the object does.
+                            return Ok(None);
+                        }
                     }
                 }
             }
@@ -207,7 +218,7 @@ impl<T: Send> Handoff<T> {
     /// Puts a lent state back (from a dropped [`Lease`]).
     fn put_back(&self, state: T) {
         let mut place = self.lock();
-        debug_assert!(matches!(*place, Place::Lent));
+        debug_assert!(matches!(*place, Place::Lent(_)));
         *place = Place::Here(state);
         drop(place);
         self.back.notify_all();

@@ -274,6 +274,7 @@ def test_a_used_sender_does_not_pickle(name):
         s.put(1)
         with pytest.raises(TypeError):
             pickle.dumps(s)
+        assert r.get(timeout=5) == 1  # read, so closing discards nothing (no RuntimeWarning)
 
 
 @pytest.mark.slow

@@ -8,6 +8,15 @@ from typing import Self
 
 SLICE_SECONDS: float
 
+def _interpreter_exiting() -> None:
+    """The ``atexit`` hook the package registers: from then on a thread that leaves a wait
+    parks instead of taking the GIL back while the interpreter finalizes."""
+
+# Every ``timeout`` below: seconds >= 0; ``None`` or ``float("inf")`` waits as long as it
+# takes; NaN or a negative number is a ``ValueError``. Producers and consumers may be used from
+# any thread; ``close()`` from another thread makes a waiting call raise ``Closed`` within one
+# slice (``SLICE_SECONDS``).
+
 Mode = Literal["gating", "latest", "skip"]
 
 class Ring:
@@ -94,6 +103,9 @@ class Consumer:
     def received(self) -> int: ...
     @property
     def missed(self) -> int: ...
+    @property
+    def pending(self) -> int:
+        """Messages published that this consumer has not taken yet (0 once closed)."""
     @property
     def closed(self) -> bool: ...
     def close(self) -> None: ...

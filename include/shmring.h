@@ -370,6 +370,19 @@ int shmring_publisher_counters(shmring_publisher *publisher,
                                uint64_t *published,
                                size_t *subscribers);
 
+// Reports the subscribers this publisher reclaimed because their processes died without
+// leaving (a subscriber that was freed is not one of them): `*total` of them, `*gating` of
+// those gating, and in `*unread` how many messages the first gating subscriber that died with
+// messages unread had not read (0 when none did: then no gating subscriber lost data). Any
+// pointer may be NULL. A publisher that promised its gating subscribers every message checks
+// `*unread` before it reports success.
+//
+// Errors: `SHMRING_E_BUSY`, `SHMRING_E_INVALID_ARGUMENT`.
+int shmring_publisher_lost_subscribers(shmring_publisher *publisher,
+                                       uint64_t *total,
+                                       uint64_t *gating,
+                                       uint64_t *unread);
+
 // Ends the stream as complete: subscribers drain what is there, then get
 // `SHMRING_E_DISCONNECTED`. Later sends fail with `SHMRING_E_CLOSED`.
 //

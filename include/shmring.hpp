@@ -237,6 +237,18 @@ class Publisher {
     detail::check(shmring_publisher_counters(h_, &p, nullptr));
     return p;
   }
+  // Subscribers reclaimed because their processes died without leaving (see
+  // shmring_publisher_lost_subscribers).
+  struct LostSubscribers {
+    uint64_t total = 0;
+    uint64_t gating = 0;
+    uint64_t unread = 0;  // of the first gating one that died with messages unread
+  };
+  LostSubscribers lost_subscribers() {
+    LostSubscribers l;
+    detail::check(shmring_publisher_lost_subscribers(h_, &l.total, &l.gating, &l.unread));
+    return l;
+  }
   void close() { detail::check(shmring_publisher_close(h_)); }
   void abort(uint16_t code) { detail::check(shmring_publisher_abort(h_, code)); }
   shmring_publisher *handle() const noexcept { return h_; }

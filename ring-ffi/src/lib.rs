@@ -1391,6 +1391,34 @@ pub unsafe extern "C" fn shmring_publisher_counters(
     })
 }
 
+/// Reports the subscribers this publisher reclaimed because their processes died without
+/// leaving (a subscriber that was freed is not one of them): `*total` of them, `*gating` of
+/// those gating, and in `*unread` how many messages the first gating subscriber that died with
+/// messages unread had not read (0 when none did: then no gating subscriber lost data). Any
+/// pointer may be NULL. A publisher that promised its gating subscribers every message checks
+/// `*unread` before it reports success.
+///
+/// Errors: `SHMRING_E_BUSY`, `SHMRING_E_INVALID_ARGUMENT`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_publisher_lost_subscribers(
+    publisher: *mut shmring_publisher,
+    total: *mut u64,
+    gating: *mut u64,
+    unread: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_publisher_send`.
+        let lost = unsafe { self::publisher(publisher) }?.lost_subscribers();
+        // SAFETY: null or writable (header contract).
+        unsafe {
+            put(total, lost.total);
+            put(gating, lost.gating);
+            put(unread, lost.first_gating_unread.map_or(0, |l| l.unread()));
+        }
+        Ok(())
+    })
+}
+
 /// Ends the stream as complete: subscribers drain what is there, then get
 /// `SHMRING_E_DISCONNECTED`. Later sends fail with `SHMRING_E_CLOSED`.
 ///

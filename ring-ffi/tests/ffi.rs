@@ -374,6 +374,40 @@ fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
     }
 }
 
+/// A C publisher whose only gating subscriber (a C peer holding a pin) is SIGKILLed learns it
+/// lost a reader, with what it had not read (`shmring_publisher_lost_subscribers`).
+#[test]
+fn a_c_publisher_learns_its_gating_subscriber_died() {
+    let peer = &peers().c;
+    let name = name("lost");
+    let _ring = Ring::builder(&name)
+        .slots(4)
+        .slot_size(64)
+        .create()
+        .expect("create");
+    let (mut holder, mut held) = spawn(peer, &["pin-hold", &name]);
+    assert_eq!(line(&mut held), "ready");
+    let (publisher, mut out) = spawn(peer, &["lost-pub", &name]);
+    assert_eq!(line(&mut out), "sent 0");
+    assert_eq!(line(&mut held), "pinned 0");
+    // SAFETY: kill(2) on our own child's pid.
+    assert_eq!(
+        unsafe { libc::kill(holder.0.id() as i32, libc::SIGKILL) },
+        0
+    );
+    let _ = holder.0.wait();
+    // It held message 0 (its cursor stayed there) while 11 more were sent behind it; the
+    // publisher reclaims it once the ring is full, when 4 of the 12 are published.
+    let report = line(&mut out);
+    assert!(
+        report.starts_with("lost 1 gating 1 unread "),
+        "the publisher did not learn its subscriber died: {report}"
+    );
+    let unread: u64 = report.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!((1..=12).contains(&unread), "{report}");
+    wait_ok(publisher, "lost-pub");
+}
+
 /// The frame server's checksum: the sum, mod 2^64, of the frame as little-endian 64-bit words.
 fn word_sum(bytes: &[u8]) -> u64 {
     let words = bytes.chunks_exact(8);

@@ -259,7 +259,9 @@ fn a_late_latest_only_consumer_races_a_publish() {
                     l.cursor() > start || l.missed() > 0,
                     "the message present when it joined was not read"
                 );
-                let got = l.try_copy(&mut buf).expect("the newest message, once published");
+                let got = l
+                    .try_copy(&mut buf)
+                    .expect("the newest message, once published");
                 assert_eq!(got.seq, 2, "not the newest");
                 assert_whole(&buf[..got.len], got.seq);
             }

@@ -379,6 +379,36 @@ static int pin_hold(const char *name) {
 #endif
 }
 
+/* A publisher on NAME whose only gating subscriber (a pin-hold peer) the test SIGKILLs after
+ * the first message: the sends after it wait until the publisher reclaims the dead
+ * subscriber, then the publisher reports what it lost. */
+static int lost_pub(const char *name) {
+  shmring_ring *ring = NULL;
+  shmring_publisher *pub = NULL;
+  shmring_config cfg = config(0, 0, 0);
+  uint64_t total = 0, gating = 0, unread = 0;
+  OK(shmring_ring_open(name, &cfg, &ring));
+  OK(shmring_ring_publisher(ring, &pub));
+  OK(shmring_publisher_wait_for_subscribers(pub, 1, 10000));
+  OK(shmring_publisher_lost_subscribers(pub, &total, &gating, &unread));
+  CHECK(total == 0);
+  for (uint32_t i = 0; i < 12; i++) {
+    OK(shmring_publisher_send(pub, (const uint8_t *)&i, sizeof i, NULL, 20000, NULL));
+    if (i == 0) {
+      printf("sent 0\n");
+      fflush(stdout);
+    }
+  }
+  OK(shmring_publisher_lost_subscribers(pub, &total, &gating, &unread));
+  printf("lost %llu gating %llu unread %llu\n", (unsigned long long)total,
+         (unsigned long long)gating, (unsigned long long)unread);
+  fflush(stdout);
+  OK(shmring_publisher_close(pub));
+  OK(shmring_publisher_free(pub));
+  OK(shmring_ring_free(ring));
+  return failures ? 1 : 0;
+}
+
 static int memfd_pub(const char *name, long n) {
   shmring_ring *ring = NULL;
   shmring_publisher *pub = NULL;
@@ -432,6 +462,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "pin-hold") == 0) return pin_hold(name);
   if (strcmp(mode, "memfd") == 0) return memfd_pub(name, n);
+  if (strcmp(mode, "lost-pub") == 0) return lost_pub(name);
   fprintf(stderr, "unknown mode %s\n", mode);
   return 2;
 }

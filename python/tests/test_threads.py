@@ -190,9 +190,28 @@ print("exiting", flush=True)
 """
 
 
+# Daemon threads passing messages as fast as they can when the main thread ends: they leave
+# and re-take the GIL all the time, so some are on their way back when the exit begins.
+_BUSY_AT_EXIT = """
+import threading, time, shmring
+s, r = shmring.create_pair(2, max_message=1 << 20)
+def feed():
+    while True:
+        s.put(b"x" * 100_000)
+def eat():
+    while True:
+        r.get()
+for f in (feed, eat, eat):
+    threading.Thread(target=f, daemon=True).start()
+time.sleep(0.05)
+print("exiting", flush=True)
+"""
+
+
 @pytest.mark.parametrize("run", range(3))
-def test_daemon_threads_blocked_at_exit_do_not_abort(run):
-    out = _run(_BLOCKED_AT_EXIT)
+@pytest.mark.parametrize("script", [_BLOCKED_AT_EXIT, _BUSY_AT_EXIT], ids=["blocked", "busy"])
+def test_daemon_threads_blocked_at_exit_do_not_abort(script, run):
+    out = _run(script)
     # Before: SIGABRT (-6) with "FATAL: exception not rethrown" in most runs.
     assert out.returncode == 0, (out.returncode, out.stderr)
     assert out.stdout.strip() == "exiting" and "FATAL" not in out.stderr

@@ -390,11 +390,10 @@ fn a_c_publisher_learns_its_gating_subscriber_died() {
     let (publisher, mut out) = spawn(peer, &["lost-pub", &name]);
     assert_eq!(line(&mut out), "sent 0");
     assert_eq!(line(&mut held), "pinned 0");
+    let pid = holder.0.id() as i32;
     // SAFETY: kill(2) on our own child's pid.
-    assert_eq!(
-        unsafe { libc::kill(holder.0.id() as i32, libc::SIGKILL) },
-        0
-    );
+    let killed = unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(killed, 0);
     let _ = holder.0.wait();
     // It held message 0 (its cursor stayed there) while 11 more were sent behind it; the
     // publisher reclaims it once the ring is full, when 4 of the 12 are published.

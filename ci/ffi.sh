@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The C ABI: the committed include/shmring.h is what cbindgen generates now; the C and C++
 # peers (plain and ASan+UBSan) pass against Rust (cargo test -p ring-ffi); a static link works;
-# the pkg-config file and the CMake examples build against an installed copy; the frame-grabber
-# benchmark runs once, --quick (one size, a few captures per client: a smoke test).
+# the pkg-config file and the CMake examples build against an installed copy; `ringctl grab`
+# reads frames from the frame server; the frame-grabber benchmark (the real unrealcv client)
+# runs once, --quick (one size, a few captures per path: a smoke test).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cbindgen >/dev/null; then
@@ -46,14 +47,21 @@ cmake --build "$tmp/build" >/dev/null
 cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
 cmake --build "$tmp/build-fs" >/dev/null
 
-echo "--- frame-grabber benchmark, --quick (every client checks the stamp and the sum of its frames)"
-# The Python clients need the shmring package: the virtualenv ci/python.sh made, else a new one.
-venv=target/pyvenv
-if ! "$venv/bin/python" -c "import shmring, numpy" 2>/dev/null; then
-  python3 -m venv "$venv"
-  "$venv/bin/pip" install --quiet ./python numpy
-fi
+echo "--- frame server: ringctl grab on its line protocol (stamp and sum of each frame checked)"
 cargo build --quiet -p ringctl
-timeout 300 "$venv/bin/python" examples/frame-server/bench.py --quick \
-  --server "$tmp/build-fs/frame-server" --ringctl "${CARGO_TARGET_DIR:-target}/debug/ringctl"
+"$tmp/build-fs/frame-server" "ffi-fs-$$" "$tmp/fs.sock" 320 240 >"$tmp/fs.out" &
+fs_pid=$!
+for _ in $(seq 100); do grep -q '^serving' "$tmp/fs.out" && break; sleep 0.1; done
+timeout 60 "${CARGO_TARGET_DIR:-target}/debug/ringctl" grab "ffi-fs-$$" --socket "$tmp/fs.sock" \
+  --request frame --count 3
+kill "$fs_pid" && wait "$fs_pid"
+
+echo "--- frame-grabber benchmark, --quick: the real unrealcv client, TCP against shared memory"
+# The Python clients need shmring and unrealcv: the virtualenv ci/python.sh made, else a new one.
+venv=target/pyvenv
+if ! "$venv/bin/python" -c "import shmring, numpy, unrealcv" 2>/dev/null; then
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet ./python numpy unrealcv==1.3.2
+fi
+timeout 300 "$venv/bin/python" examples/frame-server/bench.py --quick --server "$tmp/build-fs/frame-server"
 echo "ffi: ok"

@@ -14,6 +14,8 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet ./python pytest numpy pyarrow
+# The real UnrealCV client, for test_unrealcv.py (which builds examples/frame-server itself).
+"$VENV/bin/pip" install --quiet unrealcv==1.3.2
 # Run from outside the source tree so the installed package (not python/pysrc) is imported.
 cd python/tests
 ../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider .

@@ -8,6 +8,7 @@
     reason = "std crate"
 )]
 
+mod arena;
 mod consumer;
 mod dlpack;
 mod errors;
@@ -30,6 +31,9 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
     m.add_class::<queue::Part>()?;
+    m.add_class::<arena::Allocator>()?;
+    m.add_class::<arena::Allocations>()?;
+    m.add_class::<arena::Block>()?;
     m.add_class::<recycle::Buffer>()?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;

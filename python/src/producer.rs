@@ -14,7 +14,7 @@
 use core::ffi::c_int;
 use core::ptr::NonNull;
 use core::time::Duration;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use pyo3::exceptions::PyTypeError;
@@ -105,6 +105,9 @@ pub(crate) struct Producer {
     /// Messages published (the next sequence number). Relaxed: a statistic, raised with
     /// `fetch_max` after each send.
     sent: AtomicU64,
+    /// Set once `allocator()` lent the ring's allocator out (then the queue refuses to run).
+    /// Relaxed: set and read with the GIL held.
+    arena_lent: AtomicBool,
 }
 
 /// A contiguous buffer-protocol view of a Python object, released on drop.
@@ -192,7 +195,13 @@ impl Producer {
             pin_only: g.config().pin_only,
             mapping: Arc::clone(mapping),
             sent: AtomicU64::new(sent),
+            arena_lent: AtomicBool::new(false),
         }
+    }
+
+    /// Whether the producer is closed (for the allocator it lent).
+    pub(crate) fn is_closed(&self) -> bool {
+        self.lent.is_closed()
     }
 
     /// Takes the producer state for one call (waiting up to `end` for another thread's call;
@@ -373,6 +382,10 @@ impl Producer {
         let end = deadline(timeout)?;
         let mut lease = self.lease(py, end)?;
         let lent = lease.get()?;
+        // Relaxed: see `arena_lent`.
+        if self.arena_lent.load(Ordering::Relaxed) {
+            return Err(Fail::new("Busy", "this producer lent its allocator (allocator())").into());
+        }
         if lent.queue.is_none() {
             lent.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
         }
@@ -501,6 +514,29 @@ impl Producer {
             return Err(self.lent.closed_error().into());
         }
         Ok(self.sent.load(Ordering::Relaxed))
+    }
+
+    /// The ring's in-segment allocator, with this producer as its one mutator (see
+    /// `shmring.Allocator`). Once per producer; a producer that lent it cannot `put`, and one
+    /// that has `put` cannot lend it (`Busy`). Frees what a previous owner left live.
+    fn allocator(slf: &Bound<'_, Self>) -> PyResult<crate::arena::Allocator> {
+        let py = slf.py();
+        let this = slf.get();
+        {
+            let mut lease = this.lease(py, None)?;
+            if lease.get()?.queue.is_some() {
+                return Err(Fail::new("Busy", "this producer's queue uses the allocator").into());
+            }
+        }
+        // Relaxed: see `arena_lent`.
+        if this.arena_lent.swap(true, Ordering::Relaxed) {
+            return Err(Fail::new("Busy", "this producer already lent its allocator").into());
+        }
+        let made = crate::arena::Allocator::new(slf.clone().unbind(), &this.mapping);
+        if made.is_err() {
+            this.arena_lent.store(false, Ordering::Relaxed);
+        }
+        made.map_err(|f| f.into_py(py))
     }
 
     /// Payload bytes per slot.

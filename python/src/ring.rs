@@ -329,6 +329,12 @@ impl Ring {
         Ok(Producer::new(publisher, &self.mapping))
     }
 
+    /// Read-only, zero-copy views of this ring's allocations by handle (`shmring.Allocations`).
+    fn allocations(&self) -> PyResult<crate::arena::Allocations> {
+        self.handle()?;
+        Ok(crate::arena::Allocations::new(&self.mapping)?)
+    }
+
     /// Registers a consumer: `mode` is `"gating"` (loses nothing, holds the producer back),
     /// `"latest"` (only the newest message) or `"skip"` (skips what it lagged behind, counted
     /// in `missed`).
@@ -443,28 +449,7 @@ impl Ring {
         let arena = crate::queue::Arena::attach(&self.mapping).map_err(PyErr::from)?;
         match arena {
             None => d.set_item("allocator", py.None())?,
-            Some(a) => {
-                let s = a.alloc.stats();
-                let now = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
-                let totals = a.alloc.leak_report(now, |_| {});
-                let v = PyDict::new(py);
-                v.set_item("arena_bytes", a.alloc.arena_bytes())?;
-                v.set_item("max_live", a.alloc.max_live())?;
-                v.set_item("live", s.live)?;
-                v.set_item("live_bytes", s.live_bytes)?;
-                v.set_item("peak_live", s.peak_live)?;
-                v.set_item("allocs", s.allocs)?;
-                v.set_item("frees", s.frees)?;
-                v.set_item("ceiling_hits", s.ceiling_hits)?;
-                v.set_item("out_of_space", s.out_of_space)?;
-                v.set_item("bad_frees", s.bad_frees)?;
-                v.set_item("leak_count", totals.count)?;
-                v.set_item("leak_bytes", totals.bytes)?;
-                v.set_item("corrupt_entries", totals.corrupt)?;
-                d.set_item("allocator", v)?;
-            }
+            Some(a) => d.set_item("allocator", crate::arena::report(py, &a.alloc)?)?,
         }
         Ok(d)
     }

@@ -15,17 +15,20 @@ Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
 import atexit as _atexit
 
 from . import errors
-from ._shmring import Claim, Consumer, Message, Part, Producer, RecvBuffer, Ring
+from ._shmring import (
+    Allocations, Allocator, Block, Claim, Consumer, Message, Part, Producer, RecvBuffer, Ring,
+)
 from ._shmring import _interpreter_exiting
 from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
-    PermissionDenied, Timeout, TooLarge, Truncated,
+    PermissionDenied, Timeout, TooLarge, Truncated, InvalidHandle,
 )
 from .queue import Receiver, Sender, create_pair
 
 __all__ = [
-    "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "create_pair", "Sender",
+    "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "Allocator",
+    "Allocations", "Block", "create_pair", "Sender",
     "Receiver", "errors", *errors.__all__,
 ]
 

@@ -10,6 +10,7 @@ __all__ = [
     "Error", "Timeout", "Disconnected", "Aborted", "Closed", "Full", "Empty", "TooLarge",
     "Corrupt", "Truncated", "NotFound", "AlreadyExists", "PermissionDenied", "InvalidName",
     "InvalidConfig", "ConfigMismatch", "Busy", "Lagging", "Evicted", "Displaced", "NotPinOnly",
+    "InvalidHandle",
 ]
 
 
@@ -104,3 +105,7 @@ class Displaced(Error):
 
 class NotPinOnly(Error, ValueError):
     """In-place writes (``Producer.claim``) need a ring created with ``pin_only=True``."""
+
+
+class InvalidHandle(Error, ValueError):
+    """An allocation handle that is not live: freed twice, stale, another owner's, or forged."""

@@ -2,8 +2,8 @@
 # The C ABI: the committed include/shmring.h is what cbindgen generates now; the C and C++
 # peers (plain and ASan+UBSan) pass against Rust (cargo test -p ring-ffi); a static link works;
 # the pkg-config file and the CMake examples build against an installed copy; `ringctl grab`
-# reads frames from the frame server; the frame-grabber benchmark (the real unrealcv client)
-# runs once, --quick (one size, a few captures per path: a smoke test).
+# and ucv-client (C, UnrealCV's protocol) read frames from the frame server; the frame-grabber
+# benchmark (the real unrealcv client) runs once, --quick (one size, a few captures per path).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if ! command -v cbindgen >/dev/null; then
@@ -47,13 +47,16 @@ cmake --build "$tmp/build" >/dev/null
 cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
 cmake --build "$tmp/build-fs" >/dev/null
 
-echo "--- frame server: ringctl grab on its line protocol (stamp and sum of each frame checked)"
+echo "--- frame server: ringctl grab on its line protocol, ucv-client (C) on its UnrealCV port"
 cargo build --quiet -p ringctl
-"$tmp/build-fs/frame-server" "ffi-fs-$$" "$tmp/fs.sock" 320 240 >"$tmp/fs.out" &
+cc -std=c11 -D_DEFAULT_SOURCE -Wall -Wextra -Werror examples/frame-server/ucv_client.c \
+  $(pkg-config --cflags --libs shmring) -Wl,-rpath,"$tmp/prefix/lib" -o "$tmp/ucv-client"
+"$tmp/build-fs/frame-server" "ffi-fs-$$" "$tmp/fs.sock" 320 240 --tcp 0 >"$tmp/fs.out" &
 fs_pid=$!
 for _ in $(seq 100); do grep -q '^serving' "$tmp/fs.out" && break; sleep 0.1; done
 timeout 60 "${CARGO_TARGET_DIR:-target}/debug/ringctl" grab "ffi-fs-$$" --socket "$tmp/fs.sock" \
   --request frame --count 3
+timeout 60 "$tmp/ucv-client" "$(sed -n 's/.*tcp 127\.0\.0\.1:\([0-9]*\)$/\1/p' "$tmp/fs.out")" 320 240
 kill "$fs_pid" && wait "$fs_pid"
 
 echo "--- frame-grabber benchmark, --quick: the real unrealcv client, TCP against shared memory"

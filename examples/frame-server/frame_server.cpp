@@ -9,6 +9,7 @@
 //   frame-server <ring-name> <socket-path> [width height] [--tcp PORT] [--slot-bytes N]
 //                [--save-dir DIR]
 //
+// A socket path of "-" serves no line protocol (Windows has only this: net_win.hpp).
 // PORT 0 picks a free port; the first line printed names it:
 //   serving <ring> on <socket-path> (WxH BGRA8)[ tcp 127.0.0.1:<port>]
 // The ring has 4 slots of max(W*H*4, N) bytes (N defaults to a 2048x1024 panorama's 8 MiB);
@@ -32,18 +33,7 @@
 // check every byte. SIGINT/SIGTERM stop the server cleanly (the ring's name is removed).
 #include <shmring.hpp>
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/socket.h>
-#include <sys/time.h>
-#include <sys/un.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <chrono>
+#include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -52,30 +42,17 @@
 #include <vector>
 
 #include "encode.hpp"
-#include "render.hpp"
+#include "net.hpp"
 #include "studio.hpp"
 #include "unrealcv.hpp"
 
-
 namespace {
 
-volatile sig_atomic_t g_stop = 0;
+volatile std::sig_atomic_t g_stop = 0;
 void on_signal(int) { g_stop = 1; }
 
-bool write_all(int fd, const void *data, size_t len) {
-  auto *p = static_cast<const uint8_t *>(data);
-  while (len > 0) {
-    ssize_t n = ::send(fd, p, len, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    len -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
 struct Conn {
-  int fd;
+  net::Socket fd;
   bool ucv;  // UnrealCV's framed protocol (TCP), else the line protocol (Unix)
   std::string in;
 };
@@ -89,7 +66,7 @@ struct LineProtocol {
   bool have_frame = false;
 
   /// Answers one request; false to stop the server. `close_conn` is set on a write failure.
-  bool answer(int fd, const std::string &req, bool &close_conn) {
+  bool answer(net::Socket fd, const std::string &req, bool &close_conn) {
     std::string reply;
     bool running = true;
     std::string err;
@@ -113,7 +90,7 @@ struct LineProtocol {
       } else if (req == "latest") {
         reply = studio.descriptor(frame);
       } else {
-        if (!write_all(fd, bmp.data(), bmp.size())) close_conn = true;
+        if (!net::send_all(fd, bmp.data(), bmp.size())) close_conn = true;
         return true;
       }
     } else if (req == "quit") {
@@ -123,7 +100,7 @@ struct LineProtocol {
       reply = "{\"error\":\"unknown request\"}";
     }
     reply.push_back('\n');
-    if (!write_all(fd, reply.data(), reply.size())) close_conn = true;
+    if (!net::send_all(fd, reply.data(), reply.size())) close_conn = true;
     return running;
   }
 };
@@ -144,45 +121,10 @@ bool serve_ucv(Conn &c, unrealcv::Handler &handler, frames::Buf &reply) {
     if (c.in.size() - at - 8 < len) break;
     handler.answer(c.in.substr(at + 8, len), reply);
     at += 8 + static_cast<size_t>(len);
-    ok = write_all(c.fd, reply.data(), reply.size());
+    ok = net::send_all(c.fd, reply.data(), reply.size());
   }
   c.in.erase(0, at);
   return ok;
-}
-
-int listen_unix(const std::string &path) {
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  if (fd < 0 || path.size() >= sizeof addr.sun_path) {
-    std::fprintf(stderr, "frame-server: bad socket path %s\n", path.c_str());
-    return -1;
-  }
-  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
-  unlink(path.c_str());
-  if (bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 || listen(fd, 8) != 0) {
-    std::perror("frame-server: bind");
-    return -1;
-  }
-  return fd;
-}
-
-int listen_tcp(uint16_t port, uint16_t &bound) {
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) != 0 ||
-      bind(fd, reinterpret_cast<sockaddr *>(&addr), sizeof addr) != 0 || listen(fd, 8) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr *>(&addr), &len) != 0) {
-    std::perror("frame-server: tcp");
-    return -1;
-  }
-  bound = ntohs(addr.sin_port);
-  return fd;
 }
 
 }  // namespace
@@ -230,21 +172,29 @@ int main(int argc, char **argv) try {
   LineProtocol line{studio, w, h, {}, {}, false};
   unrealcv::Handler ucv(studio, w, h, save_dir);
 
-  signal(SIGPIPE, SIG_IGN);
-  struct sigaction sa {};
-  sa.sa_handler = on_signal;  // no SA_RESTART: poll returns EINTR and the loop ends
-  sigaction(SIGINT, &sa, nullptr);
-  sigaction(SIGTERM, &sa, nullptr);
-  std::vector<pollfd> listeners;
-  int ufd = listen_unix(path);
-  if (ufd < 0) return 1;
-  listeners.push_back({ufd, POLLIN, 0});
+  if (!net::init(on_signal)) {
+    std::fprintf(stderr, "frame-server: could not set up sockets and signals\n");
+    return 1;
+  }
+  // listeners[0] is the line protocol's Unix socket unless the path is "-"; then TCP.
+  std::vector<net::PollFd> listeners;
+  const bool line_socket = path != "-";
+  if (line_socket) {
+    net::Socket ufd = net::listen_unix(path);
+    if (ufd == net::kInvalid) return 1;
+    listeners.push_back({ufd, POLLIN, 0});
+  }
+  const size_t tcp_index = listeners.size();
   uint16_t bound = 0;
   if (tcp_port >= 0) {
-    int tfd = listen_tcp(static_cast<uint16_t>(tcp_port), bound);
-    if (tfd < 0) return 1;
+    net::Socket tfd = net::listen_tcp(static_cast<uint16_t>(tcp_port), bound);
+    if (tfd == net::kInvalid) return 1;
     listeners.push_back({tfd, POLLIN, 0});
     ucv.port = bound;
+  }
+  if (listeners.empty()) {
+    std::fprintf(stderr, "frame-server: nothing to serve (socket path - and no --tcp)\n");
+    return 2;
   }
   std::printf("serving %s on %s (%ux%u BGRA8)", pos[0].c_str(), path.c_str(), w, h);
   if (tcp_port >= 0) std::printf(" tcp 127.0.0.1:%u", unsigned{bound});
@@ -255,10 +205,10 @@ int main(int argc, char **argv) try {
   std::vector<Conn> conns;
   bool running = true;
   while (running && g_stop == 0) {
-    std::vector<pollfd> fds = listeners;
+    std::vector<net::PollFd> fds = listeners;
     for (const Conn &c : conns) fds.push_back({c.fd, POLLIN, 0});
-    if (poll(fds.data(), fds.size(), -1) < 0) {
-      if (errno == EINTR) continue;
+    if (net::poll_all(fds.data(), fds.size()) < 0) {
+      if (net::interrupted()) continue;
       std::perror("frame-server: poll");
       return 1;
     }
@@ -266,19 +216,14 @@ int main(int argc, char **argv) try {
     const size_t polled = conns.size();
     for (size_t i = 0; i < listeners.size(); i++) {
       if ((fds[i].revents & POLLIN) == 0) continue;
-      int cfd = accept4(listeners[i].fd, nullptr, nullptr, SOCK_CLOEXEC);
-      if (cfd < 0) continue;
-      // One request is served at a time: a client that stops reading its frame for 10 s is
-      // dropped rather than stalling everyone.
-      timeval send_timeout{10, 0};
-      setsockopt(cfd, SOL_SOCKET, SO_SNDTIMEO, &send_timeout, sizeof send_timeout);
-      const bool is_tcp = i == 1;
-      if (is_tcp) {  // small replies go out at once; UnrealCV's client greets first
-        int one = 1;
-        setsockopt(cfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      // One request is served at a time: a client that stops reading for 10 s is dropped.
+      const bool is_tcp = i == tcp_index;
+      net::Socket cfd = net::accept_conn(listeners[i].fd, is_tcp);
+      if (cfd == net::kInvalid) continue;
+      if (is_tcp) {  // UnrealCV's server greets first
         ucv.greeting(reply);
-        if (!write_all(cfd, reply.data(), reply.size())) {
-          close(cfd);
+        if (!net::send_all(cfd, reply.data(), reply.size())) {
+          net::close_socket(cfd);
           continue;
         }
       }
@@ -289,9 +234,9 @@ int main(int argc, char **argv) try {
       if (fds[listeners.size() + i].revents == 0) continue;
       Conn &c = conns[i];
       char buf[4096];
-      ssize_t n = read(c.fd, buf, sizeof buf);
+      const long n = net::recv_some(c.fd, buf, sizeof buf);
       if (n <= 0) {
-        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && net::interrupted()) continue;
         drop[i] = true;
         continue;
       }
@@ -312,16 +257,16 @@ int main(int argc, char **argv) try {
     std::vector<Conn> kept;
     for (size_t i = 0; i < conns.size(); i++) {
       if (drop[i]) {
-        close(conns[i].fd);
+        net::close_socket(conns[i].fd);
       } else {
         kept.push_back(std::move(conns[i]));
       }
     }
     conns = std::move(kept);
   }
-  for (const Conn &c : conns) close(c.fd);
-  for (const pollfd &l : listeners) close(l.fd);
-  unlink(path.c_str());
+  for (const Conn &c : conns) net::close_socket(c.fd);
+  for (const net::PollFd &l : listeners) net::close_socket(l.fd);
+  if (line_socket) net::remove_unix(path);
   studio.close();
   return 0;
 } catch (const shmring::error &e) {

@@ -65,7 +65,12 @@ def server(server_exe, tmp_path_factory):
         yield ring, int(first.rsplit(":", 1)[1]), tmp
     finally:
         proc.terminate()
-        rc = proc.wait(timeout=10)
+        try:
+            rc = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
     assert rc == 0, f"frame-server exited {rc} on SIGTERM"
     assert not Path(f"/dev/shm/shmring.{ring}").exists(), "the ring's name outlived the server"
 

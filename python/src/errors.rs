@@ -70,6 +70,8 @@ pub(crate) fn read(e: ReadError) -> Fail {
         ReadError::Corrupt(_) => "Corrupt",
         ReadError::Evicted => "Evicted",
         ReadError::Timeout => "Timeout",
+        ReadError::TooManyHolds { .. } => "Busy",
+        ReadError::NotHeld => "Error",
     };
     Fail::new(kind, format!("{e}"))
 }

@@ -11,6 +11,10 @@ use crate::owner::OwnerId;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::wait::WaitStrategy;
 
+mod hold;
+use hold::HoldSet;
+pub use hold::{Hold, DEFAULT_MAX_HOLDS, MAX_HOLDS};
+
 /// How many times one read re-targets after finding its message overwritten before it reports
 /// [`ReadError::Lagging`]. Bounds every read (invariant 6 in `docs/DESIGN.md`).
 pub const READ_RETRIES: u32 = 16;
@@ -49,6 +53,8 @@ pub struct Consumer<M: Memory> {
     /// next read only if the `Pinned` was leaked (`mem::forget`): the read then takes the pin
     /// back, so a leaked pin cannot wedge its slot.
     held: Option<usize>,
+    /// The messages held by [`try_hold`](Self::try_hold) and not yet released.
+    holds: HoldSet,
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -213,6 +219,7 @@ impl<M: Memory> Consumer<M> {
                 missed_total: 0,
                 generation,
                 held: None,
+                holds: HoldSet::new(),
             }),
             None => Err((mem, Error::EntryBusy { index })),
         }
@@ -536,6 +543,14 @@ impl<M: Memory> Consumer<M> {
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
         let slot = self.mem.geometry().slot_of(seq);
         let hdr = self.mem.slot_header(slot);
+        if self.holds.holds_slot(slot) {
+            // A held message keeps the producer off its slot, so no later message can be
+            // published there: only a scribbled `head` or stamp targets it. Touching the bit
+            // (a refused pin clears it) would release the hold under its borrowed bytes.
+            return Err(Miss::Fatal(ReadError::Corrupt(
+                "a read targets a slot this consumer holds: head or a stamp was scribbled",
+            )));
+        }
         if !self.pins() {
             return self.hold_by_cursor(hdr, slot, seq);
         }
@@ -800,7 +815,7 @@ impl<M: Memory> Consumer<M> {
         // `wait_drained` that sees this cursor returns after our reads up to it (and whatever we
         // did while they were pinned). The overwrite of a slot is ordered by the unpin (pins) or
         // refused by the seqlock re-check (copies) already.
-        e.cursor.store(self.next, Ordering::Release);
+        e.cursor.store(self.shared_cursor(), Ordering::Release);
         // Relaxed: statistics for inspection.
         e.received.store(self.received, Ordering::Relaxed);
         e.missed.store(self.missed_total, Ordering::Relaxed);

@@ -351,6 +351,16 @@ pub enum ReadError {
     Evicted,
     /// The wait bound ran out.
     Timeout,
+    /// The consumer already holds as many messages as it may
+    /// ([`Consumer::max_holds`](crate::Consumer::max_holds)): release one first. Nothing was
+    /// read.
+    TooManyHolds {
+        /// The consumer's limit.
+        max: usize,
+    },
+    /// The [`Hold`](crate::Hold) is not one this consumer has: released already (or by
+    /// [`Consumer::release_all`](crate::Consumer::release_all)), or another consumer's.
+    NotHeld,
 }
 
 impl fmt::Display for ReadError {
@@ -374,6 +384,14 @@ impl fmt::Display for ReadError {
             Self::Corrupt(what) => write!(f, "corrupt segment: {what}"),
             Self::Evicted => f.write_str("this consumer was reclaimed as dead; register again"),
             Self::Timeout => f.write_str("timed out waiting for a message"),
+            Self::TooManyHolds { max } => write!(
+                f,
+                "this consumer already holds {max} messages, its limit: release one first"
+            ),
+            Self::NotHeld => f.write_str(
+                "this hold is not one this consumer has (released already, or another \
+                 consumer's)",
+            ),
         }
     }
 }

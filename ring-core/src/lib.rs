@@ -83,7 +83,9 @@ mod producer;
 mod wait;
 mod words;
 
-pub use consumer::{BatchItem, Consumer, Copied, Pinned, READ_RETRIES};
+pub use consumer::{
+    BatchItem, Consumer, Copied, Hold, Pinned, DEFAULT_MAX_HOLDS, MAX_HOLDS, READ_RETRIES,
+};
 pub use error::{abort_code, AttachError, ClaimError, Error, LayoutError, ReadError};
 pub use geometry::{
     Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,

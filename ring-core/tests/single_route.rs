@@ -138,3 +138,37 @@ fn a_pin_only_copy_read_is_ordered_before_the_next_loan_by_its_unpin() {
     published.store(1, Ordering::Relaxed);
     reader.join().unwrap();
 }
+
+/// `hold-release-release`: a skip-on-lag consumer holds message 0, reads its bytes in place
+/// and releases the hold; the release's Release bit clear is the only route from those reads
+/// to the producer's rewrite of the slot (the same shape as the dropped consumer's above: the
+/// refused claim, then Relaxed polling of the state word, then a claim with no scan and no
+/// fence). With the clear Relaxed, a data race between the reads and the rewrite.
+#[test]
+fn a_hold_release_orders_the_held_reads_before_the_rewrite() {
+    let s = one_slot();
+    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let mut c = Consumer::new(Arc::clone(&s), DeliveryClass::SkipOnLag, id(2)).unwrap();
+    assert_eq!(p.try_publish(&[0xAB; LEN]), Ok(0));
+    let held = Arc::new(AtomicU32::new(0));
+    let refused = Arc::new(AtomicU32::new(0));
+    let (held2, refused2) = (Arc::clone(&held), Arc::clone(&refused));
+    let reader = std::thread::spawn(move || {
+        let h = c.try_hold().unwrap();
+        assert_eq!(c.held_bytes(&h), Some(&[0xAB; LEN][..]), "message 0 torn");
+        held2.store(1, Ordering::Relaxed);
+        wait_for(&refused2);
+        c.release(h).unwrap();
+        c
+    });
+    wait_for(&held);
+    assert!(matches!(p.try_claim(), Err(ClaimError::Pinned { .. })));
+    refused.store(1, Ordering::Relaxed);
+    // Relaxed: the bit's disappearance is the signal; the claim CAS (Acquire) is what must
+    // order the reader's reads before the write below.
+    while s.slot_header(0).state.load(Ordering::Relaxed) != 0 {
+        spin_loop();
+    }
+    assert_eq!(p.try_publish(&[0xCD; LEN]), Ok(1));
+    drop(reader.join().unwrap());
+}

@@ -404,6 +404,9 @@ fn read_code(e: ReadError) -> c_int {
         ReadError::Corrupt(_) => SHMRING_E_CORRUPT,
         ReadError::Evicted => SHMRING_E_EVICTED,
         ReadError::Timeout => SHMRING_E_TIMEOUT,
+        // Holds are not in the C ABI yet; a Rust caller's hold errors read as these.
+        ReadError::TooManyHolds { .. } => SHMRING_E_BUSY,
+        ReadError::NotHeld => SHMRING_E_INVALID_ARGUMENT,
     }
 }
 

@@ -9,7 +9,7 @@
 use core::time::Duration;
 use std::time::Instant;
 
-use ring_core::{ClaimError, Consumer, Copied, Memory, Pinned, Producer, ReadError};
+use ring_core::{ClaimError, Consumer, Copied, Hold, Memory, Pinned, Producer, ReadError};
 
 use crate::ShmReadError;
 use ring_core::{Reclaimed, WriteSlot};
@@ -79,6 +79,14 @@ pub trait ConsumerExt<M: Memory> {
     /// As [`wait_message`](Self::wait_message) and [`Consumer::try_pin`].
     fn recv_pinned(&mut self, timeout: Duration) -> Result<Pinned<'_, M>, ShmReadError>;
 
+    /// Holds the next message ([`Consumer::try_hold`]), waiting at most `timeout` for one.
+    ///
+    /// # Errors
+    ///
+    /// As [`wait_message`](Self::wait_message) and [`Consumer::try_hold`]
+    /// (`TooManyHolds` at once, without waiting).
+    fn recv_held(&mut self, timeout: Duration) -> Result<Hold, ShmReadError>;
+
     /// Whether a process holds the ring's producer lock (`Dead` also when there is no producer).
     fn producer_liveness(&self) -> Liveness;
 }
@@ -118,6 +126,30 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
                 // zeroed in the page that holds the new end of file do not fault, so probe the
                 // mapping's end too (the kernel unmaps the lost pages before it zeroes that one).
                 Ok(m) => return Ok(read_guard(self.memory(), true).map(|()| m)?),
+                Err(e) => {
+                    read_guard(self.memory(), true)?;
+                    return Err(e.into());
+                }
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            self.wait_message(left)?;
+        }
+    }
+
+    fn recv_held(&mut self, timeout: Duration) -> Result<Hold, ShmReadError> {
+        let deadline = deadline_after(timeout);
+        loop {
+            match self.try_hold() {
+                Err(ReadError::Empty) => {}
+                // The caller reads the bytes later: check now whether the segment was cut (as
+                // `recv_pinned` does); a message read from zeros is not handed out.
+                Ok(hold) => {
+                    if let Err(e) = read_guard(self.memory(), true) {
+                        let _ = self.release(hold);
+                        return Err(e.into());
+                    }
+                    return Ok(hold);
+                }
                 Err(e) => {
                     read_guard(self.memory(), true)?;
                     return Err(e.into());

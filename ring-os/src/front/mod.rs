@@ -215,5 +215,5 @@ pub mod prelude {
         SendTimeoutError, Subscriber, TryRecvError, TrySendError,
     };
     pub use crate::Error;
-    pub use ring_core::{abort_code, DeliveryClass, LostReader, LostReaders};
+    pub use ring_core::{abort_code, DeliveryClass, Hold, LostReader, LostReaders};
 }

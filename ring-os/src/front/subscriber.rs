@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use ring_core::{Copied, Memory as _, Pinned, ReadError};
+use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
 
 use crate::ShmReadError;
 
@@ -157,6 +157,73 @@ impl Subscriber {
         self.inner
             .recv_pinned(timeout)
             .map_err(RecvTimeoutError::from_read)
+    }
+
+    /// Holds the next message, waiting at most `timeout`: the message stays pinned, readable
+    /// through [`held_bytes`](Self::held_bytes), until [`release`](Self::release), while this
+    /// subscriber goes on reading and holding (up to [`max_holds`](Self::max_holds) at once,
+    /// released in any order). For streams that keep earlier messages alive while they read
+    /// the next (an RPC stream's Arrow batches, a pipeline's frames).
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_timeout`](Self::recv_timeout); `Failed(TooManyHolds)` at once when
+    /// `max_holds` messages are held.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_os::prelude::*;
+    /// # use core::time::Duration;
+    /// let ring = Ring::memfd().slots(4).slot_size(64).create()?;
+    /// let mut publisher = ring.publisher()?;
+    /// let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+    /// publisher.send(b"batch 0")?;
+    /// publisher.send(b"batch 1")?;
+    /// let t = Duration::from_secs(1);
+    /// let first = subscriber.recv_held_timeout(t)?;
+    /// let second = subscriber.recv_held_timeout(t)?; // the first is still held
+    /// assert_eq!(subscriber.held_bytes(&first), Some(&b"batch 0"[..]));
+    /// assert_eq!(subscriber.held_bytes(&second), Some(&b"batch 1"[..]));
+    /// subscriber.release(first)?;
+    /// subscriber.release(second)?;
+    /// # Ok::<(), ring_os::Error>(())
+    /// ```
+    pub fn recv_held_timeout(&mut self, timeout: Duration) -> Result<Hold, RecvTimeoutError> {
+        self.inner
+            .recv_held(timeout)
+            .map_err(RecvTimeoutError::from_read)
+    }
+
+    /// A held message's bytes, zero-copy (`None` for a hold that is not this subscriber's).
+    #[must_use]
+    pub fn held_bytes(&self, hold: &Hold) -> Option<&[u8]> {
+        self.inner.held_bytes(hold)
+    }
+
+    /// Gives a held message back (see [`recv_held_timeout`](Self::recv_held_timeout)).
+    ///
+    /// # Errors
+    ///
+    /// `ReadError::NotHeld` when `hold` is not one of this subscriber's holds.
+    pub fn release(&mut self, hold: Hold) -> Result<(), ReadError> {
+        self.inner.release(hold)
+    }
+
+    /// How many messages this subscriber may hold at once (4 unless set).
+    #[must_use]
+    pub fn max_holds(&self) -> usize {
+        self.inner.max_holds()
+    }
+
+    /// Sets how many messages this subscriber may hold at once, up to
+    /// [`MAX_HOLDS`](ring_core::MAX_HOLDS).
+    ///
+    /// # Errors
+    ///
+    /// `ReadError::TooManyHolds` above `MAX_HOLDS` or below the number held now.
+    pub fn set_max_holds(&mut self, max: usize) -> Result<(), ReadError> {
+        self.inner.set_max_holds(max)
     }
 
     /// Iterates over copies of the messages until the ring is disconnected; a failed read is

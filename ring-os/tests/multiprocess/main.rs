@@ -58,6 +58,11 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(120),
     ),
     (
+        "a_reader_in_another_process_holds_8_while_it_reads_the_9th",
+        scenarios::holds_across_processes,
+        Duration::from_secs(120),
+    ),
+    (
         "sigkill_producer_is_producer_gone_then_take_over",
         scenarios::kill_producer,
         Duration::from_secs(60),

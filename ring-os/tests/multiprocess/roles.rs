@@ -42,6 +42,7 @@ pub fn run(role: &str) -> i32 {
     match role {
         "stress-consumer" => stress_consumer(),
         "pin-holder" => pin_holder(),
+        "holder" => holder(),
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
@@ -151,6 +152,69 @@ fn pin_holder() -> i32 {
     say!("PINNED seq={}", pin.seq());
     std::thread::sleep(Duration::from_secs(60));
     drop(pin);
+    0
+}
+
+/// Holds 8 messages at once (`try_hold`), reads the 9th while they are held, checks all nine,
+/// then releases the 8 in reverse order (`HOLD_DIE=1`: sleeps holding them, to be killed).
+fn holder() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+    c.set_max_holds(8).expect("8 holds");
+    say!("REGISTERED index={}", c.index());
+    let t = Duration::from_secs(20);
+    let mut holds = Vec::new();
+    for _ in 0..8 {
+        match c.recv_held(t) {
+            Ok(h) => holds.push(h),
+            Err(e) => {
+                say!("ERR hold: {e}");
+                return 2;
+            }
+        }
+    }
+    say!("HELD {}", holds.len());
+    if std::env::var("HOLD_DIE").is_ok() {
+        std::thread::sleep(Duration::from_secs(60));
+        return 0;
+    }
+    // Go on once the parent has checked that the producer is held back (it creates the file).
+    let go = std::path::PathBuf::from(env("HOLD_GO"));
+    let deadline = std::time::Instant::now() + t;
+    while !go.exists() {
+        if std::time::Instant::now() > deadline {
+            say!("ERR no go");
+            return 2;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let mut buf = vec![0u8; 4096];
+    let ninth = match c.recv(&mut buf, t) {
+        Ok(m) => m,
+        Err(e) => {
+            say!("ERR ninth: {e}");
+            return 2;
+        }
+    };
+    if check_payload(&buf[..ninth.len]) != Some(ninth.seq) {
+        say!("ERR ninth torn");
+        return 1;
+    }
+    for (k, h) in holds.iter().enumerate() {
+        let bytes = c.held_bytes(h).unwrap_or_default();
+        if check_payload(bytes) != Some(h.seq()) || h.seq() != k as u64 {
+            say!("ERR hold {k} torn or out of order (seq {})", h.seq());
+            return 1;
+        }
+    }
+    say!("NINTH seq={}", ninth.seq);
+    for h in holds.into_iter().rev() {
+        if let Err(e) = c.release(h) {
+            say!("ERR release: {e}");
+            return 2;
+        }
+    }
+    say!("RELEASED");
     0
 }
 

@@ -221,3 +221,76 @@ pub fn kill_producer() {
     ));
     println!("  kill producer: ProducerGone after {worst:.2?}; take-over at sequence {seq}");
 }
+
+/// Several pins per reader across processes: a gating reader in another process holds 8
+/// messages while it reads the 9th (the producer, held back by the oldest hold, cannot reuse
+/// their slots), releases them in reverse order, and the producer goes on. Then a reader killed
+/// while holding 8 is reclaimed and reported as lost with its messages unread.
+pub fn holds_across_processes() {
+    let name = unique_name("holds");
+    let _u = Unlink(name.clone());
+    let config = Config::new(16, 4096).with_consumers(2);
+    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    let mut buf = Vec::new();
+    let mut seq = 0;
+    for die in [false, true] {
+        let go = std::env::temp_dir().join(format!("{}.go", name.as_str()));
+        let _ = std::fs::remove_file(&go);
+        let mut env = vec![
+            ("RING_NAME", name.as_str().to_owned()),
+            ("RING_CLASS", "gating".to_owned()),
+            ("HOLD_GO", go.display().to_string()),
+        ];
+        if die {
+            env.push(("HOLD_DIE", "1".to_owned()));
+        }
+        let mut child = Child::spawn("holder", &env);
+        child.expect_line("REGISTERED", SECS(20));
+        assert!(p.wait_for_consumers(1, &mut ring_os::FutexWait::new(SECS(20))));
+        let first = seq;
+        // Sixteen messages for sixteen slots: the 8 it holds, the 9th it reads, 7 more.
+        for _ in 0..16 {
+            make_payload(seq, 4000, &mut buf);
+            p.publish(&buf, SECS(10)).expect("publish");
+            seq += 1;
+        }
+        child.expect_line("HELD 8", SECS(20));
+        // Message first+16 needs the oldest held message's slot.
+        make_payload(seq, 4000, &mut buf);
+        assert!(
+            p.publish(&buf, Duration::from_millis(100)).is_err(),
+            "the producer reused a held slot"
+        );
+        if die {
+            child.sigkill();
+            // Reclaimed once its lock is free: the producer goes on, and knows it lost it.
+            for _ in 0..12 {
+                make_payload(seq, 4000, &mut buf);
+                p.publish(&buf, SECS(10))
+                    .expect("publish past the dead holder");
+                seq += 1;
+            }
+            let lost = p.lost_readers();
+            let l = lost
+                .first_gating_unread
+                .expect("the holder died with messages unread");
+            assert_eq!(
+                l.reclaimed.cursor, first,
+                "its cursor stayed at its oldest hold"
+            );
+        } else {
+            std::fs::write(&go, b"go").expect("go file");
+            let line = child.expect_line("NINTH", SECS(20));
+            assert_eq!(field(&line, "seq"), first + 8);
+            child.expect_line("RELEASED", SECS(20));
+            assert!(child.wait(SECS(20)));
+            for _ in 0..12 {
+                make_payload(seq, 4000, &mut buf);
+                p.publish(&buf, SECS(10))
+                    .expect("publish after the releases");
+                seq += 1;
+            }
+        }
+    }
+}

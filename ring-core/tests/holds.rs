@@ -1,0 +1,252 @@
+//! Holds: several messages pinned by one consumer, released in any order (`Consumer::try_hold`).
+//! What each test pins down: the producer never reuses a held slot (gating: by the cursor,
+//! which stays at the oldest hold; the other classes: by the reader bit), releases in any order
+//! give exactly the right slots back, the limit is an error and not a hang, and neither a
+//! scribbled `head` nor a death leaves a held slot writable or wedged. Run under Miri by
+//! `ci/miri.sh`.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+
+use ring_core::layout::WRITER;
+use ring_core::sync::Ordering;
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
+    DEFAULT_MAX_HOLDS, MAX_HOLDS,
+};
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap()
+}
+
+fn seg(slots: u32) -> HeapSegment {
+    // 200-byte slots: messages longer than the inline capacity live in the payload area.
+    HeapSegment::new(&Config::new(slots, 200), id(1)).unwrap()
+}
+
+/// Message `i`: 150 bytes of `i` (in the payload area).
+fn msg(i: u8) -> [u8; 150] {
+    [i; 150]
+}
+
+#[test]
+fn a_gating_consumer_holds_several_and_the_producer_waits_for_the_oldest() {
+    let s = seg(4);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    for i in 0..4u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let h0 = c.try_hold().unwrap();
+    let h1 = c.try_hold().unwrap();
+    let h2 = c.try_hold().unwrap();
+    assert_eq!((h0.seq(), h1.seq(), h2.seq(), c.holds()), (0, 1, 2, 3));
+    // Message 4 needs slot 0, which holds message 0: held back, by us.
+    assert!(matches!(
+        p.try_publish(&msg(4)),
+        Err(ClaimError::Full { cursor: 0, .. })
+    ));
+    c.release(h1).unwrap();
+    assert!(
+        matches!(p.try_publish(&msg(4)), Err(ClaimError::Full { .. })),
+        "releasing a newer hold must not move the cursor past the oldest"
+    );
+    assert_eq!(c.held_bytes(&h0), Some(&msg(0)[..]));
+    c.release(h0).unwrap();
+    // The oldest held is now 2: slots 0 and 1 are free, slot 2 is not.
+    p.try_publish(&msg(4)).unwrap();
+    p.try_publish(&msg(5)).unwrap();
+    assert!(matches!(
+        p.try_publish(&msg(6)),
+        Err(ClaimError::Full { .. })
+    ));
+    assert_eq!(
+        c.held_bytes(&h2),
+        Some(&msg(2)[..]),
+        "a held message changed"
+    );
+    c.release(h2).unwrap();
+    // Message 6 takes message 2's slot; message 7 needs message 3's, never held or read.
+    p.try_publish(&msg(6)).unwrap();
+    assert!(matches!(
+        p.try_publish(&msg(7)),
+        Err(ClaimError::Full { cursor: 3, .. })
+    ));
+    let m = c.try_pin().unwrap();
+    assert_eq!(m.bytes(), &msg(3)[..]);
+    drop(m);
+    p.try_publish(&msg(7)).unwrap();
+}
+
+#[test]
+fn a_non_gating_consumer_holds_slots_and_the_producer_uses_the_others() {
+    for class in [DeliveryClass::SkipOnLag, DeliveryClass::LatestOnly] {
+        let s = seg(4);
+        let mut p = Producer::new(&s, id(1)).unwrap();
+        let mut c = Consumer::new(&s, class, id(2)).unwrap();
+        p.try_publish(&msg(0)).unwrap();
+        let h0 = c.try_hold().unwrap();
+        p.try_publish(&msg(1)).unwrap();
+        let h1 = c.try_hold().unwrap();
+        assert_eq!((h0.seq(), h1.seq()), (0, 1), "{class:?}");
+        p.try_publish(&msg(2)).unwrap();
+        p.try_publish(&msg(3)).unwrap();
+        // Slot 0 (message 0) is held: the claim of message 4 is refused by our bit.
+        assert!(
+            matches!(p.try_publish(&msg(4)), Err(ClaimError::Pinned { .. })),
+            "{class:?}"
+        );
+        c.release(h0).unwrap();
+        p.try_publish(&msg(4)).unwrap();
+        assert!(
+            matches!(p.try_publish(&msg(5)), Err(ClaimError::Pinned { .. })),
+            "{class:?}: slot 1 is still held"
+        );
+        assert_eq!(c.held_bytes(&h1), Some(&msg(1)[..]), "{class:?}");
+        c.release(h1).unwrap();
+        p.try_publish(&msg(5)).unwrap();
+        assert_eq!(total_bits(&s), 0, "{class:?}: a release left a reader bit");
+    }
+}
+
+/// Reader bits set in every slot header.
+fn total_bits(s: &HeapSegment) -> u32 {
+    (0..s.geometry().slots())
+        .map(|i| (s.slot_header(i).state.load(Ordering::Relaxed) & !WRITER).count_ones())
+        .sum()
+}
+
+#[test]
+fn the_limit_is_an_error_and_release_checks_its_hold() {
+    let s = seg(8);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut other = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    for i in 0..8u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    assert_eq!(c.max_holds(), DEFAULT_MAX_HOLDS);
+    let mut held: Vec<_> = (0..DEFAULT_MAX_HOLDS)
+        .map(|_| c.try_hold().unwrap())
+        .collect();
+    let next = c.cursor();
+    assert_eq!(
+        c.try_hold(),
+        Err(ReadError::TooManyHolds {
+            max: DEFAULT_MAX_HOLDS
+        })
+    );
+    assert_eq!(c.cursor(), next, "a refused hold must read nothing");
+    assert_eq!(
+        c.set_max_holds(MAX_HOLDS + 1),
+        Err(ReadError::TooManyHolds { max: MAX_HOLDS })
+    );
+    assert_eq!(
+        c.set_max_holds(1),
+        Err(ReadError::TooManyHolds {
+            max: DEFAULT_MAX_HOLDS
+        }),
+        "the limit cannot drop below what is held"
+    );
+    c.set_max_holds(DEFAULT_MAX_HOLDS + 1).unwrap();
+    held.push(c.try_hold().unwrap());
+    // Another consumer's hold is not ours: refused, and ours stays.
+    let theirs = other.try_hold().unwrap();
+    assert_eq!(c.held_bytes(&theirs), None);
+    assert_eq!(c.release(theirs), Err(ReadError::NotHeld));
+    assert_eq!(c.holds(), DEFAULT_MAX_HOLDS + 1);
+    // A dropped hold stays held until release_all.
+    assert!(held.pop().is_some());
+    for h in held.drain(..) {
+        c.release(h).unwrap();
+    }
+    assert_eq!(c.holds(), 1);
+    assert_eq!(c.release_all(), 1);
+    assert_eq!(c.holds(), 0);
+    // `other` still holds message 0's slot (its own hold): one bit is left, its.
+    assert_eq!(total_bits(&s), 1);
+}
+
+#[test]
+fn a_scribbled_head_cannot_make_a_read_release_a_held_slot() {
+    let s = seg(4);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    p.try_publish(&msg(0)).unwrap();
+    let h = c.try_hold().unwrap();
+    p.try_publish(&msg(1)).unwrap();
+    // A peer scribbles `head` to 5: a latest-only read targets message 4, whose slot is 0,
+    // the held one.
+    s.producer_line().head.store(5, Ordering::Relaxed);
+    assert!(matches!(c.try_hold(), Err(ReadError::Corrupt(_))));
+    assert_eq!(c.held_bytes(&h), Some(&msg(0)[..]));
+    s.producer_line().head.store(2, Ordering::Relaxed);
+    for i in 2..4u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    assert!(
+        matches!(p.try_publish(&msg(4)), Err(ClaimError::Pinned { .. })),
+        "the held slot lost its pin"
+    );
+    c.release(h).unwrap();
+}
+
+#[test]
+fn a_consumer_that_dies_holding_messages_is_reclaimed_exactly() {
+    let s = seg(4);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    for class in [DeliveryClass::Gating, DeliveryClass::SkipOnLag] {
+        let mut c = Consumer::new(&s, class, id(2)).unwrap();
+        let index = c.index();
+        let base = p.published();
+        for i in 0..3 {
+            p.try_publish(&msg(base as u8 + i)).unwrap();
+        }
+        let _held = [c.try_hold().unwrap(), c.try_hold().unwrap()];
+        core::mem::forget(c); // Its process dies: no destructor.
+                              // SAFETY: the consumer was forgotten (dead): inside no call, using no held bytes.
+        let r = unsafe { p.reclaim(index, id(2)) }.unwrap();
+        let expect = if class == DeliveryClass::Gating { 0 } else { 2 };
+        assert_eq!(r.pins_cleared, expect, "{class:?}");
+        for i in 0..4 {
+            p.try_publish(&msg(i)).unwrap();
+        }
+        assert_eq!(total_bits(&s), 0);
+    }
+}
+
+#[test]
+fn holds_mix_with_pins_copies_and_batches_in_order() {
+    let s = seg(8);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    for i in 0..6u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let h0 = c.try_hold().unwrap();
+    let mut buf = [0u8; 200];
+    assert_eq!(c.try_copy(&mut buf).unwrap().seq, 1);
+    assert_eq!(c.try_pin().unwrap().seq(), 2);
+    let mut seen = Vec::new();
+    c.try_read_batch(2, |m| seen.push(m.seq())).unwrap();
+    assert_eq!(seen, [3, 4]);
+    let h5 = c.try_hold().unwrap();
+    assert_eq!(h5.seq(), 5);
+    // Every read after the hold left the gating cursor at message 0.
+    for i in 6..8u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    assert!(matches!(
+        p.try_publish(&msg(8)),
+        Err(ClaimError::Full { cursor: 0, .. })
+    ));
+    c.release(h0).unwrap();
+    // Now the oldest hold is 5.
+    for i in 8..13u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    assert!(matches!(
+        p.try_publish(&msg(13)),
+        Err(ClaimError::Full { cursor: 5, .. })
+    ));
+    assert_eq!(c.held_bytes(&h5), Some(&msg(5)[..]));
+    c.release(h5).unwrap();
+}

@@ -24,11 +24,12 @@ from .errors import (
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
     PermissionDenied, Timeout, TooLarge, Truncated, InvalidHandle,
 )
+from .duplex import Duplex
 from .queue import Receiver, Sender, create_pair
 
 __all__ = [
     "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "Allocator",
-    "Allocations", "Block", "create_pair", "Sender",
+    "Allocations", "Block", "Duplex", "create_pair", "Sender",
     "Receiver", "errors", *errors.__all__,
 ]
 

@@ -470,6 +470,34 @@ int shmring_subscriber_pin(shmring_subscriber *subscriber,
                            shmring_pinned **out,
                            shmring_message *msg);
 
+// Holds the next message, waiting at most `timeout_ms` (0: do not wait; `SHMRING_FOREVER`):
+// like a pin, the publisher cannot overwrite it until `shmring_subscriber_release_hold`, but
+// the subscriber stays free for other reads and holds, so several messages can be kept at
+// once (up to `shmring_subscriber_set_max_holds`, 4 by default, at most 8) and released in
+// any order. Stores the hold's id (never 0) in `*hold` and describes the message in `*msg`
+// (NULL: not wanted; `data` points into the ring, valid until the release). Holds not
+// released end with `shmring_subscriber_free`.
+//
+// Errors: as `shmring_subscriber_pin`, and `SHMRING_E_BUSY` when the subscriber already holds
+// as many messages as it may (nothing is read) or a pin is out.
+int shmring_subscriber_hold(shmring_subscriber *subscriber,
+                            uint64_t timeout_ms,
+                            uint32_t *hold,
+                            shmring_message *msg);
+
+// Releases the message held as `hold` (from `shmring_subscriber_hold`): the publisher may
+// reuse its slot; its `data` is invalid afterwards.
+//
+// Errors: `SHMRING_E_INVALID_ARGUMENT` (NULL subscriber, or no such hold: released already),
+// `SHMRING_E_BUSY` (a pin is out).
+int shmring_subscriber_release_hold(shmring_subscriber *subscriber, uint32_t hold);
+
+// Sets how many messages the subscriber may hold at once (0 to 8; 4 by default).
+//
+// Errors: `SHMRING_E_INVALID_ARGUMENT` (above 8, below the number held now, NULL),
+// `SHMRING_E_BUSY` (a pin is out).
+int shmring_subscriber_set_max_holds(shmring_subscriber *subscriber, size_t max);
+
 // Describes the pinned message in `*msg` again (as `shmring_subscriber_pin` did).
 //
 // Errors: `SHMRING_E_INVALID_ARGUMENT`.

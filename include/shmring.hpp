@@ -319,6 +319,27 @@ class Subscriber {
     if (!read_soft(shmring_subscriber_pin(h_, ms, &p, &m))) return std::nullopt;
     return Pinned(p, m);
   }
+  /// A message held by `hold`: its bytes stay valid until `release(id)`, while the subscriber
+  /// goes on reading and holding (several at once, released in any order).
+  struct Held {
+    uint32_t id;
+    message msg;
+  };
+  /// Holds the next message, or nullopt when none came within `timeout`. Throws as `pin`, and
+  /// with SHMRING_E_BUSY when as many messages are held as `set_max_holds` allows (default 4).
+  std::optional<Held> hold(std::chrono::milliseconds timeout = forever) {
+    uint32_t id = 0;
+    shmring_message m{};
+    uint64_t ms = detail::millis(timeout);
+    if (!read_soft(shmring_subscriber_hold(h_, ms, &id, &m))) return std::nullopt;
+    return Held{id, message::from(m)};
+  }
+  /// Releases a held message (its bytes are invalid afterwards).
+  void release(uint32_t id) { detail::check(shmring_subscriber_release_hold(h_, id)); }
+  /// How many messages may be held at once (0 to 8).
+  void set_max_holds(std::size_t max) {
+    detail::check(shmring_subscriber_set_max_holds(h_, max));
+  }
   /// Copies the next message into `buf`, or nullopt when none came within `timeout`.
   std::optional<message> recv(mutable_bytes buf, std::chrono::milliseconds timeout = forever) {
     shmring_message m{};

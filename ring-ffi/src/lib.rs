@@ -238,6 +238,8 @@ pub struct shmring_subscriber {
     /// The publisher's abort code, once a read returned `SHMRING_E_ABORTED`
     /// (`shmring_subscriber_abort_code`).
     abort_code: Option<u16>,
+    /// The messages held by `shmring_subscriber_hold`: hold id `i + 1` is entry `i`.
+    holds: Vec<Option<Hold>>,
 }
 
 /// A value at a stable heap address, lent to at most one child handle at a time: a publisher
@@ -1643,6 +1645,7 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
                 "the subscriber holds a pin: release it first (shmring_pinned_release)",
             ),
             abort_code: None,
+            holds: Vec::new(),
         }));
         // SAFETY: checked by `out_handle`.
         unsafe { out.write(handle) };
@@ -1760,6 +1763,114 @@ pub unsafe extern "C" fn shmring_subscriber_pin(
             put(msg, info);
         }
         Ok(())
+    })
+}
+
+/// Holds the next message, waiting at most `timeout_ms` (0: do not wait; `SHMRING_FOREVER`):
+/// like a pin, the publisher cannot overwrite it until `shmring_subscriber_release_hold`, but
+/// the subscriber stays free for other reads and holds, so several messages can be kept at
+/// once (up to `shmring_subscriber_set_max_holds`, 4 by default, at most 8) and released in
+/// any order. Stores the hold's id (never 0) in `*hold` and describes the message in `*msg`
+/// (NULL: not wanted; `data` points into the ring, valid until the release). Holds not
+/// released end with `shmring_subscriber_free`.
+///
+/// Errors: as `shmring_subscriber_pin`, and `SHMRING_E_BUSY` when the subscriber already holds
+/// as many messages as it may (nothing is read) or a pin is out.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_subscriber_hold(
+    subscriber: *mut shmring_subscriber,
+    timeout_ms: u64,
+    hold: *mut u32,
+    msg: *mut shmring_message,
+) -> c_int {
+    guard(|| {
+        if hold.is_null() {
+            return Err(null("hold"));
+        }
+        // SAFETY: as in `shmring_subscriber_recv`.
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        let s = handle.lender.get()?;
+        let wait = match timeout_ms {
+            SHMRING_FOREVER => Duration::MAX,
+            t => millis(t),
+        };
+        let got = match s.recv_held_timeout(wait) {
+            Ok(h) => h,
+            Err(RecvTimeoutError::Timeout) if timeout_ms == 0 => {
+                return Err(fail(SHMRING_E_EMPTY, "no new message"));
+            }
+            Err(e) => return Err(read_fail(&mut handle.abort_code, e)),
+        };
+        let info = shmring_message {
+            data: s.held_bytes(&got).unwrap_or_default().as_ptr(),
+            len: got.len(),
+            seq: got.seq(),
+            missed: got.missed(),
+            meta: got.meta(),
+        };
+        let free = handle.holds.iter().position(Option::is_none);
+        let index = free.unwrap_or(handle.holds.len());
+        let id = u32::try_from(index + 1).map_err(|_| fail(SHMRING_E_BUSY, "too many holds"))?;
+        match free {
+            Some(i) => handle.holds[i] = Some(got),
+            None => handle.holds.push(Some(got)),
+        }
+        // SAFETY: `hold` is non-null (checked) and writable, `msg` null or writable (header
+        // contract).
+        unsafe {
+            hold.write(id);
+            put(msg, info);
+        }
+        Ok(())
+    })
+}
+
+/// Releases the message held as `hold` (from `shmring_subscriber_hold`): the publisher may
+/// reuse its slot; its `data` is invalid afterwards.
+///
+/// Errors: `SHMRING_E_INVALID_ARGUMENT` (NULL subscriber, or no such hold: released already),
+/// `SHMRING_E_BUSY` (a pin is out).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_subscriber_release_hold(
+    subscriber: *mut shmring_subscriber,
+    hold: u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_subscriber_recv`.
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        let s = handle.lender.get()?;
+        let slot = (hold as usize)
+            .checked_sub(1)
+            .and_then(|i| handle.holds.get_mut(i))
+            .and_then(Option::take)
+            .ok_or_else(|| {
+                fail(
+                    SHMRING_E_INVALID_ARGUMENT,
+                    "no such hold (released already?)",
+                )
+            })?;
+        s.release(slot)
+            .map_err(|e| fail(read_code(e), e.to_string()))
+    })
+}
+
+/// Sets how many messages the subscriber may hold at once (0 to 8; 4 by default).
+///
+/// Errors: `SHMRING_E_INVALID_ARGUMENT` (above 8, below the number held now, NULL),
+/// `SHMRING_E_BUSY` (a pin is out).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_subscriber_set_max_holds(
+    subscriber: *mut shmring_subscriber,
+    max: usize,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_subscriber_recv`.
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        handle
+            .lender
+            .get()?
+            .set_max_holds(max)
+            .map_err(|e| fail(SHMRING_E_INVALID_ARGUMENT, e.to_string()))
     })
 }
 

@@ -304,6 +304,16 @@ fn a_rust_publisher_feeds_a_c_subscriber() {
     }
 }
 
+/// A C subscriber holds up to three messages at once (`shmring_subscriber_hold`), releases
+/// them out of order, and receives the whole stream (plain and under ASan + UBSan).
+#[test]
+fn a_c_subscriber_holds_several_messages_at_once() {
+    let p = peers();
+    for (i, peer) in [&p.c, &p.c_asan].into_iter().enumerate() {
+        rust_publishes(peer, &format!("holdsub{i}"), "hold-sub", false);
+    }
+}
+
 #[test]
 fn a_c_subscriber_learns_the_abort_code_of_a_rust_publisher() {
     for (i, peer) in all_peers().into_iter().enumerate() {
@@ -501,11 +511,22 @@ fn the_frame_server_renders_checkable_frames_in_place() {
         assert_eq!(frame.meta(), [n, u64::from(w) << 32 | u64::from(h)]);
         let px = frame.bytes();
         assert_eq!(px.len(), (w * h * 4) as usize);
-        let want = format!(
-            "{{\"ring\":\"{name}\",\"width\":{w},\"height\":{h},\"seq\":{n},\"format\":\"BGRA8\",\"sum\":{}}}",
-            word_sum(px)
-        );
-        assert_eq!(reply.trim_end(), want);
+        // The descriptor (UnrealCV's fields and the ring's own), field by field.
+        for (key, want) in [
+            ("ring", format!("\"{name}\"")),
+            ("width", w.to_string()),
+            ("height", h.to_string()),
+            ("seq", n.to_string()),
+            ("format", "\"BGRA8\"".to_owned()),
+            ("num_bytes", (w * h * 4).to_string()),
+            ("sum", word_sum(px).to_string()),
+        ] {
+            assert_eq!(
+                json_field(&reply, key),
+                Some(want.as_str()),
+                "{key} in {reply}"
+            );
+        }
         assert_eq!(u64::from_le_bytes(px[..8].try_into().unwrap()), n);
         let (x, y) = (17usize, 101usize);
         let at = (y * w as usize + x) * 4;
@@ -518,6 +539,14 @@ fn the_frame_server_renders_checkable_frames_in_place() {
         assert_eq!(again, reply);
     }
     server.quit();
+}
+
+/// The raw text of `key`'s value in a flat one-line JSON object (numbers and plain strings).
+fn json_field<'a>(json: &'a str, key: &str) -> Option<&'a str> {
+    let at = json.find(&format!("\"{key}\":"))? + key.len() + 3;
+    let rest = &json[at..];
+    let end = rest.find([',', '}']).unwrap_or(rest.len());
+    Some(&rest[..end])
 }
 
 /// Reads one BMP answer: checks the header, returns the pixel bytes.
@@ -540,8 +569,11 @@ fn read_bmp(stream: &mut impl std::io::Read, w: u32, h: u32) -> Vec<u8> {
     px
 }
 
+/// The control socket's `bmp` sends the frame in the ring as a BMP (TCP speaks UnrealCV's
+/// framed protocol now, which renders a frame per request: python/tests/test_unrealcv.py
+/// drives it with the real client).
 #[test]
-fn the_frame_server_sends_the_same_frame_as_a_bmp_over_tcp_and_unix_sockets() {
+fn the_frame_server_sends_the_frame_in_the_ring_as_a_bmp() {
     use std::io::Write as _;
     let (w, h) = (64u32, 48u32);
     let server = FrameServer::start("bmp", w, h);
@@ -553,40 +585,37 @@ fn the_frame_server_sends_the_same_frame_as_a_bmp_over_tcp_and_unix_sockets() {
     let mut reply = String::new();
     replies.read_line(&mut reply).unwrap();
     assert!(reply.contains("no frame rendered yet"), "{reply}");
+    // TCP greets as UnrealCV does: magic, length, then the greeting text.
     let mut tcp = std::net::TcpStream::connect(("127.0.0.1", server.port)).expect("tcp");
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut head = [0u8; 8];
+    std::io::Read::read_exact(&mut tcp, &mut head).expect("greeting header");
+    assert_eq!(
+        u32::from_le_bytes(head[..4].try_into().unwrap()),
+        0x9E2B_83C1
+    );
+    let mut greeting = vec![0u8; u32::from_le_bytes(head[4..].try_into().unwrap()) as usize];
+    std::io::Read::read_exact(&mut tcp, &mut greeting).expect("greeting");
+    assert!(
+        String::from_utf8_lossy(&greeting).contains("connected"),
+        "{greeting:?}"
+    );
     let mut unix = server.unix();
     for n in 0..3u64 {
         control.write_all(b"frame\n").unwrap();
         reply.clear();
         replies.read_line(&mut reply).unwrap();
         assert!(reply.contains(&format!("\"seq\":{n},")), "{reply}");
-        let sum: u64 = reply
-            .trim_end()
-            .strip_suffix('}')
-            .and_then(|r| r.rsplit_once("\"sum\":"))
-            .and_then(|(_, s)| s.parse().ok())
+        let sum: u64 = json_field(&reply, "sum")
+            .and_then(|s| s.parse().ok())
             .unwrap_or_else(|| panic!("no sum in {reply:?}"));
-        for (what, px) in [
-            ("tcp", {
-                tcp.write_all(b"bmp\n").unwrap();
-                read_bmp(&mut tcp, w, h)
-            }),
-            ("unix", {
-                unix.write_all(b"bmp\n").unwrap();
-                read_bmp(&mut unix, w, h)
-            }),
-        ] {
-            assert_eq!(
-                u64::from_le_bytes(px[..8].try_into().unwrap()),
-                n,
-                "{what}: stamp"
-            );
-            assert_eq!(word_sum(&px), sum, "{what}: sum");
-            let (x, y) = (33usize, 47usize);
-            let at = (y * w as usize + x) * 4;
-            assert_eq!(&px[at..at + 4], &pixel(x, y, n), "{what}: pixel");
-        }
+        unix.write_all(b"bmp\n").unwrap();
+        let px = read_bmp(&mut unix, w, h);
+        assert_eq!(u64::from_le_bytes(px[..8].try_into().unwrap()), n, "stamp");
+        assert_eq!(word_sum(&px), sum, "sum");
+        let (x, y) = (33usize, 47usize);
+        let at = (y * w as usize + x) * 4;
+        assert_eq!(&px[at..at + 4], &pixel(x, y, n), "pixel");
     }
     server.quit();
 }

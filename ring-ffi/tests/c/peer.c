@@ -434,6 +434,52 @@ static int memfd_pub(const char *name, long n) {
   return failures == 0 ? 0 : 1;
 }
 
+/* Reads N messages holding up to 3 at once (shmring_subscriber_hold): each held message is
+ * checked when it comes and again before its release; the three are released out of order
+ * (the middle one, the first, the last); a fourth hold while three are held is refused. */
+static int hold_subscribe(shmring_ring *ring, long n) {
+  shmring_subscriber *sub = NULL;
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  OK(shmring_subscriber_set_max_holds(sub, 3));
+  EXPECT(shmring_subscriber_set_max_holds(sub, 9), SHMRING_E_INVALID_ARGUMENT, "8");
+  printf("ready\n");
+  fflush(stdout);
+  uint32_t ids[3];
+  shmring_message msgs[3];
+  long got = 0, held = 0;
+  for (;;) {
+    int rc = shmring_subscriber_hold(sub, 10000, &ids[held], &msgs[held]);
+    if (rc == SHMRING_E_DISCONNECTED) break;
+    if (rc != SHMRING_OK) {
+      fprintf(stderr, "hold failed: %s: %s\n", shmring_code_name(rc), shmring_last_error());
+      return 1;
+    }
+    CHECK(ids[held] != 0);
+    CHECK(check_msg(&msgs[held], got));
+    got++;
+    held++;
+    if (held == 3) {
+      uint32_t extra = 0;
+      EXPECT(shmring_subscriber_hold(sub, 0, &extra, NULL), SHMRING_E_BUSY, "holds 3");
+      for (int k = 0; k < 3; k++) CHECK(check_msg(&msgs[k], got - 3 + k));
+      OK(shmring_subscriber_release_hold(sub, ids[1]));
+      EXPECT(shmring_subscriber_release_hold(sub, ids[1]), SHMRING_E_INVALID_ARGUMENT,
+             "no such hold");
+      OK(shmring_subscriber_release_hold(sub, ids[0]));
+      OK(shmring_subscriber_release_hold(sub, ids[2]));
+      held = 0;
+    }
+  }
+  for (long k = 0; k < held; k++) {
+    CHECK(check_msg(&msgs[k], got - held + k));
+    OK(shmring_subscriber_release_hold(sub, ids[k]));
+  }
+  CHECK(got == n);
+  OK(shmring_subscriber_free(sub));
+  if (failures == 0) printf("sub: %ld ok\n", got);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: peer errors|pub|create-pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
@@ -461,6 +507,14 @@ int main(int argc, char **argv) {
     return rc;
   }
   if (strcmp(mode, "pin-hold") == 0) return pin_hold(name);
+  if (strcmp(mode, "hold-sub") == 0) {
+    shmring_ring *ring = NULL;
+    shmring_config cfg = config(0, 0, 0);
+    OK(shmring_ring_open(name, &cfg, &ring));
+    int rc = hold_subscribe(ring, n);
+    OK(shmring_ring_free(ring));
+    return rc;
+  }
   if (strcmp(mode, "memfd") == 0) return memfd_pub(name, n);
   if (strcmp(mode, "lost-pub") == 0) return lost_pub(name);
   fprintf(stderr, "unknown mode %s\n", mode);

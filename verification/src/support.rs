@@ -63,6 +63,10 @@ pub mod futex {
         }
     }
 
+    // SAFETY: in-process memory of a loom model, whose only reclaims and take-overs are the
+    // models' explicit `unsafe` calls: nothing judges its participants dead.
+    unsafe impl ring_core::OpenJoin for FutexSegment {}
+
     /// Sleeps on the modelled futex with no timeout.
     pub struct FutexWait(pub Arc<FutexSegment>);
 

@@ -105,4 +105,7 @@ dump="$(x86_64-w64-mingw32-objdump -p "$pyd")"
 grep -q 'PyInit__shmring' <<<"$dump"         # the module's entry point
 grep -q 'DLL Name: python3.dll' <<<"$dump"   # abi3: the stable-ABI DLL, any CPython >= 3.11
 echo "_shmring.pyd: $(wc -c <"$pyd") bytes, exports PyInit__shmring, imports python3.dll"
+echo "the frame server and a C UnrealCV-protocol client under Wine (TCP + a named section)"
+bash examples/frame-server/wine.sh
+
 echo "windows: ok"

@@ -76,8 +76,9 @@ struct Shared {
 /// One allocation seen from Python: a writable block from `Allocator.allocate` (exactly
 /// `nbytes`, exports counted: `free` raises `BufferError` while one is alive) or a read-only
 /// view from `Allocations.view` (zero-copy; keeps the mapping, not the allocation, alive: the
-/// owner frees it when you tell it you are done).
-#[pyclass(module = "shmring", frozen)]
+/// owner frees it when you tell it you are done). Weak-referenceable, so a reader can learn
+/// when the last object made from a view is gone (`shmring.vgi` tells the owner then).
+#[pyclass(module = "shmring", frozen, weakref)]
 pub(crate) struct Block {
     handle: u64,
     addr: usize,

@@ -152,9 +152,10 @@ class Duplex:
                 self._producer.abort(code)
             self._consumer.close()
         finally:
-            if self._owns:
-                self._out_ring.close()
-                self._in_ring.close()
+            self._out_ring.close()
+            self._in_ring.close()
+            # Drop the endpoints: each keeps its ring mapped (views made from it keep theirs).
+            self._producer = self._consumer = self._allocator = self._peer_allocations = None
 
     def __enter__(self) -> Duplex:
         return self

@@ -1,30 +1,32 @@
-//! `shmring.Consumer` and `shmring.Message`: zero-copy pinned reads.
+//! `shmring.Consumer`: pinned zero-copy reads, several alive at once, and copying reads.
 //!
-//! A ring-core pin (`Pinned`) borrows its consumer mutably, which a Python object cannot
-//! express. So the consumer state ([`Held`]) owns the `Subscriber` on the heap and the current
-//! pin next to it, the pin's borrow extended to `'static` by hand; [`Held`] upholds what the
-//! borrow checker would have: the subscriber is not touched while the pin lives, and the pin is
-//! dropped before the subscriber. A `Message` is a ticket (`pin_id`) for the current pin; the
-//! buffer-export count lives in the consumer, so neither the message nor the consumer can give
-//! the slot back while a `memoryview` or numpy array still views it.
+//! Every read holds its message with a ring-core hold (`Subscriber::recv_held_timeout`): a
+//! token that borrows nothing, so the consumer state needs no self-referential borrow and a
+//! consumer can keep up to `max_pins` messages (at most `ring_core::MAX_HOLDS`) pinned while it
+//! reads the next. A copying read (`recv`, `recv_into`, a copying queue `get`) holds its
+//! message for the copy only.
 //!
-//! The consumer is usable from any thread: [`Held`] lives in a [`Handoff`], lent to one
-//! blocking call at a time (which waits without holding a lock), so `close()` from another
-//! thread wakes a waiting call within one slice. A pin another thread can see (one in the
-//! handoff) is released only with the GIL held, so a `Message` method that found its pin
-//! current may use the bytes until it releases the GIL.
+//! The state is split in two:
+//! - [`Held`] (the subscriber and the ring-core holds, by message id) lives in a [`Handoff`],
+//!   lent to one blocking call at a time, so `close()` from another thread wakes a waiting
+//!   call within one slice;
+//! - [`Pins`] (what Python sees of each pinned message: its bytes and its buffer-export count)
+//!   lives under its own mutex, so a `Message` is read, exported and released even while
+//!   another thread's `pin` has the subscriber.
+//!
+//! A message is *let go* (its record leaves [`Pins`]) only with the GIL held and no export
+//! alive; its hold is given back to the ring afterwards, by whoever has [`Held`] next (see
+//! [`Consumer::settle`]). So a `Message` method that found its record with the GIL held may
+//! use the bytes until it releases the GIL, and an export keeps them for as long as it lives.
 
-use core::ffi::c_int;
-use core::ptr::NonNull;
+use core::time::Duration;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use pyo3::exceptions::{PyBufferError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ring_core::inspect::{consumer_info, producer_info};
-use ring_core::{DeliveryClass, Pinned, ReadError};
+use ring_core::{DeliveryClass, Hold, ReadError};
 use ring_os::{Mapping, RecvTimeoutError, Subscriber};
 
 use crate::errors::{self, exported_fail, Fail};
@@ -32,86 +34,99 @@ use crate::export;
 use crate::handoff::{Handoff, Lease};
 use crate::queue::{self as q, Arena, Part};
 use crate::recycle::{Buffer, Recycler, RECYCLE_AT};
-use crate::wait::{deadline, sliced, unlocked};
+use crate::wait::{deadline, sliced, unlocked, GiveBack};
 
-/// A pin with its borrow of the subscriber extended to `'static` (see [`Held`]).
-type Pin = Pinned<'static, Arc<Mapping>>;
+mod message;
+pub(crate) use message::Message;
 
-/// The subscriber, its current pin and the buffer exports of that pin.
+/// What the lease holder owns: the subscriber and the holds of the pinned messages.
 struct Held {
-    /// From `Box::into_raw`; freed in `Drop`, after `pin`.
-    sub: NonNull<Subscriber>,
-    /// The current pin; it borrows `*sub` mutably.
-    pin: Option<Pin>,
-    /// Increments with every pin; a `Message` holds the id of its pin.
-    pin_id: u64,
-    /// Address and length of the pinned bytes.
-    bytes: (usize, usize),
-    /// Live buffer exports of the current pin (shared with its `Message`, so a view can be
-    /// released without borrowing the consumer). A fresh counter for every pin.
-    exports: Arc<AtomicUsize>,
+    sub: Subscriber,
+    /// The holds of pinned messages, by message id (at most `MAX_HOLDS`).
+    holds: Vec<(u64, Hold)>,
+    /// The id of the last pinned message (ids start at 1).
+    last_id: u64,
     /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
     /// none).
     arena: Option<Option<Arena>>,
 }
 
-// SAFETY: `Held` owns the `Subscriber` (as a `Box` would) and a pin that borrows only it;
-// both are `Send` (a `Subscriber` is a plain owner of an `Arc<Mapping>` and role lock), and
-// nothing in `Held` is shared with another owner, so moving it to another thread is sound.
-// (It is not `Sync`: the `Handoff` mutex gives one thread at a time access to it.)
-unsafe impl Send for Held {}
-
 impl Held {
-    fn new(sub: Subscriber) -> Self {
-        Self {
-            sub: NonNull::from(Box::leak(Box::new(sub))),
-            pin: None,
-            pin_id: 0,
-            bytes: (0, 0),
-            exports: Arc::new(AtomicUsize::new(0)),
-            arena: None,
+    /// Gives back to the ring the holds of the messages Python let go (see [`Pins::let_go`]).
+    /// Calls no Python.
+    fn settle(&mut self, pins: &Mutex<Pins>) {
+        let ids = core::mem::take(&mut lock(pins).let_go);
+        for id in ids {
+            if let Some(i) = self.holds.iter().position(|(h, _)| *h == id) {
+                let (_, hold) = self.holds.swap_remove(i);
+                // `NotHeld` cannot happen (the hold came from this subscriber and is released
+                // once); a reclaimed consumer's release writes nothing.
+                let _ = self.sub.release(hold);
+            }
         }
     }
 
-    /// Whether `pin_id` names the current pin.
-    fn pins(&self, pin_id: u64) -> bool {
-        self.pin.is_some() && self.pin_id == pin_id
+    /// Gives a hold taken for one call back at once (a copying read).
+    fn give(&mut self, hold: Hold) -> Result<(), Fail> {
+        self.sub.release(hold).map_err(errors::read)
     }
+}
 
-    /// Releases the current pin; refuses while its bytes are exported. Calls no Python.
-    fn unpin(&mut self, what: &str) -> Result<(), Fail> {
-        if self.pin.is_some() && export::live(&self.exports) {
+/// One pinned message as Python sees it.
+struct PinRecord {
+    id: u64,
+    /// Live buffer exports of this message (shared with its `Message` or queue `Part`s, so a
+    /// view can be released without the consumer).
+    exports: Arc<AtomicUsize>,
+}
+
+/// The pinned messages of a consumer, as Python sees them. Records leave only with the GIL
+/// held (see the module doc).
+#[derive(Default)]
+struct Pins {
+    live: Vec<PinRecord>,
+    /// Ids of messages let go whose holds [`Held::settle`] has not given back yet.
+    let_go: Vec<u64>,
+    /// The zero-copy queue message, let go by the next `_get_parts` (the queue's rule).
+    queue: Option<u64>,
+}
+
+impl Pins {
+    /// Lets message `id` go: its record leaves, its hold is queued for [`Held::settle`].
+    /// Refuses while its bytes are exported; `Ok(false)` when it was let go already.
+    fn let_go(&mut self, id: u64, what: &str) -> Result<bool, Fail> {
+        let Some(i) = self.live.iter().position(|r| r.id == id) else {
+            return Ok(false);
+        };
+        if export::live(&self.live[i].exports) {
             return Err(exported_fail(what));
         }
-        self.pin = None;
-        Ok(())
+        self.live.swap_remove(i);
+        self.let_go.push(id);
+        if self.queue == Some(id) {
+            self.queue = None;
+        }
+        Ok(true)
     }
 
-    /// The subscriber; only while no pin borrows it.
-    fn sub(&mut self) -> &mut Subscriber {
-        debug_assert!(self.pin.is_none());
-        // SAFETY: `sub` is the live box we own (freed only in `Drop`), and no pin borrows it
-        // (callers release the pin first), so this is the only reference.
-        unsafe { self.sub.as_mut() }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        // The pin borrows the subscriber: it goes first.
-        self.pin = None;
-        // SAFETY: `sub` came from `Box::leak` in `new` and is freed only here, once; the pin
-        // that borrowed it is gone.
-        drop(unsafe { Box::from_raw(self.sub.as_ptr()) });
+    fn find(&self, id: u64) -> Option<&PinRecord> {
+        self.live.iter().find(|r| r.id == id)
     }
 }
 
-/// A consumer of a ring (see `Ring.consumer`). Pins one message at a time; usable from any
-/// thread (see the module doc).
+/// Locks `m`; no panic happens under these locks, so a poisoned one is still consistent.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A consumer of a ring (see `Ring.consumer`). Pins up to `max_pins` messages at once; usable
+/// from any thread (see the module doc).
 #[pyclass(module = "shmring", frozen)]
 pub(crate) struct Consumer {
     held: Handoff<Held>,
+    pins: Mutex<Pins>,
     class: DeliveryClass,
+    max_pins: usize,
     /// Its consumer-table entry (for `pending`).
     index: usize,
     /// Relaxed: statistics, written only by the lease holder.
@@ -123,96 +138,186 @@ pub(crate) struct Consumer {
     recycler: Arc<Recycler>,
 }
 
+/// A call's turn with the consumer state: the lease, which goes back when the turn ends, and
+/// then the holds let go meanwhile are settled (a message another thread let go while the
+/// state was lent is given back to the ring now, not at the next call).
+struct Turn<'a> {
+    lease: Lease<'a, Held>,
+    me: &'a Consumer,
+}
+
+impl Turn<'_> {
+    fn held(&mut self) -> Result<&mut Held, Fail> {
+        self.lease.get()
+    }
+}
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        self.lease.give_back();
+        self.me.settle();
+    }
+}
+
+/// A message one call holds: its hold and where its bytes are.
+struct Taken {
+    hold: Hold,
+    bytes: (usize, usize),
+}
+
 impl Consumer {
-    pub(crate) fn new(mut sub: Subscriber, class: DeliveryClass, mapping: &Arc<Mapping>) -> Self {
+    pub(crate) fn new(
+        mut sub: Subscriber,
+        class: DeliveryClass,
+        mapping: &Arc<Mapping>,
+        max_pins: usize,
+    ) -> PyResult<Self> {
+        sub.set_max_holds(max_pins)
+            .map_err(|e| PyErr::from(errors::read(e)))?;
         let index = sub.inner().index();
-        Self {
-            held: Handoff::new(Held::new(sub), "consumer"),
+        let held = Held {
+            sub,
+            holds: Vec::new(),
+            last_id: 0,
+            arena: None,
+        };
+        Ok(Self {
+            held: Handoff::new(held, "consumer"),
+            pins: Mutex::default(),
             class,
+            max_pins,
             index,
             received: AtomicU64::new(0),
             missed: AtomicU64::new(0),
             mapping: Arc::clone(mapping),
             recycler: Arc::default(),
-        }
+        })
     }
 
-    /// Takes the consumer state for one call and pins the next message, waiting as `timeout`
-    /// says (raises `Timeout` when it runs out). The pin is in the lease's `Held`.
-    fn pin_next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Lease<'_, Held>> {
+    /// Gives back the holds of messages let go, if the state is idle (otherwise its lease
+    /// holder does, between slices or when its turn ends). Calls no Python.
+    fn settle(&self) {
+        self.held.with(|h| h.settle(&self.pins));
+    }
+
+    /// Lets message `id` go and gives its hold back when the state is idle. With the GIL held
+    /// (records leave only with it).
+    fn let_go(&self, _py: Python<'_>, id: u64, what: &str) -> Result<(), Fail> {
+        if lock(&self.pins).let_go(id, what)? {
+            self.settle();
+        }
+        Ok(())
+    }
+
+    /// Takes the consumer state for one call (after `prepare`, see `Handoff::lease`) and holds
+    /// the next message, waiting as `timeout` says (raises `Timeout` when it runs out, and
+    /// `TooManyPins` at once when `max_pins` messages are pinned).
+    fn take_next(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+        mut prepare: impl FnMut(&mut Held) -> Result<(), Fail>,
+    ) -> PyResult<(Turn<'_>, Taken)> {
         let end = deadline(timeout)?;
-        let no_message = || Fail::new("Timeout", "no message came within the timeout").into();
-        let mut lease = self
+        let no_message = || PyErr::from(Fail::new("Timeout", "no message came within the timeout"));
+        let pins = &self.pins;
+        let lease = self
             .held
-            .lease(py, end, |h| h.unpin("pin the next message"))?
+            .lease(py, end, |h| {
+                h.settle(pins);
+                prepare(h)
+            })?
             .ok_or_else(no_message)?;
-        let got = sliced(py, end, &mut lease, move |lease, slice| {
+        let mut turn = Turn { lease, me: self };
+        let got = sliced(py, end, &mut turn.lease, |lease, slice| {
             lease.check_open()?;
-            let sub = lease.get()?.sub;
-            // SAFETY: the box is alive (the lease owns `Held`, which frees it only in `Drop`)
-            // and no pin borrows it (released when the lease was taken, and a pin taken here
-            // is returned at once); the resulting pin is stored in `Held`, which drops it
-            // before the box.
-            let s: &'static mut Subscriber = unsafe { &mut *sub.as_ptr() };
-            match s.recv_pinned_timeout(slice) {
-                Ok(p) => Ok(Some(SendPin(p))),
-                Err(RecvTimeoutError::Timeout)
-                | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => Ok(None),
-                Err(e) => Err(errors::recv(e)),
-            }
+            let h = lease.get()?;
+            // Messages let go while this call waits free their slots now (a gating producer
+            // may be waiting for the oldest), and no longer count against `max_pins`.
+            h.settle(pins);
+            take(&mut h.sub, slice)
         })?;
-        let Some(SendPin(pin)) = got else {
-            return Err(no_message());
-        };
-        let bytes = pin.bytes();
+        let taken = got.ok_or_else(no_message)?;
         self.received.fetch_add(1, Ordering::Relaxed);
-        self.missed.fetch_add(pin.missed(), Ordering::Relaxed);
-        let held = lease.get()?;
-        held.bytes = (bytes.as_ptr() as usize, bytes.len());
-        held.pin_id += 1;
-        held.exports = Arc::new(AtomicUsize::new(0));
-        held.pin = Some(pin);
-        Ok(lease)
+        self.missed
+            .fetch_add(taken.hold.missed(), Ordering::Relaxed);
+        Ok((turn, taken))
+    }
+
+    /// Makes the message `taken` a pinned one (a record Python sees); returns its id and its
+    /// export count.
+    fn keep(&self, turn: &mut Turn<'_>, taken: Taken) -> Result<(u64, Arc<AtomicUsize>), Fail> {
+        let h = turn.held()?;
+        h.last_id += 1;
+        let id = h.last_id;
+        h.holds.push((id, taken.hold));
+        let exports = Arc::new(AtomicUsize::new(0));
+        lock(&self.pins).live.push(PinRecord {
+            id,
+            exports: Arc::clone(&exports),
+        });
+        Ok((id, exports))
     }
 }
 
-/// A pin carried out of the GIL-free closure.
-struct SendPin(Pin);
-// SAFETY: as for `Held`: the pin borrows only the subscriber the caller owns.
-unsafe impl Send for SendPin {}
+/// One try of a blocking read: holds the next message if one comes within `slice`.
+fn take(sub: &mut Subscriber, slice: Duration) -> Result<Option<Taken>, Fail> {
+    match sub.recv_held_timeout(slice) {
+        Ok(hold) => {
+            let Some(b) = sub.held_bytes(&hold) else {
+                let _ = sub.release(hold);
+                return Err(Fail::new("Error", "a hold just taken has no bytes"));
+            };
+            let bytes = (b.as_ptr() as usize, b.len());
+            Ok(Some(Taken { hold, bytes }))
+        }
+        Err(RecvTimeoutError::Timeout) | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => {
+            Ok(None)
+        }
+        Err(e) => Err(errors::recv(e)),
+    }
+}
 
 #[pymethods]
 impl Consumer {
     /// Pins the next message and returns it as a zero-copy `Message`. Waits up to `timeout`
-    /// seconds (`None`: as long as it takes; raises `Timeout`). The previous message is
-    /// released first; if its bytes are still exported, this raises `BufferError`.
-    /// Raises `Disconnected` once the stream was closed and drained, `Aborted` if it was
-    /// aborted, `Closed` when another thread closes the consumer meanwhile.
+    /// seconds (`None`: as long as it takes; raises `Timeout`). Earlier messages stay pinned
+    /// until each is released (`release()`, its `with` block, its collection); with `max_pins`
+    /// of them alive this raises `TooManyPins` at once. Raises `Disconnected` once the stream
+    /// was closed and drained, `Aborted` if it was aborted, `Closed` when another thread closes
+    /// the consumer meanwhile.
     #[pyo3(signature = (timeout = None))]
     fn pin(slf: &Bound<'_, Self>, timeout: Option<f64>) -> PyResult<Message> {
         let py = slf.py();
-        let mut lease = slf.get().pin_next(py, timeout)?;
-        let held = lease.get()?;
-        let pin = held
-            .pin
-            .as_ref()
-            .ok_or_else(|| Fail::new("Error", "pin vanished"))?;
+        let me = slf.get();
+        let (mut turn, taken) = me.take_next(py, timeout, |_| Ok(()))?;
+        let (seq, missed, len, meta) = (
+            taken.hold.seq(),
+            taken.hold.missed(),
+            taken.hold.len(),
+            taken.hold.meta(),
+        );
+        let bytes = taken.bytes;
+        let (id, exports) = me.keep(&mut turn, taken)?;
+        drop(turn);
         Ok(Message {
             consumer: slf.clone().unbind(),
-            exports: Arc::clone(&held.exports),
-            pin_id: held.pin_id,
-            seq: pin.seq(),
-            missed: pin.missed(),
-            len: pin.len(),
-            meta: pin.meta(),
+            exports,
+            id,
+            bytes,
+            seq,
+            missed,
+            len,
+            meta,
         })
     }
 
-    /// The queue's get (see `shmring.queue`): pins the next message, validates its part table
+    /// The queue's get (see `shmring.queue`): lets the previous zero-copy message go (raises
+    /// `BufferError` while a view of it lives), pins the next message, validates its part table
     /// and returns its parts: with `zero_copy`, read-only `Part` objects viewing the bytes in
-    /// the ring (the message stays pinned until the next get or `close`, and while any view
-    /// lives); otherwise copies — part 0 (the pickle stream) as `bytes`, the others as
-    /// writable `bytearray`s (large ones copied with the GIL released) — and releases the pin.
+    /// the ring (the message stays pinned until the last part goes, the next get, or `close`);
+    /// otherwise copies — part 0 (the pickle stream) as `bytes`, the others as writable
+    /// `bytearray`s (large ones copied with the GIL released) — and releases the message.
     /// Waits as `pin` does. A message that is not a valid queue message is consumed and
     /// raises `Corrupt`.
     #[pyo3(signature = (timeout = None, zero_copy = false))]
@@ -223,29 +328,40 @@ impl Consumer {
     ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let py = slf.py();
         let me = slf.get();
-        let mut lease = me.pin_next(py, timeout)?;
-        let held = lease.get()?;
+        let pins = &me.pins;
+        let (mut turn, taken) = me.take_next(py, timeout, |h| {
+            let mut p = lock(pins);
+            if let Some(prev) = p.queue {
+                p.let_go(prev, "get the next message")?;
+            }
+            drop(p);
+            h.settle(pins);
+            Ok(())
+        })?;
+        let held = turn.held()?;
         if held.arena.is_none() {
             let a = Arena::attach(&me.mapping).map_err(|f| f.into_py(py))?;
             held.arena = Some(a);
         }
-        let (ptr, len) = held.bytes;
-        let meta = held.pin.as_ref().map_or([0, 0], |p| p.meta());
-        // SAFETY: the pin just taken keeps these `len` bytes mapped and stable.
+        let (ptr, len) = taken.bytes;
+        // SAFETY: the hold just taken keeps these `len` bytes mapped and stable (the producer
+        // cannot claim a held slot) until it is given back below or let go.
         let slot = unsafe { core::slice::from_raw_parts(ptr as *const u8, len) };
-        let parsed = q::parse(slot, meta, held.arena.as_ref().and_then(Option::as_ref));
-        let parts = match parsed {
+        let arena = held.arena.as_ref().and_then(Option::as_ref);
+        let parts = match q::parse(slot, taken.hold.meta(), arena) {
             Ok(p) => p,
             Err(f) => {
-                held.unpin("release the message")?;
+                held.give(taken.hold)?;
                 return Err(f.into_py(py));
             }
         };
         if zero_copy {
+            let (id, exports) = me.keep(&mut turn, taken)?;
+            lock(pins).queue = Some(id);
+            drop(turn);
             let consumer = slf.clone().unbind();
             let siblings = Arc::new(AtomicUsize::new(parts.len()));
-            let (exports, id) = (Arc::clone(&held.exports), held.pin_id);
-            let made = parts
+            return parts
                 .iter()
                 .map(|g| {
                     Ok(Bound::new(
@@ -262,9 +378,6 @@ impl Consumer {
                     .into_any())
                 })
                 .collect();
-            // The pin goes back with the lease: the parts find it there.
-            drop(lease);
-            return made;
         }
         let mut out = Vec::with_capacity(parts.len());
         let mut jobs = Vec::with_capacity(parts.len());
@@ -275,7 +388,7 @@ impl Consumer {
         let raw = parts.len() == 2 && parts[0].len <= 1;
         for (i, g) in parts.iter().enumerate() {
             if i == 0 {
-                // SAFETY: validated by `parse` to lie in the pinned slot or its allocation.
+                // SAFETY: validated by `parse` to lie in the held slot or its allocation.
                 let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len) };
                 out.push(PyBytes::new(py, b).into_any());
             } else if !raw && g.len >= RECYCLE_AT {
@@ -294,35 +407,36 @@ impl Consumer {
         let faults = ring_os::sigbus::repaired_faults();
         let copy = move || {
             for (src, dst, len) in jobs {
-                // SAFETY: `src..src + len` lies in the pinned slot or its allocation (`parse`),
-                // stable while pinned (the lease keeps the pin); `dst` is the memory of a new
-                // bytearray or `Buffer` of `len` bytes (held in `out`) that no other code has
-                // seen yet.
+                // SAFETY: `src..src + len` lies in the held slot or its allocation (`parse`),
+                // stable while held (this call gives the hold back only after the copy);
+                // `dst` is the memory of a new bytearray or `Buffer` of `len` bytes (held in
+                // `out`) that no other code has seen yet.
                 unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
             }
         };
         if total >= q::RELEASE_GIL_AT {
-            unlocked(py, &mut lease, |_| copy());
+            unlocked(py, &mut turn.lease, |_| copy());
         } else {
             copy();
         }
-        lease.get()?.unpin("release the message")?;
+        turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;
         Ok(out)
     }
 
-    /// Copies the next message out as `bytes` (waits as `pin` does).
+    /// Copies the next message out as `bytes` (waits as `pin` does; holds the message for the
+    /// copy only, which needs one of the `max_pins`).
     #[pyo3(signature = (timeout = None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
-        let mut lease = self.pin_next(py, timeout)?;
-        let held = lease.get()?;
-        let (ptr, len) = held.bytes;
+        let (mut turn, taken) = self.take_next(py, timeout, |_| Ok(()))?;
+        let (ptr, len) = taken.bytes;
         let faults = ring_os::sigbus::repaired_faults();
-        // SAFETY: the pin just taken keeps these `len` bytes stable and mapped.
+        // SAFETY: the hold just taken keeps these `len` bytes mapped and stable; it is given
+        // back only after the copy.
         let out = PyBytes::new(py, unsafe {
             core::slice::from_raw_parts(ptr as *const u8, len)
         });
-        held.unpin("release the message")?;
+        turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;
         Ok(out)
     }
@@ -341,10 +455,10 @@ impl Consumer {
     ) -> PyResult<usize> {
         let view = crate::producer::View::writable(buffer)?;
         let (dst, room) = view.raw();
-        let mut lease = self.pin_next(py, timeout)?;
-        let (src, len) = lease.get()?.bytes;
+        let (mut turn, taken) = self.take_next(py, timeout, |_| Ok(()))?;
+        let (src, len) = taken.bytes;
         if len > room {
-            lease.get()?.unpin("release the message")?;
+            turn.held()?.give(taken.hold)?;
             return Err(Fail::new(
                 "TooLarge",
                 format!(
@@ -355,20 +469,20 @@ impl Consumer {
         }
         let faults = ring_os::sigbus::repaired_faults();
         let copy = move || {
-            // SAFETY: `src..src + len` is the pinned message, mapped and stable while pinned
-            // (the lease keeps the pin); `dst..dst + len` lies in the writable view `view`,
-            // held (so the object cannot be resized or freed) until after the copy. Raw
-            // pointers only, and `copy` allows overlap, so even a view into the segment itself
-            // cannot make this unsound.
+            // SAFETY: `src..src + len` is the held message, mapped and stable while held (the
+            // hold is given back only after the copy); `dst..dst + len` lies in the writable
+            // view `view`, held (so the object cannot be resized or freed) until after the
+            // copy. Raw pointers only, and `copy` allows overlap, so even a view into the
+            // segment itself cannot make this unsound.
             unsafe { core::ptr::copy(src as *const u8, dst as *mut u8, len) };
         };
         if len >= q::RELEASE_GIL_AT {
-            unlocked(py, &mut lease, |_| copy());
+            unlocked(py, &mut turn.lease, |_| copy());
         } else {
             copy();
         }
         drop(view);
-        lease.get()?.unpin("release the message")?;
+        turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;
         Ok(len)
     }
@@ -377,6 +491,18 @@ impl Consumer {
     #[getter]
     fn mode(&self) -> &'static str {
         crate::ring::mode_of(self.class)
+    }
+
+    /// How many messages this consumer may keep pinned at once (`Ring.consumer(max_pins=)`).
+    #[getter]
+    fn max_pins(&self) -> usize {
+        self.max_pins
+    }
+
+    /// How many messages are pinned now (alive and not released).
+    #[getter]
+    fn pins(&self) -> usize {
+        lock(&self.pins).live.len()
     }
 
     /// Freed received buffers this consumer keeps for reuse (at most two; see `get`).
@@ -413,13 +539,22 @@ impl Consumer {
         self.held.is_closed()
     }
 
-    /// Leaves the ring (raises `BufferError` while the current message is exported). From
-    /// another thread, a call waiting in `pin`/`recv` raises `Closed` within one slice.
+    /// Leaves the ring, releasing every pinned message (raises `BufferError`, and leaves
+    /// everything as it was, while any of them is exported). From another thread, a call
+    /// waiting in `pin`/`recv` raises `Closed` within one slice.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        if let Some(mut h) = self.held.close(py, |h| h.unpin("close the consumer"))? {
-            // Touch the subscriber once, so a closed ring is left now, not at collection.
-            let _ = h.sub();
-        }
+        let pins = &self.pins;
+        let closed = self.held.close(py, |_| {
+            let mut p = lock(pins);
+            if p.live.iter().any(|r| export::live(&r.exports)) {
+                return Err(exported_fail("close the consumer"));
+            }
+            // Every message is let go; the subscriber's drop below gives their holds back.
+            *p = Pins::default();
+            Ok(())
+        })?;
+        // Dropping the subscriber now leaves the ring now, not at collection.
+        drop(closed);
         Ok(())
     }
 
@@ -467,214 +602,19 @@ fn is_kind(py: Python<'_>, e: &PyErr, kind: &str) -> bool {
         .is_ok_and(|cls| e.value(py).is_instance(&cls).unwrap_or(false))
 }
 
-/// A pinned message: exports the slot's bytes read-only through the buffer protocol
-/// (`memoryview(msg)`, `np.frombuffer(msg, np.uint8)`, `pa.py_buffer(msg)`) without a copy.
-/// The slot stays pinned until `close()` (or the end of a `with` block, or the next `pin`),
-/// and never while a buffer export is alive: closing early raises `BufferError`.
-#[pyclass(module = "shmring", frozen)]
-pub(crate) struct Message {
-    consumer: Py<Consumer>,
-    /// The pin's export count (see [`Held::exports`]).
-    exports: Arc<AtomicUsize>,
-    pin_id: u64,
-    seq: u64,
-    missed: u64,
-    len: usize,
-    meta: [u64; 2],
+/// Whether `consumer`'s message `id` is still pinned (for `queue::Part`); the GIL (`_py`)
+/// keeps it pinned while it is held (see the module doc).
+pub(crate) fn pin_is(_py: Python<'_>, consumer: &Py<Consumer>, id: u64) -> bool {
+    lock(&consumer.get().pins).find(id).is_some()
 }
 
-impl Message {
-    /// Runs `f` on the consumer state if this message's pin is still the current one. `f`
-    /// runs under the consumer's lock: it must not call Python. The GIL (`_py`) is held, so
-    /// the pin stays current until the caller releases the GIL (see the module doc).
-    fn with_pin<T>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Held) -> Result<T, Fail>,
-    ) -> PyResult<T> {
-        let pin_id = self.pin_id;
-        let done = self
-            .consumer
-            .get()
-            .held
-            .with(|h| h.pins(pin_id).then(|| f(h)))
-            .flatten();
-        done.unwrap_or_else(|| {
-            Err(Fail::new(
-                "Closed",
-                "this message was released (closed, or a later pin replaced it)",
-            ))
-        })
-        .map_err(|f| f.into_py(py))
+/// Lets `consumer`'s message `id` go if it is still pinned and nothing exports it (a
+/// `Message` or the last `queue::Part` of a message went away); quietly does nothing
+/// otherwise. Called with the GIL held (from a destructor; see the module doc). Calls no
+/// Python and makes no error object.
+pub(crate) fn release_pin(consumer: &Py<Consumer>, id: u64) {
+    let me = consumer.get();
+    if lock(&me.pins).let_go(id, "").unwrap_or(false) {
+        me.settle();
     }
-}
-
-#[pymethods]
-impl Message {
-    /// Sequence number.
-    #[getter]
-    fn seq(&self) -> u64 {
-        self.seq
-    }
-
-    /// Messages skipped just before this one.
-    #[getter]
-    fn missed(&self) -> u64 {
-        self.missed
-    }
-
-    /// The two metadata words.
-    #[getter]
-    fn meta(&self) -> (u64, u64) {
-        (self.meta[0], self.meta[1])
-    }
-
-    /// Whether the pin is released.
-    #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
-        self.with_pin(py, |_| Ok(())).is_err()
-    }
-
-    fn __len__(&self) -> usize {
-        self.len
-    }
-
-    /// A copy of the bytes.
-    fn tobytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
-        let (ptr, len) = self.with_pin(py, |h| Ok(h.bytes))?;
-        // SAFETY: the pin is current and the GIL is held since `with_pin` checked it, so
-        // these bytes are mapped and stable (pins are released only with the GIL).
-        Ok(PyBytes::new(py, unsafe {
-            core::slice::from_raw_parts(ptr as *const u8, len)
-        }))
-    }
-
-    /// Releases the pin (raises `BufferError` while an export is alive; idempotent).
-    fn close(&self, py: Python<'_>) -> PyResult<()> {
-        match self.with_pin(py, |h| h.unpin("close the message")) {
-            Err(e) if e.is_instance_of::<PyBufferError>(py) => Err(e),
-            _ => Ok(()),
-        }
-    }
-
-    fn __enter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
-        slf
-    }
-
-    #[pyo3(signature = (*_args))]
-    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close(py)?;
-        Ok(false)
-    }
-
-    /// The DLPack device: `(kDLCPU, 0)`.
-    fn __dlpack_device__(&self) -> (i32, i32) {
-        (1, 0)
-    }
-
-    /// A DLPack capsule viewing the bytes as a 1-D uint8 tensor (read-only: do not write
-    /// through it). The pin counts it as an export until the capsule's consumer deletes it.
-    #[pyo3(signature = (*, stream = None, max_version = None, dl_device = None, copy = None))]
-    fn __dlpack__<'py>(
-        slf: &Bound<'py, Self>,
-        stream: Option<Bound<'py, PyAny>>,
-        max_version: Option<Bound<'py, PyAny>>,
-        dl_device: Option<Bound<'py, PyAny>>,
-        copy: Option<bool>,
-    ) -> PyResult<Bound<'py, PyAny>> {
-        let _ = (stream, max_version, dl_device);
-        if copy == Some(true) {
-            return Err(PyValueError::new_err(
-                "copy=True is not supported: the message is exported in place",
-            ));
-        }
-        let py = slf.py();
-        let me = slf.get();
-        let (ptr, len) = me.with_pin(py, |h| Ok(h.bytes))?;
-        // Relaxed: as in `export::fill`.
-        me.exports.fetch_add(1, Ordering::Relaxed);
-        crate::dlpack::capsule(
-            py,
-            slf.clone().into_any().unbind(),
-            ptr,
-            len,
-            release_export,
-        )
-    }
-
-    /// Exports the pinned bytes read-only.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "a pinned message is read-only (write in place with Producer.claim)",
-            ));
-        }
-        let me = slf.get();
-        let bytes = me.with_pin(py, |h| Ok(h.bytes))?;
-        // SAFETY: `view` is the interpreter's; the pinned bytes stay mapped and stable while
-        // the export count keeps the pin (`Held::unpin` refuses).
-        unsafe { export::fill(slf.as_any(), view, bytes, true, flags, &me.exports) }
-    }
-
-    /// Drops one export.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
-        release_export(slf.py(), slf.as_any());
-    }
-
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!(
-            "Message(seq={}, len={}, missed={}{})",
-            self.seq,
-            self.len,
-            self.missed,
-            if self.closed(py) { ", closed" } else { "" }
-        )
-    }
-}
-
-impl Drop for Message {
-    fn drop(&mut self) {
-        // A message that goes away releases its pin, unless a later pin replaced it (or a
-        // view is alive, which cannot be: each export holds a reference to the message).
-        // No Python call here (no error objects either): a destructor may run while an
-        // exception is propagating, and calling into Python then would clobber it.
-        Python::with_gil(|_py| release_pin(&self.consumer, self.pin_id));
-    }
-}
-
-/// Drops one export of the message `obj` (a buffer view or a DLPack capsule went away).
-fn release_export(_py: Python<'_>, obj: &Bound<'_, PyAny>) {
-    if let Ok(msg) = obj.downcast::<Message>() {
-        export::release(&msg.get().exports);
-    }
-}
-
-/// Whether `consumer`'s current pin is the one numbered `pin_id` (for `queue::Part`); the
-/// GIL (`_py`) keeps it current while it is held.
-pub(crate) fn pin_is(_py: Python<'_>, consumer: &Py<Consumer>, pin_id: u64) -> bool {
-    consumer.get().held.with(|h| h.pins(pin_id)) == Some(true)
-}
-
-/// Releases `consumer`'s pin if it is still the one numbered `pin_id` and nothing exports it
-/// (a `Message` or the last `queue::Part` of a message went away). Quietly does nothing
-/// otherwise. Called with the GIL held (from a destructor; see the module doc).
-pub(crate) fn release_pin(consumer: &Py<Consumer>, pin_id: u64) {
-    consumer.get().held.with(|h| {
-        if h.pin_id == pin_id && !export::live(&h.exports) {
-            h.pin = None;
-        }
-    });
 }

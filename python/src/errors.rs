@@ -70,7 +70,16 @@ pub(crate) fn read(e: ReadError) -> Fail {
         ReadError::Corrupt(_) => "Corrupt",
         ReadError::Evicted => "Evicted",
         ReadError::Timeout => "Timeout",
-        ReadError::TooManyHolds { .. } => "Busy",
+        ReadError::TooManyHolds { max } => {
+            return Fail::new(
+                "TooManyPins",
+                format!(
+                    "this consumer already keeps {max} messages pinned, its max_pins: release \
+                     one (msg.release(), the end of its with block, or dropping it and its \
+                     views) before reading another"
+                ),
+            )
+        }
         ReadError::NotHeld => "Error",
     };
     Fail::new(kind, format!("{e}"))

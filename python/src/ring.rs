@@ -337,12 +337,25 @@ impl Ring {
 
     /// Registers a consumer: `mode` is `"gating"` (loses nothing, holds the producer back),
     /// `"latest"` (only the newest message) or `"skip"` (skips what it lagged behind, counted
-    /// in `missed`).
-    #[pyo3(signature = (mode = "gating"))]
-    fn consumer(&self, mode: &str) -> PyResult<Consumer> {
+    /// in `missed`). `max_pins` (1 to 8, default 4) is how many messages it may keep pinned
+    /// at once (`Consumer.pin`; a copying read needs one for its duration).
+    // `max_pins = 4` below is ring-core's default, spelled out for the signature.
+    #[pyo3(signature = (mode = "gating", *, max_pins = 4))]
+    fn consumer(&self, mode: &str, max_pins: i64) -> PyResult<Consumer> {
+        const _: () = assert!(ring_core::DEFAULT_MAX_HOLDS == 4);
         let class = class_of(mode)?;
+        let max = usize::try_from(max_pins)
+            .ok()
+            .filter(|k| (1..=ring_core::MAX_HOLDS).contains(k))
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "max_pins must be 1 to {} (messages a consumer keeps pinned at once), \
+                     not {max_pins}",
+                    ring_core::MAX_HOLDS
+                ))
+            })?;
         let sub = self.handle()?.subscriber(class).map_err(os_err)?;
-        Ok(Consumer::new(sub, class, &self.mapping))
+        Consumer::new(sub, class, &self.mapping, max)
     }
 
     /// The ring's name.

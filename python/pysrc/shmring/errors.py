@@ -10,7 +10,7 @@ __all__ = [
     "Error", "Timeout", "Disconnected", "Aborted", "Closed", "Full", "Empty", "TooLarge",
     "Corrupt", "Truncated", "NotFound", "AlreadyExists", "PermissionDenied", "InvalidName",
     "InvalidConfig", "ConfigMismatch", "Busy", "Lagging", "Evicted", "Displaced", "NotPinOnly",
-    "InvalidHandle",
+    "InvalidHandle", "TooManyPins",
 ]
 
 
@@ -89,6 +89,12 @@ class ConfigMismatch(Error, ValueError):
 class Busy(Error):
     """The role is taken: a live producer owns the ring, the consumer table is full, or a
     claimed slot is still open."""
+
+
+class TooManyPins(Busy):
+    """A consumer already keeps ``max_pins`` messages pinned (``Ring.consumer(max_pins=)``):
+    release one (``msg.release()``, the end of its ``with`` block, or dropping it and every
+    view of it) before the next read. Raised at once; nothing was read."""
 
 
 class Lagging(Error):

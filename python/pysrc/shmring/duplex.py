@@ -106,6 +106,11 @@ class Duplex:
         if not self._closed:
             self._allocator.free_all()
 
+    @property
+    def pending(self) -> int:
+        """Messages from the peer not read yet (a snapshot; 0 once closed)."""
+        return 0 if self._closed else self._consumer.pending
+
     # -- allocations -------------------------------------------------------------------------
 
     def allocate(self, nbytes: int, owner: int = 0) -> Block:

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import struct
 import threading
+import time
 import uuid
 import weakref
 from typing import Any
@@ -41,6 +42,18 @@ from .errors import Aborted, Disconnected, Empty, Full, InvalidHandle, Timeout
 __all__ = ["RingSegment", "SegmentPair", "ShmPipeTransport", "transport_pair"]
 
 _DONE = b"D"
+_VGI: tuple | None = None
+
+
+def _vgi() -> tuple:
+    """vgi-rpc's IPC helpers (imported once, on first use: vgi-rpc is optional)."""
+    global _VGI
+    if _VGI is None:
+        from vgi_rpc.shm import _STREAM_OVERHEAD, _has_dictionary_columns, _serialize_for_shm
+        from vgi_rpc.utils import new_ipc_stream
+
+        _VGI = (_STREAM_OVERHEAD, _has_dictionary_columns, _serialize_for_shm, new_ipc_stream)
+    return _VGI
 
 
 class RingSegment:
@@ -85,11 +98,10 @@ class RingSegment:
     def allocate_and_write(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
         """Writes `batch` into a new block of this side's arena: ``(handle, length)``, or
         ``None`` (the batch goes inline) when no room comes within ``wait`` seconds."""
-        from vgi_rpc.shm import _STREAM_OVERHEAD, _has_dictionary_columns, _serialize_for_shm
-        from vgi_rpc.utils import new_ipc_stream
-
+        _STREAM_OVERHEAD, _has_dictionary_columns, _serialize_for_shm, new_ipc_stream = _vgi()
         self._flush()
-        self._drain(0)
+        if self._duplex.pending:
+            self._drain(0)
         if _has_dictionary_columns(batch.schema):
             data = _serialize_for_shm(batch)  # vgi's format: dictionaries + batch, no schema
             block = self._allocate(data.size)
@@ -200,8 +212,6 @@ class RingSegment:
 
     def _allocate(self, n: int):
         """A block of `n` bytes, waiting up to ``wait`` for the peer to give room back."""
-        import time
-
         end = time.monotonic() + self.wait
         while True:
             try:

@@ -68,6 +68,30 @@ def hold_pinned(name, ready, pinned):
     time.sleep(600)
 
 
+def hold_several(name, k, ready, held):
+    """Pins `k` messages at once, views each with numpy, and waits to be killed."""
+    import numpy as np
+
+    ring = shmring.Ring.open(name, timeout=10)
+    c = ring.consumer("gating", max_pins=k)
+    ready.set()
+    msgs = [c.pin(timeout=20) for _ in range(k)]
+    views = [np.frombuffer(m, np.uint8) for m in msgs]
+    assert [int(v[0]) for v in views] == list(range(k))
+    held.set()
+    time.sleep(600)
+
+
+def produce_payloads(name, n):
+    """Publishes payload(0..n) to a ring whose consumer is registered, then closes."""
+    ring = shmring.Ring.open(name, timeout=10)
+    p = ring.producer()
+    assert p.wait_for_consumers(1, timeout=30)
+    for seq in range(n):
+        p.publish(payload(seq), timeout=30)
+    p.close()
+
+
 def queue_echo(receiver, sender):
     """Gets objects and puts them back until it gets None."""
     while True:
@@ -109,3 +133,16 @@ def arrow_reader(name, ready, out):
              os.getpid()))
     del table, col, buf
     msg.close()
+
+
+def kill_and_go_on(child, ring, producer, size):
+    """SIGKILLs `child` (a consumer holding the producer back), then checks that the producer
+    reclaims it and goes on (10 messages of `size` bytes) and that its entry is gone."""
+    import signal
+
+    os.kill(child.pid, signal.SIGKILL)
+    child.join(10)
+    assert child.exitcode == -signal.SIGKILL
+    for i in range(10):  # the producer reclaims the dead consumer and goes on
+        producer.publish(bytes([i]) * size, timeout=10)
+    assert ring.inspect()["consumers"] == []

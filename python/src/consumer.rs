@@ -3,8 +3,9 @@
 //! Every read holds its message with a ring-core hold (`Subscriber::recv_held_timeout`): a
 //! token that borrows nothing, so the consumer state needs no self-referential borrow and a
 //! consumer can keep up to `max_pins` messages (at most `ring_core::MAX_HOLDS`) pinned while it
-//! reads the next. A copying read (`recv`, `recv_into`, a copying queue `get`) holds its
-//! message for the copy only.
+//! reads the next. `recv` and `recv_into` copy under ring-core's single pin (`Pinned`, taken
+//! and dropped within the call, no lifetime extended), which is not a hold, so they work with
+//! `max_pins` messages pinned; the queue's copying get holds its message for the copy only.
 //!
 //! The state is split in two:
 //! - [`Held`] (the subscriber and the ring-core holds, by message id) lives in a [`Handoff`],
@@ -22,12 +23,13 @@
 use core::time::Duration;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ring_core::inspect::{consumer_info, producer_info};
 use ring_core::{DeliveryClass, Hold, ReadError};
-use ring_os::{Mapping, RecvTimeoutError, Subscriber};
+use ring_os::{ConsumerExt as _, Mapping, RecvTimeoutError, ShmReadError, Subscriber};
 
 use crate::errors::{self, exported_fail, Fail};
 use crate::export;
@@ -209,26 +211,68 @@ impl Consumer {
         Ok(())
     }
 
-    /// Takes the consumer state for one call (after `prepare`, see `Handoff::lease`) and holds
-    /// the next message, waiting as `timeout` says (raises `Timeout` when it runs out, and
-    /// `TooManyPins` at once when `max_pins` messages are pinned).
+    /// Takes the consumer state for one call, waiting up to `end` while another call has it;
+    /// `prepare` runs on it first (see `Handoff::lease`), after the holds let go are settled.
+    fn turn(
+        &self,
+        py: Python<'_>,
+        end: Option<Instant>,
+        mut prepare: impl FnMut(&mut Held) -> Result<(), Fail>,
+    ) -> PyResult<Turn<'_>> {
+        let lease = self
+            .held
+            .lease(py, end, |h| {
+                h.settle(&self.pins);
+                prepare(h)
+            })?
+            .ok_or_else(no_message)?;
+        Ok(Turn { lease, me: self })
+    }
+
+    /// Counts one message received, `missed` skipped before it.
+    fn count(&self, missed: u64) {
+        self.received.fetch_add(1, Ordering::Relaxed);
+        self.missed.fetch_add(missed, Ordering::Relaxed);
+    }
+
+    /// Waits (GIL released, in slices) until a message is there to read; raises `Timeout`
+    /// when `end` passes first, and what the stream says (`Disconnected`, `Aborted`...).
+    fn wait_message(
+        &self,
+        py: Python<'_>,
+        end: Option<Instant>,
+        turn: &mut Turn<'_>,
+    ) -> PyResult<()> {
+        let pins = &self.pins;
+        let ready = sliced(py, end, &mut turn.lease, |lease, slice| {
+            lease.check_open()?;
+            let h = lease.get()?;
+            h.settle(pins);
+            match h.sub.inner().wait_message(slice) {
+                Ok(()) => Ok(Some(())),
+                Err(ShmReadError::Read(ReadError::Timeout)) => Ok(None),
+                Err(ShmReadError::Read(e)) => Err(errors::read(e)),
+                Err(ShmReadError::ProducerGone) => Err(Fail::new(
+                    "Disconnected",
+                    format!("{}", ShmReadError::ProducerGone),
+                )),
+            }
+        })?;
+        ready.ok_or_else(no_message)
+    }
+
+    /// Takes the consumer state for one call (after `prepare`) and holds the next message,
+    /// waiting as `timeout` says (raises `Timeout` when it runs out, and `TooManyPins` at once
+    /// when `max_pins` messages are pinned).
     fn take_next(
         &self,
         py: Python<'_>,
         timeout: Option<f64>,
-        mut prepare: impl FnMut(&mut Held) -> Result<(), Fail>,
+        prepare: impl FnMut(&mut Held) -> Result<(), Fail>,
     ) -> PyResult<(Turn<'_>, Taken)> {
         let end = deadline(timeout)?;
-        let no_message = || PyErr::from(Fail::new("Timeout", "no message came within the timeout"));
+        let mut turn = self.turn(py, end, prepare)?;
         let pins = &self.pins;
-        let lease = self
-            .held
-            .lease(py, end, |h| {
-                h.settle(pins);
-                prepare(h)
-            })?
-            .ok_or_else(no_message)?;
-        let mut turn = Turn { lease, me: self };
         let got = sliced(py, end, &mut turn.lease, |lease, slice| {
             lease.check_open()?;
             let h = lease.get()?;
@@ -238,9 +282,7 @@ impl Consumer {
             take(&mut h.sub, slice)
         })?;
         let taken = got.ok_or_else(no_message)?;
-        self.received.fetch_add(1, Ordering::Relaxed);
-        self.missed
-            .fetch_add(taken.hold.missed(), Ordering::Relaxed);
+        self.count(taken.hold.missed());
         Ok((turn, taken))
     }
 
@@ -258,6 +300,11 @@ impl Consumer {
         });
         Ok((id, exports))
     }
+}
+
+/// The `Timeout` of a read that found no message in time.
+fn no_message() -> PyErr {
+    Fail::new("Timeout", "no message came within the timeout").into()
 }
 
 /// One try of a blocking read: holds the next message if one comes within `slice`.
@@ -424,28 +471,38 @@ impl Consumer {
         Ok(out)
     }
 
-    /// Copies the next message out as `bytes` (waits as `pin` does; holds the message for the
-    /// copy only, which needs one of the `max_pins`).
+    /// Copies the next message out as `bytes` (waits as `pin` does). A copying read pins
+    /// its message for the copy only, with a pin of its own: it works with `max_pins`
+    /// messages pinned.
     #[pyo3(signature = (timeout = None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
-        let (mut turn, taken) = self.take_next(py, timeout, |_| Ok(()))?;
-        let (ptr, len) = taken.bytes;
-        let faults = ring_os::sigbus::repaired_faults();
-        // SAFETY: the hold just taken keeps these `len` bytes mapped and stable; it is given
-        // back only after the copy.
-        let out = PyBytes::new(py, unsafe {
-            core::slice::from_raw_parts(ptr as *const u8, len)
-        });
-        turn.held()?.give(taken.hold)?;
-        truncated_since(faults)?;
-        Ok(out)
+        let end = deadline(timeout)?;
+        let mut turn = self.turn(py, end, |_| Ok(()))?;
+        loop {
+            self.wait_message(py, end, &mut turn)?;
+            let faults = ring_os::sigbus::repaired_faults();
+            // The message is there: pin it without waiting, and copy it with the GIL held.
+            let out = match turn.held()?.sub.recv_pinned_timeout(Duration::ZERO) {
+                Ok(pin) => {
+                    self.count(pin.missed());
+                    PyBytes::new(py, pin.bytes())
+                }
+                // Overwritten since (latest, skip): wait for the next one.
+                Err(RecvTimeoutError::Timeout)
+                | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => continue,
+                Err(e) => return Err(errors::recv(e).into()),
+            };
+            truncated_since(faults)?;
+            return Ok(out);
+        }
     }
 
     /// Copies the next message into `buffer` (any writable C-contiguous buffer: `bytearray`,
-    /// numpy array, `memoryview`, `mmap`) and returns its length; waits as `pin` does. The
-    /// reader of large messages reuses one buffer instead of a new `bytes` each time. A
-    /// message longer than the buffer raises `TooLarge` and is consumed (a buffer of the
-    /// ring's `slot_size` holds any message).
+    /// numpy array, `memoryview`, `mmap`) and returns its length; waits as `pin` does, and
+    /// copies with the GIL released. The reader of large messages reuses one buffer instead of
+    /// a new `bytes` each time. A message longer than the buffer raises `TooLarge` and is
+    /// consumed (a buffer of the ring's `slot_size` holds any message). As `recv`, it works
+    /// with `max_pins` messages pinned.
     #[pyo3(signature = (buffer, timeout = None))]
     fn recv_into(
         &self,
@@ -455,10 +512,38 @@ impl Consumer {
     ) -> PyResult<usize> {
         let view = crate::producer::View::writable(buffer)?;
         let (dst, room) = view.raw();
-        let (mut turn, taken) = self.take_next(py, timeout, |_| Ok(()))?;
-        let (src, len) = taken.bytes;
-        if len > room {
-            turn.held()?.give(taken.hold)?;
+        let end = deadline(timeout)?;
+        let mut turn = self.turn(py, end, |_| Ok(()))?;
+        let pins = &self.pins;
+        let faults = ring_os::sigbus::repaired_faults();
+        // Waits, pins and copies in one go, the GIL released throughout.
+        let got = sliced(py, end, &mut turn.lease, |lease, slice| {
+            lease.check_open()?;
+            let h = lease.get()?;
+            h.settle(pins);
+            let pin = match h.sub.recv_pinned_timeout(slice) {
+                Ok(pin) => pin,
+                Err(RecvTimeoutError::Timeout)
+                | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => return Ok(None),
+                Err(e) => return Err(errors::recv(e)),
+            };
+            let (src, len) = (pin.bytes().as_ptr(), pin.len());
+            if len > room {
+                return Ok(Some(Err((len, pin.missed()))));
+            }
+            // SAFETY: `src..src + len` is the pinned message, mapped and stable while `pin`
+            // lives (it is dropped after the copy); `dst..dst + len` lies in the writable view
+            // `view`, held (so the object cannot be resized or freed) until after the copy.
+            // Raw pointers only, and `copy` allows overlap, so even a view into the segment
+            // itself cannot make this unsound.
+            unsafe { core::ptr::copy(src, dst as *mut u8, len) };
+            Ok(Some(Ok((len, pin.missed()))))
+        })?;
+        drop(view);
+        let got = got.ok_or_else(no_message)?;
+        let (Ok((len, missed)) | Err((len, missed))) = got;
+        self.count(missed);
+        if got.is_err() {
             return Err(Fail::new(
                 "TooLarge",
                 format!(
@@ -467,22 +552,6 @@ impl Consumer {
             )
             .into());
         }
-        let faults = ring_os::sigbus::repaired_faults();
-        let copy = move || {
-            // SAFETY: `src..src + len` is the held message, mapped and stable while held (the
-            // hold is given back only after the copy); `dst..dst + len` lies in the writable
-            // view `view`, held (so the object cannot be resized or freed) until after the
-            // copy. Raw pointers only, and `copy` allows overlap, so even a view into the
-            // segment itself cannot make this unsound.
-            unsafe { core::ptr::copy(src as *const u8, dst as *mut u8, len) };
-        };
-        if len >= q::RELEASE_GIL_AT {
-            unlocked(py, &mut turn.lease, |_| copy());
-        } else {
-            copy();
-        }
-        drop(view);
-        turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;
         Ok(len)
     }

@@ -63,14 +63,21 @@ class RingSegment:
     usually in the other process), or both in one process with :class:`SegmentPair`.
     """
 
-    def __init__(self, duplex: Duplex, name: str, size: int, wait: float = 5.0) -> None:
+    def __init__(self, duplex: Duplex, name: str, size: int, wait: float = 5.0,
+                 keep: int = 2) -> None:
         self._duplex = duplex
         self._name, self._size, self.wait = name, size, wait
         self._lock = threading.Lock()  # guards _pending (finalizers run on any thread)
         self._pending: list[int] = []
+        #: Blocks the peer is done with, kept (at most ``keep``) to be written again: a block
+        #: reused at once is still in the cache, where the allocator's next-fit search would
+        #: hand out the next, cold, stretch of the arena (measured: a 4 MiB write 3x slower).
+        self.keep = keep
+        self._idle: list = []
+        self._lent: dict[int, Any] = {}  # handle -> Block the peer may be viewing
         self._send_lock = threading.Lock()
         self._closed = False
-        self.stats = {"routed": 0, "fallbacks": 0, "viewed": 0, "done_sent": 0, "freed": 0,
+        self.stats = {"routed": 0, "fallbacks": 0, "viewed": 0, "done_sent": 0, "freed": 0, "reused": 0,
                       "bad_notices": 0}
 
     @classmethod
@@ -107,7 +114,7 @@ class RingSegment:
             block = self._allocate(data.size)
             if block is None:
                 return None
-            memoryview(block)[:] = memoryview(data).cast("B")
+            memoryview(block)[: data.size] = memoryview(data).cast("B")
             self.stats["routed"] += 1
             return block.handle, data.size
         block = self._allocate(ipc.get_record_batch_size(batch) + _STREAM_OVERHEAD)
@@ -122,6 +129,7 @@ class RingSegment:
             n = sink.tell()
         except (pa.ArrowException, OSError, ValueError):  # the estimate was short: never past it
             del sink, target
+            self._lent.pop(block.handle, None)
             self._duplex.free(block.handle)
             self.stats["fallbacks"] += 1
             return None
@@ -197,12 +205,20 @@ class RingSegment:
             except (Empty, Timeout):
                 return freed
             except (Disconnected, Aborted):
+                self._idle.clear()
+                self._lent.clear()
                 return freed  # Duplex freed everything already
             timeout = 0
             if msg[:1] != _DONE or (len(msg) - 1) % 8:
                 self.stats["bad_notices"] += 1
                 continue
             for (h,) in struct.iter_unpack("<Q", msg[1:]):
+                block = self._lent.pop(h, None)
+                if block is not None and len(self._idle) < self.keep:
+                    self._idle.append(block)
+                    self.stats["freed"] += 1
+                    freed = True
+                    continue
                 try:
                     self._duplex.free(h)
                     self.stats["freed"] += 1
@@ -212,11 +228,24 @@ class RingSegment:
 
     def _allocate(self, n: int):
         """A block of `n` bytes, waiting up to ``wait`` for the peer to give room back."""
+        for i in range(len(self._idle) - 1, -1, -1):  # the most recently returned first
+            block = self._idle[i]
+            if n <= block.nbytes <= 2 * n + (64 << 10):
+                del self._idle[i]
+                self._lent[block.handle] = block
+                self.stats["reused"] += 1
+                return block
         end = time.monotonic() + self.wait
         while True:
             try:
-                return self._duplex.allocate(n)
+                block = self._duplex.allocate(n)
+                self._lent[block.handle] = block
+                return block
             except Full:
+                if self._idle:  # room first from the blocks kept for reuse
+                    while self._idle:
+                        self._duplex.free(self._idle.pop().handle)
+                    continue
                 left = end - time.monotonic()
                 if left <= 0 or self._duplex.peer_ended or n > self._size:
                     self.stats["fallbacks"] += 1

@@ -27,6 +27,7 @@ def batch(n=1000):
 
 def test_a_batch_crosses_zero_copy_and_its_block_is_freed_when_done(pair):
     a, b = pair.a, pair.b
+    a.keep = 0  # no block kept for reuse: freed as soon as b is done
     want = batch()
     handle, n = a.allocate_and_write(want)
     buf = b.read_buffer(handle, n)
@@ -40,6 +41,21 @@ def test_a_batch_crosses_zero_copy_and_its_block_is_freed_when_done(pair):
     assert a._drain(1.0)  # b's done notice arrives and a frees the block
     assert a._duplex.inspect()["own"]["live"] == 0
     assert b.stats["done_sent"] == 1 and a.stats["freed"] == 1
+
+
+def test_a_block_the_peer_is_done_with_is_written_again(pair):
+    a, b = pair.a, pair.b
+    handles = set()
+    for i in range(20):
+        want = batch(1000 - i)  # each fits the block of the one before
+        handle, n = a.allocate_and_write(want)
+        handles.add(handle)
+        buf = b.read_buffer(handle, n)
+        assert _deserialize_from_shm(buf, want.schema).equals(want)
+        del buf
+        gc.collect()
+    assert len(handles) <= 3 and a.stats["reused"] >= 17
+    assert a._duplex.inspect()["own"]["live"] <= 1 + a.keep
 
 
 def test_a_dictionary_batch_crosses(pair):

@@ -21,3 +21,7 @@ if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
 fi
 [ "$rc" -eq 2 ] && echo "bench-smoke: WARNING: some cases failed (see above)" >&2
 cargo run --release -p ring-benches --bin transport-bench -- --verify-json "$out"
+
+# Instructions per message under callgrind (deterministic, never timed): a smoke test that the
+# counting runs (ci/setup.sh installs valgrind); the figures and their before/after are in docs/benchmarks.md.
+ICOUNT_N=500 ICOUNT_LENS=64 ICOUNT_CASES="copy pin hold" bash benches/icount.sh

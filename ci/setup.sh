@@ -15,6 +15,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || need+=(pkg-config)
 command -v c++ >/dev/null 2>&1 || need+=(g++)
 command -v unshare >/dev/null 2>&1 || need+=(util-linux)
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}"

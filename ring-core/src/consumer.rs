@@ -807,6 +807,7 @@ impl<M: Memory> Consumer<M> {
 
     /// Publishes the local cursor and statistics to the entry (once per read, or once per
     /// batch), then wakes a parked producer if `unpinned` or gating.
+    #[inline]
     fn publish_progress(&mut self, unpinned: bool) {
         let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours to write.

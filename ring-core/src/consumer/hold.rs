@@ -51,13 +51,20 @@ impl HoldSet {
     /// Whether `slot` is the slot of a held message.
     #[inline]
     pub(super) fn holds_slot(&self, slot: usize) -> bool {
-        self.slots[..self.len].contains(&slot)
+        // The common case, no holds, in one compare (the per-message read path).
+        self.len != 0 && self.holds_slot_slow(slot)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn holds_slot_slow(&self, slot: usize) -> bool {
+        self.slots[..self.len.min(MAX_HOLDS)].contains(&slot)
     }
 
     /// The oldest held sequence.
     #[inline]
     fn oldest(&self) -> Option<u64> {
-        self.seqs[..self.len].iter().copied().min()
+        self.seqs[..self.len.min(MAX_HOLDS)].iter().copied().min()
     }
 
     /// Where `(seq, slot)` is held.
@@ -294,6 +301,18 @@ impl<M: Memory> Consumer<M> {
     /// the oldest message it holds; everyone else's is the next message to read.
     #[inline]
     pub(super) fn shared_cursor(&self) -> u64 {
+        // The common case, no holds, in one compare (every read publishes its cursor); the
+        // rest out of line, so the read path stays as small as it was without holds.
+        if self.holds.len == 0 {
+            self.next
+        } else {
+            self.shared_cursor_holding()
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn shared_cursor_holding(&self) -> u64 {
         match (self.class, self.holds.oldest()) {
             (DeliveryClass::Gating, Some(oldest)) => oldest.min(self.next),
             _ => self.next,

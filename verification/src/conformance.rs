@@ -409,7 +409,7 @@ pub fn sequence_for(seed: u64, len: usize, cap: u16) -> Vec<Op> {
         .map(|_| {
             let x = r.next();
             let b = (x >> 8) as u8;
-            match x % 24 {
+            match x % 27 {
                 0..=2 => Op::Claim,
                 3 | 4 => Op::Write {
                     offset: (x >> 40) as u16 % (cap + 8),
@@ -428,6 +428,11 @@ pub fn sequence_for(seed: u64, len: usize, cap: u16) -> Vec<Op> {
                 5..=7 => Op::Publish,
                 8 => Op::Abort,
                 9 | 10 => Op::Pin { consumer: b },
+                24 | 25 => Op::Hold { consumer: b },
+                26 => Op::Release {
+                    consumer: b,
+                    which: (x >> 24) as u8,
+                },
                 11 => Op::Unpin { consumer: b },
                 12 => Op::CopyRead {
                     consumer: b,

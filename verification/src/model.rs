@@ -156,6 +156,18 @@ pub enum Op {
         /// The call.
         call: DisplacedCall,
     },
+    /// Consumer holds its next message (`try_hold`), up to the default limit of holds.
+    Hold {
+        /// Consumer-table index.
+        consumer: u8,
+    },
+    /// Consumer releases one of its holds (`release`), reporting its bytes just before.
+    Release {
+        /// Consumer-table index.
+        consumer: u8,
+        /// Which hold, in the order they were taken (modulo how many there are).
+        which: u8,
+    },
     /// Consumer leaks its pin (`mem::forget`): the bit stays until its next read or its drop
     /// takes it back.
     ForgetPin {
@@ -257,6 +269,14 @@ pub enum Outcome {
     ReadFailed(ReadError),
     /// A pin was dropped.
     Unpinned,
+    /// A hold was released; its message's sequence and bytes just before the release (the
+    /// bytes it had when it was taken, or the producer overwrote a held slot).
+    Released {
+        /// The held message's sequence.
+        seq: u64,
+        /// Its bytes.
+        bytes: Vec<u8>,
+    },
     /// Registered at this table index.
     Registered(usize),
     /// Registration failed.
@@ -402,6 +422,8 @@ pub struct ModelConsumer {
     pub missed: u64,
     /// The held pin: (slot, seq).
     pub pin: Option<(usize, u64)>,
+    /// The held messages (`try_hold`), in the order taken: (slot, seq, bytes).
+    pub holds: Vec<(usize, u64, Vec<u8>)>,
     /// The pin was leaked (`mem::forget`): its bit stays, but no `Pinned` exists.
     pub leaked: bool,
 }
@@ -528,15 +550,13 @@ impl Model {
     pub fn readers(&self, slot: usize) -> u32 {
         let mut bits = 0;
         for (i, c) in self.consumers.iter().enumerate() {
-            if let Some(ModelConsumer {
-                pin: Some((s, _)),
-                class,
-                ..
-            }) = c
-            {
-                if *s == slot && *class != Class::Gating {
-                    bits |= 1 << i;
-                }
+            let Some(c) = c else { continue };
+            if c.class == Class::Gating {
+                continue;
+            }
+            let pinned = c.pin.is_some_and(|(s, _)| s == slot);
+            if pinned || c.holds.iter().any(|h| h.0 == slot) {
+                bits |= 1 << i;
             }
         }
         bits
@@ -585,6 +605,18 @@ impl Model {
                 Some(_) => Outcome::Aborted,
             },
             Op::Pin { consumer } => self.read(self.index(consumer), None),
+            Op::Hold { consumer } => self.hold(self.index(consumer)),
+            Op::Release { consumer, which } => {
+                let i = self.index(consumer);
+                match &mut self.consumers[i] {
+                    Some(c) if c.alive && (c.pin.is_none() || c.leaked) && !c.holds.is_empty() => {
+                        let (_, seq, bytes) = c.holds.remove(which as usize % c.holds.len());
+                        c.cursor = shared_cursor(c);
+                        Outcome::Released { seq, bytes }
+                    }
+                    _ => Outcome::Skipped,
+                }
+            }
             Op::CopyRead { consumer, buf } => self.read(self.index(consumer), Some(buf as usize)),
             Op::Unpin { consumer } => {
                 let i = self.index(consumer);
@@ -763,7 +795,7 @@ impl Model {
         // One cursor store for the batch: the consumer's next sequence (past any message a
         // failed last read stepped over).
         let c = self.consumers[i].as_mut().expect("checked above");
-        c.cursor = c.next;
+        c.cursor = shared_cursor(c);
         Outcome::ReadBatch(Ok(items))
     }
 
@@ -919,6 +951,30 @@ impl Model {
         Outcome::ReadFailed(ReadError::Lagging)
     }
 
+    /// [`Op::Hold`]: a pin's read, kept as a hold (the consumer moves on).
+    fn hold(&mut self, i: usize) -> Outcome {
+        match &self.consumers[i] {
+            Some(c) if c.alive && (c.pin.is_none() || c.leaked) => {
+                // The limit is checked before anything is read (a leaked pin stays leaked).
+                if c.holds.len() >= ring_core::DEFAULT_MAX_HOLDS {
+                    return Outcome::ReadFailed(ReadError::TooManyHolds {
+                        max: ring_core::DEFAULT_MAX_HOLDS,
+                    });
+                }
+            }
+            _ => return Outcome::Skipped,
+        }
+        let out = self.read(i, None);
+        if let (Outcome::Read { seq, bytes, .. }, Some(c)) = (&out, &mut self.consumers[i]) {
+            let (slot, _) = c.pin.take().unwrap_or_default();
+            c.holds.push((slot, *seq, bytes.clone()));
+            c.next = seq + 1;
+            c.received += 1;
+            c.cursor = shared_cursor(c);
+        }
+        out
+    }
+
     fn register(&mut self, class: Class, owner: u64) -> Outcome {
         let Some(i) = self.consumers.iter().position(Option::is_none) else {
             return Outcome::RegisterFailed(Error::ConsumerTableFull {
@@ -940,6 +996,7 @@ impl Model {
             received: 0,
             missed: 0,
             pin: None,
+            holds: Vec::new(),
             leaked: false,
         });
         self.registrations += 1;
@@ -972,7 +1029,11 @@ impl Model {
         Outcome::Reclaim(Ok(Reclaimed {
             index: i,
             owner: c.owner,
-            pins_cleared: u32::from(c.pin.is_some() && c.class != Class::Gating),
+            pins_cleared: if c.class == Class::Gating {
+                0
+            } else {
+                u32::from(c.pin.is_some()) + c.holds.len() as u32
+            },
             cursor: c.cursor,
             was_registered: true,
         }))
@@ -985,7 +1046,7 @@ impl Model {
             return Outcome::Skipped;
         }
         match &self.consumers[i] {
-            Some(c) if c.alive && (c.pin.is_none() || c.leaked) => {
+            Some(c) if c.alive && (c.pin.is_none() || c.leaked) && c.holds.is_empty() => {
                 self.victims.push(c.owner);
                 self.free_reclaimed(i)
             }
@@ -1177,6 +1238,14 @@ impl Model {
 /// Marks `seq` consumed by `c`.
 fn advance(c: &mut ModelConsumer, seq: u64) {
     c.next = seq + 1;
-    c.cursor = seq + 1;
+    c.cursor = shared_cursor(c);
     c.received += 1;
+}
+
+/// The cursor `c` shows the producer: a gating consumer's stays at its oldest hold.
+fn shared_cursor(c: &ModelConsumer) -> u64 {
+    match c.holds.iter().map(|h| h.1).min() {
+        Some(oldest) if c.class == Class::Gating => oldest.min(c.next),
+        _ => c.next,
+    }
 }

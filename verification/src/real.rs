@@ -10,7 +10,7 @@ use crate::model::{Failure, ALLOC_OWNERS};
 use ring_core::arena::{AllocError, Allocator};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::layout::{READER_MASK, WRITER};
-use ring_core::{Consumer, Memory, OwnerId, Pinned, Producer, WriteSlot};
+use ring_core::{Consumer, Hold, Memory, OwnerId, Pinned, Producer, WriteSlot};
 use std::ptr::NonNull;
 
 /// A value on the heap plus a guard that mutably borrows it (a [`Pinned`] borrows its
@@ -103,12 +103,26 @@ pub struct Real<'s, M: Memory> {
     producer: Option<ProducerCell<'s, M>>,
     producer_owner: u64,
     consumers: Vec<Option<ConsumerCell<'s, M>>>,
+    /// Each consumer's holds, in the order taken (the model keeps the same order).
+    holds: Vec<Vec<Hold>>,
     registrations: u64,
     /// Consumers reclaimed while alive, still holding their handles ([`Op::ReclaimLive`]).
     victims: Vec<ConsumerCell<'s, M>>,
     /// Producers taken over while alive, still holding their handles ([`Op::TakeOverLive`]).
     displaced: Vec<ProducerCell<'s, M>>,
     alloc: Option<Allocator<'s>>,
+}
+
+/// A held message's bytes, through its words (loom and shuttle builds have no byte view).
+fn held_bytes<M: Memory>(c: &Consumer<&M>, h: &Hold) -> Vec<u8> {
+    let mut out: Vec<u8> = c
+        .held_words(h)
+        .unwrap_or_default()
+        .iter()
+        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+        .collect();
+    out.truncate(h.len());
+    out
 }
 
 fn owner(id: u64) -> OwnerId {
@@ -138,6 +152,9 @@ impl<'s, M: Memory> Real<'s, M> {
             producer: Some(Held::new(producer)),
             producer_owner: PRODUCER_OWNER,
             consumers: (0..mem.geometry().consumers()).map(|_| None).collect(),
+            holds: (0..mem.geometry().consumers())
+                .map(|_| Vec::new())
+                .collect(),
             registrations: 0,
             victims: Vec::new(),
             displaced: Vec::new(),
@@ -151,6 +168,9 @@ impl<'s, M: Memory> Real<'s, M> {
 
     fn take_consumer(&mut self, consumer: u8) -> Option<ConsumerCell<'s, M>> {
         let i = self.index(consumer);
+        // Its holds' tokens go with it (inert: the consumer's drop, or its reclaim after a
+        // death, ends the holds in shared memory).
+        self.holds[i].clear();
         self.consumers[i].take()
     }
 
@@ -187,6 +207,44 @@ impl<'s, M: Memory> Real<'s, M> {
                 }
             },
             Op::Pin { consumer } => self.pin(self.index(consumer)),
+            Op::Hold { consumer } => {
+                let i = self.index(consumer);
+                let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
+                    return Outcome::Skipped;
+                };
+                match c.try_hold() {
+                    Ok(h) => {
+                        let out = Outcome::Read {
+                            seq: h.seq(),
+                            missed: h.missed(),
+                            bytes: held_bytes(c, &h),
+                            meta: h.meta(),
+                        };
+                        self.holds[i].push(h);
+                        out
+                    }
+                    Err(e) => Outcome::ReadFailed(e),
+                }
+            }
+            Op::Release { consumer, which } => {
+                let i = self.index(consumer);
+                let n = self.holds[i].len();
+                let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
+                    return Outcome::Skipped;
+                };
+                if n == 0 {
+                    return Outcome::Skipped;
+                }
+                let h = self.holds[i].remove(which as usize % n);
+                let out = Outcome::Released {
+                    seq: h.seq(),
+                    bytes: held_bytes(c, &h),
+                };
+                match c.release(h) {
+                    Ok(()) => out,
+                    Err(e) => Outcome::Broken(format!("release of a hold it has: {e}")),
+                }
+            }
             Op::Unpin { consumer } => {
                 let i = self.index(consumer);
                 match self.consumers[i].as_mut().and_then(|c| c.guard.take()) {
@@ -420,6 +478,10 @@ impl<'s, M: Memory> Real<'s, M> {
     /// [`Op::ReclaimLive`]: as the model, a live consumer without a `Pinned` (its pin, if
     /// any, leaked), by its right owner; the victim keeps its handle.
     fn reclaim_live(&mut self, i: usize, model: &Model) -> Outcome {
+        // As the model: never a consumer that holds messages (their bytes would be rewritten).
+        if !self.holds[i].is_empty() {
+            return Outcome::Skipped;
+        }
         let Some(victim) = self.consumers[i].take_if(|c| c.guard.is_none()) else {
             return Outcome::Skipped;
         };
@@ -733,12 +795,30 @@ impl<'s, M: Memory> Real<'s, M> {
             mc.cursor
         );
         ensure!(
-            // A gating reader's pin is its cursor: no reader bit.
-            info.pins == u32::from(mc.pin.is_some() && mc.class != crate::model::Class::Gating),
-            "entry {i}: {} pins != model {:?}",
+            // A gating reader's pin (and hold) is its cursor: no reader bit.
+            info.pins
+                == if mc.class == crate::model::Class::Gating {
+                    0
+                } else {
+                    u32::from(mc.pin.is_some()) + mc.holds.len() as u32
+                },
+            "entry {i}: {} pins != model {:?} and {} holds",
             info.pins,
-            mc.pin
+            mc.pin,
+            mc.holds.len()
         );
+        // Every held message is still the one taken (the producer reused no held slot).
+        for (slot, seq, _) in &mc.holds {
+            let stamp = self
+                .mem
+                .slot_header(*slot)
+                .stamp
+                .load(ring_core::sync::Ordering::Relaxed);
+            ensure!(
+                stamp == 2 * seq + 2,
+                "consumer {i} holds message {seq}, but slot {slot} has stamp {stamp}"
+            );
+        }
         // Invariant 4, gating: nothing this consumer has not consumed is overwritten.
         if mc.class == crate::model::Class::Gating {
             for seq in mc.cursor..model.head {

@@ -43,6 +43,9 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         1 => Just(Op::Abort),
         4 => c.clone().prop_map(|consumer| Op::Pin { consumer }),
         4 => c.clone().prop_map(|consumer| Op::Unpin { consumer }),
+        // Several messages per consumer (holds), released in any order.
+        3 => c.clone().prop_map(|consumer| Op::Hold { consumer }),
+        3 => (c.clone(), any::<u8>()).prop_map(|(consumer, which)| Op::Release { consumer, which }),
         4 => (c.clone(), prop_oneof![Just(cap), 0..cap + 8])
             .prop_map(|(consumer, buf)| Op::CopyRead { consumer, buf }),
         3 => class().prop_map(|class| Op::Register { class }),

@@ -100,6 +100,18 @@ fn one_line_error(out: &Output) -> String {
     lines[0].to_owned()
 }
 
+/// Spawns `ringctl sub ARGS` with no stdin and stdout/stderr piped.
+fn spawn_sub(args: &[&str]) -> Child {
+    Command::new(BIN)
+        .arg("sub")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawning sub")
+}
+
 /// Polls `cond` every 10 ms for at most `timeout`.
 fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     let deadline = Instant::now() + timeout;
@@ -304,13 +316,7 @@ fn inspect_shows_producer_and_consumers() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawning pub");
-    let sub = Command::new(BIN)
-        .args(["sub", &name, "--class", "skip"])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub");
+    let sub = spawn_sub(&[&name, "--class", "skip"]);
     let registered = eventually(Duration::from_secs(20), || {
         let out = run(&["inspect", &name, "--json"]);
         out.status.success()
@@ -689,13 +695,7 @@ fn rustix_is_root_with_unshare() -> Option<()> {
 fn an_aborted_stream_is_not_a_finished_one() {
     let name = unique("abort");
     let _cleanup = Cleanup(name.clone());
-    let sub = Command::new(BIN)
-        .args(["sub", &name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub");
+    let sub = spawn_sub(&[&name]);
     // A directory as stdin: the first read fails after `pub` created the ring and the
     // subscriber joined.
     let dir = std::fs::File::open("/").expect("open /");
@@ -728,13 +728,7 @@ fn slow_sub(
     pause: Duration,
     stop_after: usize,
 ) -> (Child, std::thread::JoinHandle<usize>) {
-    let mut sub = Command::new(BIN)
-        .args(["sub", name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub");
+    let mut sub = spawn_sub(&[name]);
     let mut out = sub.stdout.take().expect("stdout");
     let reader = std::thread::spawn(move || {
         use std::io::Read as _;
@@ -788,13 +782,7 @@ fn a_pub_that_times_out_tells_its_sub_why() {
     let _cleanup = Cleanup(name.clone());
     // The sub's stdout is read only after the publisher gave up: it stalls behind its pipe and
     // its 1 MiB buffer, holding the 4-slot ring.
-    let mut sub = Command::new(BIN)
-        .args(["sub", &name])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub");
+    let mut sub = spawn_sub(&[&name]);
     let publ = ringctl(
         &[
             "pub",

@@ -207,10 +207,17 @@ pub const FRAMES: [(&str, usize, usize); 6] = [
 const KIB: usize = 1024;
 const MIB: usize = 1024 * 1024;
 
+/// The fewest rounds (samples) a `--quick` case of the small-message metrics takes: the
+/// median of 7 is decided by the 4th, so up to three samples that a preemption stretched (a
+/// shared 2-core machine) cannot move it; with 4 samples, one could (seen: throughput 0.47x
+/// iceoryx2 in one quick run, 2.9x in the next).
+pub const QUICK_MIN_ROUNDS: usize = 7;
+
 /// The full list of cases; `quick` shrinks every iteration count (about a minute in all).
 pub fn plan(quick: bool) -> Vec<Case> {
     let mut cases = Vec::new();
-    let (rt_rounds, rt_iters, rt_warm) = if quick { (5, 100, 50) } else { (10, 500, 200) };
+    let q = QUICK_MIN_ROUNDS;
+    let (rt_rounds, rt_iters, rt_warm) = if quick { (q, 100, 50) } else { (10, 500, 200) };
     for bytes in [64, KIB] {
         cases.push(case(
             Metric::RoundTrip,
@@ -242,9 +249,9 @@ pub fn plan(quick: bool) -> Vec<Case> {
             iters,
         ));
     }
-    let (tp_rounds, tp_iters) = if quick { (4, 1) } else { (10, 3) };
+    let (tp_rounds, tp_iters) = if quick { (q + 2, 1) } else { (10, 3) };
     cases.push(case(Metric::Throughput, 64, "", 1, tp_rounds, tp_iters));
-    let (fo_rounds, fo_iters, fo_warm) = if quick { (4, 50, 20) } else { (10, 200, 50) };
+    let (fo_rounds, fo_iters, fo_warm) = if quick { (q, 50, 20) } else { (10, 200, 50) };
     cases.push(case(Metric::Fanout, 64, "", fo_warm, fo_rounds, fo_iters));
     let (fb_rounds, fb_iters) = if quick { (3, 4) } else { (8, 16) };
     cases.push(case(Metric::Fanout, MIB, "", 2, fb_rounds, fb_iters));
@@ -279,6 +286,23 @@ mod tests {
             assert_eq!(Transport::from_name(t.name()), Some(t));
         }
         assert_eq!(Transport::from_name("carrier-pigeon"), None);
+    }
+
+    /// A quick run's small-message medians are odd-sized samples of at least
+    /// `QUICK_MIN_ROUNDS`, so a few preempted samples cannot decide them.
+    #[test]
+    fn quick_small_message_medians_survive_preempted_samples() {
+        for c in plan(true) {
+            if c.bytes <= KIB && c.metric != Metric::Acquire {
+                assert!(
+                    c.rounds >= QUICK_MIN_ROUNDS && c.rounds % 2 == 1,
+                    "{} {} B: {} rounds",
+                    c.metric,
+                    c.bytes,
+                    c.rounds
+                );
+            }
+        }
     }
 
     #[test]

@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from . import _shmring
-from .errors import Error, Timeout
+from .errors import Error, Timeout, TooManyPins
 
 __all__ = [
     "Client", "Reader", "Superseded", "frame_view", "parse", "reader", "recv_into", "word_sum",
@@ -86,7 +86,8 @@ class Reader:
     def __init__(self, ring: str, timeout: float = 5.0):
         self.name = ring
         self._ring = _shmring.Ring.open(ring, timeout=timeout)
-        self._consumer = self._ring.consumer("latest")
+        # One frame pinned at a time: the next read while a view lives raises BufferError.
+        self._consumer = self._ring.consumer("latest", max_pins=1)
         self.frames = 0  # frames read
 
     def pin(self, descriptor: Any, timeout: float | None = 5.0) -> _shmring.Message:
@@ -100,6 +101,9 @@ class Reader:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             try:
                 msg = self._consumer.pin(timeout=left)
+            except TooManyPins:
+                raise BufferError(f"a frame of ring {self.name!r} is still viewed: drop (or "
+                                  "copy) it before the next read from this reader") from None
             except Timeout as e:
                 raise Timeout(f"frame {want} of ring {self.name!r} did not arrive within "
                               f"{timeout} s") from e

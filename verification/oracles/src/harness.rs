@@ -15,6 +15,8 @@ pub struct Reader<'s> {
     pub consumer: Consumer<&'s HeapSegment>,
     /// The model's view (kept up to date in loose mode too, but not checked there).
     pub model: ReaderModel,
+    /// Its holds' tokens, in the order taken (as `model.holds`).
+    pub holds: Vec<ring_core::Hold>,
 }
 
 /// The ring under test, its live handles and (while checking) the model.
@@ -96,6 +98,8 @@ impl<'s> Harness<'s> {
                 claim_while_pinned,
             } => self.pin(*who, *claim_while_pinned)?,
             Op::Copy { who, buf } => self.copy(*who, self.fit(*buf))?,
+            Op::Hold(who) => self.hold(*who)?,
+            Op::Release { who, which } => self.release(*who, *which)?,
             Op::WaitReady(who) => self.wait_ready(*who)?,
             Op::WaitDrained => {
                 if let Some(p) = self.producer.as_mut() {

@@ -24,6 +24,7 @@ impl<'s> Harness<'s> {
                 self.readers.push(Reader {
                     consumer: c,
                     model: rm,
+                    holds: Vec::new(),
                 });
             }
             (Ok(c), None) => {
@@ -35,8 +36,13 @@ impl<'s> Harness<'s> {
                     start: c.cursor(),
                     received: 0,
                     missed: 0,
+                    holds: Vec::new(),
                 };
-                self.readers.push(Reader { consumer: c, model });
+                self.readers.push(Reader {
+                    consumer: c,
+                    model,
+                    holds: Vec::new(),
+                });
             }
             (Err(e), want) => {
                 displays(&e)?;
@@ -172,6 +178,112 @@ impl<'s> Harness<'s> {
             m.slots[slot].readers &= !bit;
             m.advance(&mut r.model, seq);
         }
+        Ok(())
+    }
+
+    /// `try_hold`: as a pin's read, but the reader moves on and the message stays pinned.
+    pub(super) fn hold(&mut self, who: u8) -> Outcome {
+        if self.readers.is_empty() {
+            return Ok(());
+        }
+        let i = usize::from(who) % self.readers.len();
+        let Self {
+            model,
+            readers,
+            seg,
+            ..
+        } = self;
+        let r = &mut readers[i];
+        let limit = r.consumer.max_holds();
+        let want = model.as_ref().map(|m| {
+            if r.model.holds.len() >= limit {
+                Err(ring_core::ReadError::TooManyHolds { max: limit })
+            } else {
+                m.read(&mut r.model, None)
+            }
+        });
+        let h = match r.consumer.try_hold() {
+            Ok(h) => h,
+            Err(e) => {
+                displays(&e)?;
+                ensure!(
+                    matches!(e, ring_core::ReadError::TooManyHolds { .. })
+                        || read_error_documented(&e, false).is_ok(),
+                    "try_hold: undocumented {e:?}"
+                );
+                ensure!(
+                    want.is_none_or(|w| w == Err(e)),
+                    "try_hold: got Err({e:?}), model {want:?}"
+                );
+                return Ok(());
+            }
+        };
+        let bytes = r.consumer.held_bytes(&h).map(<[u8]>::to_vec);
+        ensure!(
+            bytes.as_ref().is_some_and(|b| b.len() == h.len()),
+            "held_bytes of a fresh hold: {bytes:?}"
+        );
+        if let Some(m) = model.as_mut() {
+            let w = match want {
+                Some(Ok(w)) => w,
+                other => return Err(format!("try_hold held seq {}, model {other:?}", h.seq())),
+            };
+            ensure!(
+                (h.seq(), h.len(), h.missed(), h.meta()) == (w.seq, w.len, w.missed, w.meta),
+                "try_hold: got seq {} len {} missed {} meta {:?}, model {w:?}",
+                h.seq(),
+                h.len(),
+                h.missed(),
+                h.meta()
+            );
+            ensure!(
+                bytes.as_deref() == Some(&m.slots[w.slot].bytes[..w.len]),
+                "held bytes differ from what was written"
+            );
+            m.hold(&mut r.model, w.seq, w.slot);
+            ensure!(
+                total_pins(*seg) == m.slots.iter().map(|s| s.readers.count_ones()).sum::<u32>(),
+                "total_pins with holds disagrees with the model"
+            );
+        } else {
+            r.model.holds.push((h.seq(), 0));
+        }
+        r.holds.push(h);
+        Ok(())
+    }
+
+    /// `release` of hold `which % holds`: its bytes are still the message's until then.
+    pub(super) fn release(&mut self, who: u8, which: u8) -> Outcome {
+        if self.readers.is_empty() {
+            return Ok(());
+        }
+        let i = usize::from(who) % self.readers.len();
+        let Self { model, readers, .. } = self;
+        let r = &mut readers[i];
+        if r.holds.is_empty() {
+            return Ok(());
+        }
+        let k = usize::from(which) % r.holds.len();
+        let h = r.holds.remove(k);
+        let bytes = r.consumer.held_bytes(&h).map(<[u8]>::to_vec);
+        if let Some(m) = model.as_mut() {
+            let (seq, slot) = r.model.holds[k];
+            ensure!(seq == h.seq(), "hold {k} is seq {}, model {seq}", h.seq());
+            // Reclaimed (a right-owner reclaim of a live reader): the hold is gone with the
+            // entry; otherwise the bytes are still the message's.
+            if m.registered(&r.model) {
+                ensure!(
+                    m.slots[slot].stamp == 2 * seq + 2
+                        && bytes.as_deref() == Some(&m.slots[slot].bytes[..h.len()]),
+                    "held message {seq} changed before its release"
+                );
+            }
+            m.release(&mut r.model, k);
+        } else {
+            r.model.holds.remove(k);
+        }
+        let got = r.consumer.release(h);
+        ensure!(got.is_ok(), "release of a hold it has: {got:?}");
         Ok(())
     }
 

@@ -68,6 +68,18 @@ pub struct ReaderModel {
     pub received: u64,
     /// Messages missed.
     pub missed: u64,
+    /// Messages held (`try_hold`), in the order taken: (sequence, slot).
+    pub holds: Vec<(u64, usize)>,
+}
+
+impl ReaderModel {
+    /// The cursor the entry shows: a gating reader's stays at its oldest hold.
+    pub fn shared_cursor(&self) -> u64 {
+        match self.holds.iter().map(|h| h.0).min() {
+            Some(oldest) if self.class == DeliveryClass::Gating => oldest.min(self.next),
+            _ => self.next,
+        }
+    }
 }
 
 /// A successful read as the model predicts it.
@@ -175,6 +187,7 @@ impl RingModel {
             start: head,
             received: 0,
             missed: 0,
+            holds: Vec::new(),
         })
     }
 
@@ -184,13 +197,39 @@ impl RingModel {
         e.active && e.owner == r.owner
     }
 
-    /// Dropping a `Consumer`: frees its entry if it still owns it.
+    /// Dropping a `Consumer`: takes its bit back from every slot (its holds, a leaked pin)
+    /// and frees its entry, if it still owns it.
     pub fn leave(&mut self, r: &ReaderModel) {
         if self.registered(r) {
+            for s in &mut self.slots {
+                s.readers &= !(1 << r.index);
+            }
             let e = &mut self.entries[r.index];
             e.active = false;
             e.owner = 0;
         }
+    }
+
+    /// A read of `seq` in `slot` by `r` became a hold: the reader moves on, the slot stays
+    /// pinned (a reader bit, or the gating cursor at the oldest hold).
+    pub fn hold(&mut self, r: &mut ReaderModel, seq: u64, slot: usize) {
+        r.holds.push((seq, slot));
+        if r.class != DeliveryClass::Gating {
+            self.slots[slot].readers |= 1 << r.index;
+        }
+        self.advance(r, seq);
+    }
+
+    /// Hold `k` of `r` released.
+    pub fn release(&mut self, r: &mut ReaderModel, k: usize) {
+        let (_, slot) = r.holds.remove(k);
+        if !self.registered(r) {
+            return; // Reclaimed: the entry and its bits are not the reader's any more.
+        }
+        if r.class != DeliveryClass::Gating {
+            self.slots[slot].readers &= !(1 << r.index);
+        }
+        self.entries[r.index].cursor = r.shared_cursor();
     }
 
     /// `Producer::new` / `take_over` common start: a new epoch, reopen, drop a dead producer's
@@ -412,7 +451,7 @@ impl RingModel {
         r.next = seq + 1;
         r.received += 1;
         let e = &mut self.entries[r.index];
-        e.cursor = seq + 1;
+        e.cursor = r.shared_cursor();
         e.received = r.received;
         e.missed = r.missed;
     }

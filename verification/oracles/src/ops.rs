@@ -149,6 +149,15 @@ pub enum Op {
         /// Publish while pinned.
         claim_while_pinned: bool,
     },
+    /// `try_hold`: several messages pinned at once.
+    Hold(u8),
+    /// `release` of one of a consumer's holds (`which % holds`).
+    Release {
+        /// Which consumer.
+        who: u8,
+        /// Which of its holds.
+        which: u8,
+    },
     /// `try_copy` into a buffer of `buf % (cap + 9)` bytes.
     Copy {
         /// Which consumer.

@@ -81,6 +81,7 @@ pub(crate) fn read(e: ReadError) -> Fail {
             )
         }
         ReadError::NotHeld => "Error",
+        ReadError::NotSupported(_) => "Error",
     };
     Fail::new(kind, format!("{e}"))
 }

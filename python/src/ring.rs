@@ -338,10 +338,12 @@ impl Ring {
     /// Registers a consumer: `mode` is `"gating"` (loses nothing, holds the producer back),
     /// `"latest"` (only the newest message) or `"skip"` (skips what it lagged behind, counted
     /// in `missed`). `max_pins` (1 to 8, default 4) is how many messages it may keep pinned
-    /// at once (`Consumer.pin`; a copying read needs one for its duration).
+    /// at once (`Consumer.pin`; a copying read needs one for its duration). `history` (skip
+    /// only) starts it up to that many messages back, as far as the ring still holds them (a
+    /// latest consumer always starts at the newest message present).
     // `max_pins = 4` below is ring-core's default, spelled out for the signature.
-    #[pyo3(signature = (mode = "gating", *, max_pins = 4))]
-    fn consumer(&self, mode: &str, max_pins: i64) -> PyResult<Consumer> {
+    #[pyo3(signature = (mode = "gating", *, max_pins = 4, history = 0))]
+    fn consumer(&self, mode: &str, max_pins: i64, history: u64) -> PyResult<Consumer> {
         const _: () = assert!(ring_core::DEFAULT_MAX_HOLDS == 4);
         let class = class_of(mode)?;
         let max = usize::try_from(max_pins)
@@ -354,7 +356,11 @@ impl Ring {
                     ring_core::MAX_HOLDS
                 ))
             })?;
-        let sub = self.handle()?.subscriber(class).map_err(os_err)?;
+        let mut sub = self.handle()?.subscriber(class).map_err(os_err)?;
+        if history > 0 {
+            sub.rewind(history)
+                .map_err(|e| PyValueError::new_err(format!("history={history}: {e}")))?;
+        }
         Consumer::new(sub, class, &self.mapping, max)
     }
 

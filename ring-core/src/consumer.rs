@@ -11,6 +11,7 @@ use crate::owner::OwnerId;
 use crate::sync::{fence, AtomicU64, Ordering};
 use crate::wait::WaitStrategy;
 
+mod history;
 mod hold;
 use hold::HoldSet;
 pub use hold::{Hold, DEFAULT_MAX_HOLDS, MAX_HOLDS};

@@ -361,6 +361,8 @@ pub enum ReadError {
     /// The [`Hold`](crate::Hold) is not one this consumer has: released already (or by
     /// [`Consumer::release_all`](crate::Consumer::release_all)), or another consumer's.
     NotHeld,
+    /// The call does not apply to this consumer (the reason says why); nothing changed.
+    NotSupported(&'static str),
 }
 
 impl fmt::Display for ReadError {
@@ -388,6 +390,7 @@ impl fmt::Display for ReadError {
                 f,
                 "this consumer already holds {max} messages, its limit: release one first"
             ),
+            Self::NotSupported(why) => write!(f, "not supported: {why}"),
             Self::NotHeld => f.write_str(
                 "this hold is not one this consumer has (released already, or another \
                  consumer's)",

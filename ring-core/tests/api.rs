@@ -474,3 +474,46 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
     assert_eq!(late.try_copy(&mut buf).unwrap().seq, 6);
     assert_eq!(early.try_copy(&mut buf).unwrap().seq, 6);
 }
+
+/// History for a late skip-on-lag joiner: it starts up to `n` back, as far as the ring still
+/// holds messages; overwritten ones count as missed; only before its first read, and never for
+/// a gating or latest-only consumer.
+#[test]
+fn a_late_skip_on_lag_consumer_starts_with_history() {
+    let s = seg(4, 16);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    for i in 0..6u8 {
+        p.try_publish(&[i]).unwrap();
+    }
+    let mut buf = [0u8; 16];
+    // Three back: messages 3, 4, 5.
+    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    assert_eq!(c.rewind(3), Ok(3));
+    for want in 3..6u64 {
+        let got = c.try_copy(&mut buf).unwrap();
+        assert_eq!((got.seq, got.missed, u64::from(buf[0])), (want, 0, want));
+    }
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+    assert!(
+        matches!(c.rewind(1), Err(ReadError::NotSupported(_))),
+        "after a read"
+    );
+    drop(c);
+    // Ten back: only the ring's 4 are there (2..6).
+    let mut far = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    assert_eq!(far.rewind(10), Ok(4));
+    assert_eq!(far.cursor(), 2);
+    // Two more messages overwrite 2 and 3 before it reads: it reports exactly those missed.
+    p.try_publish(&[6]).unwrap();
+    p.try_publish(&[7]).unwrap();
+    let got = far.try_copy(&mut buf).unwrap();
+    assert_eq!((got.seq, got.missed), (4, 2));
+    assert_eq!(far.missed() + far.received(), 4 - 2 + 1);
+    for class in [DeliveryClass::Gating, DeliveryClass::LatestOnly] {
+        let mut c = Consumer::new(&s, class, id(4)).unwrap();
+        assert!(
+            matches!(c.rewind(1), Err(ReadError::NotSupported(_))),
+            "{class:?}"
+        );
+    }
+}

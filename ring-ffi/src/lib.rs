@@ -409,6 +409,7 @@ fn read_code(e: ReadError) -> c_int {
         // Holds are not in the C ABI yet; a Rust caller's hold errors read as these.
         ReadError::TooManyHolds { .. } => SHMRING_E_BUSY,
         ReadError::NotHeld => SHMRING_E_INVALID_ARGUMENT,
+        ReadError::NotSupported(_) => SHMRING_E_UNSUPPORTED,
     }
 }
 

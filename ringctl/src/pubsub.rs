@@ -258,6 +258,11 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
         ring::open_wait(&name, timeout)?
     };
     let mut consumer = ShmRing::consumer(&ring, args.class.delivery())?;
+    if args.history > 0 {
+        consumer
+            .rewind(args.history)
+            .map_err(|e| CliError::Usage(format!("--history {}: {e}", args.history)))?;
+    }
     let mut out = BufWriter::with_capacity(1 << 20, std::io::stdout().lock());
     // A reader that went away (`ringctl sub r | head`) ends the subscription quietly, as for
     // any Unix filter; other write errors are errors.

@@ -904,3 +904,52 @@ fn a_latest_sub_started_after_a_publish_gets_that_message() {
     assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
     assert_eq!(text(&sub.stdout), "the frame that is already there");
 }
+
+/// `ringctl sub --class skip --history N` started after a publish gets the last N messages
+/// the ring still holds; `--history` with a gating reader is a usage error.
+#[test]
+fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
+    let name = unique("history");
+    let _cleanup = Cleanup(name.clone());
+    // Ten 8-byte frames into a 4-slot ring: frames 6..9 are still there.
+    let data: Vec<u8> = (0..10u8).flat_map(|i| [b'a' + i; 8]).collect();
+    let publ = ringctl(
+        &[
+            "pub",
+            &name,
+            "--keep",
+            "--wait-consumers",
+            "0",
+            "--frame-size",
+            "8",
+            "--slots",
+            "4",
+        ],
+        &data,
+        Duration::from_secs(60),
+    );
+    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    let sub = ringctl(
+        &[
+            "sub",
+            &name,
+            "--class",
+            "skip",
+            "--history",
+            "3",
+            "--timeout",
+            "2",
+        ],
+        b"",
+        Duration::from_secs(60),
+    );
+    assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
+    assert_eq!(sub.stdout, data[7 * 8..], "the last three frames");
+    let gating = ringctl(
+        &["sub", &name, "--history", "3", "--timeout", "2"],
+        b"",
+        Duration::from_secs(60),
+    );
+    assert_eq!(gating.status.code(), Some(2));
+    assert!(one_line_error(&gating).contains("--history"));
+}

@@ -40,9 +40,11 @@ class Ring:
     @property
     def arena(self) -> int: ...
     def producer(self) -> Producer: ...
-    def consumer(self, mode: Mode = "gating", *, max_pins: int = 4) -> Consumer:
+    def consumer(self, mode: Mode = "gating", *, max_pins: int = 4, history: int = 0) -> Consumer:
         """Registers a consumer that may keep up to ``max_pins`` (1 to 8) messages pinned at
-        once; ``ValueError`` outside that range."""
+        once; ``ValueError`` outside that range. ``history`` (``"skip"`` only) starts it up to
+        that many messages back, as far as the ring still holds them (``ValueError`` for the
+        other modes); a ``"latest"`` consumer starts at the newest message present."""
     def allocations(self) -> Allocations: ...
     @property
     def name(self) -> str: ...

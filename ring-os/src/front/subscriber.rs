@@ -210,6 +210,18 @@ impl Subscriber {
         self.inner.release(hold)
     }
 
+    /// Starts this skip-on-lag subscriber up to `n` messages back, as far as the ring still
+    /// holds them (history for a late joiner); returns how many back it starts. Before the
+    /// first read only (see `ring_core::Consumer::rewind`).
+    ///
+    /// # Errors
+    ///
+    /// `ReadError::NotSupported` for a gating or latest-only subscriber or after a read;
+    /// `Evicted`, `Corrupt`.
+    pub fn rewind(&mut self, n: u64) -> Result<u64, ReadError> {
+        self.inner.rewind(n)
+    }
+
     /// How many messages this subscriber may hold at once (4 unless set).
     #[must_use]
     pub fn max_holds(&self) -> usize {

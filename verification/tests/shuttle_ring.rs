@@ -663,3 +663,173 @@ fn batches_random_schedules() {
 fn batches_pct_schedules() {
     shuttle::check_pct(batches_whole_ring, iterations(), 3);
 }
+
+/// A consumer that holds up to three messages at once and releases a random one (or, with
+/// one chance in `CRASH_ONE_IN`, dies holding them at a random step). Every held message is
+/// checked whole when it is taken and again just before its release.
+fn holding_consumer(seg: Seg, class: DeliveryClass, owner: u64, dead: Arc<AtomicBool>) -> Report {
+    let mut c = Consumer::new(seg, class, id(owner)).expect("table has room");
+    c.set_max_holds(3).expect("3 holds");
+    let start = c.cursor();
+    let mut rng = thread_rng();
+    let crash_at = (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS));
+    let mut held = Vec::new();
+    let mut seqs = Vec::new();
+    let whole = |c: &Consumer<Seg>, h: &ring_core::Hold| {
+        let bytes: Vec<u8> = c
+            .held_words(h)
+            .expect("a hold it has")
+            .iter()
+            .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+            .collect();
+        assert_eq!(
+            bytes[..16],
+            msg(h.seq()),
+            "held message {} changed",
+            h.seq()
+        );
+    };
+    for step in 0..400 {
+        if crash_at == Some(step) {
+            std::mem::forget(c);
+            // Release: the liveness oracle sees the death after everything it did.
+            dead.store(true, Ordering::Release);
+            return Report {
+                class,
+                crashed: true,
+                seqs,
+                missed: 0,
+                cursor: 0,
+                start,
+                received: 0,
+            };
+        }
+        if held.len() == 3 || (!held.is_empty() && rng.gen_range(0..3) == 0) {
+            let h = held.remove(rng.gen_range(0..held.len()));
+            whole(&c, &h);
+            c.release(h).expect("release");
+            continue;
+        }
+        match c.try_hold() {
+            Ok(h) => {
+                whole(&c, &h);
+                assert!(
+                    seqs.last().is_none_or(|&l| h.seq() > l),
+                    "{class:?} went backwards"
+                );
+                seqs.push(h.seq());
+                held.push(h);
+            }
+            Err(ReadError::Closed) => break,
+            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
+            Err(e) => panic!("{class:?}: {e}"),
+        }
+    }
+    for h in held {
+        whole(&c, &h);
+        c.release(h).expect("release");
+    }
+    let report = Report {
+        class,
+        crashed: false,
+        missed: c.missed(),
+        cursor: c.cursor(),
+        start,
+        received: c.received(),
+        seqs,
+    };
+    drop(c);
+    report
+}
+
+/// Holds under random schedules and deaths: one producer, a gating and a skip-on-lag consumer
+/// that each hold up to three messages and release them in random order; the producer never
+/// rewrites a held message, reclaims the dead, and at the end no pin is left; the gating
+/// reader (if it lived) got everything from its start, in order.
+fn holds_whole_ring() {
+    let seg: Seg = Arc::new(
+        OwnedSegment::new(&Config::new(SLOTS, 16).with_consumers(2), id(1)).expect("config"),
+    );
+    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let classes = [DeliveryClass::Gating, DeliveryClass::SkipOnLag];
+    let dead: Vec<Arc<AtomicBool>> = classes.iter().map(|_| Arc::default()).collect();
+    let handles: Vec<_> = classes
+        .iter()
+        .zip(&dead)
+        .enumerate()
+        .map(|(k, (&class, d))| {
+            let (s, d) = (seg.clone(), d.clone());
+            thread::spawn(move || holding_consumer(s, class, 10 + k as u64, d))
+        })
+        .collect();
+    let mut reclaimed = vec![false; classes.len()];
+    let mut reclaim_dead = |p: &mut Producer<Seg>| {
+        for (k, d) in dead.iter().enumerate() {
+            // Acquire: pairs with the consumer's Release store of its death.
+            if !reclaimed[k] && d.load(Ordering::Acquire) {
+                for i in 0..2 {
+                    if p.consumer_info(i).is_some_and(|e| e.owner == 10 + k as u64) {
+                        // SAFETY: the consumer announced its death after leaking its handle
+                        // (its holds' tokens are inert): it makes no more calls.
+                        let r = unsafe { p.reclaim(i, id(10 + k as u64)) }.expect("reclaim");
+                        assert!(r.was_registered && r.pins_cleared <= 3);
+                    }
+                }
+                reclaimed[k] = true;
+            }
+        }
+    };
+    let mut seq = 0;
+    for _ in 0..2000 {
+        if seq == MESSAGES {
+            break;
+        }
+        match p.try_publish(&msg(seq)) {
+            Ok(s) => {
+                assert_eq!(s, seq);
+                seq += 1;
+            }
+            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
+                reclaim_dead(&mut p);
+                thread::yield_now();
+            }
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+    p.close();
+    let reports: Vec<Report> = handles
+        .into_iter()
+        .map(|h| h.join().expect("consumer"))
+        .collect();
+    reclaim_dead(&mut p);
+    assert_eq!(total_pins(&*seg), 0, "a hold outlived its consumer");
+    for r in reports.iter().filter(|r| !r.crashed) {
+        assert_eq!(r.received, r.seqs.len() as u64);
+        assert_eq!(
+            r.received + r.missed,
+            r.cursor - r.start,
+            "{:?} lost count",
+            r.class
+        );
+        if r.class == DeliveryClass::Gating {
+            assert_eq!(r.missed, 0);
+            if let (Some(&first), Some(&last)) = (r.seqs.first(), r.seqs.last()) {
+                assert_eq!(
+                    r.seqs.len() as u64,
+                    last - first + 1,
+                    "gating holder skipped"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn holds_random_schedules() {
+    shuttle::check_random(holds_whole_ring, iterations());
+}
+
+#[test]
+fn holds_pct_schedules() {
+    shuttle::check_pct(holds_whole_ring, iterations(), 3);
+}

@@ -11,6 +11,9 @@ cd "$(dirname "$0")/.."
 t() { local s=$SECONDS; "$@"; echo "--- $1 ${*:2:3}: $((SECONDS - s)) s"; }
 layer() { echo; echo "=== verification: $1 ($(date -u +%H:%M:%S))"; }
 
+layer "mutation list: every mutant still applies to the code (no layer run)"
+t python3 verification/mutants_apply_check.py
+
 layer "loom (LOOM_MAX_PREEMPTIONS=${LOOM_MAX_PREEMPTIONS:-2})"
 t env RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS="${LOOM_MAX_PREEMPTIONS:-2}" \
     CARGO_TARGET_DIR=target/loom \

@@ -18,6 +18,7 @@ mod producer;
 mod queue;
 mod recycle;
 mod ring;
+mod sweep;
 mod wait;
 
 use pyo3::prelude::*;
@@ -37,5 +38,6 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<recycle::Buffer>()?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::_sweep_stale_queues, m)?)?;
     Ok(())
 }

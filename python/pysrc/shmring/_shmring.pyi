@@ -12,6 +12,12 @@ def _interpreter_exiting() -> None:
     """The ``atexit`` hook the package registers: from then on a thread that leaves a wait
     parks instead of taking the GIL back while the interpreter finalizes."""
 
+def _sweep_stale_queues(budget: float = 1.0) -> tuple[list[str], str | None]:
+    """Removes ``/dev/shm`` segments named as ``create_pair`` names queues (``q-<pid>-<12
+    hex>``) that no process holds (no role lock held, ring-os's ``stale`` rule), for about
+    ``budget`` seconds; returns the names removed and why ``/dev/shm`` could not be listed
+    (``None`` when it could). Never raises for a segment it cannot remove."""
+
 # Every ``timeout`` below: seconds >= 0; ``None`` or ``float("inf")`` waits as long as it
 # takes; NaN or a negative number is a ``ValueError``. Producers and consumers may be used from
 # any thread; ``close()`` from another thread makes a waiting call raise ``Closed`` within one

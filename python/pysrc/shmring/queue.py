@@ -24,6 +24,11 @@ and the unpickled copy registers, so the sender never waits for a reader that is
 sender waits (within ``put``'s timeout) until a receiver is registered before a message goes
 out, so nothing is published to nobody.
 
+A queue is the segment ``/dev/shm/shmring.q-<pid>-<12 hex>``. Before it creates one,
+``create_pair`` removes such segments that no process holds any more (their processes were
+killed): ring-os's ``stale`` rule, as ``ringctl clean``, within about a second, never failing
+the creation (see ``_sweep``).
+
 Both endpoints are thread-safe: ``put``, ``get`` and ``close`` may be called from any thread of
 the process (concurrent calls on one endpoint take turns). ``close()`` from another thread wakes
 a blocked ``put``/``get`` within one slice (``shmring._shmring.SLICE_SECONDS``) with
@@ -42,7 +47,7 @@ import warnings
 from typing import Any
 
 from . import errors
-from ._shmring import Ring
+from ._shmring import Ring, _sweep_stale_queues
 
 __all__ = ["create_pair", "Sender", "Receiver"]
 
@@ -52,6 +57,8 @@ _RAW_AT = 1 << 12
 _RAW_BYTES = b""
 _RAW_BYTEARRAY = b"\x00"
 _DEFAULT_MAX = 1 << 24
+# How long create_pair may spend removing stale queue segments before it creates its own.
+_SWEEP_SECONDS = 1.0
 
 
 def _geometry(capacity: int, max_message: int) -> dict[str, int]:
@@ -77,10 +84,26 @@ def create_pair(capacity: int = 8, *, max_message: int = _DEFAULT_MAX, name: str
         raise ValueError("capacity must be a positive int")
     if not isinstance(max_message, int) or max_message < 0:
         raise ValueError("max_message must be an int >= 0")
+    _sweep()
+    # The default name is the one _sweep (and ringctl clean) recognises: q-<pid>-<12 hex>.
     name = name or f"q-{os.getpid()}-{uuid.uuid4().hex[:12]}"
     ring = Ring.create(name, consumers=4, pin_only=True, **_geometry(capacity, max_message))
     return Sender(ring), Receiver(ring)
 
+
+def _sweep() -> list[str]:
+    """Removes the segments of default-named queues whose processes all died (no role lock
+    held: ring-os's ``stale`` rule, as ``ringctl clean``), within about ``_SWEEP_SECONDS``.
+    Never raises: a failure is a ``RuntimeWarning`` and the queue is created anyway. Returns
+    the names removed."""
+    try:
+        removed, error = _sweep_stale_queues(_SWEEP_SECONDS)
+    except Exception as e:  # noqa: BLE001 - a sweep must never fail the creation
+        removed, error = [], repr(e)
+    if error is not None:
+        warnings.warn(f"shmring: could not sweep stale queue segments: {error}",
+                      RuntimeWarning, stacklevel=3)
+    return removed
 
 
 def _wait(block: bool, timeout: float | None) -> float | None:

@@ -1,0 +1,72 @@
+//! Removing the segments of queues whose processes all died: `shmring.create_pair` calls
+//! [`_sweep_stale_queues`] before it creates a queue, so a queue killed by a signal (its
+//! segment left in `/dev/shm`) is removed when the next one starts.
+//!
+//! The rule is ring-os's `stale` one, the one `ringctl clean` applies: a segment is removed
+//! only when no role lock of it is held (creator, producer, consumer: the kernel drops them
+//! with their process) and it is a valid ring of ours or a half-created one; the removal is
+//! re-checked under every role lock of the file. Only names a queue makes by default
+//! (`q-<pid>-<12 hex digits>`, see [`is_queue_name`]) are swept here; `ringctl clean` removes
+//! every stale segment.
+
+use pyo3::prelude::*;
+
+/// Whether `name` (without the `shmring.` prefix) is one `create_pair` makes when given no
+/// name: `q-`, the creating pid in decimal, `-`, 12 lowercase hex digits.
+pub(crate) fn is_queue_name(name: &str) -> bool {
+    let Some(rest) = name.strip_prefix("q-") else {
+        return false;
+    };
+    let Some((pid, tag)) = rest.split_once('-') else {
+        return false;
+    };
+    !pid.is_empty()
+        && pid.bytes().all(|b| b.is_ascii_digit())
+        && tag.len() == 12
+        && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Removes stale queue segments from `/dev/shm` for at most about `budget` seconds (the
+/// listing, then one removal after another until the budget is spent; one removal is always
+/// tried). Returns the names removed and, when `/dev/shm` could not be listed, why; never
+/// raises for a sweep failure (a segment that cannot be removed is left alone).
+#[pyfunction]
+#[pyo3(signature = (budget = 1.0))]
+pub(crate) fn _sweep_stale_queues(py: Python<'_>, budget: f64) -> (Vec<String>, Option<String>) {
+    let budget = if budget.is_finite() && budget > 0.0 {
+        core::time::Duration::from_secs_f64(budget.min(3600.0))
+    } else {
+        core::time::Duration::ZERO
+    };
+    py.allow_threads(|| sweep(budget))
+}
+
+/// The sweep itself (Unix: named segments live in `/dev/shm`).
+#[cfg(unix)]
+fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
+    use ring_os::stale;
+    let end = std::time::Instant::now() + budget;
+    let listed = match stale::list() {
+        Ok(l) => l,
+        Err(e) => return (Vec::new(), Some(e.to_string())),
+    };
+    let mut removed = Vec::new();
+    let candidates = listed
+        .into_iter()
+        .filter(|i| is_queue_name(i.name.as_str()) && i.is_stale());
+    for (n, info) in candidates.enumerate() {
+        if n > 0 && std::time::Instant::now() >= end {
+            break;
+        }
+        // `clean_listed` re-checks the candidate under all its role locks before removing it.
+        let report = stale::clean_listed(std::path::Path::new(stale::SHM_DIR), vec![info]);
+        removed.extend(report.removed.iter().map(|s| s.as_str().to_owned()));
+    }
+    (removed, None)
+}
+
+/// Windows: section objects vanish with their last handle; nothing is left to sweep.
+#[cfg(not(unix))]
+fn sweep(_budget: core::time::Duration) -> (Vec<String>, Option<String>) {
+    (Vec::new(), None)
+}

@@ -13,6 +13,8 @@ cd "$(dirname "$0")/.."
 target=x86_64-pc-windows-gnu
 need=()
 command -v x86_64-w64-mingw32-gcc >/dev/null 2>&1 || need+=(gcc-mingw-w64-x86-64)
+# The frame server (examples/frame-server/wine.sh) is C++.
+command -v x86_64-w64-mingw32-g++ >/dev/null 2>&1 || need+=(g++-mingw-w64-x86-64)
 command -v wine64 >/dev/null 2>&1 || [ -x /usr/lib/wine/wine64 ] || need+=(wine64)
 if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq

@@ -492,6 +492,15 @@ int shmring_subscriber_hold(shmring_subscriber *subscriber,
 // `SHMRING_E_BUSY` (a pin is out).
 int shmring_subscriber_release_hold(shmring_subscriber *subscriber, uint32_t hold);
 
+// Starts a skip-on-lag subscriber up to `n` messages back, as far as the ring still holds
+// them (history for a late joiner), before its first read; stores in `*back` (NULL: not
+// wanted) how many back it now starts.
+//
+// Errors: `SHMRING_E_UNSUPPORTED` (a gating or latest-only subscriber, or after a read),
+// `SHMRING_E_EVICTED`, `SHMRING_E_CORRUPT`, `SHMRING_E_BUSY` (a pin is out),
+// `SHMRING_E_INVALID_ARGUMENT`.
+int shmring_subscriber_rewind(shmring_subscriber *subscriber, uint64_t n, uint64_t *back);
+
 // Sets how many messages the subscriber may hold at once (0 to 8; 4 by default).
 //
 // Errors: `SHMRING_E_INVALID_ARGUMENT` (above 8, below the number held now, NULL),

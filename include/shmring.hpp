@@ -336,6 +336,13 @@ class Subscriber {
   }
   /// Releases a held message (its bytes are invalid afterwards).
   void release(uint32_t id) { detail::check(shmring_subscriber_release_hold(h_, id)); }
+  /// Starts a skip-on-lag subscriber up to `n` messages back (before its first read);
+  /// returns how many back it starts.
+  uint64_t rewind(uint64_t n) {
+    uint64_t back = 0;
+    detail::check(shmring_subscriber_rewind(h_, n, &back));
+    return back;
+  }
   /// How many messages may be held at once (0 to 8).
   void set_max_holds(std::size_t max) {
     detail::check(shmring_subscriber_set_max_holds(h_, max));

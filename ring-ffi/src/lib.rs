@@ -1855,6 +1855,33 @@ pub unsafe extern "C" fn shmring_subscriber_release_hold(
     })
 }
 
+/// Starts a skip-on-lag subscriber up to `n` messages back, as far as the ring still holds
+/// them (history for a late joiner), before its first read; stores in `*back` (NULL: not
+/// wanted) how many back it now starts.
+///
+/// Errors: `SHMRING_E_UNSUPPORTED` (a gating or latest-only subscriber, or after a read),
+/// `SHMRING_E_EVICTED`, `SHMRING_E_CORRUPT`, `SHMRING_E_BUSY` (a pin is out),
+/// `SHMRING_E_INVALID_ARGUMENT`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_subscriber_rewind(
+    subscriber: *mut shmring_subscriber,
+    n: u64,
+    back: *mut u64,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_subscriber_recv`.
+        let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
+        let got = handle
+            .lender
+            .get()?
+            .rewind(n)
+            .map_err(|e| fail(read_code(e), e.to_string()))?;
+        // SAFETY: null or writable (header contract).
+        unsafe { put(back, got) };
+        Ok(())
+    })
+}
+
 /// Sets how many messages the subscriber may hold at once (0 to 8; 4 by default).
 ///
 /// Errors: `SHMRING_E_INVALID_ARGUMENT` (above 8, below the number held now, NULL),

@@ -199,6 +199,17 @@ static int errors(const char *base) {
   OK(shmring_publisher_counters(pub, &published, &subscribers));
   CHECK(published == 6 && subscribers == 1);
 
+  /* A late skip-on-lag subscriber with history: three back are still in the 4-slot ring. */
+  shmring_subscriber *late = NULL;
+  uint64_t back = 0;
+  OK(shmring_ring_subscriber(ring, SHMRING_SKIP_ON_LAG, &late));
+  OK(shmring_subscriber_rewind(late, 3, &back));
+  CHECK(back == 3);
+  OK(shmring_subscriber_recv(late, buf, sizeof buf, 0, &msg));
+  CHECK(msg.seq == 3);
+  EXPECT(shmring_subscriber_rewind(late, 1, NULL), SHMRING_E_UNSUPPORTED, "not read yet");
+  OK(shmring_subscriber_free(late));
+
   /* A closed ring: sends fail, subscribers drain then are disconnected. */
   OK(shmring_publisher_close(pub));
   EXPECT(shmring_publisher_send(pub, buf, 1, NULL, 0, NULL), SHMRING_E_CLOSED, "closed");
@@ -440,6 +451,7 @@ static int memfd_pub(const char *name, long n) {
 static int hold_subscribe(shmring_ring *ring, long n) {
   shmring_subscriber *sub = NULL;
   OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
+  EXPECT(shmring_subscriber_rewind(sub, 2, NULL), SHMRING_E_UNSUPPORTED, "gating");
   OK(shmring_subscriber_set_max_holds(sub, 3));
   EXPECT(shmring_subscriber_set_max_holds(sub, 9), SHMRING_E_INVALID_ARGUMENT, "8");
   printf("ready\n");

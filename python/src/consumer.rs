@@ -302,6 +302,41 @@ impl Consumer {
     }
 }
 
+impl Consumer {
+    /// Maps the spill segment of the message in `slot`, if it is a spilled one: the segment
+    /// and its name. Only a spill name of this very queue is opened (see `spill`).
+    fn open_spill(&self, slot: &[u8]) -> Result<Option<(ring_os::Segment, String)>, Fail> {
+        let Some((len, name)) = q::spill_of(slot)? else {
+            return Ok(None);
+        };
+        let ours = match self.mapping.segment().kind() {
+            ring_os::SegmentKind::Named(q) => crate::spill::is_spill_of(name, q.as_str()),
+            _ => false,
+        };
+        if !ours {
+            return Err(Fail::new(
+                "Corrupt",
+                format!("the message names a spill segment {name:?} of another queue"),
+            ));
+        }
+        Ok(Some((crate::spill::open(name, len)?, name.to_owned())))
+    }
+
+    /// This reader has the spilled message `name`: remove its name when no other reader
+    /// needs it (otherwise the sender does when the slot comes round again).
+    fn spill_done(&self, name: &str) {
+        let readers = self
+            .mapping
+            .participants()
+            .iter()
+            .filter(|p| matches!(p.role, ring_os::lock::Role::Consumer(_)))
+            .count();
+        if readers <= 1 {
+            crate::spill::remove(name);
+        }
+    }
+}
+
 /// The `Timeout` of a read that found no message in time.
 fn no_message() -> PyErr {
     Fail::new("Timeout", "no message came within the timeout").into()
@@ -395,13 +430,34 @@ impl Consumer {
         // cannot claim a held slot) until it is given back below or let go.
         let slot = unsafe { core::slice::from_raw_parts(ptr as *const u8, len) };
         let arena = held.arena.as_ref().and_then(Option::as_ref);
-        let parts = match q::parse(slot, taken.hold.meta(), arena) {
+        let spill = match me.open_spill(slot) {
+            Ok(s) => s,
+            Err(f) => {
+                held.give(taken.hold)?;
+                return Err(f.into_py(py));
+            }
+        };
+        let mapped = spill
+            .as_ref()
+            .map(|(seg, _)| (seg.as_ptr().as_ptr() as usize, seg.len()));
+        let parts = match q::parse(slot, taken.hold.meta(), arena, mapped) {
             Ok(p) => p,
             Err(f) => {
                 held.give(taken.hold)?;
                 return Err(f.into_py(py));
             }
         };
+        // The only reader removes a spill's name as soon as it has the message: at once when
+        // the zero-copy parts keep the mapping, after the copy otherwise (see `spill`).
+        let (spill, spill_name) = match spill {
+            Some((seg, name)) => (Some(Arc::new(seg)), Some(name)),
+            None => (None, None),
+        };
+        if zero_copy {
+            if let Some(name) = &spill_name {
+                me.spill_done(name);
+            }
+        }
         if zero_copy {
             let (id, exports) = me.keep(&mut turn, taken)?;
             lock(pins).queue = Some(id);
@@ -420,6 +476,7 @@ impl Consumer {
                             pin_id: id,
                             addr: g.addr,
                             len: g.len,
+                            _spill: spill.clone(),
                         },
                     )?
                     .into_any())
@@ -465,6 +522,10 @@ impl Consumer {
             unlocked(py, &mut turn.lease, |_| copy());
         } else {
             copy();
+        }
+        drop(spill);
+        if let Some(name) = &spill_name {
+            me.spill_done(name);
         }
         turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;

@@ -128,6 +128,7 @@ pub(crate) fn os(e: Error) -> Fail {
             "PermissionDenied"
         }
         Error::MessageTooLarge { .. } => "TooLarge",
+        Error::NoSpace { .. } => "NoSpace",
         Error::Read(r) => return read(*r),
         Error::Claim(c) => return claim(*c),
         Error::RingDisconnected | Error::Disconnected | Error::ProducerGone => "Disconnected",

@@ -18,6 +18,7 @@ mod producer;
 mod queue;
 mod recycle;
 mod ring;
+mod spill;
 mod sweep;
 mod wait;
 

@@ -88,6 +88,14 @@ impl Drop for Lent {
     }
 }
 
+/// Where a message's out-of-slot parts go.
+enum Out {
+    /// An allocation of the arena at this address.
+    Arena(usize),
+    /// A spill segment of this name (see `spill`).
+    Spill(String),
+}
+
 /// A loan carried out of the GIL-free closure.
 struct SendLoan(StaticLoan);
 // SAFETY: as for `Lent`.
@@ -373,12 +381,13 @@ impl Producer {
         let views = parts.iter().map(View::get).collect::<PyResult<Vec<_>>>()?;
         let lens: Vec<usize> = views.iter().map(|v| v.bytes().len()).collect();
         let total: usize = lens.iter().sum();
-        let plan = q::plan(&lens, self.capacity).ok_or_else(|| {
+        let too_many = || {
             Fail::new(
                 "TooLarge",
                 format!("{} parts do not fit in a slot's header", lens.len()),
             )
-        })?;
+        };
+        let plan = q::plan(&lens, self.capacity, 0).ok_or_else(too_many)?;
         let end = deadline(timeout)?;
         let mut lease = self.lease(py, end)?;
         let lent = lease.get()?;
@@ -389,20 +398,37 @@ impl Producer {
         if lent.queue.is_none() {
             lent.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
         }
-        let max_alloc = lent.queue.as_ref().map_or(0, |s| s.max_alloc);
-        if plan.arena_len > max_alloc {
+        let (max_alloc, queue_name) = lent
+            .queue
+            .as_ref()
+            .map_or((0, None), |s| (s.max_alloc, s.name.clone()));
+        // The layout should the message spill (see `spill`): planned now, so the loan is long
+        // enough for either; the spill's name is made once the sequence number is known.
+        let spill_plan = match &queue_name {
+            Some(qn) if plan.arena_len > 0 => {
+                let probe = crate::spill::name(qn, u64::MAX);
+                Some(
+                    q::plan(&lens, self.capacity, crate::spill::record_len(&probe))
+                        .ok_or_else(too_many)?,
+                )
+            }
+            _ => None,
+        };
+        if plan.arena_len > 0 && spill_plan.is_none() && plan.arena_len > max_alloc {
             return Err(Fail::new(
                 "TooLarge",
                 format!(
-                    "a message of {total} bytes does not fit: this queue takes {} bytes inline \
-                     and {max_alloc} in its arena (create_pair(max_message=...))",
+                    "a message of {total} bytes does not fit: this ring takes {} bytes inline \
+                     and {max_alloc} in its arena, and only a named queue can spill",
                     self.capacity
                 ),
             )
             .into());
         }
         let slots = self.mapping.geometry().slots() as u64;
-        let slot_len = plan.slot_len;
+        let slot_len = plan
+            .slot_len
+            .max(spill_plan.as_ref().map_or(0, |p| p.slot_len));
         let got = sliced(py, end, &mut lease, move |lease, slice| {
             lease.check_open()?;
             // SAFETY: as in `claim`: the loan is kept in `Lent` (or sent, or dropped) before
@@ -434,28 +460,59 @@ impl Producer {
             .ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
         // The claim proves the slot's previous message consumed and unpinned.
         state.reclaim(index);
-        let (handle, arena_addr) = if plan.arena_len > 0 {
-            // Dropping the loan on failure gives the slot back.
+        // Dropping the loan on failure gives the slot back.
+        let allocated = if plan.arena_len > 0 && plan.arena_len <= max_alloc {
             state
                 .allocate(index, plan.arena_len)
                 .map_err(|f| f.into_py(py))?
         } else {
-            (0, 0)
+            None
+        };
+        let (plan, handle, spill) = match (allocated, spill_plan, &queue_name) {
+            (Some((h, addr)), _, _) => (plan, h, Some(Out::Arena(addr))),
+            (None, Some(sp), Some(qn)) if plan.arena_len > 0 => {
+                let name = crate::spill::name(qn, seq);
+                (sp, 0, Some(Out::Spill(name)))
+            }
+            (None, _, _) if plan.arena_len == 0 => (plan, 0, None),
+            _ => {
+                return Err(Fail::new(
+                    "Full",
+                    format!(
+                        "the queue's arena has no room for {} bytes now",
+                        plan.arena_len
+                    ),
+                )
+                .into())
+            }
         };
         let slot = loan.bytes();
-        q::write_header(&plan, slot);
+        let spill_name = match &spill {
+            Some(Out::Spill(n)) => Some(n.clone()),
+            _ => None,
+        };
+        q::write_header(
+            &plan,
+            slot,
+            spill_name
+                .as_deref()
+                .map(|n| (n, plan.arena_len.max(1) as u64)),
+        );
         let slot_addr = slot.as_mut_ptr() as usize;
-        let jobs: Vec<(usize, usize, usize)> = plan
-            .places
-            .iter()
-            .zip(&views)
-            .filter(|(p, _)| p.len > 0)
-            .map(|(p, v)| {
-                let dst = if p.arena { arena_addr } else { slot_addr } + p.offset;
-                (v.bytes().as_ptr() as usize, dst, p.len)
-            })
-            .collect();
-        let copy = move || {
+        // (source, destination, length) for the slot and the arena now; (source, offset in
+        // the spill segment, length) for a spill, whose segment is made in the copy below.
+        let mut jobs: Vec<(usize, usize, usize)> = Vec::with_capacity(views.len());
+        let mut spilled: Vec<(usize, usize, usize)> = Vec::new();
+        for (p, v) in plan.places.iter().zip(&views).filter(|(p, _)| p.len > 0) {
+            let src = v.bytes().as_ptr() as usize;
+            match (&spill, p.arena) {
+                (_, false) => jobs.push((src, slot_addr + p.offset, p.len)),
+                (Some(Out::Arena(addr)), true) => jobs.push((src, addr + p.offset, p.len)),
+                (_, true) => spilled.push((src, p.offset, p.len)),
+            }
+        }
+        let spill_len = plan.arena_len;
+        let copy = move || -> Result<(), Fail> {
             for (src, dst, len) in jobs {
                 // SAFETY: `src` is `len` bytes of a buffer view held (in `views`) across this
                 // call; `dst` is `len` bytes inside the claimed slot or the fresh allocation
@@ -466,23 +523,57 @@ impl Producer {
                 // by no published slot. Distinct parts never overlap.
                 unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
             }
+            if let Some(name) = &spill_name {
+                let seg = crate::spill::create(name, spill_len)?;
+                let base = seg.as_ptr().as_ptr() as usize;
+                for (src, off, len) in spilled {
+                    // SAFETY: `src` is `len` bytes of a held view (as above); `off + len` lies
+                    // within the plan's out-of-slot length, the segment's length, in a segment
+                    // this call just created and no one else has opened (its name is not
+                    // published yet).
+                    unsafe {
+                        core::ptr::copy_nonoverlapping(
+                            src as *const u8,
+                            (base + off) as *mut u8,
+                            len,
+                        );
+                    };
+                }
+            }
+            Ok(())
         };
-        if total >= q::RELEASE_GIL_AT {
+        let copied = if total >= q::RELEASE_GIL_AT || spill.is_some() {
             // The loan rides in `Lent` meanwhile, so a thread parked at exit gives it back
             // with the lease (no `Claim` has its id).
             let lent = lease.get()?;
             lent.loan = Some(loan);
             lent.loan_id += 1;
-            unlocked(py, &mut lease, |_| copy());
+            let copied = unlocked(py, &mut lease, |_| copy());
             loan = lease
                 .get()?
                 .loan
                 .take()
                 .ok_or_else(|| Fail::new("Error", "the loan vanished"))?;
+            copied
         } else {
-            copy();
+            copy()
+        };
+        // A failed spill (no room) drops the loan, which gives the slot back: the queue
+        // stays usable.
+        copied.map_err(|f| f.into_py(py))?;
+        if let (Some(Out::Spill(name)), Some(state)) = (&spill, lease.get()?.queue.as_mut()) {
+            if let Some(s) = state.slot_spills.get_mut(index) {
+                *s = Some(name.clone());
+            }
         }
-        loan.set_meta([handle, plan.arena_len as u64]);
+        loan.set_meta([
+            handle,
+            if handle == 0 {
+                0
+            } else {
+                plan.arena_len as u64
+            },
+        ]);
         let seq = loan.send().map_err(|e| errors::send(e).into_py(py))?;
         drop(lease);
         drop(views);

@@ -12,7 +12,11 @@
 //! |-------|------|
 //! | 0..4 | magic `"SRQ2"` |
 //! | 4..8 | number of parts `n` (at least 1: part 0 is the pickle stream) |
-//! | 8 + 24 i .. | part `i`: where (0 inline in the slot, 1 in the allocation), offset, length |
+//! | 8 + 24 i .. | part `i`: where (0 inline in the slot, 1 in the allocation, 2 in the spill segment), offset, length |
+//!
+//! A spilled message (magic `"SRQS"`, see `spill`) has no allocation: after the part table
+//! comes the spill record (the segment's length, its name's length, the name; 8-byte aligned),
+//! and its out-of-slot parts lie in that segment.
 //!
 //! # Allocation lifetime
 //!
@@ -21,9 +25,10 @@
 //! succeeds only when no reader pins the slot and no gating consumer still needs it — so a
 //! receiver that dies cannot leak it. A producer that takes over frees what a dead one
 //! allocated and no slot references. Messages are allocated and freed in sequence order, so the
-//! allocator's next-fit search uses the arena as a circular buffer: an arena of `slots + 1`
-//! maximal messages always has room for the next one (the `slots - 1` other slots hold at most
-//! that many, and the tail skipped at a wrap is shorter than one message).
+//! allocator's next-fit search uses the arena as a circular buffer. One message takes at most
+//! a `min(slots, 8) + 1`-th of the arena; a message larger than that, or one that finds no room
+//! (the unread messages hold the arena), spills into a segment of its own (see `spill`), so
+//! the arena is never reserved for `slots` maximal messages and a `put` never waits for it.
 //!
 //! # Untrusted peer
 //!
@@ -50,6 +55,8 @@ use crate::export;
 
 /// `"SRQ2"`.
 pub(crate) const MAGIC: [u8; 4] = *b"SRQ2";
+/// `"SRQS"`: a spilled message.
+pub(crate) const MAGIC_SPILL: [u8; 4] = *b"SRQS";
 /// Bytes before the part table.
 pub(crate) const HEAD: usize = 8;
 /// Bytes of one part-table entry.
@@ -85,9 +92,13 @@ pub(crate) struct Plan {
 }
 
 /// Lays out parts of `lens` bytes: inline in order while they fit in `capacity`, the rest in
-/// the allocation. `None` when the header alone does not fit (too many parts) or on overflow.
-pub(crate) fn plan(lens: &[usize], capacity: usize) -> Option<Plan> {
-    let head = ENTRY.checked_mul(lens.len())?.checked_add(HEAD)?;
+/// the allocation (or spill segment); `extra` bytes after the part table are kept for the spill
+/// record. `None` when the header alone does not fit (too many parts) or on overflow.
+pub(crate) fn plan(lens: &[usize], capacity: usize, extra: usize) -> Option<Plan> {
+    let head = ENTRY
+        .checked_mul(lens.len())?
+        .checked_add(HEAD)?
+        .checked_add(extra)?;
     if head > capacity || u32::try_from(lens.len()).is_err() {
         return None;
     }
@@ -127,13 +138,25 @@ pub(crate) fn plan(lens: &[usize], capacity: usize) -> Option<Plan> {
     })
 }
 
-/// Writes the header of `plan` into `out` (at least `HEAD + ENTRY * parts` bytes).
-pub(crate) fn write_header(plan: &Plan, out: &mut [u8]) {
-    out[..4].copy_from_slice(&MAGIC);
-    out[4..8].copy_from_slice(&(plan.places.len() as u32).to_le_bytes());
+/// Writes the header of `plan` into `out` (at least `HEAD + ENTRY * parts` bytes, and the
+/// spill record's with `spill`: the segment's name and length).
+pub(crate) fn write_header(plan: &Plan, out: &mut [u8], spill: Option<(&str, u64)>) {
+    out[..4].copy_from_slice(if spill.is_some() {
+        &MAGIC_SPILL
+    } else {
+        &MAGIC
+    });
+    let n = plan.places.len();
+    out[4..8].copy_from_slice(&(n as u32).to_le_bytes());
+    let outside: u64 = if spill.is_some() { 2 } else { 1 };
+    if let Some((name, len)) = spill {
+        let at = HEAD + ENTRY * n;
+        crate::spill::write_record(&mut out[at..at + crate::spill::record_len(name)], len, name);
+    }
     for (i, p) in plan.places.iter().enumerate() {
         let e = &mut out[HEAD + ENTRY * i..HEAD + ENTRY * (i + 1)];
-        e[..8].copy_from_slice(&u64::from(p.arena).to_le_bytes());
+        let kind = if p.arena { outside } else { 0 };
+        e[..8].copy_from_slice(&kind.to_le_bytes());
         e[8..16].copy_from_slice(&(p.offset as u64).to_le_bytes());
         e[16..24].copy_from_slice(&(p.len as u64).to_le_bytes());
     }
@@ -210,6 +233,10 @@ pub(crate) struct SendState {
     pub(crate) slot_handles: Vec<u64>,
     /// The largest allocation one message may take (a share of the arena, see the module doc).
     pub(crate) max_alloc: usize,
+    /// Per slot: the name of its message's spill segment, if it spilled (see `spill`).
+    pub(crate) slot_spills: Vec<Option<String>>,
+    /// The queue's name, the prefix of its spill names (`None`: not a named ring, no spills).
+    pub(crate) name: Option<String>,
 }
 
 impl SendState {
@@ -233,17 +260,29 @@ impl SendState {
             for h in orphans {
                 let _ = a.alloc.free(h, PRODUCER_ALLOC_OWNER);
             }
-            max_alloc = a.bytes() / (slots + 1) / ALIGN * ALIGN;
+            // A share that leaves room for the messages of up to 8 slots; a message that finds
+            // no room spills (see `spill`) instead of waiting.
+            max_alloc = a.bytes() / (slots.min(8) + 1) / ALIGN * ALIGN;
         }
+        let name = match mapping.segment().kind() {
+            ring_os::SegmentKind::Named(n) => Some(n.as_str().to_owned()),
+            _ => None,
+        };
         Ok(Self {
             arena,
             slot_handles,
             max_alloc,
+            slot_spills: vec![None; slots],
+            name,
         })
     }
 
-    /// Slot `index` was claimed: the message it held is consumed; free its allocation.
+    /// Slot `index` was claimed: the message it held is consumed; free its allocation and
+    /// remove its spill segment (if its reader has not).
     pub(crate) fn reclaim(&mut self, index: usize) {
+        if let Some(name) = self.slot_spills.get_mut(index).and_then(Option::take) {
+            crate::spill::remove(&name);
+        }
         if let (Some(a), Some(h)) = (self.arena.as_mut(), self.slot_handles.get_mut(index)) {
             if *h != 0 {
                 // A handle that is not live (a peer scribbled) is refused and counted; nothing
@@ -254,29 +293,29 @@ impl SendState {
         }
     }
 
-    /// Allocates `len` bytes for slot `index`'s message: `(handle, address)`.
-    pub(crate) fn allocate(&mut self, index: usize, len: usize) -> Result<(u64, usize), Fail> {
+    /// Allocates `len` bytes for slot `index`'s message: `(handle, address)`; `None` when the
+    /// arena has no room now (or the ring has none): the message spills then.
+    pub(crate) fn allocate(
+        &mut self,
+        index: usize,
+        len: usize,
+    ) -> Result<Option<(u64, usize)>, Fail> {
         let Some(arena) = self.arena.as_mut() else {
-            return Err(Fail::new(
-                "TooLarge",
-                "the message does not fit in a slot and this ring has no allocator",
-            ));
+            return Ok(None);
         };
-        let a = arena
+        let a = match arena
             .alloc
             .alloc(len as u64, PRODUCER_ALLOC_OWNER, now_ms())
-            .map_err(|e| match e {
-                AllocError::OutOfSpace { .. } | AllocError::LiveCeiling { .. } => Fail::new(
-                    "Full",
-                    format!("the queue's arena has no room for {len} bytes now: {e}"),
-                ),
-                other => Fail::new("Corrupt", format!("allocator: {other}")),
-            })?;
+        {
+            Ok(a) => a,
+            Err(AllocError::OutOfSpace { .. } | AllocError::LiveCeiling { .. }) => return Ok(None),
+            Err(other) => return Err(Fail::new("Corrupt", format!("allocator: {other}"))),
+        };
         let addr = arena.address(&a)?;
         if let Some(h) = self.slot_handles.get_mut(index) {
             *h = a.handle;
         }
-        Ok((a.handle, addr))
+        Ok(Some((a.handle, addr)))
     }
 }
 
@@ -294,11 +333,34 @@ pub(crate) struct Got {
     pub(crate) len: usize,
 }
 
+/// The spill record of the message in `slot`, if it is a spilled one: `(segment length,
+/// name)`. Validates the header as far as the record.
+pub(crate) fn spill_of(slot: &[u8]) -> Result<Option<(u64, &str)>, Fail> {
+    if slot.len() < HEAD || slot[..4] != MAGIC_SPILL {
+        return Ok(None);
+    }
+    let n = u32::from_le_bytes([slot[4], slot[5], slot[6], slot[7]]) as usize;
+    let at = n
+        .checked_mul(ENTRY)
+        .and_then(|t| t.checked_add(HEAD))
+        .filter(|&t| t <= slot.len())
+        .ok_or_else(|| Fail::new("Corrupt", "not a valid queue message: part table"))?;
+    let (len, name, _) = crate::spill::read_record(&slot[at..])?;
+    Ok(Some((len, name)))
+}
+
 /// Parses and validates the message in the pinned `slot` (`meta` its metadata words) against
-/// the ring's `arena`.
-pub(crate) fn parse(slot: &[u8], meta: [u64; 2], arena: Option<&Arena>) -> Result<Vec<Got>, Fail> {
+/// the ring's `arena`, or, for a spilled message, the mapped spill segment `spill` (address
+/// and length).
+pub(crate) fn parse(
+    slot: &[u8],
+    meta: [u64; 2],
+    arena: Option<&Arena>,
+    spill: Option<(usize, usize)>,
+) -> Result<Vec<Got>, Fail> {
     let corrupt = |what: &str| Fail::new("Corrupt", format!("not a valid queue message: {what}"));
-    if slot.len() < HEAD || slot[..4] != MAGIC {
+    let spilled = slot.len() >= HEAD && slot[..4] == MAGIC_SPILL;
+    if slot.len() < HEAD || !(slot[..4] == MAGIC || spilled) {
         return Err(corrupt("bad magic"));
     }
     let n = u32::from_le_bytes([slot[4], slot[5], slot[6], slot[7]]) as usize;
@@ -307,6 +369,15 @@ pub(crate) fn parse(slot: &[u8], meta: [u64; 2], arena: Option<&Arena>) -> Resul
         .and_then(|t| t.checked_add(HEAD))
         .filter(|&t| t <= slot.len() && n > 0)
         .ok_or_else(|| corrupt("part table"))?;
+    // Inline parts start after the table and, in a spilled message, its record.
+    let table = if spilled {
+        table + crate::spill::read_record(&slot[table..])?.2
+    } else {
+        table
+    };
+    if table > slot.len() {
+        return Err(corrupt("spill record"));
+    }
     let word = |at: usize| {
         let mut b = [0u8; 8];
         b.copy_from_slice(&slot[at..at + 8]);
@@ -329,6 +400,10 @@ pub(crate) fn parse(slot: &[u8], meta: [u64; 2], arena: Option<&Arena>) -> Resul
                 }
                 (slot.as_ptr() as usize, slot.len())
             }
+            2 => spill
+                .filter(|_| spilled)
+                .ok_or_else(|| corrupt("a spilled part in a message without a spill segment"))?,
+            1 if spilled => return Err(corrupt("an allocation in a spilled message")),
             1 => {
                 let (addr, alen) = match allocation {
                     Some(a) => a,
@@ -406,6 +481,9 @@ pub(crate) struct Part {
     pub(crate) pin_id: u64,
     pub(crate) addr: usize,
     pub(crate) len: usize,
+    /// A spilled message's segment, mapped while any of its parts lives (only kept, never
+    /// read: `addr` points into it).
+    pub(crate) _spill: Option<Arc<ring_os::Segment>>,
 }
 
 impl Drop for Part {

@@ -8,6 +8,11 @@
 //! re-checked under every role lock of the file. Only names a queue makes by default
 //! (`q-<pid>-<12 hex digits>`, see [`is_queue_name`]) are swept here; `ringctl clean` removes
 //! every stale segment.
+//!
+//! A queue's spill segments (see `spill`) are not rings, so the `stale` rule does not know
+//! them: one is removed when its queue's segment is gone or was just removed as stale, and no
+//! process holds a role lock of the spill itself (its creator holds one while it writes it),
+//! re-checked under all its role locks.
 
 use pyo3::prelude::*;
 
@@ -51,6 +56,19 @@ fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
         Err(e) => return (Vec::new(), Some(e.to_string())),
     };
     let mut removed = Vec::new();
+    let queues: std::collections::HashSet<String> = listed
+        .iter()
+        .filter(|i| is_queue_name(i.name.as_str()))
+        .map(|i| i.name.as_str().to_owned())
+        .collect();
+    let spills: Vec<String> = listed
+        .iter()
+        .filter(|i| i.locks == ring_os::lock::Liveness::Dead)
+        .filter_map(|i| {
+            let q = crate::spill::queue_of(i.name.as_str())?;
+            is_queue_name(q).then(|| i.name.as_str().to_owned())
+        })
+        .collect();
     let candidates = listed
         .into_iter()
         .filter(|i| is_queue_name(i.name.as_str()) && i.is_stale());
@@ -62,7 +80,34 @@ fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
         let report = stale::clean_listed(std::path::Path::new(stale::SHM_DIR), vec![info]);
         removed.extend(report.removed.iter().map(|s| s.as_str().to_owned()));
     }
+    for spill in spills {
+        if std::time::Instant::now() >= end {
+            break;
+        }
+        let queue = crate::spill::queue_of(&spill).unwrap_or_default();
+        let orphan = !queues.contains(queue) || removed.iter().any(|r| r == queue);
+        if orphan && remove_unheld(&spill) {
+            removed.push(spill);
+        }
+    }
     (removed, None)
+}
+
+/// Removes the segment `name` if no process holds any role lock of it (checked by taking them
+/// all, as `stale::clean_listed` does); whether it did.
+#[cfg(unix)]
+fn remove_unheld(name: &str) -> bool {
+    let Ok(seg_name) = ring_os::SegmentName::new(name) else {
+        return false;
+    };
+    let Ok(seg) = ring_os::Segment::open_named(&seg_name, ring_os::SizeCheck::AtLeast(1)) else {
+        return false;
+    };
+    match ring_os::lock::AllRoles::try_acquire(seg.fd(), seg.path().as_deref()) {
+        // Removes the name only while it names the file just opened and locked.
+        Ok(Some(_all)) => seg.unlink().is_ok(),
+        _ => false,
+    }
 }
 
 /// Windows: section objects vanish with their last handle; nothing is left to sweep.

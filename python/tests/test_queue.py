@@ -1,6 +1,7 @@
 """The queue: multiprocessing.Queue-shaped, protocol-5 pickles with out-of-band buffers in
 the ring."""
 
+import glob
 import pickle
 import queue
 import signal
@@ -104,12 +105,14 @@ def test_raw_bytes_payloads_skip_the_pickle_stream(name):
         view.release()
 
 
-def test_a_message_over_max_message_raises_too_large(name):
+def test_a_message_over_max_message_spills_into_a_segment_of_its_own(name):
     s, r = shmring.create_pair(2, max_message=1 << 16, name=name)
     with s, r:
-        with pytest.raises(shmring.TooLarge):
-            s.put(np.zeros(1 << 18, np.uint8), timeout=1)
-        s.put(np.ones(1 << 15, np.uint8), timeout=1)  # nothing was left claimed
+        s.put(np.ones(1 << 18, np.uint8), timeout=1)
+        assert len(glob.glob(f"/dev/shm/shmring.{name}.s*")) == 1
+        s.put(np.ones(1 << 15, np.uint8), timeout=1)  # through the arena
+        assert r.get(timeout=5).sum() == 1 << 18
+        assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []  # the reader removed it
         assert r.get(timeout=5).sum() == 1 << 15
 
 

@@ -22,7 +22,7 @@ from ._shmring import _interpreter_exiting
 from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
-    PermissionDenied, Timeout, TooLarge, Truncated, InvalidHandle, TooManyPins,
+    PermissionDenied, Timeout, TooLarge, Truncated, InvalidHandle, TooManyPins, NoSpace,
 )
 from .duplex import Duplex
 from .queue import Receiver, Sender, create_pair

@@ -4,13 +4,14 @@ All derive from :class:`Error`; several also derive from the builtin a caller wo
 without knowing this package (``TimeoutError``, ``FileNotFoundError``, ``queue.Full``...).
 """
 
+import errno as _errno
 import queue as _queue
 
 __all__ = [
     "Error", "Timeout", "Disconnected", "Aborted", "Closed", "Full", "Empty", "TooLarge",
     "Corrupt", "Truncated", "NotFound", "AlreadyExists", "PermissionDenied", "InvalidName",
     "InvalidConfig", "ConfigMismatch", "Busy", "Lagging", "Evicted", "Displaced", "NotPinOnly",
-    "InvalidHandle", "TooManyPins",
+    "InvalidHandle", "TooManyPins", "NoSpace",
 ]
 
 
@@ -115,3 +116,12 @@ class NotPinOnly(Error, ValueError):
 
 class InvalidHandle(Error, ValueError):
     """An allocation handle that is not live: freed twice, stale, another owner's, or forged."""
+
+
+class NoSpace(Error, OSError):
+    """Shared memory has no room (``/dev/shm`` or the memory limit is full): an ``OSError``
+    with ``errno.ENOSPC``. A queue ``put`` that raises it sent nothing and the queue stays
+    usable."""
+
+    def __init__(self, msg: str = "") -> None:
+        super().__init__(_errno.ENOSPC, msg)

@@ -14,9 +14,18 @@ made from it is alive and is released when the last of it goes; the next ``get``
 ``close`` raise ``BufferError`` while a view of it is still alive, so a view can never outlive
 the bytes it shows.
 
-Every message must fit ``max_message`` (``shmring.TooLarge`` otherwise): the ring gets
-``capacity`` slots and an arena of ``capacity + 1`` such messages (shared memory that is only
-touched as messages use it).
+Objects of any size travel without configuration: a message whose buffers do not fit its slot
+goes into the ring's arena (shared memory reserved once, at most ``_ARENA_MAX`` bytes, shrunk
+when ``/dev/shm`` has less room), and one that does not fit there, or finds the arena held by
+unread messages, into a named segment of its own (``<queue>.s<seq>-<hex>``, every page
+reserved when it is made): the receiver removes it once it has the message, the sender when
+its slot comes round again, and ``create_pair`` sweeps those of queues whose processes died.
+When shared memory has no room for a message, ``put`` raises ``shmring.NoSpace`` (an
+``OSError`` with ``errno.ENOSPC``), sends nothing, and the queue stays usable.
+
+``capacity`` counts unread messages (``put`` waits when they are that many); ``None`` or 0 is
+unbounded as far as memory goes: up to ``_UNBOUNDED_SLOTS`` unread messages (a ring of that
+many small slots), each of any size.
 
 Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned
 workers. A ``Receiver`` *moves* when pickled: the original stops reading (it leaves the ring)
@@ -59,35 +68,64 @@ _RAW_BYTEARRAY = b"\x00"
 _DEFAULT_MAX = 1 << 24
 # How long create_pair may spend removing stale queue segments before it creates its own.
 _SWEEP_SECONDS = 1.0
+# The arena is at most this large (and shrinks when /dev/shm has less room); larger messages
+# spill into segments of their own.
+_ARENA_MAX = 1 << 26
+_ARENA_MIN = 1 << 20
+# capacity None/0: this many slots of _UNBOUNDED_SLOT bytes (~5 MiB of shared memory).
+_UNBOUNDED_SLOTS = 4096
+_UNBOUNDED_SLOT = 1024
 
 
 def _geometry(capacity: int, max_message: int) -> dict[str, int]:
-    """Slot size, arena and allocation ceiling for ``capacity`` messages of ``max_message``."""
+    """Slots, slot size and arena for ``capacity`` messages (0: unbounded) whose buffers are
+    typically at most ``max_message`` bytes (larger ones spill)."""
     aligned = -(-max_message // 64) * 64
+    if capacity == 0:
+        return {"slots": _UNBOUNDED_SLOTS, "slot_size": _UNBOUNDED_SLOT, "arena": _ARENA_MAX,
+                "max_live": 64}
     return {
         "slots": capacity,
         # Small messages (and the pickle stream of large ones) travel in the slot itself.
         "slot_size": max(4096, min(1 << 16, aligned + 2048)),
-        # capacity + 1 messages, each with room for 64-byte alignment of up to 64 parts.
-        "arena": (capacity + 1) * (aligned + 64 * 64),
-        "max_live": capacity + 2,
+        # Room for up to capacity + 1 messages, each with 64-byte alignment of up to 64 parts,
+        # within _ARENA_MAX.
+        "arena": min(_ARENA_MAX, (min(capacity, 8) + 1) * (aligned + 64 * 64)),
+        "max_live": min(capacity, 8) + 2,
     }
 
 
-def create_pair(capacity: int = 8, *, max_message: int = _DEFAULT_MAX, name: str | None = None,
-                ctx: Any = None) -> tuple[Sender, Receiver]:
-    """Creates a queue of ``capacity`` messages of at most ``max_message`` bytes each (pickle
-    stream plus buffers; default 16 MiB). Returns ``(sender, receiver)``. ``ctx`` is accepted
-    for ``multiprocessing`` compatibility and unused: endpoints pickle to any start method."""
+def create_pair(capacity: int | None = 8, *, max_message: int = _DEFAULT_MAX,
+                name: str | None = None, ctx: Any = None) -> tuple[Sender, Receiver]:
+    """Creates a queue of ``capacity`` unread messages (``None`` or 0: unbounded, see the
+    module docs) of any size. Returns ``(sender, receiver)``. ``max_message`` (default 16 MiB)
+    sizes the arena that messages up to that size use; larger ones travel in segments of
+    their own. ``ctx`` is accepted for ``multiprocessing`` compatibility and unused: endpoints
+    pickle to any start method."""
     del ctx
-    if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-        raise ValueError("capacity must be a positive int")
+    if capacity is None:
+        capacity = 0
+    if not isinstance(capacity, int) or isinstance(capacity, bool):
+        raise TypeError("capacity must be an int or None")
+    if capacity < 0:
+        raise ValueError("capacity must not be negative (None or 0: unbounded)")
     if not isinstance(max_message, int) or max_message < 0:
         raise ValueError("max_message must be an int >= 0")
     _sweep()
     # The default name is the one _sweep (and ringctl clean) recognises: q-<pid>-<12 hex>.
     name = name or f"q-{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    ring = Ring.create(name, consumers=4, pin_only=True, **_geometry(capacity, max_message))
+    geometry = _geometry(capacity, max_message)
+    while True:
+        try:
+            ring = Ring.create(name, consumers=4, pin_only=True, **geometry)
+            break
+        except errors.NoSpace:
+            # A small /dev/shm: a smaller arena (down to none; messages then spill).
+            if geometry["arena"] == 0:
+                raise
+            geometry["arena"] //= 4
+            if geometry["arena"] < _ARENA_MIN:
+                geometry["arena"] = 0
     return Sender(ring), Receiver(ring)
 
 
@@ -148,8 +186,9 @@ class Sender:
         """Puts ``obj``; waits up to ``timeout`` while the queue is full or no receiver is
         attached yet (``block=False``: not at all; ``timeout=None`` or ``inf``: as long as it
         takes). Raises ``queue.Full`` (``shmring.Full``) when it stays full,
-        ``shmring.TooLarge`` when the message exceeds ``max_message``, ``shmring.Closed`` when
-        the sender is closed (also by another thread while this waits)."""
+        ``shmring.NoSpace`` (an ``OSError``, ``ENOSPC``) when shared memory has no room for
+        the message (nothing was sent; the queue stays usable), ``shmring.Closed`` when the
+        sender is closed (also by another thread while this waits)."""
         wait = _wait(block, timeout)
         producer = self._ensure()
         kind = type(obj)

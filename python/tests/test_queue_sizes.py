@@ -1,0 +1,180 @@
+"""Objects of any size with no configuration: spill segments, unbounded capacity, a small
+/dev/shm, nothing reserved up front, spills swept after a crash."""
+
+import glob
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+import shmring
+
+
+def spills_of(sender):
+    return glob.glob(f"/dev/shm/shmring.{sender._ring.name}.s*")
+
+
+def test_a_message_larger_than_the_arena_spills_and_its_segment_goes_after_get():
+    sender, receiver = shmring.create_pair(2)
+    big = np.arange(40_000_000, dtype=np.uint8)  # > the 64 MiB arena's share of one message
+    sender.put(big, timeout=5)
+    assert len(spills_of(sender)) == 1
+    got = receiver.get(timeout=5)
+    assert got.flags.writeable and np.array_equal(got, big)
+    assert spills_of(sender) == []
+    sender.put({"a": big, "b": big[:10]}, timeout=5)
+    view = receiver.get(timeout=5, zero_copy=True)
+    assert spills_of(sender) == []  # the zero-copy parts keep the mapping, not the name
+    assert np.array_equal(view["a"], big) and not view["a"].flags.writeable
+    del view
+    sender.put(b"x" * 70_000_000, timeout=5)
+    assert receiver.get(timeout=5) == b"x" * 70_000_000
+    sender.close()
+    receiver.close()
+
+
+def test_the_sender_removes_an_unread_spill_when_its_slot_comes_round():
+    sender, receiver = shmring.create_pair(1)
+    sender.put(np.zeros(80_000_000, np.uint8), timeout=5)
+    assert len(spills_of(sender)) == 1
+    # Moving the receiver leaves the ring: the spilled message is never read.
+    moved = pickle.loads(pickle.dumps(receiver))
+    sender.put("small", timeout=5)
+    assert spills_of(sender) == []
+    assert moved.get(timeout=5) == "small"
+    sender.close()
+    moved.close()
+
+
+@pytest.mark.parametrize("capacity", [None, 0])
+def test_capacity_none_or_zero_is_unbounded(capacity):
+    sender, receiver = shmring.create_pair(capacity)
+    for i in range(3000):
+        sender.put_nowait(i)
+    arrays = [np.full(100_000, i, np.int64) for i in range(40)]  # 32 MB unread, some spilled
+    for a in arrays:
+        sender.put_nowait(a)
+    assert [receiver.get_nowait() for _ in range(3000)] == list(range(3000))
+    for a in arrays:
+        assert np.array_equal(receiver.get_nowait(), a)
+    assert sender.wait_for_all_ack(timeout=5)
+    sender.close()
+    receiver.close()
+
+
+def test_bad_capacities_are_refused():
+    with pytest.raises(ValueError):
+        shmring.create_pair(-1)
+    with pytest.raises(TypeError):
+        shmring.create_pair(1.5)
+
+
+def test_the_arena_is_not_reserved_for_capacity_times_max_message():
+    sender, receiver = shmring.create_pair(64, max_message=512 << 20)
+    size = os.path.getsize(f"/dev/shm/shmring.{sender._ring.name}")
+    assert size < 80 << 20, size  # was 65 x 512 MiB
+    sender.close()
+    receiver.close()
+
+
+SMALL_SHM = """
+import errno, numpy as np, shmring
+for capacity in (8, None, 2):
+    sender, receiver = shmring.create_pair(capacity)
+    sender.put("small", timeout=5)
+    assert receiver.get(timeout=5) == "small"
+    sender.put(np.ones(1 << 20, np.uint8), timeout=5)
+    assert receiver.get(timeout=5).sum() == 1 << 20
+    try:
+        sender.put(np.zeros(32 << 20, np.uint8), timeout=5)
+    except OSError as e:
+        assert isinstance(e, shmring.NoSpace) and e.errno == errno.ENOSPC, e
+        assert "no room" in str(e), e
+    else:
+        raise SystemExit("a 32 MiB message fit into a 16 MiB /dev/shm")
+    sender.put("still usable", timeout=5)
+    assert receiver.get(timeout=5) == "still usable"
+    assert sender.wait_for_all_ack(timeout=5)
+    sender.close(); receiver.close()
+print("ok")
+"""
+
+
+def _private_mounts():
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        return False
+    return subprocess.run(["unshare", "-m", "true"], capture_output=True).returncode == 0
+
+
+@pytest.mark.skipif(not _private_mounts(), reason="needs root and unshare -m for a 16 MiB /dev/shm")
+def test_a_16_mib_dev_shm_takes_small_messages_and_refuses_a_large_one_clearly(tmp_path):
+    script = tmp_path / "small_shm.py"
+    script.write_text(SMALL_SHM)
+    cmd = 'mount -t tmpfs -o size=16m tmpfs /dev/shm && exec "$0" "$1"'
+    r = subprocess.run(["unshare", "-m", "sh", "-c", cmd, sys.executable, str(script)],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "ok" in r.stdout, r.stderr
+
+
+CRASH = """
+import os, signal, numpy as np, shmring
+sender, receiver = shmring.create_pair(2)
+sender.put(np.zeros(100_000_000, np.uint8), timeout=5)
+print(sender._ring.name, flush=True)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_killed_queue_and_its_spill_are_swept_by_the_next_create_pair(tmp_path):
+    script = tmp_path / "crash.py"
+    script.write_text(CRASH)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=60)
+    name = r.stdout.strip()
+    assert name.startswith("q-"), r.stderr
+    left = glob.glob(f"/dev/shm/shmring.{name}*")
+    assert len(left) == 2, left  # the queue and its spill
+    sender, receiver = shmring.create_pair(1)
+    assert glob.glob(f"/dev/shm/shmring.{name}*") == []
+    sender.close()
+    receiver.close()
+
+
+BIG = textwrap.dedent("""
+import os, sys, time, multiprocessing as mp, numpy as np, shmring
+
+def produce(sender, nbytes, count):
+    for i in range(count):
+        a = np.empty(nbytes, np.uint8); a[::4096] = i % 251; a[-1] = 7
+        sender.put(a)
+    sender.close()
+
+if __name__ == "__main__":
+    nbytes, count = int(sys.argv[1]), int(sys.argv[2])
+    sender, receiver = shmring.create_pair()
+    p = mp.get_context("spawn").Process(target=produce, args=(sender, nbytes, count))
+    t = time.perf_counter(); p.start()
+    for i in range(count):
+        got = receiver.get(timeout=600)
+        assert got.nbytes == nbytes and got[0] == i % 251 and got[-1] == 7
+        del got
+    p.join(600); assert p.exitcode == 0
+    print(f"{count} x {nbytes / 1e9:.1f} GB in {time.perf_counter() - t:.1f} s")
+""")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("nbytes,count", [(4_000_000_000, 1), (1_000_000_000, 10)])
+def test_a_4_gb_object_and_10_gb_through_one_pair_with_default_settings(tmp_path, nbytes, count):
+    script = tmp_path / "big.py"
+    script.write_text(BIG)
+    started = time.perf_counter()
+    r = subprocess.run([sys.executable, str(script), str(nbytes), str(count)],
+                       capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr
+    print(r.stdout.strip(), f"(whole run {time.perf_counter() - started:.1f} s)")

@@ -16,6 +16,8 @@
 )]
 
 pub mod alloc;
+#[cfg(feature = "async")]
+pub mod asyncio;
 mod blocking;
 mod error;
 #[cfg(unix)]

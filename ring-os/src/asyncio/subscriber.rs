@@ -1,0 +1,322 @@
+//! [`Subscriber`]'s futures and its [`Stream`](futures_core::Stream) of messages.
+//!
+//! Each future reads only in the poll that returns `Ready`: a future dropped at any earlier
+//! point has read nothing, pinned nothing and holds nothing, and gives back its reactor entry
+//! and waiter count in its `Drop`.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use std::sync::Arc;
+
+use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
+
+use super::wait::SubWait;
+use crate::sigbus::memory_truncated;
+use crate::{
+    Mapping, Message, RecvError, RecvTimeoutError, ShmConsumer, ShmReadError, Subscriber, TRUNCATED,
+};
+
+/// Reads per poll before a future yields (each overrun by the producer: `Lagging`).
+const READS: usize = 8;
+
+/// The blocking `recv`'s error for the same outcome.
+fn recv_error(e: impl Into<ShmReadError>) -> RecvError {
+    match RecvTimeoutError::from_read(e) {
+        RecvTimeoutError::Disconnected => RecvError::Disconnected,
+        RecvTimeoutError::Failed(e) => RecvError::Failed(e),
+        // Not produced by a wait without a deadline; reported as the read's own reason.
+        RecvTimeoutError::Timeout => RecvError::Failed(ReadError::Timeout),
+    }
+}
+
+/// `Corrupt(TRUNCATED)` when the segment was cut under its mapping: a read hands out bytes the
+/// caller uses later, so the blocking reads probe after every read, and so do these.
+fn truncated(c: &ShmConsumer) -> Result<(), ReadError> {
+    if memory_truncated(c.memory(), true) {
+        Err(ReadError::Corrupt(TRUNCATED))
+    } else {
+        Ok(())
+    }
+}
+
+/// Waits, then runs `read` (a read that finds nothing, or is overrun, waits or retries).
+fn poll_read<R>(
+    c: &mut ShmConsumer,
+    wait: &mut SubWait,
+    cx: &Context<'_>,
+    mut read: impl FnMut(&mut ShmConsumer) -> Result<R, ReadError>,
+) -> Poll<Result<R, RecvError>> {
+    for _ in 0..READS {
+        if let Err(e) = core::task::ready!(wait.poll_ready(c, cx)) {
+            return Poll::Ready(Err(recv_error(e)));
+        }
+        match read(c) {
+            Ok(r) => return Poll::Ready(Ok(r)),
+            // Overwritten while we read (or gone between the check and the read): again.
+            Err(ReadError::Lagging | ReadError::Empty) => {}
+            Err(e) => return Poll::Ready(Err(recv_error(e))),
+        }
+    }
+    cx.waker().wake_by_ref();
+    Poll::Pending
+}
+
+/// [`Subscriber::recv_async`]'s future.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Recv<'a> {
+    subscriber: &'a mut Subscriber,
+    buf: &'a mut [u8],
+    wait: SubWait,
+}
+
+impl Future for Recv<'_> {
+    type Output = Result<Copied, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let buf = &mut *this.buf;
+        poll_read(this.subscriber.inner(), &mut this.wait, cx, |c| {
+            let m = c.try_copy(buf)?;
+            truncated(c).map(|()| m)
+        })
+    }
+}
+
+impl Drop for Recv<'_> {
+    fn drop(&mut self) {
+        self.wait.unpark(self.subscriber.inner());
+    }
+}
+
+/// [`Subscriber::recv_held_async`]'s future.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvHeld<'a> {
+    subscriber: &'a mut Subscriber,
+    wait: SubWait,
+}
+
+impl Future for RecvHeld<'_> {
+    type Output = Result<Hold, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        poll_read(this.subscriber.inner(), &mut this.wait, cx, |c| {
+            let hold = c.try_hold()?;
+            if let Err(e) = truncated(c) {
+                // Not handed out: give the hold back.
+                let _ = c.release(hold);
+                return Err(e);
+            }
+            Ok(hold)
+        })
+    }
+}
+
+impl Drop for RecvHeld<'_> {
+    fn drop(&mut self) {
+        self.wait.unpark(self.subscriber.inner());
+    }
+}
+
+/// [`Subscriber::recv_pinned_async`]'s future.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct RecvPinned<'a> {
+    /// `None` once the pin was handed out.
+    subscriber: Option<&'a mut Subscriber>,
+    wait: SubWait,
+}
+
+impl<'a> Future for RecvPinned<'a> {
+    type Output = Result<Pinned<'a, Arc<Mapping>>, RecvError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let Some(subscriber) = this.subscriber.as_mut() else {
+            return Poll::Ready(Err(RecvError::Failed(ReadError::NotSupported(
+                "this recv_pinned_async future already returned its pin",
+            ))));
+        };
+        if let Err(e) = core::task::ready!(this.wait.poll_ready(subscriber.inner(), cx)) {
+            return Poll::Ready(Err(recv_error(e)));
+        }
+        let Some(subscriber) = this.subscriber.take() else {
+            return Poll::Pending; // Unreachable: checked above.
+        };
+        let c = subscriber.inner();
+        if let Err(e) = truncated(c) {
+            return Poll::Ready(Err(RecvError::Failed(e)));
+        }
+        // `head` only grows, so the message found ready stays there to pin (or is overwritten,
+        // which the pin reports: the blocking `recv_pinned` does the same).
+        Poll::Ready(c.try_pin().map_err(recv_error))
+    }
+}
+
+impl Drop for RecvPinned<'_> {
+    fn drop(&mut self) {
+        if let Some(subscriber) = self.subscriber.as_mut() {
+            self.wait.unpark(subscriber.inner());
+        }
+    }
+}
+
+/// [`Subscriber::stream`]: copies of the messages until the ring is disconnected; a failed
+/// read is yielded once as an error and ends the stream (as [`Subscriber::iter`]).
+#[derive(Debug)]
+#[must_use = "streams do nothing unless polled"]
+pub struct MessageStream<'a> {
+    subscriber: &'a mut Subscriber,
+    buf: Vec<u8>,
+    wait: SubWait,
+    done: bool,
+}
+
+impl futures_core::Stream for MessageStream<'_> {
+    type Item = Result<Message, RecvError>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let buf = &mut this.buf[..];
+        let got = core::task::ready!(poll_read(
+            this.subscriber.inner(),
+            &mut this.wait,
+            cx,
+            |c| {
+                let m = c.try_copy(buf)?;
+                truncated(c).map(|()| m)
+            }
+        ));
+        Poll::Ready(match got {
+            Ok(c) => Some(Ok(Message {
+                seq: c.seq,
+                missed: c.missed,
+                meta: c.meta,
+                data: this.buf[..c.len].to_vec(),
+            })),
+            Err(RecvError::Disconnected) => {
+                this.done = true;
+                None
+            }
+            Err(e) => {
+                this.done = true;
+                Some(Err(e))
+            }
+        })
+    }
+}
+
+impl futures_core::FusedStream for MessageStream<'_> {
+    fn is_terminated(&self) -> bool {
+        self.done
+    }
+}
+
+impl Drop for MessageStream<'_> {
+    fn drop(&mut self) {
+        self.wait.unpark(self.subscriber.inner());
+    }
+}
+
+/// Futures and a stream (feature `async`): wake-ups come from the ring's futex words through
+/// one helper thread per process (see [`crate::asyncio`]), so any number of subscribers wait
+/// without a thread each, on any executor.
+impl Subscriber {
+    /// Copies the next message into `buf`, waiting as long as it takes, without blocking the
+    /// thread: the future is woken by the publisher's next message (or its end).
+    ///
+    /// **Cancel safety**: the message is copied in the poll that returns it; dropping the
+    /// future earlier reads nothing, loses no message and leaves the subscriber as it was.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv`](Self::recv): [`RecvError::Disconnected`] once the ring was closed and
+    /// drained or its publisher's process died (noticed within about
+    /// [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD)); `Failed(ReadError::Aborted { code })` for
+    /// an aborted stream; `Failed` for the rest (`BufferTooSmall`, `Evicted`, `Corrupt`).
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_os::prelude::*;
+    /// # fn block_on<F: core::future::Future>(f: F) -> F::Output {
+    /// #     let mut f = core::pin::pin!(f);
+    /// #     let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+    /// #     loop { if let core::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) { return v; } }
+    /// # }
+    /// let ring = Ring::memfd().slots(4).slot_size(64).create()?;
+    /// let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+    /// let mut publisher = ring.publisher()?;
+    /// let mut buf = [0u8; 64];
+    /// block_on(async {
+    ///     publisher.send_async(b"hello").await?;
+    ///     let got = subscriber.recv_async(&mut buf).await?;
+    ///     assert_eq!(&buf[..got.len], b"hello");
+    ///     Ok::<(), Error>(())
+    /// })?;
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn recv_async<'a>(&'a mut self, buf: &'a mut [u8]) -> Recv<'a> {
+        Recv {
+            subscriber: self,
+            buf,
+            wait: SubWait::default(),
+        }
+    }
+
+    /// Pins the next message (zero-copy, as [`recv_pinned`](Self::recv_pinned)), waiting
+    /// without blocking the thread.
+    ///
+    /// **Cancel safety**: the pin is taken in the poll that returns it; dropping the future
+    /// earlier pins nothing and loses no message.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_async`](Self::recv_async); `Failed(Lagging)` when a latest-only or
+    /// skip-on-lag message was overwritten between the wake-up and the pin (as `recv_pinned`).
+    pub fn recv_pinned_async(&mut self) -> RecvPinned<'_> {
+        RecvPinned {
+            subscriber: Some(self),
+            wait: SubWait::default(),
+        }
+    }
+
+    /// Holds the next message (as [`recv_held_timeout`](Self::recv_held_timeout)), waiting
+    /// without blocking the thread.
+    ///
+    /// **Cancel safety**: the hold is taken in the poll that returns it; dropping the future
+    /// earlier holds nothing and loses no message.
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_async`](Self::recv_async); `Failed(TooManyHolds)` at once when
+    /// [`max_holds`](Self::max_holds) messages are held.
+    pub fn recv_held_async(&mut self) -> RecvHeld<'_> {
+        RecvHeld {
+            subscriber: self,
+            wait: SubWait::default(),
+        }
+    }
+
+    /// A [`Stream`](futures_core::Stream) of copied messages that ends when the ring is
+    /// disconnected (a failed read is yielded once and ends it), as [`iter`](Self::iter).
+    ///
+    /// **Cancel safety**: as [`recv_async`](Self::recv_async), per `poll_next`; dropping the
+    /// stream loses no message that it has not yielded.
+    pub fn stream(&mut self) -> MessageStream<'_> {
+        // Sized by the local, validated geometry: never by a length a peer wrote.
+        let capacity = self.inner().memory().geometry().slot_capacity();
+        MessageStream {
+            subscriber: self,
+            buf: vec![0; capacity],
+            wait: SubWait::default(),
+            done: false,
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! The async futures' cancel safety: futures dropped at every poll lose no message, leak no pin,
+//! hold and waiter count, and leave the subscriber (and publisher) usable; plus wake-ups on a
+//! real executor.
+#![cfg(feature = "async")]
+
+use core::future::Future;
+use core::pin::pin;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+use std::time::Instant;
+
+use ring_core::Memory as _;
+use ring_os::prelude::*;
+
+/// Polls `f` once with a waker that does nothing, then drops it.
+fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
+    let mut f = pin!(f);
+    f.as_mut().poll(&mut Context::from_waker(Waker::noop()))
+}
+
+/// The ring's shared waiter accounting: (consumer_waiters, producer_waiting, parked entries).
+fn accounting(ring: &Ring) -> (u32, u32, u32) {
+    let m = ring.mapping();
+    let line = m.producer_line();
+    let parked = (0..m.geometry().consumers())
+        .map(|i| {
+            m.consumer_entry(i)
+                .parked
+                .load(ring_core::sync::Ordering::Relaxed)
+        })
+        .sum();
+    (
+        line.consumer_waiters
+            .load(ring_core::sync::Ordering::Relaxed),
+        line.producer_waiting
+            .load(ring_core::sync::Ordering::Relaxed),
+        parked,
+    )
+}
+
+/// A message's bytes: its index, repeated, with a length that varies.
+fn message(i: u32) -> Vec<u8> {
+    let len = 1 + (i as usize * 7) % 200;
+    (0..len).map(|k| (i as usize + k) as u8).collect()
+}
+
+/// A checksum over the messages in order (position-dependent, so a lost or repeated message
+/// changes it).
+fn fold(sum: u64, data: &[u8]) -> u64 {
+    data.iter()
+        .fold(sum.rotate_left(5) ^ data.len() as u64, |s, &b| {
+            s.wrapping_mul(31).wrapping_add(u64::from(b))
+        })
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Read {
+    Copy,
+    Pinned,
+    Held,
+}
+
+/// A publisher thread sends `n` messages (blocking sends, so the gating ring holds it back);
+/// the subscriber makes a fresh future of `how` for every poll, polls it once and drops it.
+fn every_poll_dropped(how: Read) {
+    const N: u32 = 3000;
+    let ring = Ring::memfd().slots(4).slot_size(256).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let sent = std::thread::scope(|s| {
+        let sender = s.spawn(move || {
+            let mut sum = 0;
+            for i in 0..N {
+                let m = message(i);
+                publisher.send(&m).unwrap();
+                sum = fold(sum, &m);
+                if i % 64 == 0 {
+                    std::thread::sleep(Duration::from_micros(200)); // let the reader park
+                }
+            }
+            publisher.close();
+            sum
+        });
+        let (mut sum, mut got, mut pending) = (0, 0u32, 0u64);
+        let mut buf = [0u8; 256];
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            assert!(Instant::now() < deadline, "stalled after {got} messages");
+            let outcome = match how {
+                Read::Copy => match poll_once(subscriber.recv_async(&mut buf)) {
+                    Poll::Ready(Ok(c)) => Poll::Ready(Ok(buf[..c.len].to_vec())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                },
+                Read::Pinned => match poll_once(subscriber.recv_pinned_async()) {
+                    Poll::Ready(Ok(p)) => Poll::Ready(Ok(p.bytes().to_vec())),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                },
+                Read::Held => match poll_once(subscriber.recv_held_async()) {
+                    Poll::Ready(Ok(h)) => {
+                        let bytes = subscriber.held_bytes(&h).unwrap().to_vec();
+                        subscriber.release(h).unwrap();
+                        Poll::Ready(Ok(bytes))
+                    }
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    Poll::Pending => Poll::Pending,
+                },
+            };
+            match outcome {
+                Poll::Ready(Ok(data)) => {
+                    assert_eq!(data, message(got), "message {got}");
+                    sum = fold(sum, &data);
+                    got += 1;
+                }
+                Poll::Ready(Err(RecvError::Disconnected)) => break,
+                Poll::Ready(Err(e)) => panic!("{how:?}: {e}"),
+                Poll::Pending => pending += 1,
+            }
+            // Every dropped future gave back what its wait took.
+            let (waiters, _, parked) = accounting(&ring);
+            assert_eq!((waiters, parked), (0, 0), "a dropped future kept its count");
+        }
+        assert!(pending > 0, "no future was ever dropped while pending");
+        assert_eq!(got, N);
+        (sum, sender.join().unwrap())
+    });
+    assert_eq!(sent.0, sent.1, "checksum of what arrived");
+    // No pin or hold left behind, and the subscriber still reads.
+    assert_eq!(subscriber.inner().holds(), 0);
+    let mut buf = [0u8; 8];
+    assert!(matches!(
+        subscriber.try_recv(&mut buf),
+        Err(TryRecvError::Disconnected)
+    ));
+}
+
+#[test]
+fn recv_async_dropped_at_every_poll_loses_nothing() {
+    every_poll_dropped(Read::Copy);
+}
+
+#[test]
+fn recv_pinned_async_dropped_at_every_poll_loses_nothing() {
+    every_poll_dropped(Read::Pinned);
+}
+
+#[test]
+fn recv_held_async_dropped_at_every_poll_loses_nothing() {
+    every_poll_dropped(Read::Held);
+}
+
+#[test]
+fn send_async_dropped_at_every_poll_sends_each_message_once() {
+    const N: u32 = 2000;
+    let ring = Ring::memfd().slots(2).slot_size(256).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let (sent, received) = std::thread::scope(|s| {
+        let reader = s.spawn(|| {
+            let mut sum = 0;
+            let mut n = 0;
+            for m in subscriber.iter() {
+                let m = m.unwrap();
+                assert_eq!(m.data, message(n));
+                sum = fold(sum, &m.data);
+                n += 1;
+                if n % 50 == 0 {
+                    std::thread::sleep(Duration::from_micros(300)); // fill the ring
+                }
+            }
+            (n, sum)
+        });
+        let (mut i, mut sum, mut pending) = (0, 0, 0u64);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while i < N {
+            assert!(Instant::now() < deadline, "stalled at {i}");
+            let m = message(i);
+            match poll_once(publisher.send_async(&m)) {
+                Poll::Ready(Ok(seq)) => {
+                    assert_eq!(seq, u64::from(i));
+                    sum = fold(sum, &m);
+                    i += 1;
+                }
+                Poll::Ready(Err(e)) => panic!("{e}"),
+                Poll::Pending => pending += 1,
+            }
+            let (_, producer_waiting, _) = accounting(&ring);
+            assert_eq!(producer_waiting, 0, "a dropped send kept producer_waiting");
+        }
+        assert!(pending > 0, "the ring was never full");
+        publisher.close();
+        ((N, sum), reader.join().unwrap())
+    });
+    assert_eq!(sent, received);
+}
+
+#[test]
+fn loan_async_waits_for_room_and_a_dropped_one_claims_nothing() {
+    let ring = Ring::memfd()
+        .slots(2)
+        .slot_size(64)
+        .pin_only(true)
+        .create()
+        .unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    publisher.send(b"0").unwrap();
+    publisher.send(b"1").unwrap();
+    // Full: pending, and dropping it leaves the publisher able to send later.
+    assert!(poll_once(publisher.loan_async(3)).is_pending());
+    assert_eq!(accounting(&ring).1, 0);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        let mut buf = [0u8; 64];
+        let read = async {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            subscriber.recv_async(&mut buf).await.unwrap().len
+        };
+        let write = async {
+            let mut loan = publisher.loan_async(3).await.unwrap();
+            loan.bytes().copy_from_slice(b"two");
+            loan.send().unwrap()
+        };
+        let (len, seq) = tokio::join!(read, write);
+        assert_eq!((len, seq), (1, 2));
+    });
+    // A ring that is not pin-only refuses at once, without waiting.
+    let plain = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    let mut p = plain.publisher().unwrap();
+    assert!(matches!(
+        poll_once(p.loan_async(3)),
+        Poll::Ready(Err(SendError::Failed(_)))
+    ));
+}
+
+#[test]
+fn a_tokio_task_is_woken_by_a_publish_from_another_thread() {
+    let ring = Ring::memfd().slots(4).slot_size(64).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::SkipOnLag).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let task = rt.spawn(async move {
+        use futures_core::Stream;
+        let mut stream = pin!(subscriber.stream());
+        let mut got = Vec::new();
+        while let Some(m) = core::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+            got.push(m.unwrap().data[0]);
+        }
+        got
+    });
+    for i in 0..5u8 {
+        // Each publish finds the task parked (no spinning in the futures): a wake-up each.
+        std::thread::sleep(Duration::from_millis(5));
+        publisher.send(&[i]).unwrap();
+    }
+    publisher.close();
+    let got = rt.block_on(task).unwrap();
+    assert_eq!(got, [0, 1, 2, 3, 4]);
+    assert_eq!(accounting(&ring).0, 0);
+}
+
+#[test]
+fn the_sink_sends_everything_and_closing_it_completes_the_stream() {
+    let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async {
+        use futures_sink::Sink;
+        let write = async {
+            let mut sink = pin!(publisher.sink::<Vec<u8>>());
+            for i in 0..100u8 {
+                core::future::poll_fn(|cx| sink.as_mut().poll_ready(cx))
+                    .await
+                    .unwrap();
+                sink.as_mut().start_send(vec![i; 3]).unwrap();
+            }
+            core::future::poll_fn(|cx| sink.as_mut().poll_close(cx))
+                .await
+                .unwrap();
+        };
+        let read = async {
+            use futures_core::Stream;
+            let mut stream = pin!(subscriber.stream());
+            let mut n = 0u8;
+            while let Some(m) = core::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
+                assert_eq!(m.unwrap().data, vec![n; 3]);
+                n += 1;
+            }
+            n
+        };
+        let ((), n) = tokio::join!(write, read);
+        assert_eq!(
+            n, 100,
+            "a 2-slot ring: the sink waited for the stream 98 times"
+        );
+    });
+}

@@ -1,0 +1,140 @@
+//! Endings reach every waiting future as the error the blocking `recv` returns for them: an
+//! abort with a code, and a publisher whose process was killed.
+#![cfg(all(feature = "async", unix))]
+
+use core::time::Duration;
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+use ring_core::ReadError;
+use ring_os::prelude::*;
+
+/// Subscribers of every class on `ring`, waiting in tokio tasks once each read the first
+/// message; returns their tasks after they all wait, and what a blocking subscriber got.
+fn all_fail_alike(
+    ring: &Ring,
+    first: impl FnOnce(),
+    end: impl FnOnce(),
+) -> (Vec<RecvError>, RecvError) {
+    const PER_CLASS: usize = 3;
+    let classes = [
+        DeliveryClass::Gating,
+        DeliveryClass::LatestOnly,
+        DeliveryClass::SkipOnLag,
+    ];
+    let subscribers: Vec<Subscriber> = classes
+        .iter()
+        .flat_map(|&c| (0..PER_CLASS).map(move |_| c))
+        .map(|c| ring.subscriber(c).unwrap())
+        .collect();
+    let n = subscribers.len();
+    let mut blocking = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = subscribers
+        .into_iter()
+        .map(|mut s| {
+            rt.spawn(async move {
+                let mut buf = [0u8; 64];
+                let got = s.recv_async(&mut buf).await.unwrap();
+                assert_eq!(&buf[..got.len], b"first");
+                s.recv_async(&mut buf).await.unwrap_err()
+            })
+        })
+        .collect();
+    first();
+    let blocked = std::thread::spawn(move || {
+        let mut buf = [0u8; 64];
+        blocking.recv(&mut buf).unwrap();
+        blocking.recv(&mut buf).unwrap_err()
+    });
+    // Every task read "first" and waits again.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while ring_os::asyncio::pending_waits() < n {
+        assert!(Instant::now() < deadline, "the futures never all waited");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let t = Instant::now();
+    end();
+    let errors: Vec<RecvError> = tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect();
+    eprintln!("{n} futures ended {:?} after the end", t.elapsed());
+    (errors, blocked.join().unwrap())
+}
+
+#[test]
+fn an_abort_reaches_every_waiting_future_with_its_code() {
+    let ring = Ring::memfd()
+        .slots(4)
+        .slot_size(64)
+        .consumers(16)
+        .create()
+        .unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let publisher = std::sync::Mutex::new(&mut publisher);
+    let (errors, blocking) = all_fail_alike(
+        &ring,
+        || {
+            publisher.lock().unwrap().send(b"first").unwrap();
+        },
+        || publisher.lock().unwrap().abort(300),
+    );
+    let want = RecvError::Failed(ReadError::Aborted { code: 300 });
+    assert_eq!(blocking, want, "the blocking recv");
+    assert!(errors.iter().all(|e| *e == want), "{errors:?}");
+}
+
+const CHILD: &str = "SHMRING_ASYNC_TEST_PUBLISHER";
+
+/// Not a test on its own: the child process of the test below (it does nothing unless that
+/// test started it). Opens the ring, publishes "first", then waits to be killed.
+#[test]
+fn child_publisher() {
+    let Some(name) = std::env::var_os(CHILD) else {
+        return;
+    };
+    let ring = Ring::builder(name.to_str().unwrap()).open().unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    // Wait for the parent's subscribers (all registered before this process started).
+    assert!(publisher.wait_for_subscribers(10, Duration::from_secs(20)));
+    publisher.send(b"first").unwrap();
+    std::thread::sleep(Duration::from_secs(60));
+}
+
+#[test]
+fn a_killed_publisher_reaches_every_waiting_future_as_disconnected() {
+    let name = format!("async-ends-{}", std::process::id());
+    let ring = Ring::builder(&name)
+        .slots(4)
+        .slot_size(64)
+        .consumers(16)
+        .create()
+        .unwrap();
+    let child = core::cell::RefCell::new(None);
+    let (errors, blocking) = all_fail_alike(
+        &ring,
+        || {
+            *child.borrow_mut() = Some(
+                Command::new(std::env::current_exe().unwrap())
+                    .args(["--exact", "child_publisher", "--nocapture"])
+                    .env(CHILD, &name)
+                    .stdout(Stdio::null())
+                    .spawn()
+                    .unwrap(),
+            );
+        },
+        || {
+            let mut c = child.borrow_mut();
+            let c = c.as_mut().unwrap();
+            c.kill().unwrap(); // SIGKILL: no destructor runs, the ring is not closed
+            c.wait().unwrap();
+        },
+    );
+    assert_eq!(blocking, RecvError::Disconnected, "the blocking recv");
+    assert!(
+        errors.iter().all(|e| *e == RecvError::Disconnected),
+        "{errors:?}"
+    );
+}

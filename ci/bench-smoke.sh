@@ -2,10 +2,18 @@
 # Smoke test for the benches: they build, and transport-bench --quick runs to the end and writes
 # a JSON file that lists every transport and metric. It checks that the harness ran, never how
 # fast anything was, so it passes on a slow or busy machine.
+#
+# The comparison with peer crates (iceoryx2, rtrb, crossbeam-queue) is benches/compare, a
+# workspace of its own with its own Cargo.lock: its transport-bench is the workspace's harness
+# plus iceoryx2, so that is the one run here (every transport in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+compare=(--manifest-path benches/compare/Cargo.toml)
 
 cargo bench -p ring-benches --no-run
+cargo fmt "${compare[@]}" -- --check
+cargo clippy "${compare[@]}" --all-targets -- -D warnings
+cargo bench "${compare[@]}" --no-run
 mkdir -p target
 out=target/bench-smoke.json
 rm -f "$out"
@@ -14,13 +22,13 @@ rm -f "$out"
 # memory in a small container: it is reported, and the check below still demands that every
 # transport and metric produced records.
 rc=0
-timeout 900 cargo run --release -p ring-benches --bin transport-bench -- --quick --json "$out" || rc=$?
+timeout 900 cargo run --release "${compare[@]}" -- --quick --json "$out" || rc=$?
 if [ "$rc" -ne 0 ] && [ "$rc" -ne 2 ]; then
     echo "bench-smoke: transport-bench failed with status $rc" >&2
     exit "$rc"
 fi
 [ "$rc" -eq 2 ] && echo "bench-smoke: WARNING: some cases failed (see above)" >&2
-cargo run --release -p ring-benches --bin transport-bench -- --verify-json "$out"
+cargo run --release "${compare[@]}" -- --verify-json "$out"
 
 # Instructions per message under callgrind (deterministic, never timed): a smoke test that the
 # counting runs (ci/setup.sh installs valgrind); the figures and their before/after are in docs/benchmarks.md.

@@ -1,5 +1,7 @@
 //! In-process criterion benches of the slot ring (ring-core over a `HeapSegment`), named so that
-//! each compares with a baseline in `baselines.rs`:
+//! each compares with a baseline in benches/compare's `baselines.rs` (rtrb, crossbeam-queue;
+//! outside the workspace: `cargo bench --manifest-path benches/compare/Cargo.toml`), with the
+//! sizes of [`ring_benches::micro`]:
 //!
 //! - `claim_publish/ring/<bytes>`: claim a slot, write the payload, publish;
 //! - `publish_read/ring-pinned/<bytes>` and `publish_read/ring-copy/<bytes>`: one message in and
@@ -28,15 +30,13 @@
 )]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use ring_benches::micro::{BATCH, BATCH_BYTES, SIZES};
 use ring_core::arena::{region_len, AllocConfig, Allocator};
 use ring_core::{
     AtomicU64, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, SpinThenYield,
 };
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-/// Payload sizes shared with the baselines: 8 B .. 1 MiB.
-const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
 
 fn owner(n: u64) -> OwnerId {
     OwnerId::new(n).expect("non-zero")
@@ -187,12 +187,6 @@ fn readers(c: &mut Criterion) {
     }
     g.finish();
 }
-
-/// Messages per `batch` sample (shared with the baselines).
-const BATCH: usize = 32;
-
-/// Message size of the `batch` group (shared with the baselines).
-const BATCH_BYTES: usize = 64;
 
 fn batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("batch");

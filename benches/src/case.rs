@@ -70,6 +70,12 @@ impl Transport {
         Transport::ALL.into_iter().find(|t| t.name() == name)
     }
 
+    /// Whether a peer crate implements this transport (iceoryx2): only benches/compare's
+    /// `transport-bench`, outside the workspace, can run it (see [`crate::link::Peers`]).
+    pub fn is_peer(self) -> bool {
+        matches!(self, Transport::Iceoryx2 | Transport::Iceoryx2Event)
+    }
+
     /// Whether this transport's receivers busy-poll (rather than sleep in the kernel).
     pub fn polls(self) -> bool {
         matches!(

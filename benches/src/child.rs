@@ -184,8 +184,13 @@ pub fn spawn(n: usize, ctl_path: &Path, cpus: &[usize]) -> Result<Vec<ChildProc>
 }
 
 /// A child's whole life: connect, obey, exit. `cpus` are the CPUs the harness uses (see
-/// [`crate::wait::place`]).
-pub fn main(index: usize, ctl_path: &Path, cpus: &[usize]) -> Result<(), BenchError> {
+/// [`crate::wait::place`]); `peers` builds the peer crates' transports (see [`link::Peers`]).
+pub fn main(
+    index: usize,
+    ctl_path: &Path,
+    cpus: &[usize],
+    peers: Option<&link::Peers>,
+) -> Result<(), BenchError> {
     // Die with the parent, whatever it was doing.
     let _ = rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL));
     let s = UnixStream::connect(ctl_path).map_err(|e| BenchError::io("connect control", e))?;
@@ -194,7 +199,7 @@ pub fn main(index: usize, ctl_path: &Path, cpus: &[usize]) -> Result<(), BenchEr
     let mut links: BTreeMap<crate::case::Transport, (Case, Link)> = BTreeMap::new();
     loop {
         match ctl.recv()? {
-            Msg::Setup(s) => match link::child_setup(&s) {
+            Msg::Setup(s) => match link::child_setup(&s, peers) {
                 Ok(l) => {
                     links.insert(s.transport, (s.case.clone(), l));
                     ctl.send(&Msg::Ok)?;

@@ -3,7 +3,7 @@
 use crate::case::{plan, Case, Metric, Transport, REQUEST_BYTES, THROUGHPUT_BATCH};
 use crate::child::{self, ChildProc, Watchdog, RUN_TIMEOUT};
 use crate::ctl::{Msg, Setup};
-use crate::link::{self, Link};
+use crate::link::{self, Link, Peers};
 use crate::stats::{human_bytes, Results};
 use crate::BenchError;
 use std::collections::BTreeMap;
@@ -19,6 +19,8 @@ pub struct Options {
     pub transports: Vec<Transport>,
     /// Metrics to run (all by default).
     pub metrics: Vec<Metric>,
+    /// The peer crates' links, where this binary has them (benches/compare's).
+    pub peers: Option<Peers>,
 }
 
 /// The outcome of a run.
@@ -65,6 +67,7 @@ struct Parent {
     children: Vec<ChildProc>,
     watchdog: Watchdog,
     failures: Vec<String>,
+    peers: Option<Peers>,
 }
 
 impl Parent {
@@ -110,7 +113,7 @@ impl Parent {
                 })
                 .collect();
             let result = (|| {
-                let pending = link::parent_begin(&mut setups)?;
+                let pending = link::parent_begin(&mut setups, self.peers.as_ref())?;
                 for (s, c) in setups.iter().zip(&mut self.children) {
                     c.ctl.send(&Msg::Setup(Box::new(s.clone())))?;
                 }
@@ -269,6 +272,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
         children: Vec::new(),
         watchdog: Watchdog::start(),
         failures: Vec::new(),
+        peers: opts.peers,
     };
     if p.cpus.len() < 2 {
         eprintln!("transport-bench: fewer than two CPUs; pollers will share a core");

@@ -167,19 +167,28 @@ impl Results {
     }
 }
 
-/// `1536` → `1.5 KiB`.
+/// A byte count in binary units, as the table prints sizes (`bytesize`'s IEC format).
+///
+/// ```
+/// use ring_benches::stats::human_bytes;
+/// assert_eq!(human_bytes(64), "64 B");
+/// assert_eq!(human_bytes(1536), "1.5 KiB");
+/// assert_eq!(human_bytes(16 << 20), "16.0 MiB");
+/// ```
 pub fn human_bytes(b: usize) -> String {
-    const KIB: usize = 1024;
-    if b >= KIB * KIB && b % (KIB * KIB) == 0 {
-        format!("{} MiB", b / (KIB * KIB))
-    } else if b >= KIB && b % KIB == 0 {
-        format!("{} KiB", b / KIB)
-    } else {
-        format!("{b} B")
-    }
+    bytesize::ByteSize(b as u64).display().iec().to_string()
 }
 
-/// `1234567` → `1.23 ms`.
+/// A duration given in nanoseconds: whole nanoseconds below 10 µs, then µs, ms (one decimal) and
+/// s (two), each from 10 of its unit, so every figure keeps at least three significant digits.
+///
+/// ```
+/// use ring_benches::stats::human_ns;
+/// assert_eq!(human_ns(999), "999 ns");
+/// assert_eq!(human_ns(1_234_567), "1234.6 us");
+/// assert_eq!(human_ns(12_345_678), "12.3 ms");
+/// assert_eq!(human_ns(12_345_678_901), "12.35 s");
+/// ```
 pub fn human_ns(ns: u64) -> String {
     let f = ns as f64;
     if ns < 10_000 {
@@ -231,8 +240,10 @@ mod tests {
     #[test]
     fn human_units() {
         assert_eq!(human_bytes(64), "64 B");
-        assert_eq!(human_bytes(65536), "64 KiB");
-        assert_eq!(human_bytes(16 << 20), "16 MiB");
+        assert_eq!(human_bytes(1023), "1023 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(65536), "64.0 KiB");
+        assert_eq!(human_bytes(16 << 20), "16.0 MiB");
         assert_eq!(human_ns(999), "999 ns");
         assert_eq!(human_ns(1_500_000), "1500.0 us");
         assert_eq!(human_ns(15_000_000), "15.0 ms");

@@ -1,6 +1,7 @@
 //! Baselines for the in-process ring benches: `rtrb` (a wait-free SPSC byte ring) and
 //! `crossbeam-queue`'s `ArrayQueue` (a bounded MPMC queue), measured the way the ring benches
-//! measure the slot ring, so that `docs/benchmarks.md` can give the ring's figures as ratios.
+//! (`benches/benches/ring.rs`, in the workspace) measure the slot ring, with the same sizes
+//! ([`ring_benches::micro`]), so that `docs/benchmarks.md` can give the ring's figures as ratios.
 //!
 //! - `publish_read/<peer>/<bytes>`: one message in (copied into the queue) and out (copied out),
 //!   single thread: the cost of the data structure plus two copies.
@@ -23,11 +24,9 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
+use ring_benches::micro::{BATCH, BATCH_BYTES, SIZES};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-/// Payload sizes shared with the ring benches: 8 B .. 1 MiB.
-const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
 
 fn publish_read(c: &mut Criterion) {
     let mut g = c.benchmark_group("publish_read");
@@ -149,12 +148,6 @@ fn handoff(c: &mut Criterion) {
     });
     g.finish();
 }
-
-/// Messages per `batch` sample (shared with the ring benches).
-const BATCH: usize = 32;
-
-/// Message size of the `batch` group (shared with the ring benches).
-const BATCH_BYTES: usize = 64;
 
 fn batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("batch");

@@ -5,17 +5,17 @@
 //! before the timed publish, which is what zero-copy use of iceoryx2 looks like; the subscriber
 //! reads the sample where it lies.
 
-use super::{check, pattern, stamp, Link, Pending, Rx, Tx};
-use crate::case::Transport;
-use crate::ctl::Setup;
-use crate::wait::spin_until;
-use crate::BenchError;
 use iceoryx2::port::listener::Listener;
 use iceoryx2::port::notifier::Notifier;
 use iceoryx2::port::publisher::Publisher;
 use iceoryx2::port::subscriber::Subscriber;
 use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::prelude::*;
+use ring_benches::case::{Case, Metric, Transport, THROUGHPUT_BATCH};
+use ring_benches::ctl::Setup;
+use ring_benches::link::{check, pattern, stamp, Link, Pending, Rx, Tx};
+use ring_benches::wait::spin_until;
+use ring_benches::BenchError;
 use std::time::{Duration, Instant};
 
 const NAME: &str = "iceoryx2";
@@ -236,9 +236,9 @@ fn subscriber(
 /// (the publisher never delivered it; every listener wait timed out with an empty subscriber),
 /// while busy-polling `iceoryx2` did not. A batch-deep buffer means the publisher never meets
 /// backpressure, which flatters iceoryx2 slightly against the ring's 256 slots.
-fn depth(case: &crate::case::Case) -> usize {
+fn depth(case: &Case) -> usize {
     match case.metric {
-        crate::case::Metric::Throughput => crate::case::THROUGHPUT_BATCH + 8,
+        Metric::Throughput => THROUGHPUT_BATCH + 8,
         _ => case.depth(),
     }
 }
@@ -251,7 +251,7 @@ fn up_name(s: &Setup, child: usize) -> String {
     format!("{}/up{child}", s.tag)
 }
 
-/// Parent side, first half (see [`super::parent_begin`]).
+/// Parent side, first half (see [`ring_benches::link::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let Some(first) = setups.first() else {
         return Err(BenchError::Usage {
@@ -308,7 +308,7 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     }))
 }
 
-/// Child side (see [`super::child_setup`]).
+/// Child side (see [`ring_benches::link::child_setup`]).
 pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
     let event = s.transport == Transport::Iceoryx2Event;
     let case = &s.case;

@@ -13,7 +13,6 @@ use crate::BenchError;
 use std::time::Instant;
 
 pub mod floor;
-pub mod ice;
 pub mod ring;
 pub mod stream;
 
@@ -56,10 +55,42 @@ pub struct Link {
 /// The parent's end of a transport whose children have not connected yet.
 pub type Pending = Box<dyn FnOnce(Instant) -> Result<Link, BenchError>>;
 
+/// Transports built outside this crate: the peer crates (iceoryx2) are compared from
+/// `benches/compare/`, a crate outside the workspace, so that the library's lockfile never
+/// carries them. That crate's `transport-bench` hands its links to [`crate::cli::main`]; the
+/// children are re-executions of the same binary, so they have them too.
+#[derive(Clone, Copy, Debug)]
+pub struct Peers {
+    /// The transports these links implement ([`Transport::is_peer`] ones).
+    pub transports: &'static [Transport],
+    /// The parent's half, as [`parent_begin`].
+    pub parent_begin: fn(&mut [Setup]) -> Result<Pending, BenchError>,
+    /// A child's half, as [`child_setup`].
+    pub child_setup: fn(&Setup) -> Result<Link, BenchError>,
+}
+
+/// Whether this build can run `t`: every transport but the peer crates', which need `peers`.
+pub fn built(t: Transport, peers: Option<&Peers>) -> bool {
+    !t.is_peer() || peers.is_some_and(|p| p.transports.contains(&t))
+}
+
+/// The links of peer transport `t`, or the error that says where it is measured.
+fn peer(t: Transport, peers: Option<&Peers>) -> Result<&Peers, BenchError> {
+    peers
+        .filter(|p| p.transports.contains(&t))
+        .ok_or_else(|| BenchError::Usage {
+            what: format!(
+                "{t} is measured by benches/compare's transport-bench (outside the workspace): \
+                 cargo run --release --manifest-path benches/compare/Cargo.toml"
+            ),
+        })
+}
+
 /// First half of the parent's setup: creates listeners, FIFOs, mappings or services, and fills
 /// in `setups` (one per child) what the children need. Then send the setups, wait for every
-/// child's `Ok`, and call the returned closure to finish.
-pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
+/// child's `Ok`, and call the returned closure to finish. `peers` builds the peer crates'
+/// transports (see [`Peers`]).
+pub fn parent_begin(setups: &mut [Setup], peers: Option<&Peers>) -> Result<Pending, BenchError> {
     let Some(first) = setups.first() else {
         return Err(BenchError::Usage {
             what: "a transport needs at least one child".to_owned(),
@@ -68,7 +99,9 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     match first.transport {
         Transport::Floor => floor::parent_begin(setups),
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::parent_begin(setups),
-        Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::parent_begin(setups),
+        t @ (Transport::Iceoryx2 | Transport::Iceoryx2Event) => {
+            (peer(t, peers)?.parent_begin)(setups)
+        }
         Transport::RingPinned
         | Transport::RingCopy
         | Transport::RingFutex
@@ -80,11 +113,13 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
 }
 
 /// A child's setup: builds its end of the transport described by `setup`.
-pub fn child_setup(setup: &Setup) -> Result<Link, BenchError> {
+pub fn child_setup(setup: &Setup, peers: Option<&Peers>) -> Result<Link, BenchError> {
     match setup.transport {
         Transport::Floor => floor::child_setup(setup),
         Transport::Unix | Transport::Tcp | Transport::Pipe => stream::child_setup(setup),
-        Transport::Iceoryx2 | Transport::Iceoryx2Event => ice::child_setup(setup),
+        t @ (Transport::Iceoryx2 | Transport::Iceoryx2Event) => {
+            (peer(t, peers)?.child_setup)(setup)
+        }
         Transport::RingPinned
         | Transport::RingCopy
         | Transport::RingFutex

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# ring-os's `async` feature (off by default, so the workspace-wide steps do not build it):
+# clippy with the feature, its tests (cancel safety, 100 waiting subscribers on at most two extra
+# threads, an abort and a killed publisher reaching every future), the same tests on the polling
+# backend, the 100-ring example and a smoke run of the benchmark.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cargo clippy -p ring-os --features async --all-targets -- -D warnings
+tests=(--test async_cancel --test async_ends --test async_threads)
+cargo test -p ring-os --features async --lib asyncio
+cargo test -p ring-os --features async "${tests[@]}"
+cargo test -p ring-os --features async --doc asyncio
+# The fallback for kernels without futex_waitv (and other platforms): the same futures, polled.
+SHMRING_ASYNC_POLL=1 cargo test -p ring-os --features async "${tests[@]}"
+cargo run --release -p ring-os --features async --example async_many
+cargo run --release -p ring-os --features async --example async_bench -- --quick

@@ -16,6 +16,11 @@ rm -rf "$VENV"
 "$VENV/bin/pip" install --quiet ./python pytest numpy pyarrow
 # The real UnrealCV client, for test_unrealcv.py (which builds examples/frame-server itself).
 "$VENV/bin/pip" install --quiet unrealcv==1.3.2
+# The hand-written stubs (python/pysrc/shmring/_shmring.pyi) against the built extension:
+# every name, class and signature must match what the module really has (mypy's stubtest,
+# pinned so a new release's checks cannot fail an unchanged tree).
+"$VENV/bin/pip" install --quiet mypy==2.4.1
 # Run from outside the source tree so the installed package (not python/pysrc) is imported.
 cd python/tests
+../../"$VENV"/bin/python -m mypy.stubtest shmring._shmring
 ../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider .

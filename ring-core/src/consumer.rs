@@ -13,8 +13,10 @@ use crate::wait::WaitStrategy;
 
 mod history;
 mod hold;
+mod member;
 use hold::HoldSet;
 pub use hold::{Hold, DEFAULT_MAX_HOLDS, MAX_HOLDS};
+use member::Member;
 
 /// How many times one read re-targets after finding its message overwritten before it reports
 /// [`ReadError::Lagging`]. Bounds every read (invariant 6 in `docs/DESIGN.md`).
@@ -56,6 +58,9 @@ pub struct Consumer<M: Memory> {
     held: Option<usize>,
     /// The messages held by [`try_hold`](Self::try_hold) and not yet released.
     holds: HoldSet,
+    /// Set for a group member ([`join_group`](Self::join_group)): its reads take messages from
+    /// the group.
+    member: Option<Member>,
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -66,6 +71,8 @@ pub struct Pinned<'a, M: Memory> {
     seq: u64,
     len: usize,
     missed: u64,
+    /// For a group member: the claim word holding the message, and whether it is a redelivery.
+    claim: Option<(usize, bool)>,
 }
 
 /// What a copy-out read returned.
@@ -79,6 +86,10 @@ pub struct Copied {
     pub missed: u64,
     /// The message's metadata words.
     pub meta: [u64; 2],
+    /// A group member's message that was handed out before (to a member that died, or by a
+    /// read that did not finish): at-least-once delivery says it again. Always false outside
+    /// groups.
+    pub redelivered: bool,
 }
 
 /// Why one attempt at one sequence failed.
@@ -153,12 +164,23 @@ impl<M: Memory> Consumer<M> {
         class: DeliveryClass,
         owner: OwnerId,
     ) -> Result<Self, Error> {
-        let mut mem = mem;
+        // SAFETY: the caller's promise covers whichever entry we register in.
+        Self::in_any_entry(mem, |m, index| unsafe {
+            Self::new_at_unchecked(m, index, class, owner)
+        })
+    }
+
+    /// Runs `register_at` on each entry in turn until one takes the consumer; an error other
+    /// than a busy entry ends the search.
+    fn in_any_entry(
+        mut mem: M,
+        mut register_at: impl FnMut(M, usize) -> Result<Self, (M, Error)>,
+    ) -> Result<Self, Error> {
         for index in 0..mem.geometry().consumers() {
-            // SAFETY: the caller's promise covers whichever entry we register in.
-            match unsafe { Self::new_at_unchecked(mem, index, class, owner) } {
+            match register_at(mem, index) {
                 Ok(c) => return Ok(c),
-                Err((m, _)) => mem = m,
+                Err((m, Error::EntryBusy { .. })) => mem = m,
+                Err((_, e)) => return Err(e),
             }
         }
         Err(Error::ConsumerTableFull {
@@ -209,20 +231,36 @@ impl<M: Memory> Consumer<M> {
         if index >= mem.geometry().consumers() {
             return Err((mem, Error::NoSuchConsumer { index }));
         }
-        match Self::register(&mem, index, class, owner, between_steps) {
-            Some((generation, head)) => Ok(Self {
-                mem,
-                index,
-                owner,
-                class,
-                next: head,
-                received: 0,
-                missed_total: 0,
-                generation,
-                held: None,
-                holds: HoldSet::new(),
-            }),
+        match Self::register(&mem, index, class, owner, 0, between_steps) {
+            Some((generation, head)) => {
+                let mut c = Self::registered(mem, index, class, owner, generation);
+                c.next = head;
+                Ok(c)
+            }
             None => Err((mem, Error::EntryBusy { index })),
+        }
+    }
+
+    /// A consumer that just registered in entry `index` (its start point still to be set).
+    fn registered(
+        mem: M,
+        index: usize,
+        class: DeliveryClass,
+        owner: OwnerId,
+        generation: u64,
+    ) -> Self {
+        Self {
+            mem,
+            index,
+            owner,
+            class,
+            next: 0,
+            received: 0,
+            missed_total: 0,
+            generation,
+            held: None,
+            holds: HoldSet::new(),
+            member: None,
         }
     }
 
@@ -232,6 +270,7 @@ impl<M: Memory> Consumer<M> {
         index: usize,
         class: DeliveryClass,
         owner: OwnerId,
+        group: u64,
         between_steps: impl FnOnce(),
     ) -> Option<(u64, u64)> {
         let line = mem.producer_line();
@@ -261,6 +300,11 @@ impl<M: Memory> Consumer<M> {
         e.received.store(0, Ordering::Relaxed);
         e.parked.store(0, Ordering::Relaxed);
         e.ready.store(0, Ordering::Relaxed);
+        // A member's key tells the gating scan to read its claims (empty now), not its cursor.
+        e.group.store(group, Ordering::Relaxed);
+        for w in &e.claims {
+            w.store(0, Ordering::Relaxed);
+        }
         // A provisional cursor (≤ the final one): a producer that sees us ACTIVE before the
         // final store below is held back at most until then.
         // Acquire: pairs with the producer's Release `head` store.
@@ -468,6 +512,9 @@ impl<M: Memory> Consumer<M> {
     /// [`ReadError::Empty`], [`ReadError::Closed`], [`ReadError::Lagging`] (overwritten
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+        if self.member.is_some() {
+            return self.member_pin();
+        }
         let (seq, missed, (slot, len)) = self.read_next(|c, seq| c.pin_seq(seq))?;
         self.held = Some(slot);
         Ok(Pinned {
@@ -476,6 +523,7 @@ impl<M: Memory> Consumer<M> {
             seq,
             len,
             missed,
+            claim: None,
         })
     }
 
@@ -651,6 +699,9 @@ impl<M: Memory> Consumer<M> {
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
+        if self.member.is_some() {
+            return self.member_copy(buf);
+        }
         let pin_only = self.mem.geometry().config().pin_only;
         let (seq, missed, (len, meta)) = self.read_next(|c, seq| {
             if pin_only {
@@ -665,6 +716,7 @@ impl<M: Memory> Consumer<M> {
             len,
             missed,
             meta,
+            redelivered: false,
         })
     }
 
@@ -685,6 +737,9 @@ impl<M: Memory> Consumer<M> {
         max: usize,
         mut f: impl FnMut(BatchItem<'_>),
     ) -> Result<usize, ReadError> {
+        if self.member.is_some() {
+            return self.member_batch(max, f);
+        }
         let bit = 1u64 << self.index;
         let mut count = 0;
         while count < max {
@@ -834,6 +889,9 @@ impl<M: Memory> Consumer<M> {
 
     /// True when a read would find a message (or the ring closed), by delivery class.
     fn ready(&self) -> bool {
+        if let Some(m) = &self.member {
+            return self.member_ready(m);
+        }
         // Anything but `Empty` is ready: a message, `Closed`, or an error the read will report.
         !matches!(self.target(), Err(ReadError::Empty))
     }
@@ -843,8 +901,8 @@ impl<M: Memory> Consumer<M> {
     /// and waiting would only time out. (Non-blocking reads do not look at `head` on an empty
     /// poll, so they report `Empty` for such a slot.)
     fn check_stamp_not_behind_head(&self) -> Result<(), ReadError> {
-        if self.class == DeliveryClass::LatestOnly {
-            return Ok(()); // It reads from `head` already.
+        if self.class == DeliveryClass::LatestOnly || self.member.is_some() {
+            return Ok(()); // It reads from `head` (or its group's cursor) already.
         }
         // Acquire: pairs with the producer's Release `head` store, which follows the stamp
         // store of every message below it: the re-load below sees their final stamps.
@@ -956,6 +1014,11 @@ impl<M: Memory> Drop for Consumer<M> {
                 .state
                 .fetch_and(!bit, Ordering::Release);
         }
+        // A member's unfinished claims end with it (a `Hold` not released was delivered).
+        // Relaxed: ordered by the Release store of FREE below.
+        for w in &e.claims {
+            w.store(0, Ordering::Relaxed);
+        }
         // Dropped while counted as parked (a panic unwound out of a wait strategy): give the
         // count back. Relaxed: as in `wait_ready`.
         if e.parked.swap(0, Ordering::Relaxed) != 0 {
@@ -991,6 +1054,11 @@ impl<M: Memory> Pinned<'_, M> {
     /// Messages skipped before this one (0 for a gating consumer that keeps up).
     pub fn missed(&self) -> u64 {
         self.missed
+    }
+
+    /// Whether a group member's message was handed out before (see [`Copied::redelivered`]).
+    pub fn redelivered(&self) -> bool {
+        self.claim.is_some_and(|(_, again)| again)
     }
 
     /// The message length in bytes.
@@ -1044,7 +1112,9 @@ impl<M: Memory> Pinned<'_, M> {
         // - `AtomicU64` has the layout of `u64`, so its bytes may be viewed as `u8`s;
         // - while this pin is held the producer cannot claim the slot (the claim CAS needs a
         //   zero reader mask; for a gating consumer, whose pin is its cursor, the gating check
-        //   needs our shared cursor past `seq`, which `Drop` stores only after the borrow), so
+        //   needs our shared cursor past `seq`, which `Drop` stores only after the borrow; for
+        //   a group member, whose pin is its claim, the gating scan sees the claim until
+        //   `Drop` clears it after the borrow: G1–G4 in docs/PROTOCOL.md), so
         //   no one writes these bytes for the borrow's life; other readers only read. A hostile process could still write them: shared memory cannot stop a
         //   peer that ignores the protocol, which the threat model (`docs/DESIGN.md`) accepts for pinned reads.
         unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), self.len) }
@@ -1054,6 +1124,10 @@ impl<M: Memory> Pinned<'_, M> {
 impl<M: Memory> Drop for Pinned<'_, M> {
     fn drop(&mut self) {
         let c = &mut *self.consumer;
+        if let Some((word, _)) = self.claim {
+            c.finish(word);
+            return;
+        }
         c.held = None;
         if c.check_registered().is_err() {
             // Reclaimed: the bit and the cursor are no longer ours (a new consumer may hold

@@ -191,6 +191,17 @@ pub enum Error {
     },
     /// The consumer's entry was reclaimed: the consumer is no longer registered.
     Evicted,
+    /// No group of that name exists on the ring (the producer creates groups:
+    /// [`Producer::create_group`](crate::Producer::create_group)).
+    NoSuchGroup,
+    /// A dead group member's unfinished messages do not fit in its group's redelivery queue
+    /// yet: it stays registered (its messages keep gating) until members take queued ones.
+    RedeliveryFull {
+        /// Messages to hand over.
+        needed: usize,
+        /// Free words in the queue.
+        free: usize,
+    },
 }
 
 impl fmt::Display for Error {
@@ -213,6 +224,13 @@ impl fmt::Display for Error {
             }
             Self::Evicted => f.write_str(
                 "this consumer's entry was reclaimed (it was judged dead): register again",
+            ),
+            Self::NoSuchGroup => f.write_str(
+                "no group of that name on this ring: the producer creates groups (create_group)",
+            ),
+            Self::RedeliveryFull { needed, free } => write!(
+                f,
+                "a dead member's {needed} unfinished messages do not fit in its group's redelivery queue ({free} free): retry once members took some"
             ),
         }
     }

@@ -41,6 +41,13 @@ pub struct ConsumerInfo {
     pub missed: u64,
     /// Slots it pins right now.
     pub pins: u32,
+    /// The group key of a group's record or member (0 for a lone consumer).
+    pub group: u64,
+    /// True for a group's record (the group's shared cursor, not a reader); `class` is then
+    /// `None`.
+    pub is_group: bool,
+    /// Messages a member holds, or messages waiting for redelivery in a record.
+    pub claims: u32,
 }
 
 /// A snapshot of the producer line.
@@ -88,6 +95,9 @@ pub fn consumer_info<M: Memory + ?Sized>(mem: &M, index: usize) -> Option<Consum
         received: e.received.load(r),
         missed: e.missed.load(r),
         pins,
+        group: e.group.load(r),
+        is_group: e.class.load(r) == crate::layout::CLASS_GROUP,
+        claims: e.claims.iter().filter(|w| w.load(r) != 0).count() as u32,
     })
 }
 

@@ -72,7 +72,7 @@ macro_rules! cache_aligned {
 /// `"SHMRING\0"` as a little-endian `u64`: the first word of every segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
 /// Bumped whenever the meaning of any shared byte changes.
-pub const ABI_VERSION: u32 = 3;
+pub const ABI_VERSION: u32 = 4;
 
 /// [`SegmentHeader::init_state`]: the bytes are not (yet) a segment.
 pub const INIT_NONE: u32 = 0;
@@ -252,8 +252,29 @@ cache_aligned! {
         /// final cursor store); 0 while it registers and after it left. Only consumers with
         /// `ready == 1` count for [`Producer::wait_for_consumers`](crate::Producer::wait_for_consumers).
         pub ready: AtomicU32,
+        /// 0 for a lone consumer. For a group's record ([`CLASS_GROUP`]) and for each of its
+        /// members: the group's key ([`group_key`](crate::group_key) of its name, never 0).
+        pub group: AtomicU64,
+        /// A group record's redelivery queue, or a member's claims: each word 0 (empty) or
+        /// `seq + 1`. A member's claim is a message it took from the group and has not
+        /// finished; a record's word is a message a dead member claimed, waiting for another
+        /// member (docs/PROTOCOL.md, "Groups"). Unused (0) for lone consumers.
+        pub claims: [AtomicU64; GROUP_CLAIMS],
     }
 }
+
+/// [`ConsumerEntry::class`] of a group's record: the entry holds the group's shared cursor and
+/// redelivery queue, reads nothing, and gates the producer for the whole group. It is not a
+/// [`DeliveryClass`](crate::DeliveryClass).
+pub const CLASS_GROUP: u32 = 4;
+
+/// [`ConsumerEntry::owner`] of a group's record: the group belongs to the ring, not to a
+/// process, so no liveness verdict ever reclaims it.
+pub const OWNER_GROUP: u64 = u64::MAX - 1;
+
+/// Words of [`ConsumerEntry::claims`]: the most messages one group member holds at once, and
+/// the length of a group's redelivery queue.
+pub const GROUP_CLAIMS: usize = 8;
 
 /// Slot state word: set while the producer owns the slot.
 pub const WRITER: u64 = 1 << 63;
@@ -301,7 +322,7 @@ cache_aligned! {
 
 /// A compile-time FNV-1a fingerprint of the layout facts peers must agree on.
 pub const LAYOUT_FINGERPRINT: u64 = {
-    let facts: [u64; 14] = [
+    let facts: [u64; 15] = [
         ABI_VERSION as u64,
         CACHE_LINE as u64,
         INLINE_WORDS as u64,
@@ -314,6 +335,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
         core::mem::offset_of!(SlotHeader, stamp) as u64,
         core::mem::offset_of!(ConsumerEntry, cursor) as u64,
         core::mem::offset_of!(ConsumerEntry, generation) as u64,
+        core::mem::offset_of!(ConsumerEntry, claims) as u64,
         WRITER,
         cfg!(target_endian = "little") as u64,
     ];
@@ -354,7 +376,7 @@ mod checks {
     const_assert_eq!(size_of::<ProducerLine>(), 3 * CACHE_LINE);
     const_assert_eq!(
         size_of::<ConsumerEntry>(),
-        if CACHE_LINE >= 64 { CACHE_LINE } else { 64 }
+        if CACHE_LINE >= 128 { CACHE_LINE } else { 128 }
     );
     const_assert_eq!(size_of::<SlotHeader>(), SLOT_HEADER_BYTES);
     const_assert_eq!(
@@ -405,6 +427,9 @@ mod checks {
     const_assert_eq!(offset_of!(ConsumerEntry, generation), 40);
     const_assert_eq!(offset_of!(ConsumerEntry, parked), 48);
     const_assert_eq!(offset_of!(ConsumerEntry, ready), 52);
+    const_assert_eq!(offset_of!(ConsumerEntry, group), 56);
+    const_assert_eq!(offset_of!(ConsumerEntry, claims), 64);
+    const_assert_eq!(GROUP_CLAIMS, crate::MAX_HOLDS);
 
     // The pin word alone on the first line; the message line after it.
     const_assert_eq!(offset_of!(SlotHeader, state), 0);

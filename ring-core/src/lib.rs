@@ -70,6 +70,7 @@ mod class;
 mod consumer;
 mod error;
 mod geometry;
+mod group;
 #[cfg(feature = "alloc")]
 mod heap;
 mod init;
@@ -91,6 +92,7 @@ pub use geometry::{
     Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,
 };
 #[cfg(feature = "alloc")]
+pub use group::group_key;
 pub use heap::HeapSegment;
 pub use inspect::ConsumerInfo;
 pub use layout::{CACHE_LINE, INLINE_CAPACITY};

@@ -60,6 +60,8 @@ fn consumer_entry() -> ConsumerEntry {
         generation: new_u64(0),
         parked: new_u32(0),
         ready: new_u32(0),
+        group: new_u64(0),
+        claims: core::array::from_fn(|_| new_u64(0)),
     }
 }
 

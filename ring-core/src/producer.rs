@@ -2,15 +2,18 @@
 
 use crate::class::DeliveryClass;
 use crate::error::{ClaimError, Error};
+use crate::group::claims_floor;
 use crate::layout::{
-    ABORT_CODE_SHIFT, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING, FLAG_ABORTED,
-    FLAG_CLOSED, INLINE_CAPACITY, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
+    ABORT_CODE_SHIFT, CLASS_GROUP, CONSUMER_ACTIVE, CONSUMER_FREE, CONSUMER_RECLAIMING,
+    FLAG_ABORTED, FLAG_CLOSED, INLINE_CAPACITY, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
 };
 use crate::memory::{Memory, OpenJoin};
 use crate::owner::OwnerId;
 use crate::sync::AtomicU64;
 use crate::sync::{fence, Ordering};
 use crate::wait::WaitStrategy;
+
+mod group;
 
 /// The ring's one writer.
 ///
@@ -722,25 +725,53 @@ impl<M: Memory> Producer<M> {
         }
     }
 
-    /// The lowest cursor of the active gating consumers and whose it is (`u64::MAX` and 0 when
-    /// there are none).
+    /// The lowest cursor of the active gating consumers and groups, and whose it is
+    /// (`u64::MAX` and 0 when there are none).
+    ///
+    /// A group's floor is the lowest of its cursor, its redelivery queue and its members'
+    /// claims. A member stores its claim *before* the cursor CAS (or queue CAS) that takes the
+    /// message, so the records are scanned first and the members after: a taken message is
+    /// either still below the cursor or in the queue we read, or its claim is visible through
+    /// the Acquire load that saw it taken (docs/PROTOCOL.md, "Groups").
     fn lowest_gating_cursor(&self) -> (u64, usize) {
         let mut lowest = (u64::MAX, 0);
+        let mut members = 0u64;
         for i in 0..self.mem.geometry().consumers() {
             let e = self.mem.consumer_entry(i);
             // Acquire: pairs with the consumer's Release store of ACTIVE, so its cursor store
             // before that is visible below, and with its Release store of FREE when it leaves
-            // (`wait_drained` returns after what it did). Relaxed class: written before ACTIVE.
-            if e.state.load(Ordering::Acquire) == CONSUMER_ACTIVE
-                && e.class.load(Ordering::Relaxed) == DeliveryClass::Gating as u32
-            {
-                // Acquire: pairs with the consumer's Release cursor store after it finished
-                // reading, so its reads of message `cursor - 1` (and its work while it held the
-                // pin) happen before a `wait_drained` that sees the cursor returns.
-                let cursor = e.cursor.load(Ordering::Acquire);
-                if cursor < lowest.0 {
-                    lowest = (cursor, i);
+            // (`wait_drained` returns after what it did). Relaxed class and group: written
+            // before ACTIVE.
+            if e.state.load(Ordering::Acquire) != CONSUMER_ACTIVE {
+                continue;
+            }
+            let class = e.class.load(Ordering::Relaxed);
+            let cursor = if class == DeliveryClass::Gating as u32 {
+                if e.group.load(Ordering::Relaxed) != 0 {
+                    members |= 1 << i;
+                    continue;
                 }
+                // Acquire: pairs with the consumer's Release cursor store after it finished
+                // reading, so its reads of message `cursor - 1` (and its work while it held
+                // the pin) happen before a `wait_drained` that sees the cursor returns.
+                e.cursor.load(Ordering::Acquire)
+            } else if class == CLASS_GROUP {
+                // Acquire: pairs with the members' AcqRel cursor CAS (a release sequence), so
+                // the claim each stored before taking a message is visible to the member scan.
+                e.cursor.load(Ordering::Acquire).min(claims_floor(e))
+            } else {
+                continue;
+            };
+            if cursor < lowest.0 {
+                lowest = (cursor, i);
+            }
+        }
+        while members != 0 {
+            let i = members.trailing_zeros() as usize;
+            members &= members - 1;
+            let floor = claims_floor(self.mem.consumer_entry(i));
+            if floor < lowest.0 {
+                lowest = (floor, i);
             }
         }
         lowest
@@ -885,18 +916,24 @@ pub(crate) unsafe fn reclaim<M: Memory + ?Sized>(
     // Acquire: pairs with the consumer's Release stores (cursor, unpins, FREE) in case it got
     // that far before dying.
     let owner = e.owner.load(Ordering::Acquire);
+    let nothing = Reclaimed {
+        index,
+        owner,
+        pins_cleared: 0,
+        cursor: 0,
+        was_registered: false,
+    };
     if owner == 0 {
         // Nobody holds the entry (it was never taken, or already reclaimed): idempotent.
-        return Ok(Reclaimed {
-            index,
-            owner,
-            pins_cleared: 0,
-            cursor: 0,
-            was_registered: false,
-        });
+        return Ok(nothing);
     }
     if owner != expected.get() {
         return Err(Error::OwnerMismatch { found: owner });
+    }
+    // Relaxed: written before the entry's owner became `owner` (ordered by the Acquire above).
+    if e.class.load(Ordering::Relaxed) == CLASS_GROUP {
+        // A group's record belongs to the ring, not to a process: no verdict reclaims it.
+        return Ok(nothing);
     }
     // Fence the victim out first: its every later call compares this word. Success AcqRel:
     // Acquire orders us after the registration's bump; Release orders the bump before our
@@ -917,6 +954,9 @@ pub(crate) unsafe fn reclaim<M: Memory + ?Sized>(
     {
         return Err(Error::OwnerMismatch { found: owner });
     }
+    // A group member's unfinished messages go to another member; when the group's queue has
+    // no room yet, the entry stays as it is (still gating) and a later reclaim moves them.
+    group::hand_claims_to_group(mem, e)?;
     // Relaxed: ordered before others' view by the Release store of FREE below.
     e.ready.store(0, Ordering::Relaxed);
     // Whatever state the consumer died in (FREE right after it claimed the owner word, JOINING,

@@ -105,9 +105,16 @@ pub struct Hold {
     len: usize,
     missed: u64,
     meta: [u64; 2],
+    redelivered: bool,
 }
 
 impl Hold {
+    /// Whether a group member's message was handed out before (see
+    /// [`Copied::redelivered`](crate::Copied::redelivered)).
+    pub fn redelivered(&self) -> bool {
+        self.redelivered
+    }
+
     /// The message's sequence number.
     pub fn seq(&self) -> u64 {
         self.seq
@@ -197,6 +204,9 @@ impl<M: Memory> Consumer<M> {
                 max: self.holds.max,
             });
         }
+        if self.member.is_some() {
+            return self.member_hold();
+        }
         let (seq, missed, (slot, len)) = self.read_next(|c, seq| c.pin_seq(seq))?;
         let hdr = self.mem.slot_header(slot);
         // Relaxed: stable while held; ordered by the pin's Acquire (or the gating stamp load).
@@ -217,6 +227,29 @@ impl<M: Memory> Consumer<M> {
             len,
             missed,
             meta,
+            redelivered: false,
+        })
+    }
+
+    /// [`try_hold`](Self::try_hold) for a group member: the hold is a claim.
+    fn member_hold(&mut self) -> Result<Hold, ReadError> {
+        let c = self.claim_from_group()?;
+        let hdr = self.mem.slot_header(c.slot);
+        // Relaxed: stable while claimed; ordered by the stamp's Acquire of the claim's check.
+        let meta = [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ];
+        self.holds.insert(c.seq, c.slot);
+        Ok(Hold {
+            index: self.index,
+            generation: self.generation,
+            seq: c.seq,
+            slot: c.slot,
+            len: c.len,
+            missed: 0,
+            meta,
+            redelivered: c.redelivered,
         })
     }
 
@@ -262,7 +295,7 @@ impl<M: Memory> Consumer<M> {
     pub fn release(&mut self, hold: Hold) -> Result<(), ReadError> {
         let i = self.hold_position(&hold).ok_or(ReadError::NotHeld)?;
         self.holds.remove(i);
-        self.unhold(hold.slot);
+        self.unhold(hold.seq, hold.slot);
         Ok(())
     }
 
@@ -271,15 +304,22 @@ impl<M: Memory> Consumer<M> {
     pub fn release_all(&mut self) -> usize {
         let n = self.holds.len;
         while self.holds.len > 0 {
-            let slot = self.holds.slots[self.holds.len - 1];
+            let (seq, slot) = (
+                self.holds.seqs[self.holds.len - 1],
+                self.holds.slots[self.holds.len - 1],
+            );
             self.holds.len -= 1;
-            self.unhold(slot);
+            self.unhold(seq, slot);
         }
         n
     }
 
     /// Ends the hold of `slot` (already removed from the set) in shared memory.
-    fn unhold(&mut self, slot: usize) {
+    fn unhold(&mut self, seq: u64, slot: usize) {
+        if let Some(word) = self.claim_word(seq) {
+            self.finish(word); // A member's hold is a claim.
+            return;
+        }
         if self.check_registered().is_err() {
             // Reclaimed: the bit and the cursor are no longer ours; write nothing.
             return;

@@ -1,0 +1,128 @@
+//! loom models of groups (competing consumers; docs/PROTOCOL.md, "Groups"): ring-core built
+//! with `--cfg ring_loom`, over the loom-shaped `OwnedSegment`. One slot, so the producer's
+//! next message always wants the slot a member may be reading.
+//!
+//! Run: `RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR=target/loom \
+//!       cargo test -p ring-verification --release --test loom_groups`
+#![cfg(ring_loom)]
+#![allow(clippy::std_instead_of_core, reason = "std test")]
+
+use loom::thread;
+use ring_core::{ClaimError, Config, Consumer, OwnedSegment, Producer, ReadError};
+use ring_verification::support::{id, model};
+use std::sync::Arc;
+
+type Seg = Arc<OwnedSegment>;
+
+fn seg() -> Seg {
+    Arc::new(OwnedSegment::new(&Config::new(1, 16).with_consumers(3), id(1)).expect("valid"))
+}
+
+fn msg(seq: u64) -> [u8; 16] {
+    [0xA0 + seq as u8; 16]
+}
+
+/// Tries to publish `seq` twice; true when it went in.
+fn try_twice(p: &mut Producer<Seg>, seq: u64) -> bool {
+    for _ in 0..2 {
+        match p.try_publish(&msg(seq)) {
+            Ok(_) => return true,
+            Err(ClaimError::Full { .. }) => thread::yield_now(),
+            Err(e) => panic!("producer: {e}"),
+        }
+    }
+    false
+}
+
+/// One copy read by a member: the sequence, checked whole (a claim that failed to keep the
+/// producer off the slot shows as a message mixed with the next one).
+fn copy(c: &mut Consumer<Seg>) -> Option<(u64, bool)> {
+    let mut buf = [0u8; 16];
+    match c.try_copy(&mut buf) {
+        Ok(got) => {
+            assert_eq!(buf, msg(got.seq), "member read message {} torn", got.seq);
+            Some((got.seq, got.redelivered))
+        }
+        Err(ReadError::Empty) => None,
+        Err(e) => panic!("member: {e}"),
+    }
+}
+
+/// Two members race for the one published message while the producer tries to put the next
+/// one into its slot: exactly one member takes message 0 (never both), it reads it whole, and
+/// the producer gets the slot only after that member finished it.
+#[test]
+fn two_members_race_for_one_message() {
+    model(|| {
+        let s = seg();
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        p.create_group("g").unwrap();
+        p.try_publish(&msg(0)).unwrap();
+        let mut a = Consumer::join_group(s.clone(), "g", id(2)).unwrap();
+        let mut b = Consumer::join_group(s.clone(), "g", id(3)).unwrap();
+        let ta = thread::spawn(move || copy(&mut a));
+        let tp = thread::spawn(move || try_twice(&mut p, 1));
+        let got_b = copy(&mut b);
+        let got_a = ta.join().unwrap();
+        let sent = tp.join().unwrap();
+        let mut seqs: Vec<u64> = [got_a, got_b].into_iter().flatten().map(|g| g.0).collect();
+        seqs.sort_unstable();
+        assert!(
+            seqs == [0] || seqs == [0, 1],
+            "each message to exactly one member: got {seqs:?}"
+        );
+        if sent {
+            assert!(
+                seqs.contains(&0),
+                "the slot was reused before message 0 was taken"
+            );
+        }
+    });
+}
+
+/// A member takes message 0 and dies before it finishes it (its claim stays behind), racing
+/// the producer's attempts at the slot. The producer never gets the slot from the dead claim;
+/// after the reclaim the other member takes message 0 (flagged as redelivered) while the
+/// producer tries again: it reads it whole, and the producer gets the slot only after it.
+/// The dying member sits *below* the group's record in the table, so the producer's scan
+/// meets its entry first (the order the gating scan must not depend on).
+#[test]
+fn a_member_dies_between_its_claim_and_its_read() {
+    model(|| {
+        let s = seg4();
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        // Entry 0 taken for a moment, so the record lands in entry 1 and the member in 0.
+        let placeholder = Consumer::new(s.clone(), ring_core::DeliveryClass::SkipOnLag, id(9));
+        assert_eq!(p.create_group("g").unwrap(), 1);
+        drop(placeholder);
+        p.try_publish(&msg(0)).unwrap();
+        let mut doomed = Consumer::join_group(s.clone(), "g", id(2)).unwrap();
+        let index = doomed.index();
+        assert_eq!(index, 0);
+        let t = thread::spawn(move || {
+            let hold = doomed.try_hold().expect("message 0 is there");
+            assert_eq!(hold.seq(), 0);
+            // Dies holding it: nothing of this member runs again (a `Hold` has no drop; the
+            // consumer's would finish the claim).
+            let _ = hold;
+            std::mem::forget(doomed);
+        });
+        let early = try_twice(&mut p, 1);
+        t.join().unwrap();
+        assert!(!early, "the producer reused a slot a member had claimed");
+        // SAFETY: the member was forgotten: it is inside no call and holds no pin.
+        assert!(unsafe { p.reclaim(index, id(2)) }.unwrap().was_registered);
+        let mut live = Consumer::join_group(s.clone(), "g", id(3)).unwrap();
+        let t = thread::spawn(move || copy(&mut live));
+        let sent = try_twice(&mut p, 1);
+        let got = t.join().unwrap();
+        assert_eq!(got, Some((0, true)), "message 0 must come back, flagged");
+        // Whole (checked in `copy`) even when the producer got the slot: it waited for the
+        // finish.
+        let _ = sent;
+    });
+}
+
+fn seg4() -> Seg {
+    Arc::new(OwnedSegment::new(&Config::new(1, 16).with_consumers(4), id(1)).expect("valid"))
+}

@@ -50,12 +50,8 @@ pub fn send_fd(socket: impl AsFd, fd: BorrowedFd<'_>, payload: &[u8]) -> Result<
         ));
     }
     let data: &[u8] = if payload.is_empty() { &[0] } else { payload };
-    match sendmsg(
-        socket,
-        &[IoSlice::new(data)],
-        &mut control,
-        SendFlags::NOSIGNAL,
-    ) {
+    let flags = no_sigpipe(socket.as_fd())?;
+    match sendmsg(socket, &[IoSlice::new(data)], &mut control, flags) {
         Ok(n) if n == data.len() => Ok(()),
         Ok(_) => Err(Error::io("sendmsg", std::io::Error::other("short send"))),
         Err(Errno::PIPE | Errno::CONNRESET) => Err(Error::Disconnected),
@@ -84,12 +80,7 @@ pub fn recv_fd(
     let mut control = RecvAncillaryBuffer::new(&mut space);
     let mut one = [0_u8; 1];
     let data: &mut [u8] = if buf.is_empty() { &mut one } else { buf };
-    let msg = match recvmsg(
-        socket,
-        &mut [IoSliceMut::new(data)],
-        &mut control,
-        RecvFlags::CMSG_CLOEXEC,
-    ) {
+    let msg = match recvmsg(socket, &mut [IoSliceMut::new(data)], &mut control, CLOEXEC) {
         Ok(msg) => msg,
         Err(Errno::AGAIN | Errno::INTR) => return Err(Error::TimedOut),
         Err(e) => return Err(Error::io("recvmsg", e)),
@@ -106,10 +97,45 @@ pub fn recv_fd(
         }
     }
     match received {
-        Some(fd) => Ok((fd, msg.bytes.min(buf.len()))),
+        Some(fd) => {
+            set_cloexec(&fd)?;
+            Ok((fd, msg.bytes.min(buf.len())))
+        }
         None if msg.bytes == 0 => Err(Error::Disconnected),
         None => Err(Error::NoFdReceived),
     }
+}
+
+/// The send flags that keep a vanished peer from raising `SIGPIPE`: `MSG_NOSIGNAL`.
+#[cfg(not(target_vendor = "apple"))]
+fn no_sigpipe(_socket: BorrowedFd<'_>) -> Result<SendFlags, Error> {
+    Ok(SendFlags::NOSIGNAL)
+}
+
+/// Apple has no `MSG_NOSIGNAL`: the socket itself is set `SO_NOSIGPIPE` instead.
+#[cfg(target_vendor = "apple")]
+fn no_sigpipe(socket: BorrowedFd<'_>) -> Result<SendFlags, Error> {
+    sockopt::set_socket_nosigpipe(socket, true)
+        .map_err(|e| Error::io("setsockopt(SO_NOSIGPIPE)", e))?;
+    Ok(SendFlags::empty())
+}
+
+/// Received descriptors are close-on-exec from the start where `MSG_CMSG_CLOEXEC` exists.
+#[cfg(not(target_vendor = "apple"))]
+const CLOEXEC: RecvFlags = RecvFlags::CMSG_CLOEXEC;
+
+/// Apple has no `MSG_CMSG_CLOEXEC`: the flag is set right after `recvmsg` (a `fork` + `exec` by
+/// another thread in between would leak the descriptor into that child).
+#[cfg(target_vendor = "apple")]
+const CLOEXEC: RecvFlags = RecvFlags::empty();
+
+/// Sets close-on-exec where `recvmsg` could not (a no-op where it did).
+fn set_cloexec(fd: &OwnedFd) -> Result<(), Error> {
+    if cfg!(target_vendor = "apple") {
+        rustix::io::fcntl_setfd(fd, rustix::io::FdFlags::CLOEXEC)
+            .map_err(|e| Error::io("fcntl(F_SETFD)", e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -4,9 +4,12 @@
 //! page, not by the address space, so a waiter in one process is woken by a wake in another that
 //! maps the same segment at a different address. Every wait carries a timeout.
 //!
-//! Where there is no futex (other Unix targets) [`wait`] polls the word with a bounded sleep
-//! back-off and [`wake_all`] does nothing; waits still end on time. On Windows, words in a
-//! ring-os segment sleep on named semaphores of that segment (see `docs/OS.md`, Windows).
+//! Without futexes (the portable backend: macOS, the BSDs, Linux with the `portable` feature) a
+//! wait goes through the platform's shared address wait (`os_sync_wait_on_address` or
+//! `__ulock_wait` on macOS, `_umtx_op` on FreeBSD), and where there is none [`wait`] polls the
+//! word with a bounded sleep back-off and [`wake_all`] does nothing; waits still end on time. On
+//! Windows, words in a ring-os segment sleep on named semaphores of that segment (see
+//! `docs/OS.md`, Windows).
 //!
 //! # References
 //!
@@ -39,7 +42,7 @@ pub fn wake_all(word: &AtomicU32) -> usize {
     imp::wake_all(word)
 }
 
-#[cfg(any(target_os = "linux", target_os = "android"))]
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(ring_portable)))]
 mod imp {
     use core::sync::atomic::AtomicU32;
     use core::time::Duration;
@@ -71,9 +74,23 @@ mod imp {
     }
 }
 
-#[cfg(all(unix, not(any(target_os = "linux", target_os = "android"))))]
+/// The portable backend: the platform's address wait (macOS, FreeBSD; see `posix/wait.rs`),
+/// else polling (the other BSDs, and Linux with the `portable` feature).
+#[cfg(ring_portable)]
 mod imp {
-    pub(super) use super::poll::{wait, wake_all};
+    use core::sync::atomic::AtomicU32;
+    use core::time::Duration;
+
+    use super::WaitOutcome;
+
+    pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
+        crate::posix::wait::wait(word, expected, timeout)
+            .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
+    }
+
+    pub(super) fn wake_all(word: &AtomicU32) -> usize {
+        crate::posix::wait::wake_all(word)
+    }
 }
 
 /// Windows: named semaphores per segment (see `windows/futex.rs`), polling for other words.
@@ -98,7 +115,10 @@ mod imp {
 
 /// The polling fallback, compiled everywhere so that it is tested on Linux too.
 #[cfg_attr(
-    any(target_os = "linux", target_os = "android", windows),
+    any(
+        all(any(target_os = "linux", target_os = "android"), not(ring_portable)),
+        windows
+    ),
     allow(
         dead_code,
         reason = "used on targets without futexes; tested everywhere"
@@ -134,6 +154,13 @@ mod poll {
     }
 
     /// Nothing to do: pollers see the new value on their next look.
+    #[cfg_attr(
+        ring_portable,
+        allow(
+            dead_code,
+            reason = "the portable backend wakes address waiters, pollers need none"
+        )
+    )]
     pub(super) fn wake_all(_word: &AtomicU32) -> usize {
         0
     }

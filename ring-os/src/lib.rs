@@ -8,7 +8,9 @@
 //!
 //! On Windows the same API runs over section objects, with one named mutex per role (the kernel
 //! reports a dead holder's mutex as abandoned) and named semaphores for waits across processes;
-//! see `docs/OS.md`, Windows.
+//! see `docs/OS.md`, Windows. On macOS and the BSDs (and on Linux with the `portable` feature)
+//! the portable POSIX backend holds each role by `flock` on a lock file of its own and waits
+//! through the platform's address wait; see `docs/OS.md`, the portable backend.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,
@@ -24,11 +26,16 @@ mod error;
 pub mod fdpass;
 mod front;
 pub mod futex;
+#[cfg(unix)]
+mod ident;
 #[cfg_attr(windows, path = "windows/lock.rs")]
+#[cfg_attr(ring_portable, path = "posix/lock.rs")]
 pub mod lock;
 mod mapping;
 mod name;
 pub mod owner;
+#[cfg(ring_portable)]
+mod posix;
 #[cfg(unix)]
 pub mod rendezvous;
 mod ring;

@@ -26,6 +26,7 @@
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
 
+pub(crate) use crate::ident::{identity, path_identity};
 use crate::Error;
 
 /// Whether this platform has OFD locks (Linux, Android). Where it has not, role locks hold
@@ -173,27 +174,6 @@ fn probe_range(file: BorrowedFd<'_>, start: i64, len: i64) -> Liveness {
         Ok(false) => Liveness::Dead,
         Ok(true) | Err(_) => Liveness::Alive,
     }
-}
-
-/// The device and inode of an open file.
-pub(crate) fn identity(file: BorrowedFd<'_>) -> std::io::Result<(u64, u64)> {
-    Ok(dev_ino(&rustix::fs::fstat(file)?))
-}
-
-/// The device and inode a path names now (without following a final symlink).
-pub(crate) fn path_identity(path: &Path) -> std::io::Result<(u64, u64)> {
-    Ok(dev_ino(&rustix::fs::lstat(path)?))
-}
-
-/// The `(st_dev, st_ino)` pair that names a file.
-fn dev_ino(st: &rustix::fs::Stat) -> (u64, u64) {
-    // Widths differ between targets; both are unsigned in practice.
-    #[allow(
-        clippy::useless_conversion,
-        clippy::unnecessary_cast,
-        reason = "width varies by target"
-    )]
-    (st.st_dev as u64, st.st_ino as u64)
 }
 
 /// A new open file description of the file behind `file`: through `/proc/thread-self/fd` (which,

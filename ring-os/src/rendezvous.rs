@@ -39,7 +39,6 @@ use std::time::Instant;
 
 use ring_core::Config;
 use rustix::event::{poll, PollFd, PollFlags};
-use rustix::net::sockopt;
 
 use crate::{fdpass, CreateOptions, Error, Mapping, SegmentKind, SegmentName, ShmRing};
 
@@ -303,10 +302,33 @@ fn connect_abstract(_name: &SegmentName) -> std::io::Result<UnixStream> {
     Err(no_abstract())
 }
 
+/// The effective user id of the peer of a connected Unix socket (`SO_PEERCRED`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn peer_uid(stream: &UnixStream) -> Result<u32, Error> {
+    let cred =
+        rustix::net::sockopt::socket_peercred(stream).map_err(|e| Error::io("SO_PEERCRED", e))?;
+    Ok(cred.uid.as_raw())
+}
+
+/// The effective user id of the peer of a connected Unix socket (`getpeereid`, which macOS and
+/// the BSDs answer from the credentials the peer had when it connected: `LOCAL_PEERCRED`).
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn peer_uid(stream: &UnixStream) -> Result<u32, Error> {
+    use std::os::fd::AsRawFd as _;
+    let (mut uid, mut gid) = (0, 0);
+    // SAFETY: the descriptor is open for the call (borrowed from `stream`), and both pointers are
+    // to live locals the call writes.
+    let rc = unsafe { libc::getpeereid(stream.as_raw_fd(), &raw mut uid, &raw mut gid) };
+    if rc == 0 {
+        Ok(uid)
+    } else {
+        Err(Error::io("getpeereid", std::io::Error::last_os_error()))
+    }
+}
+
 /// Refuses a peer that runs as another user.
 fn check_peer(stream: &UnixStream, what: &str) -> Result<(), Error> {
-    let cred = sockopt::socket_peercred(stream).map_err(|e| Error::io("SO_PEERCRED", e))?;
-    let uid = cred.uid.as_raw();
+    let uid = peer_uid(stream)?;
     if uid == rustix::process::geteuid().as_raw() {
         Ok(())
     } else {

@@ -7,9 +7,9 @@
 //! entry `i` it registers into; an entry is reclaimed only while the reclaimer holds its lock
 //! itself (which it can only get when no live process holds it).
 
-#[cfg(windows)]
+#[cfg(any(windows, ring_portable))]
 use crate::lock::RoleFileRef;
-#[cfg(unix)]
+#[cfg(all(unix, not(ring_portable)))]
 use std::os::fd::BorrowedFd as RoleFileRef;
 use std::sync::Arc;
 
@@ -37,9 +37,9 @@ pub trait RoleFile: Memory {
 
 impl RoleFile for Mapping {
     fn role_file(&self) -> RoleFileRef<'_> {
-        #[cfg(unix)]
+        #[cfg(all(unix, not(ring_portable)))]
         let file = self.segment().fd();
-        #[cfg(windows)]
+        #[cfg(any(windows, ring_portable))]
         let file = self.segment().roles();
         file
     }

@@ -14,7 +14,7 @@
 //! creator takes its creator lock before formatting and re-checks its name after, so a cleaner
 //! that removes a file a creator had just made only makes that creator create again.
 
-use std::os::fd::{AsFd as _, OwnedFd};
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
 
 use ring_core::AttachError;
@@ -174,7 +174,7 @@ fn inspect(dir: &Path, name: SegmentName) -> SegmentInfo {
     };
     info.len = u64::try_from(st.st_size).unwrap_or(0);
     info.ident = lock::identity(fd.as_fd()).ok();
-    info.locks = lock::probe_any(fd.as_fd());
+    info.locks = any_role(dir, &info.name, fd.as_fd());
     info.owners = read_owners(dir, &info, &st);
     info
 }
@@ -261,7 +261,7 @@ fn remove_if_still_stale(dir: &Path, info: &SegmentInfo) -> Result<(), String> {
     if lock::identity(fd.as_fd()).ok() != info.ident {
         return Err("replaced since it was listed".to_owned());
     }
-    let held = AllRoles::try_acquire(fd.as_fd(), Some(&path)).map_err(|e| e.to_string())?;
+    let held = all_roles(dir, &info.name, fd.as_fd(), &path).map_err(|e| e.to_string())?;
     let Some(_held) = held else {
         return Err("a participant joined since it was listed".to_owned());
     };
@@ -270,6 +270,52 @@ fn remove_if_still_stale(dir: &Path, info: &SegmentInfo) -> Result<(), String> {
         return Err("replaced since it was listed".to_owned());
     }
     std::fs::remove_file(&path).map_err(|e| format!("remove failed: {e}"))
+}
+
+/// Whether any role of the listed file is held (OFD locks: on the file itself).
+#[cfg(not(ring_portable))]
+fn any_role(_dir: &Path, _name: &SegmentName, fd: BorrowedFd<'_>) -> Liveness {
+    lock::probe_any(fd)
+}
+
+/// Whether any role of the listed file is held (the portable backend: its lock files, found as
+/// the segment's own handle finds them).
+#[cfg(ring_portable)]
+fn any_role(dir: &Path, name: &SegmentName, fd: BorrowedFd<'_>) -> Liveness {
+    listed_roles(dir, name, fd).map_or(Liveness::Alive, |roles| lock::probe_any(&roles))
+}
+
+/// Every role of the listed file at `path`, for its removal.
+#[cfg(not(ring_portable))]
+fn all_roles(
+    _dir: &Path,
+    _name: &SegmentName,
+    fd: BorrowedFd<'_>,
+    path: &Path,
+) -> Result<Option<AllRoles>, Error> {
+    AllRoles::try_acquire(fd, Some(path))
+}
+
+/// Every role of the listed file, for its removal (the portable backend's gate).
+#[cfg(ring_portable)]
+fn all_roles(
+    dir: &Path,
+    name: &SegmentName,
+    fd: BorrowedFd<'_>,
+    _path: &Path,
+) -> Result<Option<AllRoles>, Error> {
+    AllRoles::try_acquire(&listed_roles(dir, name, fd)?)
+}
+
+/// The lock files of a listed file, as its `Segment` finds them.
+#[cfg(ring_portable)]
+fn listed_roles(dir: &Path, name: &SegmentName, fd: BorrowedFd<'_>) -> Result<lock::Roles, Error> {
+    let kind = if dir == Path::new(SHM_DIR) {
+        crate::SegmentKind::Named(name.clone())
+    } else {
+        crate::SegmentKind::File(dir.join(name.file_name()))
+    };
+    crate::segment::roles_of(&kind, fd)
 }
 
 /// Opens a segment file in `dir` by name (the named-segment checks, through a path so tests can

@@ -26,24 +26,40 @@ pub(crate) fn inspect(
     secure: bool,
 ) -> Result<u64, Error> {
     let st = fstat(fd).map_err(|e| Error::io("fstat", e))?;
-    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+    if !is_regular(&st) {
         return Err(Error::NotRegularFile {
             what: what.to_owned(),
         });
     }
     if secure {
         let me = rustix::process::geteuid().as_raw();
-        if st.st_uid != me || st.st_mode & 0o022 != 0 {
+        if st.st_uid != me || mode_bits(&st) & 0o022 != 0 {
             return Err(Error::Insecure {
                 what: what.to_owned(),
                 uid: st.st_uid,
-                mode: st.st_mode & 0o7777,
+                mode: mode_bits(&st),
             });
         }
     }
     let actual = u64::try_from(st.st_size).unwrap_or(0);
     size.check(actual)?;
     Ok(actual)
+}
+
+/// The permission bits of `st` (`st_mode` is a `u16` on macOS, a `u32` elsewhere).
+pub(crate) fn mode_bits(st: &rustix::fs::Stat) -> u32 {
+    #[allow(clippy::useless_conversion, reason = "u16 on macOS, u32 elsewhere")]
+    let mode = u32::from(st.st_mode);
+    mode & 0o7777
+}
+
+/// Whether `st` is a regular file. macOS reports a shared-memory object with no file type bits
+/// at all (only its permissions), so there a type of 0 passes too: only `shm_open` hands out
+/// such descriptors, and a path always has a type.
+#[allow(clippy::useless_conversion, reason = "u16 on macOS, u32 elsewhere")]
+fn is_regular(st: &rustix::fs::Stat) -> bool {
+    FileType::from_raw_mode(st.st_mode) == FileType::RegularFile
+        || (cfg!(target_os = "macos") && u32::from(st.st_mode) & 0o170_000 == 0)
 }
 
 /// Bytes available to this user on the file system holding `fd`, or `None` when it reports no
@@ -83,6 +99,11 @@ pub(crate) fn reserve(fd: BorrowedFd<'_>, len: u64, huge: bool) -> Result<(), Er
         Err(Errno::OPNOTSUPP | Errno::NOSYS) => {
             ftruncate(fd, len).map_err(|e| Error::io("ftruncate", e))
         }
+        // Other kernels refuse in their own words: FreeBSD's ZFS and shared memory say EINVAL,
+        // macOS's `F_PREALLOCATE` fails on shared-memory objects. Size the file instead.
+        #[cfg(not(target_os = "linux"))]
+        Err(_) => ftruncate(fd, len).map_err(|e| Error::io("ftruncate", e)),
+        #[cfg(target_os = "linux")]
         Err(e) => Err(Error::io("fallocate", e)),
     }
 }

@@ -72,6 +72,7 @@ impl Segment {
         let flags =
             OFlags::CREATE | OFlags::EXCL | OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         super::create_claimed(
+            &SegmentKind::File(path.to_owned()),
             || {
                 let fd = rustix::fs::open(path, flags, Mode::RUSR | Mode::WUSR)
                     .map_err(|e| open_error(path, e, "open"))?;

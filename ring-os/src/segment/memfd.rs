@@ -49,8 +49,8 @@ impl Segment {
             len
         };
         // Nobody else can reach a new memfd, so its creator lock cannot be contended.
-        let creator =
-            super::RoleLock::try_acquire(fd.as_fd(), super::Role::Creator)?.ok_or_else(|| {
+        let creator = super::lock_new(fd.as_fd(), &SegmentKind::Memfd, None, super::Role::Creator)?
+            .ok_or_else(|| {
                 Error::io(
                     "lock a new memfd",
                     std::io::Error::other("creator lock held"),

@@ -15,6 +15,8 @@
 
 mod check;
 mod file;
+// macOS has no memfd (nor seals): anonymous segments are refused there.
+#[cfg_attr(target_os = "macos", path = "../posix/no_memfd.rs")]
 pub(crate) mod memfd;
 mod named;
 mod options;
@@ -27,6 +29,8 @@ use std::path::Path;
 
 use memmap2::{MmapOptions, MmapRaw};
 
+#[cfg(ring_portable)]
+pub(crate) use check::mode_bits;
 pub use options::{CreateOptions, SegmentKind, SizeCheck};
 
 use crate::lock::{self, Liveness, Role, RoleLock};
@@ -73,6 +77,9 @@ pub struct Segment {
     /// [`Role::Creator`]'s lock, held by the creating handle from before formatting until it
     /// drops (`None` for a segment that was opened).
     creator: Option<RoleLock>,
+    /// The portable backend's lock files of this segment (OFD locks live in the file itself).
+    #[cfg(ring_portable)]
+    roles: lock::Roles,
 }
 
 impl Segment {
@@ -190,13 +197,26 @@ impl Segment {
     ///
     /// [`Error::Lock`].
     pub fn lock_role(&self, role: Role) -> Result<Option<RoleLock>, Error> {
-        RoleLock::try_acquire_or_path(self.fd.as_fd(), role, self.path().as_deref())
+        #[cfg(not(ring_portable))]
+        return RoleLock::try_acquire_or_path(self.fd.as_fd(), role, self.path().as_deref());
+        #[cfg(ring_portable)]
+        return RoleLock::try_acquire(&self.roles, role);
     }
 
     /// Whether some process holds `role` on this segment (see [`lock::probe`]).
     #[must_use]
     pub fn probe(&self, role: Role) -> Liveness {
-        lock::probe(self.fd.as_fd(), role)
+        #[cfg(not(ring_portable))]
+        return lock::probe(self.fd.as_fd(), role);
+        #[cfg(ring_portable)]
+        return lock::probe(&self.roles, role);
+    }
+
+    /// The lock files of this segment's roles (the portable backend).
+    #[cfg(ring_portable)]
+    #[must_use]
+    pub fn roles(&self) -> &lock::Roles {
+        &self.roles
     }
 
     /// Removes the segment's name (named) or path (file-backed); a memfd has none. The memory
@@ -243,6 +263,8 @@ impl Segment {
         // Installs the handler before the first mapping exists, so no fault can precede it.
         crate::sigbus::install()?;
         let ident = lock::identity(fd.as_fd()).map_err(|e| Error::io("fstat", e))?;
+        #[cfg(ring_portable)]
+        let roles = roles_of(&kind, fd.as_fd())?;
         let map = mo
             .map_raw(fd.as_raw_fd())
             .map_err(|e| Error::io("mmap", e))?;
@@ -255,6 +277,8 @@ impl Segment {
             unlink_on_drop: false,
             ident,
             creator: None,
+            #[cfg(ring_portable)]
+            roles,
         })
     }
 
@@ -303,8 +327,12 @@ fn open_error(what: String, e: rustix::io::Errno, op: &'static str) -> Error {
 ///
 /// Between the `open` and the lock, a cleaner sees a file with no locks held (an abandoned one)
 /// and may remove it; this tells the creator so, instead of formatting a file nobody can find.
-fn claim_created(fd: BorrowedFd<'_>, path: Option<&Path>) -> Result<Claim, Error> {
-    let Some(held) = RoleLock::try_acquire_or_path(fd, Role::Creator, path)? else {
+fn claim_created(
+    fd: BorrowedFd<'_>,
+    path: Option<&Path>,
+    kind: &SegmentKind,
+) -> Result<Claim, Error> {
+    let Some(held) = lock_new(fd, kind, path, Role::Creator)? else {
         // Only a cleaner locks a file nobody has formatted yet.
         return Ok(Claim::Lost);
     };
@@ -321,6 +349,7 @@ fn claim_created(fd: BorrowedFd<'_>, path: Option<&Path>) -> Result<Claim, Error
 /// it made is claimed (see [`claim_created`]), then `finish` (reserve, map); removes the file if
 /// `finish` fails. Retries while cleaners take freshly created files.
 fn create_claimed(
+    kind: &SegmentKind,
     mut create: impl FnMut() -> Result<(OwnedFd, Option<PathBuf>), Error>,
     finish: impl FnOnce(OwnedFd) -> Result<Segment, Error>,
 ) -> Result<Segment, Error> {
@@ -335,7 +364,7 @@ fn create_claimed(
             }
             Err(e) => return Err(e),
         };
-        match claim_created(fd.as_fd(), path.as_deref())? {
+        match claim_created(fd.as_fd(), path.as_deref(), kind)? {
             Claim::Lost => lost = true,
             Claim::Ours(held) => {
                 let ident = lock::identity(fd.as_fd()).map_err(|e| Error::io("fstat", e))?;
@@ -358,6 +387,38 @@ fn create_claimed(
     Err(Error::AlreadyExists {
         what: "a segment file that cleaners kept removing while it was being created".to_owned(),
     })
+}
+
+/// Takes `role` on the segment file `fd` of `kind` before it has a [`Segment`] (a creator's lock):
+/// an OFD lock on the file itself (through `path` where `/proc` is missing), or the portable
+/// backend's lock file.
+fn lock_new(
+    fd: BorrowedFd<'_>,
+    kind: &SegmentKind,
+    path: Option<&Path>,
+    role: Role,
+) -> Result<Option<RoleLock>, Error> {
+    #[cfg(not(ring_portable))]
+    {
+        let _ = kind;
+        RoleLock::try_acquire_or_path(fd, role, path)
+    }
+    #[cfg(ring_portable)]
+    {
+        let _ = path;
+        RoleLock::try_acquire(&roles_of(kind, fd)?, role)
+    }
+}
+
+/// The portable backend's lock files of a segment: keyed by its device and inode, except a
+/// named segment on macOS, which has no inode (`fstat` of a shared-memory object reports only
+/// mode, owner and size) and is keyed by its name.
+#[cfg(ring_portable)]
+pub(crate) fn roles_of(kind: &SegmentKind, fd: BorrowedFd<'_>) -> Result<lock::Roles, Error> {
+    match kind {
+        SegmentKind::Named(name) if cfg!(target_os = "macos") => lock::Roles::named(name),
+        _ => lock::Roles::of_file(fd),
+    }
 }
 
 /// The page size of mappings of `fd`: the system page, or the file system's block size where

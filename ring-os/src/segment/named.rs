@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsFd as _, OwnedFd};
 
-use rustix::fs::{Mode, OFlags as FsFlags};
+use rustix::fs::Mode;
 use rustix::io::Errno;
 use rustix::shm;
 
@@ -14,13 +14,27 @@ use crate::{Error, SegmentName};
 /// so the flag keeps a planted symlink from redirecting us.
 #[cfg(target_os = "linux")]
 fn nofollow() -> shm::OFlags {
-    shm::OFlags::from_bits_retain(FsFlags::NOFOLLOW.bits())
+    shm::OFlags::from_bits_retain(rustix::fs::OFlags::NOFOLLOW.bits())
 }
 
 /// Elsewhere `shm_open` takes no `O_NOFOLLOW` (and there is no directory to plant a link in).
 #[cfg(not(target_os = "linux"))]
 fn nofollow() -> shm::OFlags {
     shm::OFlags::empty()
+}
+
+/// macOS keeps a shared-memory object's size in whole pages (and `fstat` says so): size it that
+/// way from the start, so that openers and `check_len` see the mapped length.
+#[cfg(target_os = "macos")]
+fn round_len(len: u64) -> u64 {
+    let page = rustix::param::page_size() as u64;
+    len.checked_next_multiple_of(page).unwrap_or(len)
+}
+
+/// Elsewhere the object has the size it was given.
+#[cfg(not(target_os = "macos"))]
+fn round_len(len: u64) -> u64 {
+    len
 }
 
 /// Maps an `shm_open`/`shm_unlink` error to ours.
@@ -48,7 +62,9 @@ impl Segment {
             return Err(Error::BadLength { len });
         }
         let flags = shm::OFlags::CREATE | shm::OFlags::EXCL | shm::OFlags::RDWR | nofollow();
+        let len = round_len(len);
         super::create_claimed(
+            &SegmentKind::Named(name.clone()),
             || {
                 let fd = shm::open(name.shm_name(), flags, Mode::RUSR | Mode::WUSR)
                     .map_err(|e| open_error(name, e, "shm_open"))?;

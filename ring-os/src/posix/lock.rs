@@ -1,0 +1,420 @@
+//! Kernel-vouched liveness without OFD locks: `flock(2)` on one lock file per role.
+//!
+//! macOS and the BSDs have no open-file-description byte-range locks, but `flock` locks have the
+//! same lifetime: they belong to an open file description, a `fork`ed child shares them, and the
+//! kernel drops them when the last descriptor of the description closes, which for a killed
+//! process happens at exit. `flock` has no byte ranges, so each role gets a file of its own in a
+//! per-user lock directory ([`lock_dir`]), named after the segment's key ([`Roles`]):
+//! `<key>.creator`, `<key>.producer`, `<key>.c<i>`, plus `<key>.gate`.
+//!
+//! - **A holder** takes the gate shared, then its role's file exclusive (each on a description of
+//!   its own, `LOCK_NB`), and keeps both until it drops.
+//! - **A probe** takes the role's file shared for a moment: refused means a holder exists
+//!   ([`Liveness::Alive`]); granted, or no file at all, means none does ([`Liveness::Dead`]);
+//!   any other error is alive. [`probe_any`] takes the gate exclusive for a moment: refused while
+//!   anyone holds a role.
+//! - **A cleaner** ([`AllRoles`]) holds the gate exclusive: nobody can take a role meanwhile.
+//! - **Lock files are removed only under the gate held exclusive** (by a cleaner, or by the last
+//!   holder of the segment on its way out), when nobody holds a role. Whoever locks a file checks
+//!   afterwards that its path still names the file it locked, and starts again if not, so a
+//!   lock on a removed file is never mistaken for the role's lock.
+//!
+//! A probe's momentary shared lock can refuse a holder's exclusive request, and a cleaner's
+//! momentary gate lock a holder's shared one: acquisitions retry for about 2 ms before they report
+//! the role held.
+//!
+//! **Limits** (see `docs/OS.md`, the portable backend): every participant must use the same lock
+//! directory (the default is fixed per user and host; `SHMRING_LOCK_DIR` overrides it for all of
+//! them or none); a process that never takes a role (a plain mapper) is invisible, as on Linux;
+//! a peer of the same user can remove lock files and make live roles look dead, which the
+//! ring's fencing (generations, epochs) keeps from breaking a live pin.
+//!
+//! # References
+//! - `flock(2)` (FreeBSD, macOS, Linux); the lock-file protocol is the one `flock(1)` users
+//!   follow, with the path re-check after locking that makes removing lock files safe.
+
+use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use rustix::fs::{FlockOperation, Mode, OFlags};
+use rustix::io::Errno;
+
+pub(crate) use crate::ident::{identity, path_identity};
+use crate::{Error, SegmentName};
+
+pub use crate::role::{Liveness, Role};
+
+/// Role locks work here: a free role is reported dead, so reclaim and take-over run.
+pub const SUPPORTED: bool = true;
+
+/// The environment variable that overrides the lock directory (every participant must agree).
+pub const LOCK_DIR_ENV: &str = "SHMRING_LOCK_DIR";
+
+/// How often a lock file is opened again when its path kept naming another file.
+const REOPEN_ATTEMPTS: usize = 8;
+
+/// The back-off of an acquisition that met a momentary lock (a probe's or a cleaner's): 5 tries,
+/// 100 µs doubling, about 1.5 ms in all.
+const CONTENDED_TRIES: u32 = 5;
+
+/// The lock files of one segment: `<lock dir>/<key>.<role>`.
+#[derive(Debug, Clone)]
+pub struct Roles {
+    /// `<lock dir>/<key>`; a role's file is this plus `.<role>`.
+    base: PathBuf,
+}
+
+/// What [`RoleFile::role_file`](crate::RoleFile::role_file) hands out with this backend.
+pub type RoleFileRef<'a> = &'a Roles;
+
+impl Roles {
+    /// The lock files of the named segment `name`, keyed by its name (for macOS, whose
+    /// shared-memory objects have no inode; a name removed and made again while a participant of
+    /// the old segment lives shares that participant's locks).
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] when the lock directory cannot be made or is not this user's alone.
+    pub fn named(name: &SegmentName) -> Result<Self, Error> {
+        Ok(Self::in_dir(
+            lock_dir().map_err(dir_error)?,
+            &format!("n.{}", name.as_str()),
+        ))
+    }
+
+    /// The lock files of the segment file (or memfd) open as `file`, keyed by its device and inode.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] when the file cannot be `fstat`ed, has no inode number, or the lock
+    /// directory is unusable.
+    pub fn of_file(file: BorrowedFd<'_>) -> Result<Self, Error> {
+        let (dev, ino) = identity(file).map_err(dir_error)?;
+        if ino == 0 {
+            return Err(dir_error(std::io::Error::other(
+                "the segment has no inode number to key its lock files by",
+            )));
+        }
+        Ok(Self::in_dir(
+            lock_dir().map_err(dir_error)?,
+            &format!("i.{dev}.{ino}"),
+        ))
+    }
+
+    /// The lock files `<dir>/<key>.*` (for tests with a scratch directory).
+    #[must_use]
+    pub fn in_dir(dir: &Path, key: &str) -> Self {
+        Self {
+            base: dir.join(key),
+        }
+    }
+
+    /// The file of `what` (`creator`, `producer`, `c<i>`, `gate`).
+    fn file(&self, what: &str) -> PathBuf {
+        let mut name = self.base.clone().into_os_string();
+        name.push(".");
+        name.push(what);
+        PathBuf::from(name)
+    }
+
+    /// The file of `role`.
+    fn role_file(&self, role: Role) -> PathBuf {
+        match role {
+            Role::Creator => self.file("creator"),
+            Role::Producer => self.file("producer"),
+            Role::Consumer(i) => self.file(&format!("c{i}")),
+        }
+    }
+
+    /// Removes every lock file of this segment. Only for a caller that holds the gate
+    /// exclusive (nobody holds a role, and nobody can take one meanwhile); the gate goes last.
+    fn remove_files(&self) {
+        let (Some(dir), Some(key)) = (self.base.parent(), self.base.file_name()) else {
+            return;
+        };
+        let mut prefix = key.to_os_string();
+        prefix.push(".");
+        let gate = self.file("gate");
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for entry in entries.flatten() {
+                let path = entry.path();
+                let ours = entry
+                    .file_name()
+                    .as_encoded_bytes()
+                    .starts_with(prefix.as_encoded_bytes());
+                if ours && path != gate {
+                    let _ = std::fs::remove_file(path);
+                }
+            }
+        }
+        let _ = std::fs::remove_file(gate);
+    }
+}
+
+/// A held role: the segment's gate shared and the role's file exclusive, each on a description
+/// of its own. Dropping it releases both (so does the kernel when the process dies); the last
+/// holder of a segment removes its lock files.
+///
+/// # Examples
+///
+/// ```
+/// use ring_os::lock::{probe, Liveness, Role, RoleLock, Roles};
+/// let dir = std::env::temp_dir().join(format!("shmring-lock-doc.{}", std::process::id()));
+/// std::fs::create_dir_all(&dir).unwrap();
+/// let roles = Roles::in_dir(&dir, "ring");
+/// let held = RoleLock::try_acquire(&roles, Role::Consumer(3))?.expect("free");
+/// assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Alive); // seen by this process too
+/// assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))?.is_none()); // refused to a second
+/// drop(held);
+/// assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Dead);
+/// # std::fs::remove_dir_all(&dir).unwrap();
+/// # Ok::<(), ring_os::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct RoleLock {
+    /// The role's file, locked exclusive; declared first so it is released before the gate.
+    file: Option<OwnedFd>,
+    /// The gate, locked shared.
+    gate: Option<OwnedFd>,
+    /// The role it vouches for.
+    role: Role,
+    /// Where the segment's lock files are (to remove them when this was the last holder).
+    roles: Roles,
+}
+
+impl RoleLock {
+    /// Takes `role`'s lock; `Ok(None)` when another open file description (of this or another
+    /// process) holds it, or a cleaner holds the segment.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] when a lock file cannot be made or locked.
+    pub fn try_acquire(roles: &Roles, role: Role) -> Result<Option<Self>, Error> {
+        let err = |source| Error::Lock {
+            role: role.to_string(),
+            source,
+        };
+        let Some(gate) =
+            contended(|| lock_file(&roles.file("gate"), FlockOperation::NonBlockingLockShared))
+                .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        let Some(file) = contended(|| {
+            lock_file(
+                &roles.role_file(role),
+                FlockOperation::NonBlockingLockExclusive,
+            )
+        })
+        .map_err(err)?
+        else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            file: Some(file),
+            gate: Some(gate),
+            role,
+            roles: roles.clone(),
+        }))
+    }
+
+    /// The role this lock vouches for.
+    #[must_use]
+    pub fn role(&self) -> Role {
+        self.role
+    }
+}
+
+impl Drop for RoleLock {
+    fn drop(&mut self) {
+        drop(self.file.take());
+        drop(self.gate.take());
+        // The last holder out tidies up: the gate exclusive is granted only when nobody holds
+        // a role of this segment.
+        if let Ok(Some(all)) = AllRoles::try_acquire(&self.roles) {
+            drop(all);
+        }
+    }
+}
+
+/// Every role of one segment at once (its gate, exclusive): what a cleaner holds while it removes
+/// a segment, so nobody can become a participant meanwhile. Dropping it removes the segment's lock
+/// files (nobody holds any) and releases the gate.
+#[derive(Debug)]
+pub struct AllRoles {
+    /// The gate, locked exclusive.
+    _gate: OwnedFd,
+    /// Whose lock files these are.
+    roles: Roles,
+}
+
+impl AllRoles {
+    /// Takes the gate exclusive; `Ok(None)` when any role is held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`] when the gate cannot be made or locked.
+    pub fn try_acquire(roles: &Roles) -> Result<Option<Self>, Error> {
+        let gate = lock_file(
+            &roles.file("gate"),
+            FlockOperation::NonBlockingLockExclusive,
+        )
+        .map_err(|source| Error::Lock {
+            role: "every role".to_owned(),
+            source,
+        })?;
+        Ok(gate.map(|gate| Self {
+            _gate: gate,
+            roles: roles.clone(),
+        }))
+    }
+}
+
+impl Drop for AllRoles {
+    fn drop(&mut self) {
+        self.roles.remove_files();
+    }
+}
+
+/// Whether some process holds `role`. [`Liveness::Dead`] only when the role's file is missing
+/// or its shared lock is granted (on the file its path names); anything else is alive.
+#[must_use]
+pub fn probe(roles: &Roles, role: Role) -> Liveness {
+    let path = roles.role_file(role);
+    for _ in 0..REOPEN_ATTEMPTS {
+        let fd = match open(&path, false) {
+            Ok(fd) => fd,
+            // Never made since the last tidy-up: nobody holds it (holders make it first).
+            Err(Errno::NOENT) => return Liveness::Dead,
+            Err(_) => return Liveness::Alive,
+        };
+        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
+            Ok(()) => {}
+            Err(_) => return Liveness::Alive,
+        }
+        match still_named(&path, fd.as_fd()) {
+            Ok(true) => return Liveness::Dead,
+            // Removed or replaced after we opened it: look again.
+            Ok(false) => {}
+            Err(_) => return Liveness::Alive,
+        }
+    }
+    Liveness::Alive
+}
+
+/// Whether any role of the segment is held (its gate cannot be taken exclusive).
+#[must_use]
+pub fn probe_any(roles: &Roles) -> Liveness {
+    match lock_file(
+        &roles.file("gate"),
+        FlockOperation::NonBlockingLockExclusive,
+    ) {
+        // Released at once, without tidying up: a probe changes nothing.
+        Ok(Some(_gate)) => Liveness::Dead,
+        Ok(None) | Err(_) => Liveness::Alive,
+    }
+}
+
+/// The per-user lock directory, made (mode 0700) on first use and checked every time it is
+/// first looked up in a process: a real directory (no symlink), this user's, closed to others.
+/// `$SHMRING_LOCK_DIR`, else `/dev/shm/shmring-locks.<uid>` on Linux (beside the segments, so
+/// containers that share `/dev/shm` share it) and `/tmp/shmring-locks.<uid>` elsewhere.
+///
+/// # Errors
+///
+/// The `mkdir`/`lstat` error, or one saying why the directory is refused.
+pub fn lock_dir() -> std::io::Result<&'static Path> {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    if let Some(dir) = DIR.get() {
+        return Ok(dir);
+    }
+    let uid = rustix::process::geteuid().as_raw();
+    let dir = match std::env::var_os(LOCK_DIR_ENV) {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ if cfg!(target_os = "linux") => PathBuf::from(format!("/dev/shm/shmring-locks.{uid}")),
+        _ => PathBuf::from(format!("/tmp/shmring-locks.{uid}")),
+    };
+    match rustix::fs::mkdir(&dir, Mode::RWXU) {
+        Ok(()) | Err(Errno::EXIST) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let st = rustix::fs::lstat(&dir)?;
+    if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory
+        || st.st_uid != uid
+        || crate::segment::mode_bits(&st) & 0o077 != 0
+    {
+        return Err(std::io::Error::other(format!(
+            "lock directory {} must be a directory of uid {uid} with mode 0700",
+            dir.display()
+        )));
+    }
+    Ok(DIR.get_or_init(|| dir))
+}
+
+/// An [`Error::Lock`] about the lock directory or a segment's key.
+fn dir_error(source: std::io::Error) -> Error {
+    Error::Lock {
+        role: "lock directory".to_owned(),
+        source,
+    }
+}
+
+/// Opens a lock file read-write (created, mode 0600, when `create`), without following links.
+fn open(path: &Path, create: bool) -> rustix::io::Result<OwnedFd> {
+    let mut flags = OFlags::RDWR | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    if create {
+        flags |= OFlags::CREATE;
+    }
+    rustix::fs::open(path, flags, Mode::RUSR | Mode::WUSR)
+}
+
+/// Whether `path` still names the file open as `fd`.
+fn still_named(path: &Path, fd: BorrowedFd<'_>) -> std::io::Result<bool> {
+    match path_identity(path) {
+        Ok(now) => Ok(now == identity(fd)?),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Locks the file `path` names (making it if needed) with `op` (non-blocking): `Ok(None)` when
+/// refused. Re-opens while the path stops naming the locked file (a tidy-up removed it).
+fn lock_file(path: &Path, op: FlockOperation) -> std::io::Result<Option<OwnedFd>> {
+    for _ in 0..REOPEN_ATTEMPTS {
+        let fd = open(path, true)?;
+        match rustix::fs::flock(&fd, op) {
+            Ok(()) => {}
+            Err(Errno::WOULDBLOCK) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        }
+        if still_named(path, fd.as_fd())? {
+            return Ok(Some(fd));
+        }
+    }
+    Err(std::io::Error::other(format!(
+        "lock file {} kept being replaced",
+        path.display()
+    )))
+}
+
+/// Runs `attempt` again, with a short back-off, while it is refused: a refusal may be a probe's
+/// or a cleaner's momentary lock rather than a holder's.
+fn contended(
+    mut attempt: impl FnMut() -> std::io::Result<Option<OwnedFd>>,
+) -> std::io::Result<Option<OwnedFd>> {
+    let mut nap = Duration::from_micros(100);
+    for _ in 1..CONTENDED_TRIES {
+        if let Some(fd) = attempt()? {
+            return Ok(Some(fd));
+        }
+        std::thread::sleep(nap);
+        nap *= 2;
+    }
+    attempt()
+}
+
+#[cfg(test)]
+#[path = "lock/tests.rs"]
+mod tests;

@@ -1,0 +1,170 @@
+//! The flock role locks: seen by this process, refused to a second holder, held by a child until
+//! it is killed, shared with a forked child, gated by a cleaner, and tidied up by the last holder.
+
+use std::os::fd::AsRawFd;
+use std::os::unix::process::CommandExt as _;
+use std::time::Instant;
+
+use super::*;
+
+/// A scratch lock directory of this test process.
+fn scratch(tag: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ring-os-flock-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// The lock files of `dir`, sorted.
+fn files_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_role_is_seen_by_its_own_process_refused_to_a_second_holder_and_freed_on_drop() {
+    let dir = scratch("own");
+    let roles = Roles::in_dir(&dir, "ring");
+    assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
+    assert_eq!(probe_any(&roles), Liveness::Dead);
+    let held = RoleLock::try_acquire(&roles, Role::Producer)
+        .unwrap()
+        .unwrap();
+    assert_eq!(held.role(), Role::Producer);
+    assert_eq!(probe(&roles, Role::Producer), Liveness::Alive);
+    assert_eq!(probe_any(&roles), Liveness::Alive);
+    assert!(RoleLock::try_acquire(&roles, Role::Producer)
+        .unwrap()
+        .is_none());
+    assert!(AllRoles::try_acquire(&roles).unwrap().is_none());
+    // Other roles are other files.
+    assert_eq!(probe(&roles, Role::Consumer(0)), Liveness::Dead);
+    let c7 = RoleLock::try_acquire(&roles, Role::Consumer(7))
+        .unwrap()
+        .unwrap();
+    assert_eq!(probe(&roles, Role::Consumer(7)), Liveness::Alive);
+    drop(held);
+    assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
+    // Another segment's roles are untouched.
+    assert_eq!(
+        probe(&Roles::in_dir(&dir, "other"), Role::Consumer(7)),
+        Liveness::Dead
+    );
+    assert_eq!(files_in(&dir), ["ring.c7", "ring.gate", "ring.producer"]);
+    drop(c7);
+    // The last holder out removed the segment's lock files.
+    assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
+    assert_eq!(probe_any(&roles), Liveness::Dead);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_cleaner_holding_every_role_keeps_participants_out_and_removes_the_files() {
+    let dir = scratch("all");
+    let roles = Roles::in_dir(&dir, "ring");
+    drop(
+        RoleLock::try_acquire(&roles, Role::Creator)
+            .unwrap()
+            .unwrap(),
+    );
+    let creator = RoleLock::try_acquire(&roles, Role::Creator).unwrap();
+    let all = AllRoles::try_acquire(&roles).unwrap();
+    assert!(all.is_none(), "a held role must refuse the cleaner");
+    drop(creator);
+    let all = AllRoles::try_acquire(&roles).unwrap().unwrap();
+    assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))
+        .unwrap()
+        .is_none());
+    assert_eq!(probe_any(&roles), Liveness::Alive);
+    drop(all);
+    assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
+    assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))
+        .unwrap()
+        .is_some());
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Spawns `sleep 30` holding `fds` (as its descriptors 3, 4, ...), as a forked heir would.
+fn child_holding(fds: &[BorrowedFd<'_>]) -> std::process::Child {
+    let raws: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
+    // Moved out of the way first, so that placing one cannot close another.
+    let mut cmd = std::process::Command::new("sleep");
+    cmd.arg("30");
+    // SAFETY: `dup`, `dup2` and `fcntl` are async-signal-safe, and the descriptors stay open in
+    // the parent until after `spawn` returns; `raws` is not reallocated in the child.
+    unsafe {
+        cmd.pre_exec(move || {
+            for (i, &raw) in raws.iter().enumerate() {
+                let high = libc::fcntl(raw, libc::F_DUPFD, 100 + i32::try_from(i).unwrap_or(0));
+                if high < 0 || libc::dup2(high, 3 + i32::try_from(i).unwrap_or(0)) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn().unwrap()
+}
+
+#[test]
+fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
+    let dir = scratch("child");
+    let roles = Roles::in_dir(&dir, "ring");
+    let lock = RoleLock::try_acquire(&roles, Role::Consumer(1))
+        .unwrap()
+        .unwrap();
+    // The child shares both descriptions (as a forked heir would); then ours go.
+    let mut child = child_holding(&[
+        lock.file.as_ref().unwrap().as_fd(),
+        lock.gate.as_ref().unwrap().as_fd(),
+    ]);
+    drop(lock);
+    assert_eq!(probe(&roles, Role::Consumer(1)), Liveness::Alive);
+    assert!(RoleLock::try_acquire(&roles, Role::Consumer(1))
+        .unwrap()
+        .is_none());
+    child.kill().unwrap();
+    // Killed, not yet reaped: the kernel closed its files at exit, so the role is free.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while probe(&roles, Role::Consumer(1)) == Liveness::Alive {
+        assert!(Instant::now() < deadline, "a killed holder still holds it");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    assert!(RoleLock::try_acquire(&roles, Role::Consumer(1))
+        .unwrap()
+        .is_some());
+    child.wait().unwrap();
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_lock_on_a_removed_file_is_not_the_role() {
+    let dir = scratch("removed");
+    let roles = Roles::in_dir(&dir, "ring");
+    let path = roles.role_file(Role::Producer);
+    // Someone holds the producer file that a (misbehaving) peer then removed: a new holder gets
+    // the role on the new file, and a probe sees the new holder.
+    let stale = open(&path, true).unwrap();
+    rustix::fs::flock(&stale, FlockOperation::NonBlockingLockExclusive).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
+    let held = RoleLock::try_acquire(&roles, Role::Producer)
+        .unwrap()
+        .unwrap();
+    assert_eq!(probe(&roles, Role::Producer), Liveness::Alive);
+    assert!(still_named(&path, held.file.as_ref().unwrap().as_fd()).unwrap());
+    drop((held, stale));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_lock_directory_is_private() {
+    let dir = lock_dir().unwrap();
+    let st = rustix::fs::lstat(dir).unwrap();
+    assert_eq!(crate::segment::mode_bits(&st) & 0o077, 0);
+    assert_eq!(st.st_uid, rustix::process::geteuid().as_raw());
+}

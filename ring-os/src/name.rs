@@ -91,11 +91,57 @@ impl SegmentName {
         format!("{PREFIX}{}", self.name)
     }
 
-    /// The name to pass to `shm_open`: `/shmring.<name>`.
+    /// The name to pass to `shm_open`: `/shmring.<name>`; on macOS, whose shared-memory names
+    /// hold at most [`MACOS_SHM_NAME_MAX`] bytes, a longer one is replaced by
+    /// [`short_shm_name`]'s hashed form.
     #[must_use]
     pub fn shm_name(&self) -> String {
+        if cfg!(target_os = "macos") {
+            short_shm_name(&self.name)
+        } else {
+            self.full_shm_name()
+        }
+    }
+
+    /// `/shmring.<name>`, whatever its length.
+    fn full_shm_name(&self) -> String {
         format!("/{PREFIX}{}", self.name)
     }
+}
+
+/// The longest shared-memory object name macOS accepts (`PSHMNAMLEN`, the leading `/` included).
+pub const MACOS_SHM_NAME_MAX: usize = 31;
+
+/// The prefix of a hashed shared-memory name (a `~` where plain names have a `.`, so no plain
+/// name can collide with a hashed one).
+const HASHED_PREFIX: &str = "/shmring~";
+
+/// `/shmring.<name>` when it fits [`MACOS_SHM_NAME_MAX`] bytes (names of up to 22 bytes), else
+/// `/shmring~` followed by the 128-bit FNV-1a hash of the name in 22 URL-safe base64 characters
+/// (31 bytes in all). Every process computes the same short name; two different long names
+/// share one only if their hashes collide (a chance of about 2^-128 for names not chosen to
+/// collide; FNV is not a cryptographic hash, so a peer of the same user could craft a colliding
+/// name, which gives it nothing it could not do to the segment anyway).
+#[must_use]
+pub fn short_shm_name(name: &str) -> String {
+    let full = format!("/{PREFIX}{name}");
+    if full.len() <= MACOS_SHM_NAME_MAX {
+        return full;
+    }
+    // FNV-1a, 128 bits (the FNV authors' offset basis and prime).
+    let mut hash: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
+    for byte in name.bytes() {
+        hash ^= u128::from(byte);
+        hash = hash.wrapping_mul(0x0000_0000_0100_0000_0000_0000_0000_013b);
+    }
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::from(HASHED_PREFIX);
+    for i in 0..22 {
+        // 22 digits of 6 bits cover the 128 bits (the last digit holds the top 2).
+        let digit = (hash >> (6 * i)) & 63;
+        out.push(char::from(ALPHABET[usize::try_from(digit).unwrap_or(0)]));
+    }
+    out
 }
 
 impl fmt::Debug for SegmentName {
@@ -106,7 +152,7 @@ impl fmt::Debug for SegmentName {
 
 impl fmt::Display for SegmentName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.shm_name())
+        f.write_str(&self.full_shm_name())
     }
 }
 
@@ -140,6 +186,29 @@ mod tests {
                 Err(Error::InvalidName { name, .. }) => assert_eq!(name, bad),
                 other => panic!("{bad:?} gave {other:?}"),
             }
+        }
+    }
+
+    #[test]
+    fn macos_names_fit_31_bytes_and_stay_apart() {
+        let fits = "x".repeat(22);
+        assert_eq!(short_shm_name(&fits), format!("/shmring.{fits}"));
+        let long = "x".repeat(23);
+        let short = short_shm_name(&long);
+        assert_eq!(short.len(), MACOS_SHM_NAME_MAX);
+        assert!(short.starts_with("/shmring~"), "{short}");
+        // The same in every process and build: pinned (the value an independent FNV-1a 128
+        // implementation in Python gives, one that also gives the published vector for "a").
+        assert_eq!(
+            short_shm_name("camera-front-left-1080p-bgra"),
+            "/shmring~5Fax7lsmha3-rAg5V9bvHD"
+        );
+        let mut seen = std::collections::HashSet::new();
+        for i in 0..10_000 {
+            let name = format!("a-rather-long-ring-name-{i}");
+            let short = short_shm_name(&name);
+            assert_eq!(short.len(), MACOS_SHM_NAME_MAX);
+            assert!(seen.insert(short), "{name} collided");
         }
     }
 

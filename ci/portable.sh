@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The portable POSIX backend of ring-os (src/posix/: role locks by flock on lock files, shared
+# address waits or polling), which macOS and FreeBSD use:
+#   1. on Linux, ring-os's whole suite (unit, multi-process, doc tests) on those code paths, with
+#      the `portable` feature (flock role locks in /dev/shm/shmring-locks.<uid>, polling waits);
+#   2. for macOS (arm64, x86_64) and FreeBSD (x86_64), `cargo clippy -D warnings` of ring-os,
+#      ringctl and ring-ffi (a compile check: no linker or system to run them on here).
+# See docs/OS.md, "Platforms", for what is tested, emulated or only compiled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+targets=(aarch64-apple-darwin x86_64-apple-darwin x86_64-unknown-freebsd)
+rustup target add "${targets[@]}"
+
+echo "--- ring-os on the portable backend (Linux, --features portable)"
+cargo clippy -p ring-os --features portable --all-targets -- -D warnings
+cargo test -p ring-os --features portable
+
+for target in "${targets[@]}"; do
+    echo "--- clippy -D warnings for $target (ring-os, ringctl, ring-ffi)"
+    cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi -- -D warnings
+done
+echo "portable: ok"

@@ -252,7 +252,21 @@ impl ShmRing {
     /// [`Error::Truncated`].
     pub fn consumer(ring: &Arc<Mapping>, class: DeliveryClass) -> Result<ShmConsumer, Error> {
         ring.check_truncated()?;
-        let (consumer, lock) = roles::register_consumer(ring, class)?;
+        let (consumer, lock) = roles::register_consumer(ring, roles::Join::Class(class))?;
+        Ok(ShmConsumer { consumer, lock })
+    }
+
+    /// Joins group `name` (created by the producer, `Producer::create_group`) as a new member,
+    /// holding its entry's role lock: each message goes to exactly one member, and a member
+    /// that dies holding messages gives them to another (docs/PROTOCOL.md, "Groups").
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ring`] (`NoSuchGroup`, `ConsumerTableFull`), [`Error::Lock`], [`Error::Io`],
+    /// [`Error::Truncated`].
+    pub fn group_member(ring: &Arc<Mapping>, name: &str) -> Result<ShmConsumer, Error> {
+        ring.check_truncated()?;
+        let (consumer, lock) = roles::register_consumer(ring, roles::Join::Group(name))?;
         Ok(ShmConsumer { consumer, lock })
     }
 }

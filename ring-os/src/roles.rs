@@ -102,6 +102,13 @@ pub(crate) fn become_producer<T: RoleFile>(
     }
 }
 
+/// What a registration joins as: a lone consumer of a class, or a member of a named group.
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Join<'a> {
+    Class(DeliveryClass),
+    Group(&'a str),
+}
+
 /// How often registration retries when another registrant or a reclaimer holds the lock of the
 /// entry it wants.
 const REGISTER_ATTEMPTS: usize = 200;
@@ -116,7 +123,7 @@ const REGISTER_ATTEMPTS: usize = 200;
 /// when the entries' locks stayed busy.
 pub(crate) fn register_consumer<T: RoleFile>(
     ring: &Arc<T>,
-    class: DeliveryClass,
+    join: Join<'_>,
 ) -> Result<(Consumer<Arc<T>>, RoleLock), Error> {
     let me = owner::current()?;
     let delay = crate::ring::join_delay();
@@ -139,8 +146,16 @@ pub(crate) fn register_consumer<T: RoleFile>(
             // SAFETY: we hold entry `index`'s lock, and the caller keeps `held` until after the
             // consumer left the entry (ShmConsumer drops its consumer first), so no reclaim of
             // this entry runs while the consumer lives.
-            let joined =
-                unsafe { Consumer::new_at_with_hook(Arc::clone(ring), index, class, me, hook) };
+            let joined = unsafe {
+                match join {
+                    Join::Class(class) => {
+                        Consumer::new_at_with_hook(Arc::clone(ring), index, class, me, hook)
+                    }
+                    Join::Group(name) => {
+                        Consumer::join_group_at_unchecked(Arc::clone(ring), index, name, me)
+                    }
+                }
+            };
             match joined {
                 Ok(consumer) => return Ok((consumer, held)),
                 // Taken between our look and our lock (by a peer without ring-os's locks, or a

@@ -109,6 +109,31 @@ impl Ring {
         Ok(Subscriber::new(ShmRing::consumer(&self.mapping, class)?))
     }
 
+    /// Joins group `name` as a new member: members share one cursor, so each message goes to
+    /// exactly one of them (a work queue); a member that dies holding messages gives them to
+    /// another, flagged as redelivered ([`Message::redelivered`]). The publisher creates the
+    /// group ([`Publisher::create_group`]); the group gates the publisher as one gating
+    /// subscriber would.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), ring_os::Error> {
+    /// let ring = ring_os::Ring::builder("jobs").open()?;
+    /// let mut worker = ring.join_group("workers")?;
+    /// for job in worker.iter() {
+    ///     let job = job?;
+    ///     println!("job {} ({} bytes, again: {})", job.seq, job.data.len(), job.redelivered);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ring`] (`NoSuchGroup` until the publisher created it, `ConsumerTableFull`),
+    /// [`Error::Io`].
+    pub fn join_group(&self, name: &str) -> Result<Subscriber, Error> {
+        Ok(Subscriber::new(ShmRing::group_member(&self.mapping, name)?))
+    }
+
     /// Keeps the name when this handle drops (for rings meant to outlive their creator).
     pub fn keep_name(&mut self) {
         self.remove_on_drop = false;

@@ -182,6 +182,18 @@ impl Publisher {
         self.inner.lost_readers()
     }
 
+    /// Creates group `name` (competing consumers, joined with [`Ring::join_group`](super::Ring::join_group)),
+    /// or finds it; returns its consumer-table index. Messages sent from now on wait for the
+    /// group: each goes to exactly one member, and the group holds the publisher back as one
+    /// gating subscriber would, even before its first member joins.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Ring`] (`ConsumerTableFull`).
+    pub fn create_group(&mut self, name: &str) -> Result<usize, crate::Error> {
+        Ok(self.inner.create_group(name)?)
+    }
+
     /// Ends the stream as complete (subscribers drain, then are disconnected).
     pub fn close(&mut self) {
         self.inner.close();

@@ -33,6 +33,9 @@ pub struct Message {
     pub missed: u64,
     /// Its two metadata words.
     pub meta: [u64; 2],
+    /// A group member's message that was handed out before (to a member that died): delivery
+    /// in a group is at-least-once, and a repeat says so.
+    pub redelivered: bool,
     /// Its bytes.
     pub data: Vec<u8>,
 }
@@ -309,6 +312,7 @@ impl Iterator for Iter<'_> {
                 seq: c.seq,
                 missed: c.missed,
                 meta: c.meta,
+                redelivered: c.redelivered,
                 data: self.buf[..c.len].to_vec(),
             })),
             Err(RecvError::Disconnected) => {

@@ -63,6 +63,16 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(120),
     ),
     (
+        "three_member_processes_share_3000_messages_exactly_once",
+        scenarios::group_exactly_once,
+        Duration::from_secs(120),
+    ),
+    (
+        "a_member_sigkilled_holding_a_message_gives_it_to_another",
+        scenarios::group_member_killed,
+        Duration::from_secs(120),
+    ),
+    (
         "sigkill_producer_is_producer_gone_then_take_over",
         scenarios::kill_producer,
         Duration::from_secs(60),

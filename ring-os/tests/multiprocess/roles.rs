@@ -43,6 +43,7 @@ pub fn run(role: &str) -> i32 {
         "stress-consumer" => stress_consumer(),
         "pin-holder" => pin_holder(),
         "holder" => holder(),
+        "member" => member(),
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
@@ -157,6 +158,47 @@ fn pin_holder() -> i32 {
 
 /// Holds 8 messages at once (`try_hold`), reads the 9th while they are held, checks all nine,
 /// then releases the 8 in reverse order (`HOLD_DIE=1`: sleeps holding them, to be killed).
+/// A member of group `GROUP`: takes messages until the ring closes, printing `M seq=S again=0|1`
+/// for each. With `MEMBER_HOLD_FROM=k` it keeps the first message whose sequence is at least `k`
+/// and sleeps, printing `HELD seq=S` (the parent kills it holding that message).
+fn member() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut c = ShmRing::group_member(&ring, &env("GROUP")).expect("join");
+    say!("JOINED index={}", c.index());
+    let hold_from: Option<u64> = std::env::var("MEMBER_HOLD_FROM")
+        .ok()
+        .and_then(|v| v.parse().ok());
+    loop {
+        match c.recv_held(Duration::from_secs(30)) {
+            Ok(h) => {
+                let bytes = c.held_bytes(&h).unwrap_or_default();
+                if check_payload(bytes) != Some(h.seq()) {
+                    say!("ERR torn seq={}", h.seq());
+                    return 1;
+                }
+                say!("M seq={} again={}", h.seq(), u8::from(h.redelivered()));
+                if hold_from.is_some_and(|k| h.seq() >= k) {
+                    say!("HELD seq={}", h.seq());
+                    std::thread::sleep(Duration::from_secs(60));
+                    return 0;
+                }
+                if let Err(e) = c.release(h) {
+                    say!("ERR release: {e}");
+                    return 2;
+                }
+            }
+            Err(ShmReadError::Read(ReadError::Closed)) => {
+                say!("DONE");
+                return 0;
+            }
+            Err(e) => {
+                say!("ERR {e}");
+                return 2;
+            }
+        }
+    }
+}
+
 fn holder() -> i32 {
     let ring = ShmRing::open_named(&name()).expect("open");
     let mut c = ShmRing::consumer(&ring, class()).expect("register");

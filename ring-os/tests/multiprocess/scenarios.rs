@@ -294,3 +294,137 @@ pub fn holds_across_processes() {
         }
     }
 }
+
+/// Three member processes of one group, started after the group was created: the publisher
+/// sends `n` checksummed messages; with `kill_after`, member 0 keeps the first message it gets
+/// from `kill_after` on and is SIGKILLed holding it. Returns what each member printed
+/// (`M seq=S again=A`) and the message member 0 held when it died.
+fn run_group(n: u64, kill_after: Option<u64>) -> (Vec<Vec<(u64, bool)>>, Option<u64>) {
+    let name = unique_name("group");
+    let _u = Unlink(name.clone());
+    let config = Config::new(16, 256).with_consumers(5);
+    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    p.create_group("workers").expect("group");
+    let mut children: Vec<Child> = (0..3)
+        .map(|k| {
+            let mut env = vec![
+                ("RING_NAME", name.as_str().to_owned()),
+                ("GROUP", "workers".to_owned()),
+            ];
+            if let (0, Some(from)) = (k, kill_after) {
+                env.push(("MEMBER_HOLD_FROM", from.to_string()));
+            }
+            Child::spawn("member", &env)
+        })
+        .collect();
+    for c in &children {
+        c.expect_line("JOINED", SECS(20));
+    }
+    let mut buf = Vec::new();
+    let mut before_kill = Vec::new();
+    let mut killed_holding = None;
+    let deadline = Instant::now() + SECS(60);
+    for seq in 0..n {
+        make_payload(seq, 200, &mut buf);
+        loop {
+            if kill_after.is_some_and(|k| seq >= k) && killed_holding.is_none() {
+                let fresh = children[0].drain();
+                if let Some(held) = fresh.iter().find(|l| l.starts_with("HELD")) {
+                    children[0].sigkill();
+                    killed_holding = Some(field(held, "seq"));
+                }
+                before_kill.extend(fresh);
+            }
+            // Short waits: the ring fills while the doomed member holds its message, until
+            // it is killed and reclaimed.
+            match p.publish(&buf, Duration::from_millis(20)) {
+                Ok(_) => break,
+                Err(e) => assert!(Instant::now() < deadline, "publish {seq}: {e}"),
+            }
+        }
+    }
+    p.close();
+    let mut got = Vec::new();
+    for (k, c) in children.iter_mut().enumerate() {
+        let mut lines = Vec::new();
+        if k == 0 && kill_after.is_some() {
+            lines.append(&mut before_kill);
+            lines.extend(c.lines_until("DONE", SECS(60)));
+        } else {
+            lines = c.lines_until("DONE", SECS(60));
+            assert!(
+                lines.last().is_some_and(|l| l.starts_with("DONE")),
+                "member {k} ended with {:?}",
+                lines.last()
+            );
+            assert!(c.wait(SECS(20)));
+        }
+        assert!(
+            lines.iter().all(|l| !l.starts_with("ERR")),
+            "member {k}: {lines:?}"
+        );
+        got.push(
+            lines
+                .iter()
+                .filter(|l| l.starts_with("M "))
+                .map(|l| (field(l, "seq"), field(l, "again") == 1))
+                .collect(),
+        );
+    }
+    (got, killed_holding)
+}
+
+/// Each of 3000 messages goes to exactly one of three member processes, none flagged.
+pub fn group_exactly_once() {
+    let (got, _) = run_group(3000, None);
+    assert!(
+        got.iter().flatten().all(|&(_, again)| !again),
+        "nothing was redelivered"
+    );
+    assert!(
+        got.iter().all(|m| !m.is_empty()),
+        "every member took some work"
+    );
+    let mut all: Vec<u64> = got.iter().flatten().map(|&(seq, _)| seq).collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..3000).collect::<Vec<_>>(),
+        "each message exactly once"
+    );
+}
+
+/// A member SIGKILLed while it holds a message: every one of 3000 messages still arrives, the
+/// one it held comes again to another member, flagged, and nothing else repeats unflagged.
+pub fn group_member_killed() {
+    let (got, held) = run_group(3000, Some(1000));
+    let held = held.expect("the slow member held a message when it died");
+    let survivors: Vec<(u64, bool)> = got[1..].iter().flatten().copied().collect();
+    assert!(
+        survivors.contains(&(held, true)),
+        "message {held}, held by the killed member, was not redelivered (flagged)"
+    );
+    let mut first: Vec<u64> = got
+        .iter()
+        .flatten()
+        .filter(|&&(_, again)| !again)
+        .map(|&(seq, _)| seq)
+        .collect();
+    first.sort_unstable();
+    let unflagged = first.len();
+    first.dedup();
+    assert_eq!(
+        first.len(),
+        unflagged,
+        "a message came twice without the flag"
+    );
+    let mut all: Vec<u64> = got.iter().flatten().map(|&(seq, _)| seq).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(
+        all,
+        (0..3000).collect::<Vec<_>>(),
+        "every message at least once"
+    );
+}

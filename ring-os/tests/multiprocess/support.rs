@@ -78,6 +78,32 @@ impl Child {
         }
     }
 
+    /// The lines the child printed so far and nobody read yet.
+    pub fn drain(&self) -> Vec<String> {
+        self.lines.try_iter().collect()
+    }
+
+    /// Every line until one starting with `end` (included), or until the child's stdout closes
+    /// (a killed child); panics after `timeout`.
+    pub fn lines_until(&self, end: &str, timeout: Duration) -> Vec<String> {
+        let deadline = Instant::now() + timeout;
+        let mut lines = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let last = line.starts_with(end);
+                    lines.push(line);
+                    if last {
+                        return lines;
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => panic!("no {end:?} line within {timeout:?}"),
+                Err(RecvTimeoutError::Disconnected) => return lines,
+            }
+        }
+    }
+
     /// Waits for the child to exit; panics after `timeout`. Returns whether it succeeded.
     pub fn wait(&mut self, timeout: Duration) -> bool {
         self.wait_status(timeout).success()

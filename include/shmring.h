@@ -210,6 +210,9 @@ typedef struct {
   uint64_t missed;
   // Its two metadata words.
   uint64_t meta[2];
+  // 1 for a group member's message that was handed out before (to a member that died):
+  // delivery in a group is at-least-once, and a repeat says so; 0 otherwise.
+  uint32_t redelivered;
 } shmring_message;
 
 #ifdef __cplusplus
@@ -383,6 +386,15 @@ int shmring_publisher_lost_subscribers(shmring_publisher *publisher,
                                        uint64_t *gating,
                                        uint64_t *unread);
 
+// Creates group `name` (competing consumers, joined with `shmring_ring_join_group`), or finds
+// it, and stores its subscriber-table index in `*index` (NULL: not wanted). Messages sent from
+// now on wait for the group: each goes to exactly one member, and the group holds the
+// publisher back as one gating subscriber would, even before its first member joins.
+//
+// Errors: `SHMRING_E_FULL` (no free subscriber entry), `SHMRING_E_BUSY`,
+// `SHMRING_E_INVALID_ARGUMENT` (NULL or non-UTF-8 name).
+int shmring_publisher_create_group(shmring_publisher *publisher, const char *name, uint32_t *index);
+
 // Ends the stream as complete: subscribers drain what is there, then get
 // `SHMRING_E_DISCONNECTED`. Later sends fail with `SHMRING_E_CLOSED`.
 //
@@ -443,6 +455,15 @@ int shmring_loan_abort(shmring_loan *loan);
 // Errors: `SHMRING_E_FULL` (the subscriber table is full), `SHMRING_E_INVALID_ARGUMENT`
 // (unknown class), `SHMRING_E_OS`.
 int shmring_ring_subscriber(const shmring_ring *ring, uint32_t class_, shmring_subscriber **out);
+
+// Joins group `name` (created by the publisher with `shmring_publisher_create_group`) as a new
+// member and stores the subscriber in `*out`: members share one cursor, so each message goes
+// to exactly one of them; a member that dies holding messages gives them to another, with
+// `redelivered` set in their `shmring_message`. Read with the subscriber functions as usual.
+//
+// Errors: `SHMRING_E_NOT_FOUND` (no such group yet), `SHMRING_E_FULL` (the subscriber table is
+// full), `SHMRING_E_INVALID_ARGUMENT` (NULL or non-UTF-8 name), `SHMRING_E_OS`.
+int shmring_ring_join_group(const shmring_ring *ring, const char *name, shmring_subscriber **out);
 
 // Copies the next message into the caller's `buf` (`cap` bytes), waiting at most
 // `timeout_ms` (0: do not wait; `SHMRING_FOREVER`), and describes it in `*msg` (`data` is

@@ -105,6 +105,7 @@ struct message {
   uint64_t seq = 0;
   uint64_t missed = 0;
   uint64_t meta[2] = {0, 0};
+  bool redelivered = false;  // a group member's message a dead member held before
   static message from(const shmring_message &m) {
     message out;
     out.data = {reinterpret_cast<const std::byte *>(m.data), m.len};
@@ -112,6 +113,7 @@ struct message {
     out.missed = m.missed;
     out.meta[0] = m.meta[0];
     out.meta[1] = m.meta[1];
+    out.redelivered = m.redelivered != 0;
     return out;
   }
 };
@@ -248,6 +250,13 @@ class Publisher {
     LostSubscribers l;
     detail::check(shmring_publisher_lost_subscribers(h_, &l.total, &l.gating, &l.unread));
     return l;
+  }
+  /// Creates group `name` (competing consumers, joined with Ring::join_group), or finds it;
+  /// returns its subscriber-table index. Messages sent from now on wait for the group.
+  uint32_t create_group(const std::string &name) {
+    uint32_t index = 0;
+    detail::check(shmring_publisher_create_group(h_, name.c_str(), &index));
+    return index;
   }
   void close() { detail::check(shmring_publisher_close(h_)); }
   void abort(uint16_t code) { detail::check(shmring_publisher_abort(h_, code)); }
@@ -458,6 +467,14 @@ class Ring {
   Subscriber subscriber(delivery d = delivery::gating) const {
     shmring_subscriber *s = nullptr;
     detail::check(shmring_ring_subscriber(h_, static_cast<uint32_t>(d), &s));
+    return Subscriber(s);
+  }
+  /// Joins group `name` as a new member: each message goes to exactly one member; a message a
+  /// dead member held comes again with `redelivered` set. Throws (NOT_FOUND) before the
+  /// publisher created the group.
+  Subscriber join_group(const std::string &name) const {
+    shmring_subscriber *s = nullptr;
+    detail::check(shmring_ring_join_group(h_, name.c_str(), &s));
     return Subscriber(s);
   }
   shmring_ring_info info() const {

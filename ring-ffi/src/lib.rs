@@ -203,6 +203,9 @@ pub struct shmring_message {
     pub missed: u64,
     /// Its two metadata words.
     pub meta: [u64; 2],
+    /// 1 for a group member's message that was handed out before (to a member that died):
+    /// delivery in a group is at-least-once, and a repeat says so; 0 otherwise.
+    pub redelivered: u32,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -451,6 +454,7 @@ fn os_code(e: &Error) -> c_int {
             SHMRING_E_PRODUCER_ALIVE
         }
         Error::Ring(ring_core::Error::ConsumerTableFull { .. }) => SHMRING_E_FULL,
+        Error::Ring(ring_core::Error::NoSuchGroup) => SHMRING_E_NOT_FOUND,
         Error::Claim(e) => claim_code(*e),
         Error::Truncated { .. } => SHMRING_E_TRUNCATED,
         _ => SHMRING_E_OS,
@@ -1425,6 +1429,30 @@ pub unsafe extern "C" fn shmring_publisher_lost_subscribers(
     })
 }
 
+/// Creates group `name` (competing consumers, joined with `shmring_ring_join_group`), or finds
+/// it, and stores its subscriber-table index in `*index` (NULL: not wanted). Messages sent from
+/// now on wait for the group: each goes to exactly one member, and the group holds the
+/// publisher back as one gating subscriber would, even before its first member joins.
+///
+/// Errors: `SHMRING_E_FULL` (no free subscriber entry), `SHMRING_E_BUSY`,
+/// `SHMRING_E_INVALID_ARGUMENT` (NULL or non-UTF-8 name).
+#[no_mangle]
+pub unsafe extern "C" fn shmring_publisher_create_group(
+    publisher: *mut shmring_publisher,
+    name: *const c_char,
+    index: *mut u32,
+) -> c_int {
+    guard(|| {
+        // SAFETY: null or NUL-terminated (header contract).
+        let name = unsafe { text(name, "name") }?;
+        // SAFETY: as in `shmring_publisher_send`.
+        let at = unsafe { self::publisher(publisher) }?.create_group(name)?;
+        // SAFETY: null or writable (header contract); an index is below the 32-entry table.
+        unsafe { put(index, at as u32) };
+        Ok(())
+    })
+}
+
 /// Ends the stream as complete: subscribers drain what is there, then get
 /// `SHMRING_E_DISCONNECTED`. Later sends fail with `SHMRING_E_CLOSED`.
 ///
@@ -1654,6 +1682,41 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
     })
 }
 
+/// Joins group `name` (created by the publisher with `shmring_publisher_create_group`) as a new
+/// member and stores the subscriber in `*out`: members share one cursor, so each message goes
+/// to exactly one of them; a member that dies holding messages gives them to another, with
+/// `redelivered` set in their `shmring_message`. Read with the subscriber functions as usual.
+///
+/// Errors: `SHMRING_E_NOT_FOUND` (no such group yet), `SHMRING_E_FULL` (the subscriber table is
+/// full), `SHMRING_E_INVALID_ARGUMENT` (NULL or non-UTF-8 name), `SHMRING_E_OS`.
+#[no_mangle]
+pub unsafe extern "C" fn shmring_ring_join_group(
+    ring: *const shmring_ring,
+    name: *const c_char,
+    out: *mut *mut shmring_subscriber,
+) -> c_int {
+    guard(|| {
+        // SAFETY: as in `shmring_ring_create`.
+        unsafe { out_handle(out) }?;
+        // SAFETY: as in `shmring_ring_fd`.
+        let ring = unsafe { arg(ring, "ring") }?;
+        // SAFETY: null or NUL-terminated (header contract).
+        let name = unsafe { text(name, "name") }?;
+        let subscriber = ring.ring.join_group(name)?;
+        let handle = Box::into_raw(Box::new(shmring_subscriber {
+            lender: Lender::new(
+                subscriber,
+                "the subscriber holds a pin: release it first (shmring_pinned_release)",
+            ),
+            abort_code: None,
+            holds: Vec::new(),
+        }));
+        // SAFETY: checked by `out_handle`.
+        unsafe { out.write(handle) };
+        Ok(())
+    })
+}
+
 /// The subscriber behind `s`, unless a pin is out.
 ///
 /// # Safety
@@ -1671,6 +1734,7 @@ fn message(data: *const u8, c: Copied) -> shmring_message {
         seq: c.seq,
         missed: c.missed,
         meta: c.meta,
+        redelivered: u32::from(c.redelivered),
     }
 }
 
@@ -1808,6 +1872,7 @@ pub unsafe extern "C" fn shmring_subscriber_hold(
             seq: got.seq(),
             missed: got.missed(),
             meta: got.meta(),
+            redelivered: u32::from(got.redelivered()),
         };
         let free = handle.holds.iter().position(Option::is_none);
         let index = free.unwrap_or(handle.holds.len());
@@ -1909,6 +1974,7 @@ fn pinned_message(pin: &Pinned<'_, Arc<Mapping>>) -> shmring_message {
         seq: pin.seq(),
         missed: pin.missed(),
         meta: pin.meta(),
+        redelivered: u32::from(pin.redelivered()),
     }
 }
 

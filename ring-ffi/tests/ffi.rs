@@ -314,6 +314,72 @@ fn a_c_subscriber_holds_several_messages_at_once() {
     }
 }
 
+/// Three processes join a group a Rust publisher created (C under ASan + UBSan, and C++ through
+/// `Ring::join_group`): each of 300 messages reaches exactly one of them, whole and not flagged
+/// as redelivered.
+#[test]
+fn c_and_cpp_group_members_share_a_stream_exactly_once() {
+    const N: u64 = 300;
+    let p = peers();
+    let name = name("group");
+    let ring = Ring::builder(&name)
+        .slots(4)
+        .slot_size(64)
+        .consumers(5)
+        .create()
+        .expect("create");
+    let mut publisher = ring.publisher().expect("publisher");
+    publisher.create_group("workers").expect("group");
+    let members: Vec<_> = [&p.c, &p.c_asan, &p.cpp]
+        .into_iter()
+        .map(|peer| spawn(peer, &["group-member", &name]))
+        .collect();
+    let mut outs: Vec<_> = members
+        .into_iter()
+        .map(|(child, mut out)| {
+            assert_eq!(line(&mut out), "ready");
+            (child, out)
+        })
+        .collect();
+    for i in 0..N {
+        let data = expected(i);
+        publisher
+            .inner()
+            .claim_with(Duration::from_secs(10), |mut slot| {
+                slot.write(&data).expect("fits");
+                slot.set_meta([i, 7]);
+                slot.publish()
+            })
+            .expect("claim")
+            .expect("publish");
+    }
+    publisher.close();
+    let mut all = Vec::new();
+    for (child, out) in &mut outs {
+        let mut count = 0;
+        loop {
+            let l = line(out);
+            if let Some(seq) = l.strip_prefix("seq ") {
+                all.push(seq.parse::<u64>().expect("a sequence"));
+                count += 1;
+            } else {
+                assert_eq!(l, format!("member: {count} ok"));
+                break;
+            }
+        }
+        let _ = child;
+    }
+    for (child, _) in outs {
+        wait_ok(child, "group-member");
+    }
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..N).collect::<Vec<_>>(),
+        "each message to exactly one member"
+    );
+}
+
 #[test]
 fn a_c_subscriber_learns_the_abort_code_of_a_rust_publisher() {
     for (i, peer) in all_peers().into_iter().enumerate() {

@@ -492,6 +492,35 @@ static int hold_subscribe(shmring_ring *ring, long n) {
   return failures == 0 ? 0 : 1;
 }
 
+/* A member of group "workers": names a missing group first (NOT_FOUND), then joins and copies
+ * messages until the stream ends, printing "seq N" for each and "member: C ok" at the end. */
+static int group_member(shmring_ring *ring) {
+  shmring_subscriber *sub = NULL;
+  EXPECT(shmring_ring_join_group(ring, "nobody", &sub), SHMRING_E_NOT_FOUND, "no group");
+  OK(shmring_ring_join_group(ring, "workers", &sub));
+  printf("ready\n");
+  fflush(stdout);
+  uint8_t buf[64];
+  long got = 0;
+  for (;;) {
+    shmring_message msg;
+    int rc = shmring_subscriber_recv(sub, buf, sizeof buf, 10000, &msg);
+    if (rc == SHMRING_E_DISCONNECTED) break;
+    if (rc != SHMRING_OK) {
+      fprintf(stderr, "member recv failed: %s: %s\n", shmring_code_name(rc), shmring_last_error());
+      return 1;
+    }
+    CHECK(check_msg(&msg, (long)msg.seq));
+    CHECK(msg.redelivered == 0);
+    printf("seq %llu\n", (unsigned long long)msg.seq);
+    got++;
+  }
+  OK(shmring_subscriber_free(sub));
+  if (failures == 0) printf("member: %ld ok\n", got);
+  fflush(stdout);
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: peer errors|pub|create-pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
@@ -524,6 +553,14 @@ int main(int argc, char **argv) {
     shmring_config cfg = config(0, 0, 0);
     OK(shmring_ring_open(name, &cfg, &ring));
     int rc = hold_subscribe(ring, n);
+    OK(shmring_ring_free(ring));
+    return rc;
+  }
+  if (strcmp(mode, "group-member") == 0) {
+    shmring_ring *ring = NULL;
+    shmring_config cfg = config(0, 0, 0);
+    OK(shmring_ring_open(name, &cfg, &ring));
+    int rc = group_member(ring);
     OK(shmring_ring_free(ring));
     return rc;
   }

@@ -217,6 +217,34 @@ static int subscribe(const shmring::Ring &ring, long n, bool pin) {
   return failures == 0 ? 0 : 1;
 }
 
+// A member of group "workers" through the C++ wrapper: copies until the stream ends,
+// printing "seq N" for each message and "member: C ok" at the end.
+static int group_member(const std::string &name) {
+  auto ring = shmring::Ring::open(name, cfg(0, 0, false));
+  EXPECT_THROW(ring.join_group("nobody"), SHMRING_E_NOT_FOUND, "no group");
+  auto sub = ring.join_group("workers");
+  std::printf("ready\n");
+  std::fflush(stdout);
+  std::vector<std::byte> buf(64);
+  long got = 0;
+  try {
+    for (;; got++) {
+      auto m = sub.recv({buf.data(), buf.size()}, 10000ms);
+      if (!m) return 1;
+      CHECK(check_msg(*m, static_cast<long>(m->seq)) && !m->redelivered);
+      std::printf("seq %llu\n", static_cast<unsigned long long>(m->seq));
+    }
+  } catch (const shmring::error &e) {
+    if (e.code() != SHMRING_E_DISCONNECTED) {
+      std::fprintf(stderr, "member read failed: %s\n", e.what());
+      return 1;
+    }
+  }
+  if (failures == 0) std::printf("member: %ld ok\n", got);
+  std::fflush(stdout);
+  return failures == 0 ? 0 : 1;
+}
+
 static int run(int argc, char **argv) {
   if (argc < 3) {
     std::fprintf(stderr, "usage: peer-cpp errors|pub|loan-pub|sub|pin-sub|pin-hold|memfd <name> [n]\n");
@@ -225,6 +253,7 @@ static int run(int argc, char **argv) {
   std::string mode = argv[1], name = argv[2];
   long n = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 0;
   if (mode == "errors") return errors(name);
+  if (mode == "group-member") return group_member(name);
   if (mode == "pub") return publish(name, n, false);
   if (mode == "loan-pub") return publish(name, n, true);
   if (mode == "sub" || mode == "pin-sub") {

@@ -194,7 +194,7 @@ pub struct DemoArgs {
     /// processing it in place); with --kill-consumer-every, kills then land on held pins.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub hold_us: u64,
-    /// Segment name in /dev/shm (default: demo-<pid>); removed at the end.
+    /// Segment name in /dev/shm (default: demo-PID, this process's id); removed at the end.
     #[arg(long)]
     pub name: Option<String>,
     /// Print one JSON object (the last line) instead of the table.
@@ -282,6 +282,10 @@ pub struct PubArgs {
     /// directory) instead of the abstract namespace.
     #[arg(long, value_name = "DIR", requires = "memfd")]
     pub socket_dir: Option<std::path::PathBuf>,
+    /// Create group G before the first message (`ringctl sub --group G` workers share the
+    /// stream: each message to exactly one of them; the group gates like one gating reader).
+    #[arg(long, value_name = "G")]
+    pub group: Option<String>,
 }
 
 /// Options of `ringctl sub`.
@@ -305,6 +309,10 @@ pub struct SubArgs {
     /// latest reader always starts at the newest message present).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub history: u64,
+    /// Read as a member of group G (created by `ringctl pub --group G`; waits up to --timeout
+    /// for it): each message goes to exactly one member. --class does not apply.
+    #[arg(long, value_name = "G", conflicts_with = "history")]
+    pub group: Option<String>,
 }
 
 /// Options of `ringctl grab`.

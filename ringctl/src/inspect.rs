@@ -180,6 +180,8 @@ fn snapshot(ring: &Ring) -> Result<View> {
                 EntryState::Corrupt(v) => format!("corrupt({v})"),
             },
             class: match c.class {
+                _ if c.is_group => "group".into(),
+                Some(DeliveryClass::Gating) if c.group != 0 => "member".into(),
                 Some(DeliveryClass::Gating) => "gating".into(),
                 Some(DeliveryClass::LatestOnly) => "latest".into(),
                 Some(DeliveryClass::SkipOnLag) => "skip".into(),

@@ -91,6 +91,9 @@ pub fn publish(args: &PubArgs) -> Result<bool> {
     }
     // Takes the ring over if its previous producer died.
     let mut producer = ShmRing::producer(&ring)?;
+    if let Some(group) = &args.group {
+        producer.create_group(group)?;
+    }
     // A failure ends the stream as aborted with a code that says why (dropping the producer
     // would say only "dropped"), so `ringctl sub` can tell its reader what happened.
     if let Err(e) = stream(args, &ring, &mut producer, timeout) {
@@ -245,6 +248,25 @@ impl Stop {
     }
 }
 
+/// Joins `group`, waiting up to `timeout` for the publisher to create it.
+fn join_group_wait(
+    ring: &std::sync::Arc<ring_os::Mapping>,
+    group: &str,
+    timeout: Duration,
+) -> Result<ring_os::ShmConsumer> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match ShmRing::group_member(ring, group) {
+            Err(ring_os::Error::Ring(ring_core::Error::NoSuchGroup))
+                if std::time::Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            other => return Ok(other?),
+        }
+    }
+}
+
 /// Runs `ringctl sub`.
 pub fn subscribe(args: &SubArgs) -> Result<()> {
     let timeout = seconds(args.timeout, "--timeout")?;
@@ -257,7 +279,10 @@ pub fn subscribe(args: &SubArgs) -> Result<()> {
     } else {
         ring::open_wait(&name, timeout)?
     };
-    let mut consumer = ShmRing::consumer(&ring, args.class.delivery())?;
+    let mut consumer = match &args.group {
+        Some(group) => join_group_wait(&ring, group, timeout)?,
+        None => ShmRing::consumer(&ring, args.class.delivery())?,
+    };
     if args.history > 0 {
         consumer
             .rewind(args.history)

@@ -953,3 +953,49 @@ fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
     assert_eq!(gating.status.code(), Some(2));
     assert!(one_line_error(&gating).contains("--history"));
 }
+
+/// `ringctl pub --group w` and three `ringctl sub --group w` started before it: each of 3000
+/// frames reaches exactly one of the three.
+#[test]
+fn three_group_subs_share_a_stream_exactly_once() {
+    let name = unique("group");
+    let _cleanup = Cleanup(name.clone());
+    let data: Vec<u8> = (0..3000u64).flat_map(u64::to_le_bytes).collect();
+    let subs: Vec<Child> = (0..3)
+        .map(|_| spawn_sub(&[&name, "--group", "w", "--timeout", "30"]))
+        .collect();
+    let publ = ringctl(
+        &[
+            "pub",
+            &name,
+            "--group",
+            "w",
+            "--wait-consumers",
+            "3",
+            "--frame-size",
+            "8",
+            "--timeout",
+            "30",
+        ],
+        &data,
+        Duration::from_secs(60),
+    );
+    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    let mut frames = Vec::new();
+    for sub in subs {
+        let got = finish(sub, Duration::from_secs(60));
+        assert!(got.status.success(), "sub: {}", text(&got.stderr));
+        assert_eq!(got.stdout.len() % 8, 0, "whole frames only");
+        frames.extend(
+            got.stdout
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
+        );
+    }
+    frames.sort_unstable();
+    assert_eq!(
+        frames,
+        (0..3000).collect::<Vec<_>>(),
+        "each frame exactly once"
+    );
+}

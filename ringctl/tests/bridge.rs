@@ -200,56 +200,113 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     }
 }
 
+/// The two rings a pair of bridges connects (an origin the test publishes into, a far ring it
+/// reads), and the Zenoh endpoint and key between them.
+struct Rings {
+    origin: Ring,
+    far: Ring,
+    origin_name: String,
+    far_name: String,
+    ep: String,
+    key: String,
+    /// Declared last, so the names go after the rings are dropped.
+    _unlink: (Unlink, Unlink),
+}
+
+impl Rings {
+    /// Two rings named after `what` of `slots` slots of `slot_size` bytes, and a free port.
+    fn new(what: &str, slots: u32, slot_size: usize) -> Self {
+        let (origin_name, far_name) = (
+            unique(&format!("{what}-origin")),
+            unique(&format!("{what}-far")),
+        );
+        let _unlink = (Unlink(origin_name.clone()), Unlink(far_name.clone()));
+        let ring = |name: &str| {
+            Ring::builder(name)
+                .slots(slots)
+                .slot_size(slot_size as u32)
+                .create()
+                .expect("ring")
+        };
+        Self {
+            origin: ring(&origin_name),
+            far: ring(&far_name),
+            ep: format!("tcp/127.0.0.1:{}", free_port()),
+            key: format!("test/{origin_name}"),
+            origin_name,
+            far_name,
+            _unlink,
+        }
+    }
+
+    /// `ringctl bridge in`'s arguments: the key into the far ring, once one consumer is there.
+    fn in_args(&self) -> [&str; 7] {
+        [
+            "in",
+            &self.key,
+            &self.far_name,
+            "--connect",
+            &self.ep,
+            "--wait-consumers",
+            "1",
+        ]
+    }
+
+    /// `ringctl bridge out`'s arguments: the origin ring to the key, with `class` (the
+    /// origin's delivery class) unless it is `None` (gating).
+    fn out_args<'a>(&'a self, class: Option<&'a str>) -> Vec<&'a str> {
+        let mut args = vec!["out", &self.origin_name, "--key", &self.key];
+        if let Some(class) = class {
+            args.extend(["--class", class]);
+        }
+        args.extend(["--listen", &self.ep]);
+        args
+    }
+
+    /// The far ring's gating reader ([`far_reader`]).
+    fn far_reader(&self, max: usize, progress: &Arc<AtomicU64>) -> JoinHandle<(Vec<u64>, u64)> {
+        let sub = self.far.subscriber(DeliveryClass::Gating).expect("far sub");
+        far_reader(sub, max, Arc::clone(progress), SECS(240))
+    }
+}
+
+/// Publishes message `index` ([`message`]) into the origin ring, waiting for room at most a
+/// minute; `what` says why room must come.
+fn publish_message(
+    publisher: &mut Publisher,
+    index: u64,
+    max: usize,
+    buf: &mut Vec<u8>,
+    what: &str,
+) {
+    let meta = message(index, max, buf);
+    publisher
+        .inner()
+        .claim_with(SECS(60), |mut slot| {
+            slot.write(buf).expect("fits");
+            slot.set_meta(meta);
+            slot.publish()
+        })
+        .expect(what)
+        .expect("publish");
+}
+
 #[test]
 fn gating_100k_mixed_sizes_arrive_whole_in_order() {
     const N: u64 = 100_000;
     const MAX: usize = 2048;
     let t0 = Instant::now();
-    let (origin_name, far_name) = (unique("g-origin"), unique("g-far"));
-    let _u = (Unlink(origin_name.clone()), Unlink(far_name.clone()));
-    let origin = Ring::builder(&origin_name)
-        .slots(256)
-        .slot_size(MAX as u32)
-        .create()
-        .expect("origin ring");
-    let far = Ring::builder(&far_name)
-        .slots(256)
-        .slot_size(MAX as u32)
-        .create()
-        .expect("far ring");
+    let rings = Rings::new("g", 256, MAX);
     let progress = Arc::new(AtomicU64::new(0));
-    let reader = far_reader(
-        far.subscriber(DeliveryClass::Gating).expect("far sub"),
-        MAX,
-        Arc::clone(&progress),
-        SECS(240),
-    );
-    let ep = format!("tcp/127.0.0.1:{}", free_port());
-    let key = format!("test/{origin_name}");
-    let inb = Bridge::spawn(&[
-        "in",
-        &key,
-        &far_name,
-        "--connect",
-        &ep,
-        "--wait-consumers",
-        "1",
-    ]);
-    let out = Bridge::spawn(&["out", &origin_name, "--key", &key, "--listen", &ep]);
-    let mut publisher = origin.publisher().expect("origin publisher");
+    let reader = rings.far_reader(MAX, &progress);
+    let inb = Bridge::spawn(&rings.in_args());
+    let out = Bridge::spawn(&rings.out_args(None));
+    let mut publisher = rings.origin.publisher().expect("origin publisher");
     assert!(publisher.wait_for_subscribers(1, SECS(30)));
     let mut buf = Vec::new();
     for i in 0..N {
-        let meta = message(i, MAX, &mut buf);
-        publisher
-            .inner()
-            .claim_with(SECS(60), |mut slot| {
-                slot.write(&buf).expect("fits");
-                slot.set_meta(meta);
-                slot.publish()
-            })
-            .expect("claim (the bridge holds the ring back at most while the far side is slow)")
-            .expect("publish");
+        let why = "claim (the bridge holds the ring back at most while the far side is slow)";
+        publish_message(&mut publisher, i, MAX, &mut buf, why);
     }
     publisher.close();
     let (got, _) = reader.join().expect("far reader");
@@ -293,19 +350,11 @@ fn frame_whole(index: u64, frame: &[u8]) -> bool {
 fn latest_1080p_frames_at_30_fps_whole_and_skips_counted() {
     const FRAME: usize = 1920 * 1080 * 4;
     const FRAMES: u64 = 90; // 3 s at 30 fps
-    let (origin_name, far_name) = (unique("l-origin"), unique("l-far"));
-    let _u = (Unlink(origin_name.clone()), Unlink(far_name.clone()));
-    let origin = Ring::builder(&origin_name)
-        .slots(4)
-        .slot_size(FRAME as u32)
-        .create()
-        .expect("origin ring");
-    let far = Ring::builder(&far_name)
-        .slots(4)
-        .slot_size(FRAME as u32)
-        .create()
-        .expect("far ring");
-    let mut far_sub = far.subscriber(DeliveryClass::LatestOnly).expect("far sub");
+    let rings = Rings::new("l", 4, FRAME);
+    let mut far_sub = rings
+        .far
+        .subscriber(DeliveryClass::LatestOnly)
+        .expect("far sub");
     let reader = std::thread::spawn(move || {
         let end = Instant::now() + SECS(120);
         let (mut delivered, mut last) = (0u64, None::<u64>);
@@ -341,28 +390,9 @@ fn latest_1080p_frames_at_30_fps_whole_and_skips_counted() {
             }
         }
     });
-    let ep = format!("tcp/127.0.0.1:{}", free_port());
-    let key = format!("test/{origin_name}");
-    let inb = Bridge::spawn(&[
-        "in",
-        &key,
-        &far_name,
-        "--connect",
-        &ep,
-        "--wait-consumers",
-        "1",
-    ]);
-    let out = Bridge::spawn(&[
-        "out",
-        &origin_name,
-        "--key",
-        &key,
-        "--class",
-        "latest",
-        "--listen",
-        &ep,
-    ]);
-    let mut publisher = origin.publisher().expect("origin publisher");
+    let inb = Bridge::spawn(&rings.in_args());
+    let out = Bridge::spawn(&rings.out_args(Some("latest")));
+    let mut publisher = rings.origin.publisher().expect("origin publisher");
     assert!(publisher.wait_for_subscribers(1, SECS(30)));
     let mut frame = vec![0u8; FRAME];
     let start = Instant::now();
@@ -413,67 +443,25 @@ fn latest_1080p_frames_at_30_fps_whole_and_skips_counted() {
 fn sigkill_of_either_bridge_recovers_and_a_restarted_bridge_continues() {
     const N: u64 = 30_000;
     const MAX: usize = 512;
-    let (origin_name, far_name) = (unique("k-origin"), unique("k-far"));
-    let _u = (Unlink(origin_name.clone()), Unlink(far_name.clone()));
-    let origin = Ring::builder(&origin_name)
-        .slots(64)
-        .slot_size(MAX as u32)
-        .create()
-        .expect("origin ring");
-    let far = Ring::builder(&far_name)
-        .slots(64)
-        .slot_size(MAX as u32)
-        .create()
-        .expect("far ring");
+    let rings = Rings::new("k", 64, MAX);
     let progress = Arc::new(AtomicU64::new(0));
-    let reader = far_reader(
-        far.subscriber(DeliveryClass::Gating).expect("far sub"),
-        MAX,
-        Arc::clone(&progress),
-        SECS(240),
-    );
-    let ep = format!("tcp/127.0.0.1:{}", free_port());
-    let key = format!("test/{origin_name}");
-    let in_args = [
-        "in",
-        key.as_str(),
-        far_name.as_str(),
-        "--connect",
-        ep.as_str(),
-        "--wait-consumers",
-        "1",
-    ];
-    let out_args = [
-        "out",
-        origin_name.as_str(),
-        "--key",
-        key.as_str(),
-        "--listen",
-        ep.as_str(),
-    ];
+    let reader = rings.far_reader(MAX, &progress);
+    let (in_args, out_args) = (rings.in_args(), rings.out_args(None));
     let inb = Bridge::spawn(&in_args);
     let out = Bridge::spawn(&out_args);
     // The producer, paced (~5000 messages/s) so that the stream outlives the restarts.
     let published = Arc::new(AtomicU64::new(0));
     let producer = {
         let published = Arc::clone(&published);
-        let mut publisher = origin.publisher().expect("origin publisher");
+        let mut publisher = rings.origin.publisher().expect("origin publisher");
         assert!(publisher.wait_for_subscribers(1, SECS(30)));
         std::thread::spawn(move || {
             let mut buf = Vec::new();
             for i in 0..N {
-                let meta = message(i, MAX, &mut buf);
                 // A dead bridge-out is reclaimed within a wait slice (ring-os recovery); a
                 // dead bridge-in holds the ring back (backpressure) until its successor runs.
-                publisher
-                    .inner()
-                    .claim_with(SECS(60), |mut slot| {
-                        slot.write(&buf).expect("fits");
-                        slot.set_meta(meta);
-                        slot.publish()
-                    })
-                    .expect("the origin ring recovers from a killed bridge")
-                    .expect("publish");
+                let why = "the origin ring recovers from a killed bridge";
+                publish_message(&mut publisher, i, MAX, &mut buf, why);
                 published.store(i + 1, Ordering::Relaxed);
                 if i % 10 == 0 {
                     std::thread::sleep(Duration::from_millis(2));

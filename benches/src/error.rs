@@ -56,6 +56,13 @@ impl BenchError {
         Self::Timeout { what: what.into() }
     }
 
+    /// A receive from a peer the link does not have (`peer` is past its children).
+    pub fn no_peer(transport: crate::case::Transport, peer: usize) -> Self {
+        Self::Usage {
+            what: format!("{transport}: no peer {peer}"),
+        }
+    }
+
     /// A transport library failed.
     pub fn transport(transport: &'static str, what: impl fmt::Display) -> Self {
         Self::Transport {

@@ -66,8 +66,9 @@ pub fn place(transport: Transport, cpus: &[usize], slot: usize) {
     }
 }
 
-/// Polls `ready` until it returns `Some`, spinning with `spin_loop` hints and yielding every
-/// [`SPINS_PER_YIELD`] polls; fails once `deadline` has passed.
+/// Polls `ready` until it returns `Some`, spinning with `spin_loop` hints, checking `deadline`
+/// every `SPINS_PER_CHECK` (512) polls and yielding as [`set_yield_every`] says; fails once
+/// `deadline` has passed.
 pub fn spin_until<T>(
     deadline: Instant,
     what: &str,

@@ -82,71 +82,68 @@ fn handoff(c: &mut Criterion) {
     g.throughput(Throughput::Elements(HANDOFF));
     g.bench_function("rtrb", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let (mut p, mut q) = rtrb::RingBuffer::<u64>::new(256);
-                let t0 = Instant::now();
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        let mut i = 0;
-                        while i < HANDOFF {
-                            if p.push(i).is_ok() {
-                                i += 1;
-                            } else {
-                                std::thread::yield_now();
-                            }
-                        }
-                    });
-                    let mut got = 0;
-                    while got < HANDOFF {
-                        match q.pop() {
-                            Ok(v) => {
-                                black_box(v);
-                                got += 1;
-                            }
-                            Err(_) => std::thread::yield_now(),
-                        }
-                    }
-                });
-                total += t0.elapsed();
-            }
-            total
+            timed_handoffs(
+                iters,
+                || rtrb::RingBuffer::<u64>::new(256),
+                |p, v| p.push(v).is_ok(),
+                |q| q.pop().ok(),
+            )
         });
     });
     g.bench_function("crossbeam", |b| {
         b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let q = ArrayQueue::<u64>::new(256);
-                let t0 = Instant::now();
-                std::thread::scope(|s| {
-                    s.spawn(|| {
-                        let mut i = 0;
-                        while i < HANDOFF {
-                            if q.push(i).is_ok() {
-                                i += 1;
-                            } else {
-                                std::thread::yield_now();
-                            }
-                        }
-                    });
-                    let mut got = 0;
-                    while got < HANDOFF {
-                        match q.pop() {
-                            Some(v) => {
-                                black_box(v);
-                                got += 1;
-                            }
-                            None => std::thread::yield_now(),
-                        }
-                    }
-                });
-                total += t0.elapsed();
-            }
-            total
+            timed_handoffs(
+                iters,
+                || {
+                    let q = std::sync::Arc::new(ArrayQueue::<u64>::new(256));
+                    (std::sync::Arc::clone(&q), q)
+                },
+                |q, v| q.push(v).is_ok(),
+                |q| q.pop(),
+            )
         });
     });
     g.finish();
+}
+
+/// The time of `iters` hand-offs of `HANDOFF` values from a producer thread to this one, each
+/// through a fresh 256-deep queue from `make` (its sending and receiving ends): `push` says
+/// whether the value went in, `pop` returns the next value out; both yield when they cannot.
+fn timed_handoffs<P: Send, C>(
+    iters: u64,
+    make: impl Fn() -> (P, C),
+    push: impl Fn(&mut P, u64) -> bool + Sync,
+    pop: impl Fn(&mut C) -> Option<u64>,
+) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        let (mut tx, mut rx) = make();
+        let t0 = Instant::now();
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut i = 0;
+                while i < HANDOFF {
+                    if push(&mut tx, i) {
+                        i += 1;
+                    } else {
+                        std::thread::yield_now();
+                    }
+                }
+            });
+            let mut got = 0;
+            while got < HANDOFF {
+                match pop(&mut rx) {
+                    Some(v) => {
+                        black_box(v);
+                        got += 1;
+                    }
+                    None => std::thread::yield_now(),
+                }
+            }
+        });
+        total += t0.elapsed();
+    }
+    total
 }
 
 fn batch(c: &mut Criterion) {

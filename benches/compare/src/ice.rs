@@ -115,9 +115,7 @@ impl Rx for IceRx {
             self.listeners.get(peer),
             self.seq.get_mut(peer),
         ) else {
-            return Err(BenchError::Usage {
-                what: format!("{transport}: no peer {peer}"),
-            });
+            return Err(BenchError::no_peer(transport, peer));
         };
         let take = || -> Result<Option<()>, BenchError> {
             match sub.receive().map_err(err)? {

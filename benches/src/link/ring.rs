@@ -108,9 +108,7 @@ impl Rx for RingRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
         let (Some(c), Some(seq)) = (self.consumers.get_mut(peer), self.seq.get_mut(peer)) else {
-            return Err(BenchError::Usage {
-                what: format!("{transport}: no peer {peer}"),
-            });
+            return Err(BenchError::no_peer(transport, peer));
         };
         match self.mode {
             Mode::Pinned => spin_until(deadline, "a ring message", || match c.try_pin() {
@@ -261,9 +259,7 @@ impl Rx for RingBatchRx {
             self.seq.get_mut(peer),
             self.ready.get_mut(peer),
         ) else {
-            return Err(BenchError::Usage {
-                what: format!("{transport}: no peer {peer}"),
-            });
+            return Err(BenchError::no_peer(transport, peer));
         };
         if *ready == 0 {
             let mut bad = None;

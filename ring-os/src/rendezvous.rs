@@ -5,7 +5,7 @@
 //! namespace by default (Linux; it vanishes with the process), or a socket file
 //! `<dir>/shmring.<name>.sock` in a directory the user chooses, for containers that share a
 //! directory but not a network namespace. A subscriber connects, checks that the server runs as
-//! the same user (`SO_PEERCRED`), receives the descriptor ([`fdpass`](crate::fdpass)), checks
+//! the same user (`SO_PEERCRED`), receives the descriptor ([`fdpass`]), checks
 //! its seals ([`Segment::from_fd`](crate::Segment::from_fd)) and maps it. The server likewise
 //! serves only peers of its own user. Nothing is ever written to `/dev/shm`: the kernel frees
 //! the memfd with its last descriptor or mapping.

@@ -7,7 +7,7 @@
 //! lock-free registry of the ranges ring-os mapped. Inside one, it marks that range truncated
 //! and maps private anonymous zero pages (`MAP_FIXED`) over the faulting page and the rest of the
 //! range, so the faulting instruction re-runs on zeros; ring-os then reports
-//! [`Error::Truncated`](crate::Error::Truncated) (or ring-core's `Corrupt` read/claim error)
+//! [`Error::Truncated`] (or ring-core's `Corrupt` read/claim error)
 //! for every later operation on that mapping instead of trusting those zeros. Any other
 //! `SIGBUS` goes to the disposition that was in place before (a host application's handler,
 //! Rust's stack-overflow handler, or the default action). See `docs/OS.md`.

@@ -3,10 +3,10 @@
 //! [`Model`] is an executable specification in plain data (no atomics, no unsafe): slots with a
 //! stamp, bytes and a pin set; a consumer table; the producer's claim; the allocator's live set
 //! and granule map. [`Real`](crate::real::Real) drives a real ring over any
-//! [`Memory`](ring_core::Memory) with the same [`Op`]s. [`run`] applies a sequence to both,
-//! compares every [`Outcome`], and after every step checks every invariant of `docs/DESIGN.md`
-//! ([`Real::check`](crate::real::Real::check) against the model). The proptest state machine,
-//! the conformance suite and the fuzz targets all go through it.
+//! [`Memory`](ring_core::Memory) with the same [`Op`]s. [`run`](crate::real::run) applies a
+//! sequence to both, compares every [`Outcome`], and after every step checks every invariant of
+//! `docs/DESIGN.md` ([`Real::check`](crate::real::Real::check) against the model). The proptest
+//! state machine, the conformance suite and the fuzz targets all go through it.
 //!
 //! Allocator placement is policy (next-fit today): the model does not predict offsets. It checks
 //! that the offset the real allocator chose is valid (aligned, inside the arena, overlapping no

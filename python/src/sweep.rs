@@ -103,7 +103,7 @@ fn remove_unheld(name: &str) -> bool {
     let Ok(seg) = ring_os::Segment::open_named(&seg_name, ring_os::SizeCheck::AtLeast(1)) else {
         return false;
     };
-    match ring_os::lock::AllRoles::try_acquire(seg.fd(), seg.path().as_deref()) {
+    match seg.lock_all_roles() {
         // Removes the name only while it names the file just opened and locked.
         Ok(Some(_all)) => seg.unlink().is_ok(),
         _ => false,

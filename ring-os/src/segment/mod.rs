@@ -203,6 +203,20 @@ impl Segment {
         return RoleLock::try_acquire(&self.roles, role);
     }
 
+    /// Takes every role's lock of this segment at once, as a cleaner does before it removes a
+    /// segment (nobody can become a participant while it is held); `Ok(None)` when any role is
+    /// held.
+    ///
+    /// # Errors
+    ///
+    /// [`Error::Lock`].
+    pub fn lock_all_roles(&self) -> Result<Option<lock::AllRoles>, Error> {
+        #[cfg(not(ring_portable))]
+        return lock::AllRoles::try_acquire(self.fd.as_fd(), self.path().as_deref());
+        #[cfg(ring_portable)]
+        return lock::AllRoles::try_acquire(&self.roles);
+    }
+
     /// Whether some process holds `role` on this segment (see [`lock::probe`]).
     #[must_use]
     pub fn probe(&self, role: Role) -> Liveness {

@@ -92,8 +92,8 @@ impl SegmentName {
     }
 
     /// The name to pass to `shm_open`: `/shmring.<name>`; on macOS, whose shared-memory names
-    /// hold at most [`MACOS_SHM_NAME_MAX`] bytes, a longer one is replaced by
-    /// [`short_shm_name`]'s hashed form.
+    /// hold at most `MACOS_SHM_NAME_MAX` (31) bytes, a longer one is replaced by
+    /// `short_shm_name`'s hashed form.
     #[must_use]
     pub fn shm_name(&self) -> String {
         if cfg!(target_os = "macos") {

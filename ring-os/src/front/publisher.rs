@@ -189,7 +189,7 @@ impl Publisher {
     ///
     /// # Errors
     ///
-    /// [`Error::Ring`] (`ConsumerTableFull`).
+    /// [`Error::Ring`](crate::Error::Ring) (`ConsumerTableFull`).
     pub fn create_group(&mut self, name: &str) -> Result<usize, crate::Error> {
         Ok(self.inner.create_group(name)?)
     }

@@ -130,26 +130,37 @@ impl Roles {
 
     /// Removes every lock file of this segment. Only for a caller that holds the gate
     /// exclusive (nobody holds a role, and nobody can take one meanwhile); the gate goes last.
+    ///
+    /// Only this segment's files: `<key>.` followed by a role's suffix, which has no `.` — names
+    /// may contain dots, so a mere prefix match would take `n.cam.left.producer` (segment
+    /// `cam.left`) for one of segment `cam`'s.
     fn remove_files(&self) {
         let (Some(dir), Some(key)) = (self.base.parent(), self.base.file_name()) else {
             return;
         };
         let mut prefix = key.to_os_string();
         prefix.push(".");
-        let gate = self.file("gate");
         if let Ok(entries) = std::fs::read_dir(dir) {
             for entry in entries.flatten() {
-                let path = entry.path();
-                let ours = entry
-                    .file_name()
+                let name = entry.file_name();
+                let suffix = name
                     .as_encoded_bytes()
-                    .starts_with(prefix.as_encoded_bytes());
-                if ours && path != gate {
-                    let _ = std::fs::remove_file(path);
+                    .strip_prefix(prefix.as_encoded_bytes());
+                if suffix.is_some_and(is_role_suffix) {
+                    let _ = std::fs::remove_file(entry.path());
                 }
             }
         }
-        let _ = std::fs::remove_file(gate);
+        let _ = std::fs::remove_file(self.file("gate"));
+    }
+}
+
+/// Whether `suffix` names a role's lock file: `creator`, `producer` or `c<digits>`.
+fn is_role_suffix(suffix: &[u8]) -> bool {
+    match suffix {
+        b"creator" | b"producer" => true,
+        [b'c', digits @ ..] => !digits.is_empty() && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
     }
 }
 

@@ -142,6 +142,29 @@ fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
 }
 
 #[test]
+fn tidying_up_a_segment_leaves_a_dotted_neighbour_alone() {
+    let dir = scratch("dotted");
+    // Keys as macOS gives named segments: `cam` and `cam.c1` (names may contain dots).
+    let cam = Roles::in_dir(&dir, "n.cam");
+    let neighbour = Roles::in_dir(&dir, "n.cam.c1");
+    let held = RoleLock::try_acquire(&neighbour, Role::Producer)
+        .unwrap()
+        .unwrap();
+    drop(
+        RoleLock::try_acquire(&cam, Role::Consumer(1))
+            .unwrap()
+            .unwrap(),
+    );
+    assert_eq!(files_in(&dir), ["n.cam.c1.gate", "n.cam.c1.producer"]);
+    assert_eq!(probe(&neighbour, Role::Producer), Liveness::Alive);
+    drop(held);
+    assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
+    assert!(is_role_suffix(b"c12") && is_role_suffix(b"creator"));
+    assert!(!is_role_suffix(b"c") && !is_role_suffix(b"c1.producer") && !is_role_suffix(b"gate"));
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_lock_on_a_removed_file_is_not_the_role() {
     let dir = scratch("removed");
     let roles = Roles::in_dir(&dir, "ring");

@@ -183,8 +183,9 @@ mod imp {
             _flags: 0,
             _clockid: libc::CLOCK_MONOTONIC.unsigned_abs(),
         };
-        // _umtx_op takes the size of the timeout structure in `uaddr`.
-        let size = core::mem::size_of::<libc::_umtx_time>() as *mut c_void;
+        // _umtx_op takes the size of the timeout structure in `uaddr` (a number, not a pointer).
+        let size =
+            core::ptr::without_provenance_mut::<c_void>(core::mem::size_of::<libc::_umtx_time>());
         // SAFETY: `word` is a live, aligned 4-byte atomic and `time` a valid `_umtx_time` for the
         // call; UMTX_OP_WAIT_UINT (shared: keyed by the backing object) only compares and sleeps.
         let rc = unsafe {

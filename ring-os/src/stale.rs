@@ -125,8 +125,19 @@ pub fn list_in(dir: &Path) -> Result<Vec<SegmentInfo>, Error> {
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when `/dev/shm` cannot be read.
+/// [`Error::Io`] when `/dev/shm` cannot be read, and on every system but Linux, which has no
+/// directory of shared-memory objects to read.
 pub fn list() -> Result<Vec<SegmentInfo>, Error> {
+    if !cfg!(target_os = "linux") {
+        return Err(Error::io(
+            "list named segments",
+            std::io::Error::new(
+                std::io::ErrorKind::Unsupported,
+                "only Linux keeps POSIX shared memory in a directory (/dev/shm) that can be \
+                 listed; remove a dead named ring by its name (shm_unlink)",
+            ),
+        ));
+    }
     list_in(Path::new(SHM_DIR))
 }
 
@@ -134,7 +145,7 @@ pub fn list() -> Result<Vec<SegmentInfo>, Error> {
 ///
 /// # Errors
 ///
-/// [`Error::Io`] when `/dev/shm` cannot be read.
+/// As [`list`]: [`Error::Io`] when `/dev/shm` cannot be read, and on every system but Linux.
 pub fn clean() -> Result<CleanReport, Error> {
     Ok(clean_listed(Path::new(SHM_DIR), list()?))
 }

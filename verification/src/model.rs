@@ -14,7 +14,11 @@
 
 use arbitrary::Arbitrary;
 use ring_core::arena::{AllocError, Allocation, GRANULE_BYTES};
-use ring_core::{ClaimError, Config, Error, ReadError, Reclaimed, INLINE_CAPACITY, READ_RETRIES};
+use ring_core::layout::{GROUP_CLAIMS, OWNER_GROUP};
+use ring_core::{
+    ClaimError, Config, Error, ReadError, Reclaimed, INLINE_CAPACITY, MAX_HOLDS, READ_RETRIES,
+};
+use std::collections::BTreeSet;
 
 /// A delivery class, as an operation parameter: the fuzz oracles' type, one copy for both.
 pub use ring_oracles::ops::Class;
@@ -225,6 +229,29 @@ pub enum Op {
         /// Most messages to read.
         max: u8,
     },
+    /// The producer creates group [`group_name`]`(group)` (`Producer::create_group`,
+    /// idempotent): a record entry whose cursor starts at `head`.
+    CreateGroup {
+        /// Which group (modulo [`GROUPS`]).
+        group: u8,
+    },
+    /// A new consumer joins group [`group_name`]`(group)` as a member
+    /// (`Consumer::join_group`), allowed [`MAX_HOLDS`] holds. A member's `CopyRead` and
+    /// `Hold` take messages from the group ([`Outcome::Taken`]), `Release` finishes a hold,
+    /// `Kill` leaves its claims behind for `Reclaim` to hand to the group's redelivery queue;
+    /// `Pin`, `Unpin`, `ForgetPin`, `ReadBatch` and `ReclaimLive` skip members.
+    Join {
+        /// Which group (modulo [`GROUPS`]).
+        group: u8,
+    },
+}
+
+/// Distinct group names the ops use.
+pub const GROUPS: u8 = 2;
+
+/// The name of group `group` (modulo [`GROUPS`]).
+pub fn group_name(group: u8) -> &'static str {
+    ["workers", "loggers"][usize::from(group % GROUPS)]
 }
 
 /// The messages [`Op::PublishBatch`] publishes: message `k` has `len` bytes (`k` even) or
@@ -303,6 +330,19 @@ pub enum Outcome {
     PublishedBatch(Result<usize, ClaimError>),
     /// `try_read_batch`: each message read (as [`Outcome::Read`]), or the error.
     ReadBatch(Result<Vec<Outcome>, ReadError>),
+    /// `create_group`: the record's table index, or the error.
+    Group(Result<usize, Error>),
+    /// A group member's read (copy or hold) took a message.
+    Taken {
+        /// Its sequence.
+        seq: u64,
+        /// Its bytes.
+        bytes: Vec<u8>,
+        /// Its metadata.
+        meta: [u64; 2],
+        /// Handed out before (to a member that died, or by a read that did not finish).
+        redelivered: bool,
+    },
     /// The real side saw a property broken inside a call (the model never returns this, so
     /// the step fails naming it).
     Broken(String),
@@ -426,6 +466,55 @@ pub struct ModelConsumer {
     pub holds: Vec<(usize, u64, Vec<u8>)>,
     /// The pin was leaked (`mem::forget`): its bit stays, but no `Pinned` exists.
     pub leaked: bool,
+    /// A group member's state; `None` for a lone consumer.
+    pub member: Option<ModelMember>,
+}
+
+/// A group member's own state (the rest is a gating [`ModelConsumer`]'s: its cursor stays at
+/// `head` as of the join and gates nothing; it misses nothing).
+#[derive(Clone, Debug)]
+pub struct ModelMember {
+    /// The table index of its group's record.
+    pub record: usize,
+    /// Its entry's claim words: 0, or `seq + 1` of a message taken and not finished, in the
+    /// word the member stored it in (the first empty one).
+    pub claims: [u64; GROUP_CLAIMS],
+    /// The claim word of a message handed out but not finished (a buffer too small): the next
+    /// read hands it out again, flagged.
+    pub pending: Option<usize>,
+}
+
+/// A group's record (a consumer-table entry owned by the ring).
+#[derive(Clone, Debug)]
+pub struct ModelGroup {
+    /// Which of the [`group_name`]s.
+    pub group: u8,
+    /// The next message no member has taken.
+    pub cursor: u64,
+    /// The redelivery queue's words: 0, or `seq + 1` of a dead member's unfinished message.
+    pub queue: [u64; GROUP_CLAIMS],
+    /// Every message handed out to a member at least once (the exactly-once ledger).
+    pub handed: BTreeSet<u64>,
+    /// Messages owed a redelivery: handed out, not finished, and given back (by a reclaim of
+    /// the dead member that held them, or by a read that could not finish).
+    pub owed: BTreeSet<u64>,
+}
+
+impl ModelGroup {
+    /// The lowest sequence in the queue (`u64::MAX` when empty).
+    fn queue_floor(&self) -> u64 {
+        words_floor(&self.queue)
+    }
+}
+
+/// The lowest `seq` of words holding `seq + 1` (`u64::MAX` when all are 0).
+fn words_floor(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .filter(|&&v| v != 0)
+        .map(|v| v - 1)
+        .min()
+        .unwrap_or(u64::MAX)
 }
 
 /// The producer's claim in the model.
@@ -473,6 +562,8 @@ pub struct Model {
     pub slots: Vec<ModelSlot>,
     /// Consumer table.
     pub consumers: Vec<Option<ModelConsumer>>,
+    /// Group records, by table index (an entry holds a consumer or a record, or is free).
+    pub records: Vec<Option<ModelGroup>>,
     /// Registrations so far (for owner ids).
     pub registrations: u64,
     /// Live allocations, in allocation order.
@@ -533,6 +624,7 @@ impl Model {
                 })
                 .collect(),
             consumers: vec![None; cfg.consumers as usize],
+            records: vec![None; cfg.consumers as usize],
             registrations: 0,
             live: Vec::new(),
             freed: Vec::new(),
@@ -604,8 +696,15 @@ impl Model {
                 None => Outcome::Skipped,
                 Some(_) => Outcome::Aborted,
             },
+            Op::Pin { consumer } if self.is_member(self.index(consumer)) => Outcome::Skipped,
             Op::Pin { consumer } => self.read(self.index(consumer), None),
+            Op::Hold { consumer } if self.is_member(self.index(consumer)) => {
+                self.member_take(self.index(consumer), None, observed)?
+            }
             Op::Hold { consumer } => self.hold(self.index(consumer)),
+            Op::Release { consumer, which } if self.is_member(self.index(consumer)) => {
+                self.member_release(self.index(consumer), which)
+            }
             Op::Release { consumer, which } => {
                 let i = self.index(consumer);
                 match &mut self.consumers[i] {
@@ -616,6 +715,9 @@ impl Model {
                     }
                     _ => Outcome::Skipped,
                 }
+            }
+            Op::CopyRead { consumer, buf } if self.is_member(self.index(consumer)) => {
+                self.member_take(self.index(consumer), Some(buf as usize), observed)?
             }
             Op::CopyRead { consumer, buf } => self.read(self.index(consumer), Some(buf as usize)),
             Op::Unpin { consumer } => {
@@ -663,6 +765,9 @@ impl Model {
                 self.producer_owner += 1;
                 self.epoch = self.epoch.wrapping_add(1);
                 Outcome::TookOver
+            }
+            Op::ReclaimLive { consumer } if self.is_member(self.index(consumer)) => {
+                Outcome::Skipped
             }
             Op::ReclaimLive { consumer } => self.reclaim_live(self.index(consumer)),
             Op::Victim { which, call } => {
@@ -719,7 +824,12 @@ impl Model {
             Op::Free { which, mode } => self.free(which, mode),
             Op::FreeAllOf { owner } => self.free_all_of(owner),
             Op::PublishBatch { count, len, seed } => self.publish_batch(count, len, seed),
+            Op::ReadBatch { consumer, .. } if self.is_member(self.index(consumer)) => {
+                Outcome::Skipped
+            }
             Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max),
+            Op::CreateGroup { group } => self.create_group(group),
+            Op::Join { group } => self.join(group),
         })
     }
 
@@ -805,19 +915,265 @@ impl Model {
         let n = self.slots.len() as u64;
         let seq = self.head;
         let need = (seq + 1).saturating_sub(n);
-        for (i, c) in self.consumers.iter().enumerate() {
-            if let Some(c) = c {
-                if c.class == Class::Gating && c.cursor < need {
-                    return Some(ClaimError::Full {
-                        consumer: i,
-                        cursor: c.cursor,
-                    });
-                }
-            }
+        let (cursor, consumer) = self.gating_floor();
+        if cursor < need {
+            return Some(ClaimError::Full { consumer, cursor });
         }
         let slot = (seq % n) as usize;
         let readers = self.readers(slot);
         (readers != 0).then_some(ClaimError::Pinned { slot, readers })
+    }
+
+    /// The lowest sequence the producer must keep, and whose entry keeps it (`u64::MAX` and 0
+    /// when nothing gates): a lone gating consumer's cursor; a group's cursor or queued
+    /// message, or a message one of its members (alive or dead, until reclaimed) took and has
+    /// not finished. Ties go to the first in table order, a record before any member.
+    pub fn gating_floor(&self) -> (u64, usize) {
+        let mut lowest = (u64::MAX, 0);
+        for i in 0..self.consumers.len() {
+            let v = match (&self.consumers[i], &self.records[i]) {
+                (Some(c), _) if c.class == Class::Gating && c.member.is_none() => c.cursor,
+                (_, Some(g)) => g.cursor.min(g.queue_floor()),
+                _ => continue,
+            };
+            if v < lowest.0 {
+                lowest = (v, i);
+            }
+        }
+        for (i, c) in self.consumers.iter().enumerate() {
+            if let Some(m) = c.as_ref().and_then(|c| c.member.as_ref()) {
+                let v = words_floor(&m.claims);
+                if v < lowest.0 {
+                    lowest = (v, i);
+                }
+            }
+        }
+        lowest
+    }
+
+    /// Whether entry `i` holds a group member (alive or dead).
+    pub fn is_member(&self, i: usize) -> bool {
+        self.consumers[i]
+            .as_ref()
+            .is_some_and(|c| c.member.is_some())
+    }
+
+    /// The first entry holding neither a consumer nor a record.
+    fn free_entry(&self) -> Option<usize> {
+        (0..self.consumers.len())
+            .find(|&i| self.consumers[i].is_none() && self.records[i].is_none())
+    }
+
+    /// The record of group `group`, if created.
+    pub fn record_of(&self, group: u8) -> Option<usize> {
+        self.records
+            .iter()
+            .position(|g| g.as_ref().is_some_and(|g| g.group == group % GROUPS))
+    }
+
+    /// [`Op::CreateGroup`].
+    fn create_group(&mut self, group: u8) -> Outcome {
+        if self.claim.is_some() {
+            return Outcome::Skipped; // The claim borrows the producer.
+        }
+        if let Some(i) = self.record_of(group) {
+            return Outcome::Group(Ok(i));
+        }
+        let Some(i) = self.free_entry() else {
+            return Outcome::Group(Err(Error::ConsumerTableFull {
+                capacity: self.cfg.consumers,
+            }));
+        };
+        self.records[i] = Some(ModelGroup {
+            group: group % GROUPS,
+            cursor: self.head,
+            queue: [0; GROUP_CLAIMS],
+            handed: BTreeSet::new(),
+            owed: BTreeSet::new(),
+        });
+        Outcome::Group(Ok(i))
+    }
+
+    /// [`Op::Join`].
+    fn join(&mut self, group: u8) -> Outcome {
+        let Some(record) = self.record_of(group) else {
+            return Outcome::RegisterFailed(Error::NoSuchGroup);
+        };
+        let out = self.register(Class::Gating, self.next_consumer_owner());
+        if let Outcome::Registered(i) = out {
+            if let Some(c) = &mut self.consumers[i] {
+                c.member = Some(ModelMember {
+                    record,
+                    claims: [0; GROUP_CLAIMS],
+                    pending: None,
+                });
+            }
+        }
+        out
+    }
+
+    /// A member's `try_copy` (`buf = Some(len)`) or `try_hold` (`None`): the pending message,
+    /// else the first queued redelivery, else the group's next message. `observed` (the real
+    /// ring's outcome) is checked against the group's ledger: a message goes to one member
+    /// only, unless it is redelivered, and only a message owed a redelivery is redelivered.
+    ///
+    /// # Errors
+    /// A [`Failure`] naming the broken rule.
+    fn member_take(
+        &mut self,
+        i: usize,
+        buf: Option<usize>,
+        observed: &Outcome,
+    ) -> Result<Outcome, Failure> {
+        let (n, closed) = (self.slots.len() as u64, self.closed);
+        let Some(c) = self.consumers[i].as_mut().filter(|c| c.alive) else {
+            return Ok(Outcome::Skipped);
+        };
+        let Some(m) = c.member.as_mut() else {
+            return Ok(Outcome::Skipped);
+        };
+        let Some(g) = self.records[m.record].as_mut() else {
+            return Ok(Outcome::Skipped);
+        };
+        if let Outcome::Taken {
+            seq, redelivered, ..
+        } = observed
+        {
+            if *redelivered {
+                ensure!(
+                    g.owed.contains(seq),
+                    "message {seq} redelivered, but no reclaimed member or unfinished read \
+                     gave it back (owed: {:?})",
+                    g.owed
+                );
+            } else {
+                ensure!(
+                    !g.handed.contains(seq),
+                    "message {seq} handed out a second time, not flagged as redelivered"
+                );
+            }
+        }
+        if buf.is_none() && c.holds.len() >= MAX_HOLDS {
+            return Ok(Outcome::ReadFailed(ReadError::TooManyHolds {
+                max: MAX_HOLDS,
+            }));
+        }
+        let (word, seq, redelivered) = if let Some(word) = m.pending.take() {
+            (word, m.claims[word] - 1, true)
+        } else {
+            let Some(word) = m.claims.iter().position(|&v| v == 0) else {
+                return Ok(Outcome::ReadFailed(ReadError::TooManyHolds {
+                    max: GROUP_CLAIMS,
+                }));
+            };
+            if let Some(q) = g.queue.iter().position(|&v| v != 0) {
+                let v = std::mem::take(&mut g.queue[q]);
+                c.received += 1;
+                (word, v - 1, true)
+            } else {
+                let seq = g.cursor;
+                let stamp = self.slots[(seq % n) as usize].stamp;
+                if stamp < 2 * seq + 2 {
+                    return Ok(Outcome::ReadFailed(if closed {
+                        ReadError::Closed
+                    } else {
+                        ReadError::Empty
+                    }));
+                }
+                if stamp > 2 * seq + 2 {
+                    return Ok(Outcome::ReadFailed(ReadError::Corrupt(
+                        "the group's next message was overwritten while the group gated it",
+                    )));
+                }
+                g.cursor = seq + 1;
+                c.received += 1;
+                (word, seq, false)
+            }
+        };
+        m.claims[word] = seq + 1;
+        if redelivered {
+            g.owed.remove(&seq);
+        } else {
+            g.handed.insert(seq);
+        }
+        let s = &self.slots[(seq % n) as usize];
+        let taken = Outcome::Taken {
+            seq,
+            bytes: s.message().to_vec(),
+            meta: s.meta,
+            redelivered,
+        };
+        match buf {
+            Some(b) if s.len > b => {
+                // Kept: the retry (with a larger buffer, say) gets it again, flagged.
+                m.pending = Some(word);
+                g.owed.insert(seq);
+                Ok(Outcome::ReadFailed(ReadError::BufferTooSmall {
+                    needed: s.len,
+                }))
+            }
+            Some(_) => {
+                m.claims[word] = 0;
+                Ok(taken)
+            }
+            None => {
+                c.holds
+                    .push(((seq % n) as usize, seq, s.message().to_vec()));
+                Ok(taken)
+            }
+        }
+    }
+
+    /// A member's `release` of hold `which`: its claim ends.
+    fn member_release(&mut self, i: usize, which: u8) -> Outcome {
+        let Some(c) = self.consumers[i].as_mut().filter(|c| c.alive) else {
+            return Outcome::Skipped;
+        };
+        if c.holds.is_empty() {
+            return Outcome::Skipped;
+        }
+        let (_, seq, bytes) = c.holds.remove(which as usize % c.holds.len());
+        if let Some(m) = c.member.as_mut() {
+            for w in &mut m.claims {
+                if *w == seq + 1 {
+                    *w = 0;
+                }
+            }
+        }
+        Outcome::Released { seq, bytes }
+    }
+
+    /// Reclaim of dead member `i`: its unfinished messages go to its group's queue (all or
+    /// none: `RedeliveryFull` leaves the entry as it is, still gating).
+    fn reclaim_member(&mut self, i: usize) -> Outcome {
+        let Some(c) = &self.consumers[i] else {
+            return Outcome::Skipped;
+        };
+        let Some(m) = &c.member else {
+            return Outcome::Skipped;
+        };
+        let Some(g) = self.records[m.record].as_mut() else {
+            return Outcome::Skipped;
+        };
+        let moving: Vec<u64> = m.claims.iter().copied().filter(|&v| v != 0).collect();
+        let free = g.queue.iter().filter(|&&v| v == 0).count();
+        if free < moving.len() {
+            return Outcome::Reclaim(Err(Error::RedeliveryFull {
+                needed: moving.len(),
+                free,
+            }));
+        }
+        let mut next = moving.iter();
+        for w in &mut g.queue {
+            if *w == 0 {
+                match next.next() {
+                    Some(&v) => *w = v,
+                    None => break,
+                }
+            }
+        }
+        g.owed.extend(moving.iter().map(|v| v - 1));
+        self.free_reclaimed(i)
     }
 
     fn claim(&mut self) -> Outcome {
@@ -976,7 +1332,7 @@ impl Model {
     }
 
     fn register(&mut self, class: Class, owner: u64) -> Outcome {
-        let Some(i) = self.consumers.iter().position(Option::is_none) else {
+        let Some(i) = self.free_entry() else {
             return Outcome::RegisterFailed(Error::ConsumerTableFull {
                 capacity: self.cfg.consumers,
             });
@@ -998,6 +1354,7 @@ impl Model {
             pin: None,
             holds: Vec::new(),
             leaked: false,
+            member: None,
         });
         self.registrations += 1;
         Outcome::Registered(i)
@@ -1009,14 +1366,20 @@ impl Model {
             return Outcome::Skipped;
         }
         match &self.consumers[i] {
+            // A group's record is the ring's: asked as its owner, reclaim leaves it alone.
             None => Outcome::Reclaim(Ok(Reclaimed {
                 index: i,
-                owner: 0,
+                owner: if self.records[i].is_some() {
+                    OWNER_GROUP
+                } else {
+                    0
+                },
                 pins_cleared: 0,
                 cursor: 0,
                 was_registered: false,
             })),
             Some(c) if c.alive => Outcome::Reclaim(Err(Error::OwnerMismatch { found: c.owner })),
+            Some(c) if c.member.is_some() => self.reclaim_member(i),
             Some(_) => self.free_reclaimed(i),
         }
     }

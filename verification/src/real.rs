@@ -3,14 +3,14 @@
 
 use crate::ensure;
 use crate::model::{
-    batch_messages, pattern, DisplacedCall, Model, Op, Outcome, VictimCall, CONSUMER_OWNER_BASE,
-    PRODUCER_OWNER,
+    batch_messages, group_name, pattern, DisplacedCall, Model, Op, Outcome, VictimCall,
+    CONSUMER_OWNER_BASE, PRODUCER_OWNER,
 };
 use crate::model::{Failure, ALLOC_OWNERS};
 use ring_core::arena::{AllocError, Allocator};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
-use ring_core::layout::{READER_MASK, WRITER};
-use ring_core::{Consumer, Hold, Memory, OwnerId, Pinned, Producer, WriteSlot};
+use ring_core::layout::{OWNER_GROUP, READER_MASK, WRITER};
+use ring_core::{Consumer, Hold, Memory, OwnerId, Pinned, Producer, WriteSlot, MAX_HOLDS};
 use std::ptr::NonNull;
 
 /// A value on the heap plus a guard that mutably borrows it (a [`Pinned`] borrows its
@@ -166,6 +166,14 @@ impl<'s, M: Memory> Real<'s, M> {
         consumer as usize % self.consumers.len()
     }
 
+    /// Whether entry `i` holds a live group member's handle.
+    fn is_member(&self, i: usize) -> bool {
+        self.consumers[i]
+            .as_ref()
+            .and_then(Held::peek)
+            .is_some_and(|c| c.group().is_some())
+    }
+
     fn take_consumer(&mut self, consumer: u8) -> Option<ConsumerCell<'s, M>> {
         let i = self.index(consumer);
         // Its holds' tokens go with it (inert: the consumer's drop, or its reclaim after a
@@ -206,19 +214,37 @@ impl<'s, M: Memory> Real<'s, M> {
                     Outcome::Aborted
                 }
             },
+            // Members: as the model, no pins (see `Op::Join`).
+            Op::Pin { consumer }
+            | Op::ReadBatch { consumer, .. }
+            | Op::ReclaimLive { consumer }
+                if self.is_member(self.index(consumer)) =>
+            {
+                Outcome::Skipped
+            }
             Op::Pin { consumer } => self.pin(self.index(consumer)),
             Op::Hold { consumer } => {
                 let i = self.index(consumer);
                 let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
                     return Outcome::Skipped;
                 };
+                let member = c.group().is_some();
                 match c.try_hold() {
                     Ok(h) => {
-                        let out = Outcome::Read {
-                            seq: h.seq(),
-                            missed: h.missed(),
-                            bytes: held_bytes(c, &h),
-                            meta: h.meta(),
+                        let out = if member {
+                            Outcome::Taken {
+                                seq: h.seq(),
+                                bytes: held_bytes(c, &h),
+                                meta: h.meta(),
+                                redelivered: h.redelivered(),
+                            }
+                        } else {
+                            Outcome::Read {
+                                seq: h.seq(),
+                                missed: h.missed(),
+                                bytes: held_bytes(c, &h),
+                                meta: h.meta(),
+                            }
                         };
                         self.holds[i].push(h);
                         out
@@ -262,6 +288,12 @@ impl<'s, M: Memory> Real<'s, M> {
                 };
                 let mut out = vec![0u8; buf as usize];
                 match c.try_copy(&mut out) {
+                    Ok(got) if c.group().is_some() => Outcome::Taken {
+                        seq: got.seq,
+                        bytes: out[..got.len].to_vec(),
+                        meta: got.meta,
+                        redelivered: got.redelivered,
+                    },
                     Ok(got) => Outcome::Read {
                         seq: got.seq,
                         missed: got.missed,
@@ -383,7 +415,39 @@ impl<'s, M: Memory> Real<'s, M> {
                 }
             }
             Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max),
+            Op::CreateGroup { group } => match self.producer.as_mut().and_then(Held::get) {
+                Some(p) => Outcome::Group(p.create_group(group_name(group))),
+                // A held claim borrows the producer: the model skips, and so do we.
+                None => Outcome::Skipped,
+            },
+            Op::Join { group } => self.join(group),
         }
+    }
+
+    /// [`Op::Join`]: a member allowed `MAX_HOLDS` holds (as many as its claim words).
+    fn join(&mut self, group: u8) -> Outcome {
+        let id = owner(CONSUMER_OWNER_BASE + self.registrations);
+        // SAFETY: as in `Real::new`.
+        match unsafe { Consumer::join_group_unchecked(self.mem, group_name(group), id) } {
+            Ok(mut c) => match c.set_max_holds(MAX_HOLDS) {
+                Ok(()) => self.adopt(c),
+                Err(e) => Outcome::Broken(format!("set_max_holds({MAX_HOLDS}): {e}")),
+            },
+            Err(e) => Outcome::RegisterFailed(e),
+        }
+    }
+
+    /// Keeps a consumer that just registered.
+    fn adopt(&mut self, c: Consumer<&'s M>) -> Outcome {
+        self.registrations += 1;
+        let i = c.index();
+        if self.consumers[i].is_some() {
+            // The model will disagree; keep the old handle to report it.
+            std::mem::forget(c);
+        } else {
+            self.consumers[i] = Some(Held::new(c));
+        }
+        Outcome::Registered(i)
     }
 
     /// [`Op::ReadBatch`]: each item as the model's read outcome, and while the callback runs,
@@ -460,17 +524,7 @@ impl<'s, M: Memory> Real<'s, M> {
     fn register(&mut self, class: crate::model::Class, id: OwnerId) -> Outcome {
         // SAFETY: as in `Real::new`.
         match unsafe { Consumer::new_unchecked(self.mem, class.into(), id) } {
-            Ok(c) => {
-                self.registrations += 1;
-                let i = c.index();
-                if self.consumers[i].is_some() {
-                    // The model will disagree; keep the old handle to report it.
-                    std::mem::forget(c);
-                } else {
-                    self.consumers[i] = Some(Held::new(c));
-                }
-                Outcome::Registered(i)
-            }
+            Ok(c) => self.adopt(c),
             Err(e) => Outcome::RegisterFailed(e),
         }
     }
@@ -621,6 +675,8 @@ impl<'s, M: Memory> Real<'s, M> {
         let expected = match &model.consumers[i] {
             Some(c) if c.alive => c.owner + 1_000_000,
             Some(c) => c.owner,
+            // A group's record, as its owner: reclaim must still leave it alone.
+            None if model.records[i].is_some() => OWNER_GROUP,
             None => 1,
         };
         // A held claim borrows the producer: the model skips reclaim then, and so do we.
@@ -769,6 +825,57 @@ impl<'s, M: Memory> Real<'s, M> {
         let info =
             consumer_info(self.mem, i).ok_or_else(|| Failure(format!("no consumer entry {i}")))?;
         let cell = self.consumers[i].as_ref();
+        let words = |i: usize| -> Vec<u64> {
+            self.mem
+                .consumer_entry(i)
+                .claims
+                .iter()
+                .map(|w| w.load(ring_core::sync::Ordering::Relaxed))
+                .collect()
+        };
+        if let Some(g) = &model.records[i] {
+            // A group's record: the ring's, at the group's cursor, with its redelivery queue.
+            let key = ring_core::group_key(crate::model::group_name(g.group));
+            ensure!(
+                info.state == EntryState::Active
+                    && info.owner == OWNER_GROUP
+                    && info.is_group
+                    && info.group == key
+                    && info.cursor == g.cursor
+                    && info.pins == 0,
+                "entry {i} should be group {}'s record at cursor {}: {info:?}",
+                g.group,
+                g.cursor
+            );
+            ensure!(
+                words(i) == g.queue,
+                "group {} (entry {i}): redelivery queue {:?} != model {:?}",
+                g.group,
+                words(i),
+                g.queue
+            );
+            ensure!(cell.is_none(), "entry {i}: a consumer handle on a record");
+            return self.check_group_floor(i, model);
+        }
+        let member = mc.and_then(|c| c.member.as_ref());
+        let key = member.map_or(0, |m| {
+            let g = model.records[m.record].as_ref().map_or(0, |g| g.group);
+            ring_core::group_key(crate::model::group_name(g))
+        });
+        ensure!(
+            // A freed entry keeps its last holder's key (as its class): not compared.
+            (mc.is_none() || info.group == key) && !info.is_group,
+            "entry {i}: group key {:#x} (record: {}) != model {key:#x}",
+            info.group,
+            info.is_group
+        );
+        let claims = member.map_or([0; ring_core::layout::GROUP_CLAIMS], |m| m.claims);
+        ensure!(
+            words(i) == claims && info.claims == claims.iter().filter(|&&v| v != 0).count() as u32,
+            "entry {i}: claim words {:?} ({} counted) != model {claims:?}",
+            words(i),
+            info.claims
+        );
         let Some(mc) = mc else {
             // Invariant 7: a reclaimed or departed entry holds nothing.
             ensure!(
@@ -819,28 +926,19 @@ impl<'s, M: Memory> Real<'s, M> {
                 "consumer {i} holds message {seq}, but slot {slot} has stamp {stamp}"
             );
         }
-        // Invariant 4, gating: nothing this consumer has not consumed is overwritten.
-        if mc.class == crate::model::Class::Gating {
-            for seq in mc.cursor..model.head {
-                let slot = (seq % model.slots.len() as u64) as usize;
-                let stamp = self
-                    .mem
-                    .slot_header(slot)
-                    .stamp
-                    .load(ring_core::sync::Ordering::Relaxed);
-                ensure!(
-                    stamp == 2 * seq + 2,
-                    "gating consumer {i} (cursor {}) lost message {seq}: slot {slot} stamp {stamp}",
-                    mc.cursor
-                );
-            }
+        // Invariant 4, gating: nothing this consumer has not consumed is overwritten (a
+        // member's cursor gates nothing: its group's floor does, checked with the record).
+        if mc.class == crate::model::Class::Gating && mc.member.is_none() {
+            self.intact_from(mc.cursor, model)
+                .map_err(|f| Failure(format!("gating consumer {i} (cursor {}) {f}", mc.cursor)))?;
         }
         // Invariant 4, counting: everything between registration and the cursor was either
         // received or reported missed.
         // (A held pin at `seq` has skipped everything before `seq` but not consumed `seq` yet.)
+        // (A member's cursor stays at its join: it counts the messages it took.)
         let upto = mc.pin.map_or(mc.next, |(_, seq)| seq);
         ensure!(
-            mc.received + mc.missed == upto - mc.start,
+            mc.member.is_some() || mc.received + mc.missed == upto - mc.start,
             "model accounting broken for {i}: {mc:?}"
         );
         if !mc.alive {
@@ -879,6 +977,49 @@ impl<'s, M: Memory> Real<'s, M> {
                 mc.next,
                 mc.received,
                 mc.missed
+            );
+        }
+        Ok(())
+    }
+
+    /// Invariant 4 for the group whose record is entry `record`: nothing it has not finished
+    /// is overwritten — every message from the lowest of its cursor, its queue and its
+    /// members' claims up to `head` is still in its slot.
+    fn check_group_floor(&self, record: usize, model: &Model) -> Result<(), Failure> {
+        let Some(g) = &model.records[record] else {
+            return Ok(());
+        };
+        let mut floor = g.cursor;
+        let claimed = g.queue.iter().chain(
+            model
+                .consumers
+                .iter()
+                .flatten()
+                .filter_map(|c| c.member.as_ref())
+                .filter(|m| m.record == record)
+                .flat_map(|m| m.claims.iter()),
+        );
+        for &v in claimed {
+            if v != 0 {
+                floor = floor.min(v - 1);
+            }
+        }
+        self.intact_from(floor, model)
+            .map_err(|f| Failure(format!("group {} (floor {floor}) {f}", g.group)))
+    }
+
+    /// Every message from `from` up to `head` is still in its slot.
+    fn intact_from(&self, from: u64, model: &Model) -> Result<(), Failure> {
+        for seq in from..model.head {
+            let slot = (seq % model.slots.len() as u64) as usize;
+            let stamp = self
+                .mem
+                .slot_header(slot)
+                .stamp
+                .load(ring_core::sync::Ordering::Relaxed);
+            ensure!(
+                stamp == 2 * seq + 2,
+                "lost message {seq}: slot {slot} stamp {stamp}"
             );
         }
         Ok(())

@@ -552,43 +552,17 @@ pub fn threaded_stress<B: Backend>(b: &B) -> Check {
 /// producer's next writes to the slot is unpin (Release) → claim (Acquire). Under Miri, a
 /// weakened unpin or claim is a data race; elsewhere every pinned message must be whole.
 pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
-    let n: u64 = if cfg!(miri) { 12 } else { 5_000 };
-    let m = Arc::new(b.create(&Config::new(1, 16).with_consumers(1))?);
-    let msg = |seq: u64| -> [u8; 16] { [seq as u8; 16] };
-    let mut c = join_consumer(m.clone(), DeliveryClass::SkipOnLag, id(2))?;
-    let reader = std::thread::spawn(move || -> Check {
-        let mut seen = 0;
-        for _ in 0..10_000_000u64 {
-            match c.try_pin() {
-                Ok(p) => {
-                    ensure!(p.bytes() == msg(p.seq()), "pinned message {} torn", p.seq());
-                    seen += 1;
-                }
-                Err(ReadError::Closed) => break,
-                Err(ReadError::Empty | ReadError::Lagging) => std::thread::yield_now(),
-                Err(e) => return Err(Failure(format!("reader: {e}"))),
-            }
+    unpin_claim_race(b, |c| match c.try_pin() {
+        Ok(p) => {
+            ensure!(
+                p.bytes() == race_msg(p.seq()),
+                "pinned message {} torn",
+                p.seq()
+            );
+            Ok(Ok(1))
         }
-        ensure!(seen > 0, "the reader saw nothing");
-        Ok(())
-    });
-    let mut p = join_producer(m.clone(), id(1))?;
-    let mut seq = 0;
-    for _ in 0..10_000_000u64 {
-        if seq == n {
-            break;
-        }
-        match p.try_publish(&msg(seq)) {
-            Ok(_) => seq += 1,
-            Err(ClaimError::Pinned { .. }) => std::thread::yield_now(),
-            Err(e) => return Err(Failure(format!("producer: {e}"))),
-        }
-    }
-    ensure!(seq == n, "the producer was held back for good");
-    p.close();
-    reader
-        .join()
-        .map_err(|_| Failure("reader panicked".into()))?
+        Err(e) => Ok(Err(e)),
+    })
 }
 
 /// [`pin_unpin_claim_race_free`] for batch reads: the reader's zero-copy reads happen inside
@@ -596,25 +570,45 @@ pub fn pin_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
 /// to the slot is the batch's per-message unpin (Release) → claim (Acquire). Under Miri, a
 /// weakened batch unpin is a data race; elsewhere every message must be whole.
 pub fn batch_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
+    unpin_claim_race(b, |c| {
+        let mut torn = None;
+        let read = c.try_read_batch(4, |item| {
+            if item.bytes() != race_msg(item.seq()) {
+                torn = Some(item.seq());
+            }
+        });
+        ensure!(torn.is_none(), "batch-read message {torn:?} torn");
+        Ok(read.map(|k| k as u64))
+    })
+}
+
+/// Message `seq` of the unpin/claim races: 16 bytes of `seq`.
+fn race_msg(seq: u64) -> [u8; 16] {
+    [seq as u8; 16]
+}
+
+/// The two unpin/claim races: on a 1-slot ring, a skip-on-lag reader thread calls `read` (one
+/// non-blocking read that checks what it read: the messages it saw, or the ring's answer) until
+/// the close, while a producer that never parks publishes [`race_msg`]s into the slot.
+fn unpin_claim_race<B, R>(b: &B, mut read: R) -> Check
+where
+    B: Backend,
+    R: FnMut(&mut Consumer<Arc<B::Mem>>) -> Result<Result<u64, ReadError>, Failure>
+        + Send
+        + 'static,
+{
     let n: u64 = if cfg!(miri) { 12 } else { 5_000 };
     let m = Arc::new(b.create(&Config::new(1, 16).with_consumers(1))?);
-    let msg = |seq: u64| -> [u8; 16] { [seq as u8; 16] };
     let mut c = join_consumer(m.clone(), DeliveryClass::SkipOnLag, id(2))?;
     let reader = std::thread::spawn(move || -> Check {
         let mut seen = 0;
-        let mut torn = None;
         for _ in 0..10_000_000u64 {
-            match c.try_read_batch(4, |item| {
-                if item.bytes() != msg(item.seq()) {
-                    torn = Some(item.seq());
-                }
-            }) {
+            match read(&mut c)? {
                 Ok(k) => seen += k,
                 Err(ReadError::Closed) => break,
                 Err(ReadError::Empty | ReadError::Lagging) => std::thread::yield_now(),
                 Err(e) => return Err(Failure(format!("reader: {e}"))),
             }
-            ensure!(torn.is_none(), "batch-read message {torn:?} torn");
         }
         ensure!(seen > 0, "the reader saw nothing");
         Ok(())
@@ -625,7 +619,7 @@ pub fn batch_unpin_claim_race_free<B: Backend>(b: &B) -> Check {
         if seq == n {
             break;
         }
-        match p.try_publish(&msg(seq)) {
+        match p.try_publish(&race_msg(seq)) {
             Ok(_) => seq += 1,
             Err(ClaimError::Pinned { .. }) => std::thread::yield_now(),
             Err(e) => return Err(Failure(format!("producer: {e}"))),

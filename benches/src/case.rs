@@ -71,7 +71,7 @@ impl Transport {
     }
 
     /// Whether a peer crate implements this transport (iceoryx2): only benches/compare's
-    /// `transport-bench`, outside the workspace, can run it (see [`crate::link::Peers`]).
+    /// `transport-bench-compare`, outside the workspace, can run it (see [`crate::link::Peers`]).
     pub fn is_peer(self) -> bool {
         matches!(self, Transport::Iceoryx2 | Transport::Iceoryx2Event)
     }

@@ -1,6 +1,6 @@
-//! `transport-bench` with the peer crates: the workspace's harness ([`ring_benches::cli`]) plus
-//! iceoryx2's links, so the slot ring, the floor, Unix sockets, pipes, TCP and iceoryx2 are
-//! measured in one run and every figure is a ratio within it.
+//! `transport-bench-compare`: `transport-bench` with the peer crates, the workspace's harness
+//! ([`ring_benches::cli`]) plus iceoryx2's links, so the slot ring, the floor, Unix sockets,
+//! pipes, TCP and iceoryx2 are measured in one run and every figure is a ratio within it.
 //!
 //! ```text
 //! cargo run --release --manifest-path benches/compare/Cargo.toml -- [--quick] [--json FILE]

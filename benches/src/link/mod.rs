@@ -80,7 +80,7 @@ fn peer(t: Transport, peers: Option<&Peers>) -> Result<&Peers, BenchError> {
         .filter(|p| p.transports.contains(&t))
         .ok_or_else(|| BenchError::Usage {
             what: format!(
-                "{t} is measured by benches/compare's transport-bench (outside the workspace): \
+                "{t} is measured by benches/compare (outside the workspace): \
                  cargo run --release --manifest-path benches/compare/Cargo.toml"
             ),
         })

@@ -183,6 +183,9 @@ typedef struct {
   // How long an open waits for the ring to appear and its creator to finish formatting,
   // in milliseconds (0: 5000).
   uint32_t open_timeout_ms;
+  // History for late joiners (0..=slots; 0: none): a gating or skip-on-lag subscriber that
+  // joins starts up to this many messages back, as far as the ring still holds them.
+  uint32_t history;
 } shmring_config;
 
 // What `shmring_ring_get_info` reports.
@@ -513,11 +516,12 @@ int shmring_subscriber_hold(shmring_subscriber *subscriber,
 // `SHMRING_E_BUSY` (a pin is out).
 int shmring_subscriber_release_hold(shmring_subscriber *subscriber, uint32_t hold);
 
-// Starts a skip-on-lag subscriber up to `n` messages back, as far as the ring still holds
-// them (history for a late joiner), before its first read; stores in `*back` (NULL: not
-// wanted) how many back it now starts.
+// Starts a gating or skip-on-lag subscriber up to `n` messages back, as far as the ring still
+// holds them (history for a late joiner), before its first read; stores in `*back` (NULL: not
+// wanted) how many back it now starts. A gating subscriber is lossless from where it joined;
+// history overwritten before it read it counts as missed.
 //
-// Errors: `SHMRING_E_UNSUPPORTED` (a gating or latest-only subscriber, or after a read),
+// Errors: `SHMRING_E_UNSUPPORTED` (a latest-only subscriber or a group member, or after a read),
 // `SHMRING_E_EVICTED`, `SHMRING_E_CORRUPT`, `SHMRING_E_BUSY` (a pin is out),
 // `SHMRING_E_INVALID_ARGUMENT`.
 int shmring_subscriber_rewind(shmring_subscriber *subscriber, uint64_t n, uint64_t *back);

@@ -35,8 +35,17 @@ def test_a_skip_consumer_with_history_reads_back_as_far_as_the_ring_holds():
             none.recv(timeout=0.05)
 
 
-@pytest.mark.parametrize("mode", ["gating", "latest"])
-def test_history_is_refused_where_it_does_not_apply(mode):
+def test_history_is_refused_where_it_does_not_apply():
+    # A latest-only consumer starts at the newest message present anyway.
     with _ring() as ring:
         with pytest.raises(ValueError, match="history"):
-            ring.consumer(mode, history=2)
+            ring.consumer("latest", history=2)
+
+
+def test_a_gating_consumer_with_history_reads_back_then_gates():
+    with _ring() as ring:
+        producer = ring.producer()
+        for i in range(3):
+            producer.publish(bytes([i]))
+        late = ring.consumer("gating", history=2)
+        assert [late.recv(timeout=1)[0] for _ in range(2)] == [1, 2]

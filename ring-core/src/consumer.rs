@@ -61,6 +61,10 @@ pub struct Consumer<M: Memory> {
     /// Set for a group member ([`join_group`](Self::join_group)): its reads take messages from
     /// the group.
     member: Option<Member>,
+    /// For a gating consumer that started back ([`rewind`](Self::rewind)): the head it joined
+    /// at. Messages below it are read like a skip-on-lag reader's (pinned by the reader bit,
+    /// lost ones counted as missed): the producer's cached gate may cover them. 0 otherwise.
+    gate_from: u64,
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -235,6 +239,13 @@ impl<M: Memory> Consumer<M> {
             Some((generation, head)) => {
                 let mut c = Self::registered(mem, index, class, owner, generation);
                 c.next = head;
+                // Relaxed: fixed at creation, validated by the attach (≤ slots).
+                let history = c.mem.header().history.load(Ordering::Relaxed);
+                if history > 0 && class != DeliveryClass::LatestOnly {
+                    // Cannot fail for a consumer that just registered (it read nothing and is
+                    // registered), but a corrupt head is reported by its first read anyway.
+                    let _ = c.rewind(u64::from(history));
+                }
                 Ok(c)
             }
             None => Err((mem, Error::EntryBusy { index })),
@@ -261,6 +272,7 @@ impl<M: Memory> Consumer<M> {
             held: None,
             holds: HoldSet::new(),
             member: None,
+            gate_from: 0,
         }
     }
 
@@ -356,7 +368,8 @@ impl<M: Memory> Consumer<M> {
         self.received
     }
 
-    /// Messages skipped so far (always 0 for a gating consumer).
+    /// Messages skipped so far (0 for a gating consumer, except history it started back into
+    /// and found overwritten: see [`rewind`](Self::rewind)).
     pub fn missed(&self) -> u64 {
         self.missed_total
     }
@@ -540,7 +553,9 @@ impl<M: Memory> Consumer<M> {
             // The last `Pinned` was leaked (its drop would have cleared `held`): no borrow of
             // its bytes can be alive now, so take the pin back. The message is not consumed.
             let hdr = self.mem.slot_header(slot);
-            self.refuse_pin(hdr, 1u64 << self.index);
+            // A gating reader's bit is set only below `gate_from`; clearing a clear bit is
+            // harmless, so this clears it whenever it may be set.
+            self.refuse_pin(hdr, 1u64 << self.index, self.pins(0));
         }
         let start = self.next;
         let mut missed = 0;
@@ -580,8 +595,8 @@ impl<M: Memory> Consumer<M> {
     /// Takes back a pin bit set by a refused pin. Release: an unpin, pairing with the
     /// producer's claim CAS. A producer whose claim failed on this transient bit may have
     /// parked, so it is woken like after any unpin.
-    fn refuse_pin(&self, hdr: &crate::layout::SlotHeader, bit: u64) {
-        if !self.pins() {
+    fn refuse_pin(&self, hdr: &crate::layout::SlotHeader, bit: u64, pinned: bool) {
+        if !pinned {
             return; // A gating read sets no bit (its cursor is its pin).
         }
         hdr.state.fetch_and(!bit, Ordering::Release);
@@ -600,7 +615,7 @@ impl<M: Memory> Consumer<M> {
                 "a read targets a slot this consumer holds: head or a stamp was scribbled",
             )));
         }
-        if !self.pins() {
+        if !self.pins(seq) {
             return self.hold_by_cursor(hdr, slot, seq);
         }
         let bit = 1u64 << self.index;
@@ -616,7 +631,7 @@ impl<M: Memory> Consumer<M> {
             // (its final stamp, or a `head` stored after it), and the producer clears this
             // message's WRITER bit before that. Release: pairs with its claim CAS, as any
             // unpin does.
-            self.refuse_pin(hdr, bit);
+            self.refuse_pin(hdr, bit, true);
             return Err(Miss::Overrun);
         }
         // Relaxed: our target read saw `seq` published (the final stamp, or a `head` after it)
@@ -626,7 +641,7 @@ impl<M: Memory> Consumer<M> {
         let want = 2 * seq + 2;
         if stamp != want {
             // Release: an unpin (see above).
-            self.refuse_pin(hdr, bit);
+            self.refuse_pin(hdr, bit, true);
             return Err(if stamp > want {
                 Miss::Overrun
             } else {
@@ -640,7 +655,7 @@ impl<M: Memory> Consumer<M> {
         let cap = self.mem.geometry().slot_capacity() as u64;
         if len > cap {
             // Release: an unpin.
-            self.refuse_pin(hdr, bit);
+            self.refuse_pin(hdr, bit, true);
             return Err(Miss::Fatal(ReadError::Corrupt(
                 "message length exceeds the slot capacity",
             )));
@@ -653,8 +668,12 @@ impl<M: Memory> Consumer<M> {
     /// `seq` (its gating check, P12 with the consumer's Release cursor store C8), and our
     /// shared cursor stays at the message we read until we are done with it. So a gating read
     /// touches neither the pin line nor a locked instruction: only the message line.
-    fn pins(&self) -> bool {
-        self.class != DeliveryClass::Gating
+    ///
+    /// A gating consumer that started back ([`rewind`](Self::rewind)) pins the messages below
+    /// the head it joined at with its bit: the producer's cached gate may cover their slots.
+    #[inline]
+    fn pins(&self, seq: u64) -> bool {
+        self.class != DeliveryClass::Gating || seq < self.gate_from
     }
 
     /// `pin_seq` for a gating consumer: message `seq` is ours to read in place while our
@@ -764,7 +783,7 @@ impl<M: Memory> Consumer<M> {
                 meta,
             });
             self.held = None;
-            if self.pins() {
+            if self.pins(seq) {
                 // Release: the unpin; pairs with the producer's Acquire claim CAS, so our
                 // reads happen before its next writes to the slot. (The wake-up check is the
                 // batch's.) A gating read's pin is its cursor, stored once below.
@@ -786,7 +805,7 @@ impl<M: Memory> Consumer<M> {
         let bit = 1u64 << self.index;
         if len > buf.len() {
             // Release: an unpin (see `refuse_pin`).
-            self.refuse_pin(hdr, bit);
+            self.refuse_pin(hdr, bit, self.pins(seq));
             return Err(Miss::Fatal(ReadError::BufferTooSmall { needed: len }));
         }
         // Relaxed: stable while pinned; ordered by the pin's Acquire.
@@ -797,7 +816,7 @@ impl<M: Memory> Consumer<M> {
         crate::words::read(self.message_words(slot, len), &mut buf[..len]);
         // Release: the unpin, pairing with the producer's claim CAS: our reads happen before
         // its next writes. (Wakes a producer parked on the pin.)
-        self.refuse_pin(hdr, bit);
+        self.refuse_pin(hdr, bit, self.pins(seq));
         Ok((len, meta))
     }
 
@@ -1134,7 +1153,7 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             // this entry now, with the same owner id); write nothing.
             return;
         }
-        if c.pins() {
+        if c.pins(self.seq) {
             let hdr = c.mem.slot_header(self.slot);
             // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
             // the message happen before its next writes to the slot.

@@ -28,6 +28,13 @@ pub enum LayoutError {
     },
     /// Allocator arena or ceiling out of range (arena too large, or one of the two zero).
     Allocator,
+    /// History longer than the ring (`0..=slots`).
+    History {
+        /// The value given.
+        value: u32,
+        /// The largest allowed (the slot count).
+        max: u32,
+    },
     /// The segment size does not fit in the address space.
     Overflow,
     /// The memory given is shorter than the geometry needs.
@@ -59,6 +66,10 @@ impl fmt::Display for LayoutError {
                     "slot capacity {value} bytes is out of range: choose 8..={max}"
                 )
             }
+            Self::History { value, max } => write!(
+                f,
+                "history {value} is longer than the ring: at most the slot count ({max})"
+            ),
             Self::Allocator => f.write_str(
                 "allocator arena/ceiling out of range: give both a non-zero arena (at most 1 TiB) \
                  and a non-zero live ceiling, or neither",

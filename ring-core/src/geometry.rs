@@ -40,6 +40,11 @@ pub struct Config {
     /// write a claimed slot in place through [`WriteSlot::loan`](crate::WriteSlot::loan).
     /// Copy readers then hold the producer back while they copy, as pinned readers do.
     pub pin_only: bool,
+    /// History for late joiners, `0..=slots`: a gating or skip-on-lag consumer that registers
+    /// starts up to this many messages back from the head, as far as the ring still holds
+    /// them (see [`Consumer::rewind`](crate::Consumer::rewind)); a latest-only one starts at
+    /// the newest message present whatever this says.
+    pub history: u32,
 }
 
 impl Config {
@@ -52,7 +57,30 @@ impl Config {
             alloc_arena: 0,
             alloc_max_live: 0,
             pin_only: false,
+            history: 0,
         }
+    }
+
+    /// Sets the history for late joiners (see [`history`](Self::history)).
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let id = |n| OwnerId::new(n).unwrap();
+    /// let seg = HeapSegment::new(&Config::new(8, 16).with_history(2), id(1)).unwrap();
+    /// let mut producer = Producer::new(&seg, id(1)).unwrap();
+    /// for i in 0..5u8 {
+    ///     producer.try_publish(&[i]).unwrap();
+    /// }
+    /// // Joined after five messages: starts at the last two, gating from there on.
+    /// let mut late = Consumer::new(&seg, DeliveryClass::Gating, id(2)).unwrap();
+    /// let mut buf = [0u8; 16];
+    /// assert_eq!(late.try_copy(&mut buf)?.seq, 3);
+    /// # Ok::<(), ring_core::ReadError>(())
+    /// ```
+    #[must_use]
+    pub const fn with_history(mut self, history: u32) -> Self {
+        self.history = history;
+        self
     }
 
     /// Makes the ring pin-only (see [`pin_only`](Self::pin_only)), for zero-copy writes.
@@ -122,6 +150,12 @@ impl Geometry {
             return Err(LayoutError::SlotCapacity {
                 value: config.slot_capacity,
                 max: MAX_SLOT_CAPACITY,
+            });
+        }
+        if config.history > config.slots {
+            return Err(LayoutError::History {
+                value: config.history,
+                max: config.slots,
             });
         }
         config.slot_capacity = config.slot_capacity.div_ceil(8) * 8;

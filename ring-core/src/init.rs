@@ -40,6 +40,9 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
         r,
     );
 
+    h.history.store(g.config.history, r);
+    h.header_reserved.store(0, r);
+
     let p = mem.producer_line();
     p.head.store(0, r);
     p.owner.store(0, r);

@@ -125,6 +125,11 @@ cache_aligned! {
         /// `RING_*` mode bits, fixed at creation ([`RING_PIN_ONLY`]); attachers refuse unknown
         /// bits.
         pub ring_flags: AtomicU64,
+        /// History for late joiners, fixed at creation: a consumer that registers starts up
+        /// to this many messages back (`Config::history`, at most `slots`).
+        pub history: AtomicU32,
+        /// Zero; reserved.
+        pub header_reserved: AtomicU32,
     }
 }
 
@@ -403,6 +408,7 @@ mod checks {
     const_assert_eq!(offset_of!(SegmentHeader, total_len), 96);
     const_assert_eq!(offset_of!(SegmentHeader, creator), 104);
     const_assert_eq!(offset_of!(SegmentHeader, ring_flags), 112);
+    const_assert_eq!(offset_of!(SegmentHeader, history), 120);
 
     // Three lines, one writer each (see the type's doc).
     const_assert_eq!(offset_of!(ProducerLine, head), 0);

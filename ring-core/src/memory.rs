@@ -347,6 +347,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
         alloc_arena: h.alloc_arena.load(Ordering::Relaxed),
         alloc_max_live: h.alloc_max_live.load(Ordering::Relaxed),
         pin_only: false,
+        history: h.history.load(Ordering::Relaxed),
     };
     let ring_flags = h.ring_flags.load(Ordering::Relaxed);
     if ring_flags & !crate::layout::RING_KNOWN_FLAGS != 0 {

@@ -104,6 +104,8 @@ impl OwnedSegment {
             total_len: new_u64(0),
             creator: new_u64(0),
             ring_flags: new_u64(0),
+            history: new_u32(0),
+            header_reserved: new_u32(0),
         });
         let producer = Box::new(ProducerLine {
             head: new_u64(0),

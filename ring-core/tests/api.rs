@@ -509,11 +509,11 @@ fn a_late_skip_on_lag_consumer_starts_with_history() {
     let got = far.try_copy(&mut buf).unwrap();
     assert_eq!((got.seq, got.missed), (4, 2));
     assert_eq!(far.missed() + far.received(), 4 - 2 + 1);
-    for class in [DeliveryClass::Gating, DeliveryClass::LatestOnly] {
-        let mut c = Consumer::new(&s, class, id(4)).unwrap();
-        assert!(
-            matches!(c.rewind(1), Err(ReadError::NotSupported(_))),
-            "{class:?}"
-        );
-    }
+    // A latest-only reader starts at the newest message already; a gating one may start back
+    // (tests/holds.rs covers how it reads its history).
+    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    assert!(matches!(c.rewind(1), Err(ReadError::NotSupported(_))));
+    drop(c);
+    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(4)).unwrap();
+    assert_eq!(c.rewind(1), Ok(1));
 }

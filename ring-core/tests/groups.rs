@@ -219,7 +219,7 @@ fn misuse_and_limits_are_errors() {
     assert_eq!(
         a.rewind(1),
         Err(ReadError::NotSupported(
-            "a gating consumer cannot start back: its cursor is the producer's gate"
+            "a group member reads from its group's cursor"
         ))
     );
 }

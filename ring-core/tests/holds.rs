@@ -250,3 +250,96 @@ fn holds_mix_with_pins_copies_and_batches_in_order() {
     assert_eq!(c.held_bytes(&h5), Some(&msg(5)[..]));
     c.release(h5).unwrap();
 }
+
+/// A ring created with history: a late gating consumer starts back, reads the history whole
+/// (pinned by its reader bit: the producer may still rewrite the rest), counts what it lost,
+/// and is lossless from where it joined; a latest-only one starts at the newest message.
+#[test]
+fn a_late_gating_consumer_reads_the_rings_history_then_gates() {
+    let s = HeapSegment::new(&Config::new(4, 200).with_history(3), id(1)).unwrap();
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    for i in 0..6u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let mut late = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut latest = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    assert_eq!(
+        latest.try_pin().unwrap().seq(),
+        5,
+        "latest-only starts at the newest"
+    );
+    assert_eq!(late.cursor(), 3, "three back");
+    // A history message is pinned by the bit: the producer cannot rewrite it meanwhile.
+    let bit = 1u64 << late.index();
+    let pinned = late.try_pin().unwrap();
+    assert_eq!((pinned.seq(), pinned.bytes()), (3, &msg(3)[..]));
+    assert_eq!(s.slot_header(3).state.load(Ordering::Relaxed), bit);
+    drop(pinned);
+    assert_eq!(
+        s.slot_header(3).state.load(Ordering::Relaxed),
+        0,
+        "unpinned"
+    );
+    // It gates from its cursor (4) on: message 8 would overwrite message 4.
+    for i in 6..8u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    assert!(matches!(
+        p.try_publish(&msg(8)),
+        Err(ClaimError::Full { .. })
+    ));
+    let mut buf = [0u8; 200];
+    assert_eq!(late.try_copy(&mut buf).unwrap().seq, 4);
+    p.try_publish(&msg(8)).unwrap();
+    // Past its join head (6) it gates without bits.
+    let h = late.try_hold().unwrap();
+    assert_eq!(h.seq(), 5);
+    late.release(h).unwrap();
+    let pinned = late.try_pin().unwrap();
+    assert_eq!(pinned.seq(), 6);
+    assert_eq!(
+        s.slot_header(2).state.load(Ordering::Relaxed),
+        0,
+        "no bit from the join head on"
+    );
+    drop(pinned);
+    assert_eq!(late.missed(), 0);
+    // History longer than the ring is refused.
+    assert!(HeapSegment::new(&Config::new(4, 200).with_history(5), id(1)).is_err());
+}
+
+/// History the producer overwrote before the late gating reader got there is missed, counted.
+#[test]
+fn overwritten_history_is_counted_as_missed() {
+    let s = HeapSegment::new(&Config::new(4, 200), id(1)).unwrap();
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    // Six messages: the producer's last gate scan (at message 4, no reader) covers claims up
+    // to message 7.
+    for i in 0..6u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let mut late = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    assert_eq!(late.rewind(4).unwrap(), 4, "messages 2..5 are there");
+    // Messages 6 and 7 go in without a scan: they overwrite history 2 and 3.
+    for i in 6..8u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let mut buf = [0u8; 200];
+    let got = late.try_copy(&mut buf).unwrap();
+    assert_eq!(
+        (got.seq, got.missed),
+        (4, 2),
+        "2 and 3 were overwritten: two missed"
+    );
+    assert_eq!(buf[..150], msg(4));
+    // The next scan sees it: message 8 may overwrite 4 (read), message 9 may not.
+    p.try_publish(&msg(8)).unwrap();
+    assert!(matches!(
+        p.try_publish(&msg(9)),
+        Err(ClaimError::Full { .. })
+    ));
+    for want in 5..9 {
+        assert_eq!(late.try_copy(&mut buf).unwrap().seq, want);
+    }
+    assert_eq!(late.missed(), 2);
+}

@@ -172,6 +172,9 @@ pub struct shmring_config {
     /// How long an open waits for the ring to appear and its creator to finish formatting,
     /// in milliseconds (0: 5000).
     pub open_timeout_ms: u32,
+    /// History for late joiners (0..=slots; 0: none): a gating or skip-on-lag subscriber that
+    /// joins starts up to this many messages back, as far as the ring still holds them.
+    pub history: u32,
 }
 
 /// What `shmring_ring_get_info` reports.
@@ -697,6 +700,9 @@ fn builder(b: RingBuilder, cfg: Option<&shmring_config>) -> RingBuilder {
     }
     if cfg.open_timeout_ms != 0 {
         b = b.open_timeout(millis(cfg.open_timeout_ms.into()));
+    }
+    if cfg.history != 0 {
+        b = b.history(cfg.history);
     }
     b
 }
@@ -1920,11 +1926,12 @@ pub unsafe extern "C" fn shmring_subscriber_release_hold(
     })
 }
 
-/// Starts a skip-on-lag subscriber up to `n` messages back, as far as the ring still holds
-/// them (history for a late joiner), before its first read; stores in `*back` (NULL: not
-/// wanted) how many back it now starts.
+/// Starts a gating or skip-on-lag subscriber up to `n` messages back, as far as the ring still
+/// holds them (history for a late joiner), before its first read; stores in `*back` (NULL: not
+/// wanted) how many back it now starts. A gating subscriber is lossless from where it joined;
+/// history overwritten before it read it counts as missed.
 ///
-/// Errors: `SHMRING_E_UNSUPPORTED` (a gating or latest-only subscriber, or after a read),
+/// Errors: `SHMRING_E_UNSUPPORTED` (a latest-only subscriber or a group member, or after a read),
 /// `SHMRING_E_EVICTED`, `SHMRING_E_CORRUPT`, `SHMRING_E_BUSY` (a pin is out),
 /// `SHMRING_E_INVALID_ARGUMENT`.
 #[no_mangle]

@@ -305,7 +305,7 @@ pub struct SubArgs {
     /// With --memfd: the directory holding the publisher's socket file.
     #[arg(long, value_name = "DIR", requires = "memfd")]
     pub socket_dir: Option<std::path::PathBuf>,
-    /// Start up to N messages back, as far as the ring still holds them (--class skip only; a
+    /// Start up to N messages back, as far as the ring still holds them (gating and skip; a
     /// latest reader always starts at the newest message present).
     #[arg(long, value_name = "N", default_value_t = 0)]
     pub history: u64,

@@ -906,7 +906,8 @@ fn a_latest_sub_started_after_a_publish_gets_that_message() {
 }
 
 /// `ringctl sub --class skip --history N` started after a publish gets the last N messages
-/// the ring still holds; `--history` with a gating reader is a usage error.
+/// the ring still holds, and so does a gating one; `--history` with a latest reader is a
+/// usage error.
 #[test]
 fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
     let name = unique("history");
@@ -945,13 +946,35 @@ fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
     );
     assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
     assert_eq!(sub.stdout, data[7 * 8..], "the last three frames");
+    // A gating reader may start back too.
     let gating = ringctl(
         &["sub", &name, "--history", "3", "--timeout", "2"],
         b"",
         Duration::from_secs(60),
     );
-    assert_eq!(gating.status.code(), Some(2));
-    assert!(one_line_error(&gating).contains("--history"));
+    assert!(
+        gating.status.success(),
+        "gating sub: {}",
+        text(&gating.stderr)
+    );
+    assert_eq!(gating.stdout, data[7 * 8..], "the last three frames");
+    // A latest reader starts at the newest message anyway: history is a usage error.
+    let latest = ringctl(
+        &[
+            "sub",
+            &name,
+            "--class",
+            "latest",
+            "--history",
+            "3",
+            "--timeout",
+            "2",
+        ],
+        b"",
+        Duration::from_secs(60),
+    );
+    assert_eq!(latest.status.code(), Some(2));
+    assert!(one_line_error(&latest).contains("--history"));
 }
 
 /// `ringctl pub --group w` and three `ringctl sub --group w` started before it: each of 3000

@@ -377,3 +377,43 @@ fn two_holds_released_out_of_order_race_the_producer() {
         });
     }
 }
+
+/// A late gating reader starts two messages back (history) after the producer's last gate scan,
+/// whose cached bound lets the producer overwrite that history without scanning again. The
+/// reader's pin of a history message is its reader bit, so it reads the message whole or finds
+/// it overwritten (and reads the next, counting one missed); it never reads a message being
+/// rewritten.
+#[test]
+fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
+    model(|| {
+        let s = seg(2, 1);
+        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        // The scan at message 2 (no reader) covers claims up to message 3.
+        for seq in 0..3 {
+            publish(&mut p, seq).unwrap();
+        }
+        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        assert_eq!(c.rewind(2), Ok(2), "messages 1 and 2 are there");
+        let t = thread::spawn(move || {
+            // Overwrites message 1's slot unless the reader pins it.
+            let _ = publish(&mut p, 3);
+        });
+        {
+            let m = c.try_pin().expect("a history message or the next");
+            let mut bytes = [0u8; 16];
+            assert_eq!(m.copy_to(&mut bytes), 16);
+            assert_whole(&bytes, m.seq());
+            assert_eq!(
+                m.missed(),
+                m.seq() - 1,
+                "an overwritten history message is missed"
+            );
+        }
+        t.join().unwrap();
+        assert_eq!(
+            ring_core::inspect::total_pins(&*s),
+            0,
+            "the history pin's bit is gone"
+        );
+    });
+}

@@ -324,7 +324,7 @@ impl<M: Memory> Consumer<M> {
             // Reclaimed: the bit and the cursor are no longer ours; write nothing.
             return;
         }
-        if self.pins() {
+        if self.pins(seq) {
             // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
             // the message happen before its next writes to the slot.
             self.mem

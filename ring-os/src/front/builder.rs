@@ -55,6 +55,7 @@ struct Set {
     slot_size: bool,
     consumers: bool,
     pin_only: bool,
+    history: bool,
 }
 
 impl RingBuilder {
@@ -113,6 +114,22 @@ impl RingBuilder {
     pub fn pin_only(mut self, on: bool) -> Self {
         self.config.pin_only = on;
         self.set.pin_only = true;
+        self
+    }
+
+    /// History for late joiners (`0..=slots`): a gating or skip-on-lag subscriber that joins
+    /// starts up to `n` messages back, as far as the ring still holds them (a gating one is
+    /// lossless from where it joined; history messages overwritten before it read them count
+    /// as missed); a latest-only subscriber starts at the newest message present anyway.
+    ///
+    /// ```no_run
+    /// # fn main() -> Result<(), ring_os::Error> {
+    /// let ring = ring_os::Ring::builder("frames").slots(8).history(4).create()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn history(mut self, n: u32) -> Self {
+        self.config.history = n;
+        self.set.history = true;
         self
     }
 
@@ -218,6 +235,12 @@ impl RingBuilder {
                 self.set.pin_only,
                 u64::from(found.pin_only),
                 u64::from(want.pin_only),
+            ),
+            (
+                "history",
+                self.set.history,
+                found.history.into(),
+                want.history.into(),
             ),
         ];
         for (field, set, found, expected) in fields {

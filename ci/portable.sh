@@ -4,8 +4,8 @@
 #   1. on Linux, ring-os's whole suite (unit, multi-process, doc tests) on those code paths, with
 #      the `portable` feature (flock role locks in /dev/shm/shmring-locks.<uid>, polling waits);
 #   2. for macOS (arm64, x86_64) and FreeBSD (x86_64), `cargo clippy -D warnings` of ring-os,
-#      ringctl, ring-ffi and the Python extension (a compile check: no linker or system to run
-#      them on here).
+#      ringctl and ring-ffi with their tests and examples, and of the Python extension (a compile
+#      check: no linker or system to run them on here).
 # See docs/OS.md, "Platforms", for what is tested, emulated or only compiled.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -18,7 +18,7 @@ cargo test -p ring-os --features portable
 
 for target in "${targets[@]}"; do
     echo "--- clippy -D warnings for $target (ring-os, ringctl, ring-ffi; the Python extension)"
-    cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi -- -D warnings
+    cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi --all-targets -- -D warnings
     # The Python package is a workspace of its own (abi3: no target interpreter needed).
     (cd python && cargo clippy --target "$target" -- -D warnings)
 done

@@ -147,9 +147,15 @@ mod tests {
     #[test]
     fn round_trip_over_a_socketpair() {
         let (a, b) = UnixStream::pair().unwrap();
-        let mut file = std::fs::File::from(
-            rustix::fs::memfd_create("t", rustix::fs::MemfdFlags::CLOEXEC).unwrap(),
-        );
+        // Any file will do (macOS has no memfd): a temporary one, unlinked at once.
+        let path = std::env::temp_dir().join(format!("fdpass-test-{}", std::process::id()));
+        let mut file = std::fs::File::options()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        std::fs::remove_file(&path).unwrap();
         file.write_all(b"hello").unwrap();
         send_fd(&a, file.as_fd(), b"len=5").unwrap();
         let mut buf = [0_u8; 16];

@@ -1,6 +1,10 @@
 //! Segment tests with real system calls.
 
 use core::sync::atomic::{AtomicU32, Ordering};
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::PathBuf;
 
@@ -199,6 +203,7 @@ fn truncation_by_a_peer_is_detected() {
     ));
 }
 
+#[cfg(not(target_os = "macos"))]
 #[test]
 fn memfd_is_sealed_and_maps_again_from_its_fd() {
     let a = Segment::create_memfd(10_000, CreateOptions::new()).unwrap();
@@ -221,6 +226,7 @@ fn memfd_is_sealed_and_maps_again_from_its_fd() {
     ));
 }
 
+#[cfg(not(target_os = "macos"))]
 #[test]
 fn unsealed_or_foreign_descriptors_are_refused() {
     use rustix::fs::{memfd_create, MemfdFlags, SealFlags};

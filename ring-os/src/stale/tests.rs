@@ -93,12 +93,7 @@ fn clean_removes_exactly_the_segments_no_process_holds() {
     std::fs::set_permissions(dir.path("garbage"), std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::write(dir.path("writable"), vec![0; 8192]).unwrap();
     std::fs::set_permissions(dir.path("writable"), std::fs::Permissions::from_mode(0o666)).unwrap();
-    rustix::fs::mkfifoat(
-        rustix::fs::CWD,
-        dir.path("fifo"),
-        rustix::fs::Mode::RUSR | rustix::fs::Mode::WUSR,
-    )
-    .unwrap();
+    make_fifo(&dir.path("fifo"));
     std::fs::create_dir(dir.path("dir")).unwrap();
     std::fs::write(dir.0.join("someone-elses"), b"x").unwrap();
 
@@ -234,4 +229,13 @@ fn a_cleaner_racing_a_creator_of_the_same_name_never_removes_the_live_ring() {
         removed >= rounds - 1,
         "cleaner removed {removed} of {rounds}"
     );
+}
+
+/// Makes a FIFO at `path` (`mkfifo(3)`: rustix has no `mkfifoat` for Apple targets).
+fn make_fifo(path: &std::path::Path) {
+    use std::os::unix::ffi::OsStrExt as _;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: `c_path` is a NUL-terminated path that lives across the call.
+    let rc = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
+    assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
 }

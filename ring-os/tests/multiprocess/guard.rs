@@ -8,8 +8,16 @@ use std::time::Duration;
 
 use ring_core::{Config, DeliveryClass};
 use ring_os::rendezvous::{Rendezvous, SocketPlace};
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use ring_os::{ConsumerExt as _, CreateOptions, Error, SegmentName, ShmRing};
 
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use crate::support::{check_payload, field, publish_payloads, unique_name, Child};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
@@ -164,6 +172,7 @@ pub fn rendezvous_pub() -> i32 {
 
 /// Parent: a memfd ring served to another process refuses its truncation (EPERM) and carries
 /// messages; a SIGKILLed server leaves nothing in /dev/shm and its name free.
+#[cfg(not(target_os = "macos"))]
 pub fn rendezvous() {
     let n = 2000u64;
     let name = unique_name("rdv");
@@ -214,6 +223,7 @@ pub fn rendezvous() {
 /// is then filled up, as a hostile creator's `ftruncate`-sized file on a full tmpfs): touching
 /// them is a SIGBUS, which the guard turns into the truncation error. Needs a private mount
 /// namespace for its own small tmpfs (root); says `SKIP` without one.
+#[cfg(target_os = "linux")]
 pub fn unbacked_role() -> i32 {
     let dir = std::path::PathBuf::from(std::env::var("RING_DIR").expect("RING_DIR"));
     std::fs::create_dir_all(&dir).expect("dir");
@@ -273,6 +283,13 @@ pub fn unbacked_role() -> i32 {
     }
     say("UNBACKED not met");
     2
+}
+
+/// Elsewhere there are no mount namespaces to make a private tmpfs in (nor hole punching).
+#[cfg(not(target_os = "linux"))]
+pub fn unbacked_role() -> i32 {
+    say("SKIP needs Linux (a private tmpfs in a mount namespace)");
+    0
 }
 
 /// Parent: the unbacked-pages child reports the clear error (or skips without root).

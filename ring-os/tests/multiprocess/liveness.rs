@@ -41,6 +41,7 @@ pub fn run_role(role: &str) -> Option<i32> {
         "ns-consumer" => ns_consumer(),
         "ns-producer" => ns_producer(),
         "ns-reader" => ns_reader(),
+        #[cfg(target_os = "linux")]
         "zombie-leader" => zombie_leader_role(),
         "fork-heir" => fork_heir_role(),
         "half-creator" => half_creator(),
@@ -251,6 +252,7 @@ fn ns_producer() -> i32 {
 }
 
 /// Field 3 of `/proc/<pid>/stat`: the process state.
+#[cfg(target_os = "linux")]
 fn proc_state(pid: u32) -> Option<char> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     text[text.rfind(')')? + 1..]
@@ -262,6 +264,7 @@ fn proc_state(pid: u32) -> Option<char> {
 
 /// A process whose main thread exited while a worker thread holds a consumer: `/proc` shows
 /// the leader as a zombie, yet the consumer is alive and keeps reading.
+#[cfg(target_os = "linux")]
 pub fn zombie_leader() {
     let name = unique_name("zombie");
     let _u = Unlink(name.clone());
@@ -286,6 +289,7 @@ pub fn zombie_leader() {
 }
 
 /// Registers in a worker thread, then exits the main thread only.
+#[cfg(target_os = "linux")]
 fn zombie_leader_role() -> i32 {
     let ring = ShmRing::open_named(&ring_name()).expect("open");
     let (tx, rx) = std::sync::mpsc::channel();

@@ -89,6 +89,8 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(30),
     ),
     #[cfg(unix)]
+    // macOS has no memfd rings.
+    #[cfg(not(target_os = "macos"))]
     (
         "memfd_passed_over_a_socket_and_bad_ones_refused",
         segments::memfd,
@@ -106,7 +108,8 @@ const SCENARIOS: &[Scenario] = &[
         liveness::gating_reader_in_other_pid_namespace,
         Duration::from_secs(90),
     ),
-    #[cfg(unix)]
+    // A main thread that exits alone (`SYS_exit`), seen as a zombie in `/proc`: Linux.
+    #[cfg(target_os = "linux")]
     (
         "zombie_leader_keeps_its_consumer",
         liveness::zombie_leader,
@@ -142,7 +145,7 @@ const SCENARIOS: &[Scenario] = &[
         guard::chain,
         Duration::from_secs(60),
     ),
-    #[cfg(unix)]
+    #[cfg(all(unix, not(target_os = "macos")))]
     (
         "memfd_ring_over_rendezvous_refuses_truncation",
         guard::rendezvous,

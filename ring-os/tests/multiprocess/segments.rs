@@ -1,6 +1,10 @@
 //! The parent side of the segment scenarios (issue 3, tests 4-6, and stale-segment cleanup).
 
 #[cfg(unix)]
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use std::os::fd::AsFd as _;
 use std::time::{Duration, Instant};
 
@@ -8,10 +12,18 @@ use std::time::{Duration, Instant};
 use ring_core::Geometry;
 use ring_core::{Config, DeliveryClass};
 #[cfg(unix)]
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use ring_os::fdpass;
 use ring_os::{ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing};
 
 #[cfg(unix)]
+#[cfg_attr(
+    target_os = "macos",
+    allow(unused_imports, reason = "memfd tests are not built on macOS")
+)]
 use crate::support::{field, publish_payloads};
 use crate::support::{unique_name, Child, Unlink};
 
@@ -168,7 +180,7 @@ pub fn no_space() {
 
 /// Test 6: a memfd ring passed over a Unix socket to another process works; an unsealed memfd
 /// and a too-small one are refused by the receiver.
-#[cfg(unix)]
+#[cfg(all(unix, not(target_os = "macos")))]
 pub fn memfd() {
     let n = 20_000u64;
     let dir = std::env::temp_dir().join(format!("ring-os-mp-{}", std::process::id()));

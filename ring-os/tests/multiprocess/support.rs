@@ -191,6 +191,10 @@ pub fn make_payload(seq: u64, max: usize, buf: &mut Vec<u8>) {
 
 /// Publishes messages `0..n` (checksummed, 24-200 bytes), each within 10 s.
 #[cfg(unix)]
+#[cfg_attr(
+    target_os = "macos",
+    allow(dead_code, reason = "memfd scenarios are not built on macOS")
+)]
 pub fn publish_payloads(p: &mut ring_os::ShmProducer, n: u64) {
     let mut buf = Vec::new();
     for i in 0..n {

@@ -40,5 +40,6 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::_sweep_stale_queues, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep::_remove_idle_spills, m)?)?;
     Ok(())
 }

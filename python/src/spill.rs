@@ -93,7 +93,10 @@ pub(crate) fn read_record(bytes: &[u8]) -> Result<(u64, &str, usize), Fail> {
 /// Creates the spill segment `name` of `len` bytes (every page reserved).
 pub(crate) fn create(name: &str, len: usize) -> Result<Segment, Fail> {
     let seg_name = SegmentName::new(name).map_err(crate::errors::os)?;
-    Segment::create_named(&seg_name, len.max(1) as u64, CreateOptions::new()).map_err(|e| match e {
+    // Populated: the pages are reserved anyway, and mapping them in one go is cheaper than a
+    // fault per page during the copy.
+    let opts = CreateOptions::new().populate(true);
+    Segment::create_named(&seg_name, len.max(1) as u64, opts).map_err(|e| match e {
         ring_os::Error::NoSpace { .. } => Fail::new(
             "NoSpace",
             format!(

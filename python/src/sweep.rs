@@ -93,6 +93,66 @@ fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
     (removed, None)
 }
 
+/// Removes the spill segments of the queue `name` that are left once nobody is in it: called
+/// by the queue's `close()` after its endpoint left. Does nothing while a producer or consumer
+/// of the ring is alive (the last one to leave cleans up), or when the queue's name is gone
+/// (the sweep's business then); a spill is removed only when no role lock of it is held.
+/// Returns the names removed.
+#[pyfunction]
+pub(crate) fn _remove_idle_spills(py: Python<'_>, name: &str) -> Vec<String> {
+    py.allow_threads(|| {
+        if !queue_is_idle(name) {
+            return Vec::new();
+        }
+        spills_in_dir(name)
+            .into_iter()
+            .filter(|s| remove_unheld(s))
+            .collect()
+    })
+}
+
+/// Whether the named queue exists and no producer or consumer of it is alive (by their role
+/// locks; the creator's does not count).
+fn queue_is_idle(name: &str) -> bool {
+    use ring_os::lock::{Liveness, Role};
+    let Ok(seg_name) = ring_os::SegmentName::new(name) else {
+        return false;
+    };
+    let Ok(seg) = ring_os::Segment::open_named(&seg_name, ring_os::SizeCheck::AtLeast(1)) else {
+        return false;
+    };
+    ring_os::stale::ring_participants(&seg).is_ok_and(|ps| {
+        ps.iter()
+            .all(|p| p.role == Role::Creator || p.liveness == Liveness::Dead)
+    })
+}
+
+/// The spill names of queue `queue` in `/dev/shm`.
+#[cfg(unix)]
+fn spills_in_dir(queue: &str) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(ring_os::stale::SHM_DIR) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let file = e.ok()?.file_name();
+        let name = file.to_str()?.strip_prefix(ring_os::NAME_PREFIX)?;
+        crate::spill::is_spill_of(name, queue).then(|| name.to_owned())
+    })
+    .collect()
+}
+
+/// Windows: no spills are left behind by name.
+#[cfg(not(unix))]
+fn spills_in_dir(_queue: &str) -> Vec<String> {
+    Vec::new()
+}
+
+/// Windows: nothing to remove (see `spills_in_dir`).
+#[cfg(not(unix))]
+fn remove_unheld(_name: &str) -> bool {
+    false
+}
+
 /// Removes the segment `name` if no process holds any role lock of it (checked by taking them
 /// all, as `stale::clean_listed` does); whether it did.
 #[cfg(unix)]

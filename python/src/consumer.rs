@@ -138,6 +138,8 @@ pub(crate) struct Consumer {
     mapping: Arc<Mapping>,
     /// Memory of freed large received parts, for the next copying `_get_parts`.
     recycler: Arc<Recycler>,
+    /// The group this consumer is a member of (`Ring.consumer(group=)`).
+    group: Option<String>,
 }
 
 /// A call's turn with the consumer state: the lease, which goes back when the turn ends, and
@@ -173,6 +175,7 @@ impl Consumer {
         class: DeliveryClass,
         mapping: &Arc<Mapping>,
         max_pins: usize,
+        group: Option<String>,
     ) -> PyResult<Self> {
         sub.set_max_holds(max_pins)
             .map_err(|e| PyErr::from(errors::read(e)))?;
@@ -193,6 +196,7 @@ impl Consumer {
             missed: AtomicU64::new(0),
             mapping: Arc::clone(mapping),
             recycler: Arc::default(),
+            group,
         })
     }
 
@@ -325,6 +329,11 @@ impl Consumer {
     /// This reader has the spilled message `name`: remove its name when no other reader
     /// needs it (otherwise the sender does when the slot comes round again).
     fn spill_done(&self, name: &str) {
+        // A group member's message is its alone (each message goes to one member).
+        if self.group.is_some() {
+            crate::spill::remove(name);
+            return;
+        }
         let readers = self
             .mapping
             .participants()
@@ -373,11 +382,12 @@ impl Consumer {
         let py = slf.py();
         let me = slf.get();
         let (mut turn, taken) = me.take_next(py, timeout, |_| Ok(()))?;
-        let (seq, missed, len, meta) = (
+        let (seq, missed, len, meta, redelivered) = (
             taken.hold.seq(),
             taken.hold.missed(),
             taken.hold.len(),
             taken.hold.meta(),
+            taken.hold.redelivered(),
         );
         let bytes = taken.bytes;
         let (id, exports) = me.keep(&mut turn, taken)?;
@@ -391,6 +401,7 @@ impl Consumer {
             missed,
             len,
             meta,
+            redelivered,
         })
     }
 
@@ -401,13 +412,14 @@ impl Consumer {
     /// otherwise copies — part 0 (the pickle stream) as `bytes`, the others as writable
     /// `bytearray`s (large ones copied with the GIL released) — and releases the message.
     /// Waits as `pin` does. A message that is not a valid queue message is consumed and
-    /// raises `Corrupt`.
+    /// raises `Corrupt`. Returns the parts and whether the message is a redelivered one (see
+    /// `Message.redelivered`).
     #[pyo3(signature = (timeout = None, zero_copy = false))]
     fn _get_parts<'py>(
         slf: &Bound<'py, Self>,
         timeout: Option<f64>,
         zero_copy: bool,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<(Vec<Bound<'py, PyAny>>, bool)> {
         let py = slf.py();
         let me = slf.get();
         let pins = &me.pins;
@@ -420,6 +432,7 @@ impl Consumer {
             h.settle(pins);
             Ok(())
         })?;
+        let redelivered = taken.hold.redelivered();
         let held = turn.held()?;
         if held.arena.is_none() {
             let a = Arena::attach(&me.mapping).map_err(|f| f.into_py(py))?;
@@ -464,7 +477,7 @@ impl Consumer {
             drop(turn);
             let consumer = slf.clone().unbind();
             let siblings = Arc::new(AtomicUsize::new(parts.len()));
-            return parts
+            let views = parts
                 .iter()
                 .map(|g| {
                     Ok(Bound::new(
@@ -481,7 +494,8 @@ impl Consumer {
                     )?
                     .into_any())
                 })
-                .collect();
+                .collect::<PyResult<Vec<_>>>()?;
+            return Ok((views, redelivered));
         }
         let mut out = Vec::with_capacity(parts.len());
         let mut jobs = Vec::with_capacity(parts.len());
@@ -524,12 +538,14 @@ impl Consumer {
             copy();
         }
         drop(spill);
+        // The hold goes back first: a member that died before this point gets its message
+        // redelivered with the spill still there.
+        turn.held()?.give(taken.hold)?;
         if let Some(name) = &spill_name {
             me.spill_done(name);
         }
-        turn.held()?.give(taken.hold)?;
         truncated_since(faults)?;
-        Ok(out)
+        Ok((out, redelivered))
     }
 
     /// Copies the next message out as `bytes` (waits as `pin` does). A copying read pins
@@ -623,6 +639,12 @@ impl Consumer {
         crate::ring::mode_of(self.class)
     }
 
+    /// The group this consumer is a member of (`Ring.consumer(group=)`), or None.
+    #[getter]
+    fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
     /// How many messages this consumer may keep pinned at once (`Ring.consumer(max_pins=)`).
     #[getter]
     fn max_pins(&self) -> usize {
@@ -653,11 +675,16 @@ impl Consumer {
     }
 
     /// Messages published that this consumer has not taken yet (0 once closed): what
-    /// `close()` would discard. A snapshot; the producer may publish more meanwhile.
+    /// `close()` would discard. For a group member: what no member has taken yet (the
+    /// group's; they stay for the other members). A snapshot; the producer may publish more
+    /// meanwhile.
     #[getter]
     fn pending(&self) -> u64 {
         if self.held.is_closed() {
             return 0;
+        }
+        if let Some(name) = &self.group {
+            return crate::ring::group_state(&self.mapping, name).map_or(0, |(unread, _)| unread);
         }
         let head = producer_info(&*self.mapping).head;
         consumer_info(&*self.mapping, self.index).map_or(0, |c| head.saturating_sub(c.cursor))

@@ -146,6 +146,7 @@ pub(crate) fn os(e: Error) -> Fail {
             ring_core::Error::ProducerExists { .. }
             | ring_core::Error::ConsumerTableFull { .. } => "Busy",
             ring_core::Error::Evicted => "Evicted",
+            ring_core::Error::NoSuchGroup => "NoSuchGroup",
             _ => "Error",
         },
         _ => "Error",

@@ -21,7 +21,7 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::Memory as _;
-use ring_os::{Loan, Mapping, Publisher, SendTimeoutError};
+use ring_os::{Loan, Mapping, ProducerExt as _, Publisher, SendTimeoutError};
 use std::time::Instant;
 
 use crate::errors::{self, exported_fail, Fail};
@@ -116,6 +116,11 @@ pub(crate) struct Producer {
     /// Set once `allocator()` lent the ring's allocator out (then the queue refuses to run).
     /// Relaxed: set and read with the GIL held.
     arena_lent: AtomicBool,
+    /// Set once this producer created a group (`create_group`): the group then keeps what is
+    /// published for its members, so the queue does not wait for a reader to be registered,
+    /// and `close` first hands dead members' messages to the group. Relaxed: set and read
+    /// with the GIL held.
+    grouped: AtomicBool,
 }
 
 /// A contiguous buffer-protocol view of a Python object, released on drop.
@@ -204,6 +209,7 @@ impl Producer {
             mapping: Arc::clone(mapping),
             sent: AtomicU64::new(sent),
             arena_lent: AtomicBool::new(false),
+            grouped: AtomicBool::new(false),
         }
     }
 
@@ -426,6 +432,8 @@ impl Producer {
             .into());
         }
         let slots = self.mapping.geometry().slots() as u64;
+        // Relaxed: see `grouped`.
+        let grouped = self.grouped.load(Ordering::Relaxed);
         let slot_len = plan
             .slot_len
             .max(spill_plan.as_ref().map_or(0, |p| p.slot_len));
@@ -434,7 +442,9 @@ impl Producer {
             // SAFETY: as in `claim`: the loan is kept in `Lent` (or sent, or dropped) before
             // the lease goes back.
             let publisher = unsafe { Lent::publisher_static(lease)? };
-            if publisher.subscribers() == 0 && !publisher.wait_for_subscribers(1, slice) {
+            // A group keeps the message for its members, present or to come.
+            if !grouped && publisher.subscribers() == 0 && !publisher.wait_for_subscribers(1, slice)
+            {
                 return Ok(None);
             }
             // One producer: the loan's sequence number is the next one.
@@ -642,6 +652,24 @@ impl Producer {
         self.lent.is_closed()
     }
 
+    /// Creates the group `name` (competing consumers), or finds it; returns its consumer-table
+    /// index. Consumers that join it (`Ring.consumer(group=name)`, in any process) share one
+    /// cursor: each message published from now on goes to exactly one of them, and the group
+    /// holds the producer back as one gating consumer would, even before its first member
+    /// joins (late members get what no member has taken). Raises `Busy` when the consumer
+    /// table is full.
+    fn create_group(&self, py: Python<'_>, name: &str) -> PyResult<usize> {
+        let mut lease = self.lease(py, None)?;
+        let index = lease
+            .get()?
+            .publisher()?
+            .create_group(name)
+            .map_err(|e| crate::ring::group_err(e, name))?;
+        // Relaxed: see `grouped`.
+        self.grouped.store(true, Ordering::Relaxed);
+        Ok(index)
+    }
+
     /// Ends the stream as finished: consumers drain, then get `Disconnected`. From another
     /// thread, a call waiting in `publish`/`claim`/`wait_*` raises `Closed` within one slice.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
@@ -681,6 +709,12 @@ impl Producer {
     fn end(&self, py: Python<'_>, abort: Option<u16>) -> PyResult<()> {
         if let Some(mut l) = self.lent.close(py, |l| l.publisher().map(drop))? {
             let p = l.publisher()?;
+            // Relaxed: see `grouped`.
+            if self.grouped.load(Ordering::Relaxed) {
+                // A member that died holding messages gives them to the group now, while the
+                // survivors can still take them (nobody reclaims once the producer is gone).
+                let _ = p.inner().reclaim_dead();
+            }
             match abort {
                 None => p.close(),
                 Some(code) => p.abort(code),

@@ -341,9 +341,21 @@ impl Ring {
     /// at once (`Consumer.pin`; a copying read needs one for its duration). `history` (skip
     /// only) starts it up to that many messages back, as far as the ring still holds them (a
     /// latest consumer always starts at the newest message present).
+    ///
+    /// `group="name"` joins the producer's group of that name (`Producer.create_group`) as a
+    /// member instead: members, in any processes, share one cursor, so each message goes to
+    /// exactly one of them; a message a member that died was holding goes to another, with
+    /// `redelivered` set. A member is gating (`mode` must be `"gating"`, `history` 0). Raises
+    /// `NoSuchGroup` until the producer created the group.
     // `max_pins = 4` below is ring-core's default, spelled out for the signature.
-    #[pyo3(signature = (mode = "gating", *, max_pins = 4, history = 0))]
-    fn consumer(&self, mode: &str, max_pins: i64, history: u64) -> PyResult<Consumer> {
+    #[pyo3(signature = (mode = "gating", *, max_pins = 4, history = 0, group = None))]
+    fn consumer(
+        &self,
+        mode: &str,
+        max_pins: i64,
+        history: u64,
+        group: Option<&str>,
+    ) -> PyResult<Consumer> {
         const _: () = assert!(ring_core::DEFAULT_MAX_HOLDS == 4);
         let class = class_of(mode)?;
         let max = usize::try_from(max_pins)
@@ -356,12 +368,32 @@ impl Ring {
                     ring_core::MAX_HOLDS
                 ))
             })?;
-        let mut sub = self.handle()?.subscriber(class).map_err(os_err)?;
-        if history > 0 {
-            sub.rewind(history)
-                .map_err(|e| PyValueError::new_err(format!("history={history}: {e}")))?;
+        let Some(name) = group else {
+            let mut sub = self.handle()?.subscriber(class).map_err(os_err)?;
+            if history > 0 {
+                sub.rewind(history)
+                    .map_err(|e| PyValueError::new_err(format!("history={history}: {e}")))?;
+            }
+            return Consumer::new(sub, class, &self.mapping, max, None);
+        };
+        if class != DeliveryClass::Gating || history > 0 {
+            return Err(PyValueError::new_err(
+                "a group member is gating and starts at the group's cursor: mode must be \
+                 \"gating\" and history 0 with group=",
+            ));
         }
-        Consumer::new(sub, class, &self.mapping, max)
+        let sub = self
+            .handle()?
+            .join_group(name)
+            .map_err(|e| group_err(e, name))?;
+        Consumer::new(sub, class, &self.mapping, max, Some(name.to_owned()))
+    }
+
+    /// `(unread, members)` of group `name`: messages published that no member has taken yet
+    /// (plus those waiting for redelivery), and its members whose process is alive; `None`
+    /// when the ring has no such group. A snapshot.
+    fn _group_state(&self, name: &str) -> Option<(u64, usize)> {
+        group_state(&self.mapping, name)
     }
 
     /// The ring's name.
@@ -455,8 +487,18 @@ impl Ring {
                 EntryState::Corrupt(v) => format!("corrupt({v})"),
             };
             e.set_item("state", state)?;
-            e.set_item("class", c.class.map_or("invalid", mode_of))?;
-            e.set_item("owner", owner(Role::Consumer(i), c.owner)?)?;
+            let class = if c.is_group {
+                "group"
+            } else {
+                c.class.map_or("invalid", mode_of)
+            };
+            e.set_item("class", class)?;
+            // A group's key (FNV-1a of its name) on its record and its members; 0 otherwise.
+            e.set_item("group_key", c.group)?;
+            e.set_item("claims", c.claims)?;
+            // A group's record belongs to the ring, not to a process.
+            let id = if c.is_group { 0 } else { c.owner };
+            e.set_item("owner", owner(Role::Consumer(i), id)?)?;
             e.set_item("cursor", c.cursor)?;
             e.set_item("lag", p.head.saturating_sub(c.cursor))?;
             e.set_item("pins", c.pins)?;
@@ -513,4 +555,37 @@ impl Ring {
             if self.inner.is_none() { ", closed" } else { "" }
         )
     }
+}
+
+/// A group error with the group's name in its message (`NoSuchGroup`), or the usual class.
+pub(crate) fn group_err(e: ring_os::Error, name: &str) -> PyErr {
+    match e {
+        ring_os::Error::Ring(ring_core::Error::NoSuchGroup) => Fail::new(
+            "NoSuchGroup",
+            format!(
+                "no group {name:?} on this ring: its producer creates it \
+                 (Producer.create_group), then consumers join it"
+            ),
+        )
+        .into(),
+        e => os_err(e),
+    }
+}
+
+/// `(unread, live members)` of group `name` in `mapping`'s ring (see `Ring._group_state`).
+pub(crate) fn group_state(mapping: &Mapping, name: &str) -> Option<(u64, usize)> {
+    let key = ring_core::group_key(name);
+    let head = producer_info(mapping).head;
+    let infos: Vec<_> = (0..mapping.geometry().consumers())
+        .filter_map(|i| consumer_info(mapping, i))
+        .filter(|c| c.group == key && c.state == EntryState::Active)
+        .collect();
+    let record = infos.iter().find(|c| c.is_group)?;
+    let unread = head.saturating_sub(record.cursor) + u64::from(record.claims);
+    let seg = mapping.segment();
+    let members = infos
+        .iter()
+        .filter(|c| !c.is_group && seg.probe(Role::Consumer(c.index)) == Liveness::Alive)
+        .count();
+    Some((unread, members))
 }

@@ -23,6 +23,7 @@ from .errors import (
     Aborted, AlreadyExists, Busy, Closed, ConfigMismatch, Corrupt, Disconnected, Displaced,
     Empty, Error, Evicted, Full, InvalidConfig, InvalidName, Lagging, NotFound, NotPinOnly,
     PermissionDenied, Timeout, TooLarge, Truncated, InvalidHandle, TooManyPins, NoSpace,
+    NoSuchGroup,
 )
 from .duplex import Duplex
 from .queue import Receiver, Sender, create_pair

@@ -11,7 +11,7 @@ __all__ = [
     "Error", "Timeout", "Disconnected", "Aborted", "Closed", "Full", "Empty", "TooLarge",
     "Corrupt", "Truncated", "NotFound", "AlreadyExists", "PermissionDenied", "InvalidName",
     "InvalidConfig", "ConfigMismatch", "Busy", "Lagging", "Evicted", "Displaced", "NotPinOnly",
-    "InvalidHandle", "TooManyPins", "NoSpace",
+    "InvalidHandle", "TooManyPins", "NoSpace", "NoSuchGroup",
 ]
 
 
@@ -77,6 +77,11 @@ class PermissionDenied(Error, PermissionError):
 
 class InvalidName(Error, ValueError):
     """A ring name breaks the naming rules (1-200 characters from [A-Za-z0-9._-])."""
+
+
+class NoSuchGroup(Error, LookupError):
+    """No group of that name on the ring (``Ring.consumer(group=...)``): the producer creates
+    groups (``Producer.create_group``), so join after it did."""
 
 
 class InvalidConfig(Error, ValueError):

@@ -28,10 +28,19 @@ unbounded as far as memory goes: up to ``_UNBOUNDED_SLOTS`` unread messages (a r
 many small slots), each of any size.
 
 Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned
-workers. A ``Receiver`` *moves* when pickled: the original stops reading (it leaves the ring)
-and the unpickled copy registers, so the sender never waits for a reader that is gone. The
-sender waits (within ``put``'s timeout) until a receiver is registered before a message goes
-out, so nothing is published to nobody.
+workers. Receivers are *work-sharing*, as py-sharedmemory's: a receiver pickled to N worker
+processes (and the original, if it reads too) hands each message to exactly one of them. They
+are the members of one group of the ring (ring-core's competing consumers): the sender creates
+the group when it first puts, and a receiver joins it when it is unpickled after that, or else
+at its first ``get`` (waiting, within the ``get``'s timeout, for the sender to start). Messages wait in the group for a receiver, so a
+receiver that starts late gets what no receiver has taken yet, and nothing is published to
+nobody. A receiver whose process dies while it holds a message (inside ``get``, or a
+zero-copy message it still views) does not lose it: the sender hands it to another receiver
+when it next waits for room, in ``wait_for_all_ack`` or in ``close``, and that receiver's
+``redelivered`` says so (delivery is at-least-once; only such repeats happen). One exception:
+a spilled message (below) that a receiver got zero-copy and then died holding is gone (its
+segment's name was removed at the get); the receiver it is handed to raises
+``shmring.Corrupt`` for it.
 
 A queue is the segment ``/dev/shm/shmring.q-<pid>-<12 hex>``. Before it creates one,
 ``create_pair`` removes such segments that no process holds any more (their processes were
@@ -51,12 +60,18 @@ import math
 import os
 import pickle
 import threading
+import time
 import uuid
 import warnings
 from typing import Any
 
 from . import errors
 from ._shmring import Ring, _sweep_stale_queues
+
+# The group every receiver of a queue joins (see the module docs).
+_GROUP = "receivers"
+# Consumer-table entries of a queue's ring: the group's record and up to 31 receivers.
+_CONSUMERS = 32
 
 __all__ = ["create_pair", "Sender", "Receiver"]
 
@@ -117,7 +132,7 @@ def create_pair(capacity: int | None = 8, *, max_message: int = _DEFAULT_MAX,
     geometry = _geometry(capacity, max_message)
     while True:
         try:
-            ring = Ring.create(name, consumers=4, pin_only=True, **geometry)
+            ring = Ring.create(name, consumers=_CONSUMERS, pin_only=True, **geometry)
             break
         except errors.NoSpace:
             # A small /dev/shm: a smaller arena (down to none; messages then spill).
@@ -174,7 +189,14 @@ class Sender:
             if self._closed:
                 raise errors.Closed("this sender is closed")
             if self._producer is None:
-                self._producer = self._ring.producer()
+                producer = self._ring.producer()
+                try:
+                    # Before the first message: every message goes to the receivers' group.
+                    producer.create_group(_GROUP)
+                except BaseException:
+                    producer.close()
+                    raise
+                self._producer = producer
             return self._producer
 
     @property
@@ -250,18 +272,45 @@ class Receiver:
 
     def __init__(self, ring: Ring) -> None:
         self._ring = ring
-        self._consumer = ring.consumer("gating")
+        # A member of the queue's group, joined by the first get (see the module docs).
+        self._consumer = None
         self._closed = False
         # Guards the fields above, never held while waiting (see Sender).
         self._lock = threading.Lock()
+        # Per thread: whether the last message its get returned was redelivered.
+        self._last = threading.local()
+        # An unpickled receiver joins at once when the sender has started (so its process
+        # holds the queue: create_pair's sweep leaves it alone); otherwise its first get does.
+        self._ensure(0.0)
 
-    def _ensure(self):
-        with self._lock:
-            if self._closed:
-                raise errors.Closed("this receiver is closed")
-            if self._consumer is None:
-                self._consumer = self._ring.consumer("gating")
-            return self._consumer
+    def _ensure(self, wait: float | None):
+        """This receiver's membership of the queue's group, joining it if need be: waits up
+        to ``wait`` seconds (``None``: for ever) for the sender to create the group; ``None``
+        when it did not."""
+        end = None if wait is None else time.monotonic() + wait
+        pause = 0.001
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise errors.Closed("this receiver is closed")
+                if self._consumer is not None:
+                    return self._consumer
+                try:
+                    self._consumer = self._ring.consumer("gating", group=_GROUP)
+                    return self._consumer
+                except errors.NoSuchGroup:
+                    pass  # the sender has not put anything yet
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            time.sleep(pause if left is None else min(pause, left))
+            pause = min(2 * pause, 0.02)
+
+    @property
+    def redelivered(self) -> bool:
+        """Whether the last object ``get`` returned in this thread was handed out before, to
+        a receiver whose process died holding it (see the module docs)."""
+        return getattr(self._last, "redelivered", False)
 
     @property
     def closed(self) -> bool:
@@ -278,9 +327,14 @@ class Receiver:
         ``zero_copy=True``: buffers view the segment (see the module docs); a ``bytes`` or
         ``bytearray`` payload then comes back as a read-only ``memoryview``."""
         wait = _wait(block, timeout)
-        consumer = self._ensure()
+        end = None if wait is None else time.monotonic() + wait
+        consumer = self._ensure(wait)
+        if consumer is None:
+            raise errors.Empty("nothing came within the timeout")
+        if end is not None:
+            wait = max(0.0, end - time.monotonic())
         try:
-            parts = consumer._get_parts(wait, zero_copy)
+            parts, self._last.redelivered = consumer._get_parts(wait, zero_copy)
         except errors.Timeout:
             raise errors.Empty("nothing came within the timeout") from None
         head = parts[0]
@@ -296,9 +350,10 @@ class Receiver:
         return self.get(block=False)
 
     def close(self) -> None:
-        """Leaves the queue, discarding what this end has not read (with a
-        ``RuntimeWarning`` saying how many messages that was). From another thread, a ``get``
-        waiting meanwhile raises ``shmring.Closed`` within one slice. Idempotent."""
+        """Leaves the queue. Unread messages stay for the other receivers (and those still
+        to come); the last receiver to leave warns (``RuntimeWarning``) how many it leaves
+        unread. From another thread, a ``get`` waiting meanwhile raises ``shmring.Closed``
+        within one slice. Idempotent."""
         self._close(stacklevel=3)
 
     def _close(self, stacklevel: int) -> None:
@@ -308,15 +363,19 @@ class Receiver:
             self._closed = True
             consumer, ring = self._consumer, self._ring
             self._consumer = self._ring = None
-        if consumer is None:
+        if ring is None:
             return
-        try:
-            unread = consumer.pending
-            consumer.close()
-        except BaseException:
-            with self._lock:  # still open: a zero-copy view is alive (BufferError)
-                self._closed, self._consumer, self._ring = False, consumer, ring
-            raise
+        if consumer is not None:
+            try:
+                consumer.close()
+            except BaseException:
+                with self._lock:  # still open: a zero-copy view is alive (BufferError)
+                    self._closed, self._consumer, self._ring = False, consumer, ring
+                raise
+        # Unread messages stay in the group; the last receiver out says how many.
+        unread, members = ring._group_state(_GROUP) or (0, 0)
+        if members:
+            unread = 0
         if unread:
             warnings.warn(f"shmring.Receiver.close() discarded {unread} unread message(s)",
                           RuntimeWarning, stacklevel=stacklevel)
@@ -331,12 +390,8 @@ class Receiver:
         with self._lock:
             if self._closed:
                 raise errors.Closed("a closed receiver cannot be pickled")
-            # Moving: this end stops reading so the sender does not wait for it.
-            consumer, self._consumer = self._consumer, None
-            name = self._ring.name
-        if consumer is not None:
-            consumer.close()
-        return (_attach_receiver, (name,))
+            # The copy is one more member of the group; this end keeps reading if it reads.
+            return (_attach_receiver, (self._ring.name,))
 
 
 def _attach_sender(name: str) -> Sender:

@@ -32,6 +32,8 @@ pub(crate) struct Message {
     pub(super) missed: u64,
     pub(super) len: usize,
     pub(super) meta: [u64; 2],
+    /// Handed out before, to a group member that died holding it.
+    pub(super) redelivered: bool,
 }
 
 impl Message {
@@ -70,6 +72,13 @@ impl Message {
     #[getter]
     fn missed(&self) -> u64 {
         self.missed
+    }
+
+    /// Whether a group member that died holding this message had it before (delivery in a
+    /// group is at-least-once, and a repeat says so); always False outside groups.
+    #[getter]
+    fn redelivered(&self) -> bool {
+        self.redelivered
     }
 
     /// The two metadata words.

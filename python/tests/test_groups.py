@@ -1,0 +1,206 @@
+"""Groups of competing consumers across processes: the queue's work-sharing receivers (one
+receiver pickled to spawned workers hands each message to exactly one of them, and a worker
+killed holding a message does not lose it) and the ring-level API (``Producer.create_group``,
+``Ring.consumer(group=)``, ``Message.redelivered``, ``NoSuchGroup``)."""
+
+import os
+import queue
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import shmring
+import group_workers
+
+
+def _started(spawn, target, args, ready):
+    """Starts ``target(*args)`` in a spawned process and waits until it set ``ready``."""
+    p = spawn.Process(target=target, args=args)
+    p.start()
+    assert ready.wait(60), "a worker did not start"
+    return p
+
+
+def _stop(procs):
+    for p in procs:
+        p.join(30)
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def test_one_receiver_pickled_to_three_workers_shares_3000_messages_exactly_once(spawn, name):
+    sender, receiver = shmring.create_pair(8, max_message=1024, name=name)
+    out = spawn.Queue()
+    sender.put(0, timeout=30)  # the group exists before the workers start: they join at once
+    readies = [spawn.Event() for _ in range(3)]
+    workers = [_started(spawn, group_workers.take_until_none, (receiver, e, out), e)
+               for e in readies]
+    try:
+        for i in range(1, 3000):
+            sender.put(i, timeout=30)
+        for _ in workers:
+            sender.put(None, timeout=30)  # one stop per worker: each stops at its first
+        got = [out.get(timeout=60) for _ in workers]
+        assert sender.wait_for_all_ack(timeout=30)
+    finally:
+        _stop(workers)
+        sender.close()
+        receiver.close()
+    assert all(p.exitcode == 0 for p in workers)
+    assert all(got), f"a worker took nothing: {[len(g) for g in got]}"
+    values = sorted(v for g in got for v, _ in g)
+    assert values == list(range(3000)), "each message to exactly one worker"
+    assert not any(again for g in got for _, again in g), "nothing was redelivered"
+
+
+def test_a_worker_killed_holding_a_message_loses_nothing(spawn, name):
+    n, k = 3000, 1000
+    sender, receiver = shmring.create_pair(8, max_message=1024, name=name)
+    out, held_q = spawn.Queue(), spawn.Queue()
+    sender.put(np.full(4, 0), timeout=30)
+    ready = [spawn.Event() for _ in range(3)]
+    victim = _started(spawn, group_workers.hold_from, (receiver, ready[0], k, held_q), ready[0])
+    survivors = [_started(spawn, group_workers.take_until_none, (receiver, e, out), e)
+                 for e in ready[1:]]
+    victim_got, held = None, None
+    try:
+        deadline = time.monotonic() + 120
+
+        def kill_when_held(block):
+            nonlocal victim_got, held
+            if held is not None:
+                return
+            try:
+                victim_got, held = held_q.get(timeout=60 if block else 0)
+            except queue.Empty:
+                assert not block, "the victim never got a message to hold"
+                return
+            assert held is not None, "the victim reached the end without holding a message"
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.join(30)
+
+        for i in range(1, n):
+            while True:
+                kill_when_held(block=False)
+                try:
+                    # Short waits: the ring fills while the victim holds its message, until
+                    # it is killed and the sender's wait hands the message to the group.
+                    sender.put(np.full(4, i), timeout=0.05)
+                    break
+                except shmring.Full:
+                    assert time.monotonic() < deadline, f"put {i} never went through"
+        kill_when_held(block=True)
+        assert sender.wait_for_all_ack(timeout=60)
+        for _ in survivors:
+            sender.put(None, timeout=30)
+        got = [out.get(timeout=60) for _ in survivors]
+    finally:
+        if victim.is_alive():
+            victim.kill()
+        _stop([victim, *survivors])
+        sender.close()
+        receiver.close()
+    assert victim.exitcode == -signal.SIGKILL
+    assert all(p.exitcode == 0 for p in survivors)
+    delivered = [(v, False) for v in victim_got] + [d for g in got for d in g]
+    assert (held, True) in delivered, f"message {held}, held by the killed worker, " \
+        "was not redelivered (flagged)"
+    first = [v for v, again in delivered if not again]
+    assert len(first) == len(set(first)), "a message came twice without the flag"
+    assert {v for v, again in delivered if again} == {held}, "only the held message repeats"
+    assert sorted({v for v, _ in delivered}) == list(range(n)), "every message at least once"
+
+
+def test_late_workers_get_what_is_unread(spawn, name):
+    sender, receiver = shmring.create_pair(None, name=name)
+    for i in range(20):
+        sender.put(i, timeout=30)
+    sender.put(None, timeout=30)
+    out, ready = spawn.Queue(), spawn.Event()
+    worker = _started(spawn, group_workers.take_until_none, (receiver, ready, out), ready)
+    try:
+        assert out.get(timeout=60) == [(i, False) for i in range(20)]
+    finally:
+        _stop([worker])
+        sender.close()
+        receiver.close()
+
+
+def test_the_original_receiver_shares_with_its_pickled_copies(name):
+    import pickle
+
+    sender, receiver = shmring.create_pair(4, max_message=1024, name=name)
+    with sender, receiver:
+        copy = pickle.loads(pickle.dumps(receiver))  # one more member, in this process
+        got = []
+        for i in range(6):
+            sender.put(i, timeout=5)
+            got.append((receiver if i % 2 else copy).get(timeout=5))
+        assert got == list(range(6))
+        with pytest.raises(shmring.Empty):
+            receiver.get(timeout=0.05)
+        with pytest.raises(shmring.Empty):
+            copy.get_nowait()
+        copy.close()
+
+
+def test_two_ring_members_in_two_processes_take_each_message_once(spawn, name):
+    ring = shmring.Ring.create(name, slots=8, slot_size=64, consumers=4)
+    with ring:
+        producer = ring.producer()
+        index = producer.create_group("workers")
+        assert producer.create_group("workers") == index  # idempotent
+        out = spawn.Queue()
+        ready = [spawn.Event() for _ in range(2)]
+        members = [_started(spawn, group_workers.ring_member, (name, "workers", e, out), e)
+                   for e in ready]
+        try:
+            for i in range(2000):
+                producer.publish(i.to_bytes(4, "little"), timeout=30)
+            producer.close()
+            got = [out.get(timeout=60) for _ in members]
+        finally:
+            _stop(members)
+        assert all(p.exitcode == 0 for p in members)
+        assert all(got), f"a member took nothing: {[len(g) for g in got]}"
+        assert sorted(v for g in got for v, _ in g) == list(range(2000))
+        assert not any(again for g in got for _, again in g)
+        info = {e["index"]: e for e in ring.inspect()["consumers"]}
+        assert info[index]["class"] == "group"
+
+
+def test_joining_a_group_the_producer_never_created_raises_no_such_group(name):
+    ring = shmring.Ring.create(name, slots=4, slot_size=64, consumers=4)
+    with ring:
+        with pytest.raises(shmring.NoSuchGroup, match='"nope"') as e:
+            ring.consumer(group="nope")
+        assert isinstance(e.value, LookupError) and isinstance(e.value, shmring.Error)
+        producer = ring.producer()
+        producer.create_group("g")
+        with pytest.raises(ValueError, match="gating"):
+            ring.consumer("latest", group="g")
+        with pytest.raises(ValueError, match="history"):
+            ring.consumer(group="g", history=2)
+        member = ring.consumer(group="g")
+        assert member.group == "g" and member.mode == "gating"
+        assert ring.consumer().group is None
+        producer.publish(b"x")
+        assert member.pending == 1
+        with member.pin(timeout=5) as msg:
+            assert bytes(msg.tobytes()) == b"x" and not msg.redelivered
+        assert member.pending == 0
+        producer.close()
+
+
+def test_a_full_consumer_table_refuses_a_group_with_busy(name):
+    ring = shmring.Ring.create(name, slots=4, slot_size=64, consumers=1)
+    with ring:
+        keep = ring.consumer()
+        producer = ring.producer()
+        with pytest.raises(shmring.Busy):
+            producer.create_group("g")
+        keep.close()
+        producer.close()

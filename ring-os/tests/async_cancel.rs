@@ -72,7 +72,10 @@ fn every_poll_dropped(how: Read) {
             let mut sum = 0;
             for i in 0..N {
                 let m = message(i);
-                publisher.send(&m).unwrap();
+                // Bounded: a failing reader must fail the test, not hang it.
+                if publisher.send_timeout(&m, Duration::from_secs(10)).is_err() {
+                    return 0;
+                }
                 sum = fold(sum, &m);
                 if i % 64 == 0 {
                     std::thread::sleep(Duration::from_micros(200)); // let the reader park
@@ -160,8 +163,15 @@ fn send_async_dropped_at_every_poll_sends_each_message_once() {
         let reader = s.spawn(|| {
             let mut sum = 0;
             let mut n = 0;
-            for m in subscriber.iter() {
-                let m = m.unwrap();
+            let mut buf = [0u8; 256];
+            // Bounded: a failing writer must fail the test, not hang it.
+            while let Ok(c) = subscriber.recv_timeout(&mut buf, Duration::from_secs(10)) {
+                let m = Message {
+                    seq: c.seq,
+                    missed: c.missed,
+                    meta: c.meta,
+                    data: buf[..c.len].to_vec(),
+                };
                 assert_eq!(m.data, message(n));
                 sum = fold(sum, &m.data);
                 n += 1;
@@ -193,6 +203,54 @@ fn send_async_dropped_at_every_poll_sends_each_message_once() {
         ((N, sum), reader.join().unwrap())
     });
     assert_eq!(sent, received);
+}
+
+#[test]
+fn a_send_async_is_woken_by_the_read_that_makes_room() {
+    let ring = Ring::memfd().slots(1).slot_size(64).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let start = Instant::now();
+    let task = rt.spawn(async move {
+        let mut sent = Vec::new();
+        for i in 0..10u8 {
+            // The one slot holds the last message until the reader takes it: each send waits.
+            publisher.send_async(&[i]).await.unwrap();
+            sent.push(start.elapsed());
+        }
+        publisher.close();
+        sent
+    });
+    let mut read = Vec::new();
+    let mut buf = [0u8; 8];
+    for i in 0..10u8 {
+        std::thread::sleep(Duration::from_millis(5));
+        read.push(start.elapsed());
+        let m = subscriber
+            .recv_timeout(&mut buf, Duration::from_secs(10))
+            .unwrap();
+        assert_eq!(&buf[..m.len], &[i]);
+    }
+    let sent = rt.block_on(task).unwrap();
+    // The send of message i+1 waited for the read of message i: woken by that read's bump of
+    // the drain word, not by the liveness deadline (20 ms).
+    let mut lat: Vec<Duration> = sent[1..]
+        .iter()
+        .zip(&read)
+        .map(|(s, r)| s.saturating_sub(*r))
+        .collect();
+    lat.sort_unstable();
+    assert!(
+        lat[4] < Duration::from_millis(5),
+        "median wake-up {:?}",
+        lat[4]
+    );
+    assert_eq!(accounting(&ring).1, 0);
 }
 
 #[test]
@@ -247,23 +305,38 @@ fn a_tokio_task_is_woken_by_a_publish_from_another_thread() {
         .enable_all()
         .build()
         .unwrap();
+    let start = Instant::now();
     let task = rt.spawn(async move {
         use futures_core::Stream;
         let mut stream = pin!(subscriber.stream());
         let mut got = Vec::new();
         while let Some(m) = core::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await {
-            got.push(m.unwrap().data[0]);
+            got.push((m.unwrap().data[0], start.elapsed()));
         }
         got
     });
-    for i in 0..5u8 {
+    let mut sent = Vec::new();
+    for i in 0..9u8 {
         // Each publish finds the task parked (no spinning in the futures): a wake-up each.
         std::thread::sleep(Duration::from_millis(5));
+        sent.push(start.elapsed());
         publisher.send(&[i]).unwrap();
     }
     publisher.close();
     let got = rt.block_on(task).unwrap();
-    assert_eq!(got, [0, 1, 2, 3, 4]);
+    assert_eq!(
+        got.iter().map(|g| g.0).collect::<Vec<_>>(),
+        (0..9).collect::<Vec<_>>()
+    );
+    // Woken by the publish itself, not by the liveness deadline (20 ms after the wait began,
+    // some 15 ms after the publish): a lost wake-up shows as a slow median.
+    let mut lat: Vec<Duration> = got.iter().zip(&sent).map(|(g, s)| g.1 - *s).collect();
+    lat.sort_unstable();
+    assert!(
+        lat[4] < Duration::from_millis(5),
+        "median wake-up {:?}",
+        lat[4]
+    );
     assert_eq!(accounting(&ring).0, 0);
 }
 

@@ -2,6 +2,7 @@
 //! abort with a code, and a publisher whose process was killed.
 #![cfg(all(feature = "async", unix))]
 
+use core::sync::atomic::{AtomicUsize, Ordering};
 use core::time::Duration;
 use std::process::{Command, Stdio};
 use std::time::Instant;
@@ -34,34 +35,54 @@ fn all_fail_alike(
         .enable_all()
         .build()
         .unwrap();
+    let firsts = std::sync::Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = subscribers
         .into_iter()
         .map(|mut s| {
+            let firsts = std::sync::Arc::clone(&firsts);
             rt.spawn(async move {
                 let mut buf = [0u8; 64];
                 let got = s.recv_async(&mut buf).await.unwrap();
                 assert_eq!(&buf[..got.len], b"first");
+                // Relaxed: a count the test polls, nothing else is published through it.
+                firsts.fetch_add(1, Ordering::Relaxed);
                 s.recv_async(&mut buf).await.unwrap_err()
             })
         })
         .collect();
     first();
-    let blocked = std::thread::spawn(move || {
+    let (tx, blocked) = std::sync::mpsc::channel();
+    let blocking_firsts = std::sync::Arc::clone(&firsts);
+    std::thread::spawn(move || {
         let mut buf = [0u8; 64];
         blocking.recv(&mut buf).unwrap();
-        blocking.recv(&mut buf).unwrap_err()
+        // Relaxed: as above.
+        blocking_firsts.fetch_add(1, Ordering::Relaxed);
+        let _ = tx.send(blocking.recv(&mut buf).unwrap_err());
     });
-    // Every task read "first" and waits again.
+    // Every reader read "first", and every task waits again (its first wait may still be
+    // counted a moment after it was woken: wait for the "first"s before counting waits).
     let deadline = Instant::now() + Duration::from_secs(20);
-    while ring_os::asyncio::pending_waits() < n {
+    while firsts.load(Ordering::Relaxed) < n + 1 || ring_os::asyncio::pending_waits() < n {
         assert!(Instant::now() < deadline, "the futures never all waited");
         std::thread::sleep(Duration::from_millis(2));
     }
     let t = Instant::now();
     end();
-    let errors: Vec<RecvError> = tasks.into_iter().map(|t| rt.block_on(t).unwrap()).collect();
+    let bound = Duration::from_secs(10);
+    let errors: Vec<RecvError> = tasks
+        .into_iter()
+        .map(|task| {
+            rt.block_on(async { tokio::time::timeout(bound, task).await })
+                .expect("a waiting future never saw the end")
+                .unwrap()
+        })
+        .collect();
     eprintln!("{n} futures ended {:?} after the end", t.elapsed());
-    (errors, blocked.join().unwrap())
+    let blocking = blocked
+        .recv_timeout(bound)
+        .expect("the blocking recv never saw the end");
+    (errors, blocking)
 }
 
 #[test]
@@ -112,25 +133,28 @@ fn a_killed_publisher_reaches_every_waiting_future_as_disconnected() {
         .consumers(16)
         .create()
         .unwrap();
+    /// Kills the child also when the test fails before it does.
+    struct Child(std::process::Child);
+    impl Drop for Child {
+        fn drop(&mut self) {
+            let _ = self.0.kill(); // SIGKILL: no destructor runs, the ring is not closed
+            let _ = self.0.wait();
+        }
+    }
     let child = core::cell::RefCell::new(None);
     let (errors, blocking) = all_fail_alike(
         &ring,
         || {
-            *child.borrow_mut() = Some(
+            *child.borrow_mut() = Some(Child(
                 Command::new(std::env::current_exe().unwrap())
                     .args(["--exact", "child_publisher", "--nocapture"])
                     .env(CHILD, &name)
                     .stdout(Stdio::null())
                     .spawn()
                     .unwrap(),
-            );
+            ));
         },
-        || {
-            let mut c = child.borrow_mut();
-            let c = c.as_mut().unwrap();
-            c.kill().unwrap(); // SIGKILL: no destructor runs, the ring is not closed
-            c.wait().unwrap();
-        },
+        || drop(child.borrow_mut().take()),
     );
     assert_eq!(blocking, RecvError::Disconnected, "the blocking recv");
     assert!(

@@ -54,6 +54,19 @@ def test_the_sender_removes_an_unread_spill_when_its_slot_comes_round():
     receiver.close()
 
 
+def test_closing_both_ends_removes_unread_spilled_messages():
+    sender, receiver = shmring.create_pair(2)
+    sender.put(np.zeros(80_000_000, np.uint8), timeout=5)
+    sender.put(np.zeros(90_000_000, np.uint8), timeout=5)
+    left = spills_of(sender)
+    assert len(left) == 2
+    sender.close()
+    assert all(os.path.exists(p) for p in left)  # the receiver may still drain them
+    with pytest.warns(RuntimeWarning, match="discarded 2"):
+        receiver.close()
+    assert not any(os.path.exists(p) for p in left)
+
+
 @pytest.mark.parametrize("capacity", [None, 0])
 def test_capacity_none_or_zero_is_unbounded(capacity):
     sender, receiver = shmring.create_pair(capacity)

@@ -14,6 +14,7 @@ else:  # the package supports 3.11; type checkers know typing_extensions without
 __all__ = [
     "Ring", "Producer", "Claim", "Consumer", "Message", "Part", "Allocator", "Allocations",
     "Block", "RecvBuffer", "SLICE_SECONDS", "_interpreter_exiting", "_sweep_stale_queues",
+    "_remove_idle_spills",
 ]
 
 SLICE_SECONDS: float
@@ -26,7 +27,13 @@ def _sweep_stale_queues(budget: float = 1.0) -> tuple[list[str], str | None]:
     """Removes ``/dev/shm`` segments named as ``create_pair`` names queues (``q-<pid>-<12
     hex>``) that no process holds (no role lock held, ring-os's ``stale`` rule), for about
     ``budget`` seconds; returns the names removed and why ``/dev/shm`` could not be listed
-    (``None`` when it could). Never raises for a segment it cannot remove."""
+    (``None`` when it could). Never raises for a segment it cannot remove. Also removes
+    spill segments (``<queue>.s<seq>-<16 hex>``) whose queue is gone or was just removed and
+    that no process holds."""
+
+def _remove_idle_spills(name: str) -> list[str]:
+    """Removes the spill segments of the queue ``name`` once no producer or consumer is alive
+    in it (the last endpoint out calls it); returns the names removed."""
 
 # Every ``timeout`` below: seconds >= 0; ``None`` or ``float("inf")`` waits as long as it
 # takes; NaN or a negative number is a ``ValueError``. Producers and consumers may be used from

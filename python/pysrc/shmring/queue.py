@@ -66,7 +66,7 @@ import warnings
 from typing import Any
 
 from . import errors
-from ._shmring import Ring, _sweep_stale_queues
+from ._shmring import Ring, _remove_idle_spills, _sweep_stale_queues
 
 # The group every receiver of a queue joins (see the module docs).
 _GROUP = "receivers"
@@ -248,9 +248,13 @@ class Sender:
             if self._closed:
                 return
             self._closed = True
-            producer, self._producer, self._ring = self._producer, None, None
+            producer, ring = self._producer, self._ring
+            self._producer = self._ring = None
         if producer is not None:
             producer.close()
+        state = ring._group_state(_GROUP)
+        if state is None or state[0] == 0:  # else the receivers may still drain them
+            _remove_idle_spills(ring.name)  # the last one out removes unread spilled messages
 
     def __enter__(self) -> Sender:
         return self
@@ -376,6 +380,7 @@ class Receiver:
         unread, members = ring._group_state(_GROUP) or (0, 0)
         if members:
             unread = 0
+        _remove_idle_spills(ring.name)  # the last one out removes unread spilled messages
         if unread:
             warnings.warn(f"shmring.Receiver.close() discarded {unread} unread message(s)",
                           RuntimeWarning, stacklevel=stacklevel)

@@ -141,12 +141,17 @@ pub fn list() -> Result<Vec<SegmentInfo>, Error> {
     list_in(Path::new(SHM_DIR))
 }
 
-/// Removes our segments in `/dev/shm` that no process holds; see [`CleanReport`].
+/// Removes our segments in `/dev/shm` that no process holds; see [`CleanReport`]. With the
+/// portable backend it first sweeps the lock directory (`lock::sweep`).
 ///
 /// # Errors
 ///
 /// As [`list`]: [`Error::Io`] when `/dev/shm` cannot be read, and on every system but Linux.
 pub fn clean() -> Result<CleanReport, Error> {
+    // The portable backend's lock files of segments whose last participant was killed (each
+    // removed only with its gate held, so never a live role's; best effort).
+    #[cfg(ring_portable)]
+    let _ = lock::sweep();
     Ok(clean_listed(Path::new(SHM_DIR), list()?))
 }
 

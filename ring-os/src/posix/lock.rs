@@ -315,6 +315,44 @@ pub fn probe(roles: &Roles, role: Role) -> Liveness {
     Liveness::Alive
 }
 
+/// Removes the lock files in `dir` of every segment nobody holds a role of (their last holder
+/// was killed before it could tidy up); returns how many segments' files were removed. Each is
+/// removed under its gate held exclusive, as a cleaner does, so a held role is never touched.
+///
+/// # Errors
+///
+/// The error reading `dir`.
+pub fn sweep_in(dir: &Path) -> std::io::Result<usize> {
+    let mut keys = std::collections::BTreeSet::new();
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let bytes = name.as_encoded_bytes();
+        if let Some(dot) = bytes.iter().rposition(|&b| b == b'.') {
+            let (key, suffix) = (&bytes[..dot], &bytes[dot + 1..]);
+            if !key.is_empty() && (suffix == b"gate" || is_role_suffix(suffix)) {
+                keys.insert(String::from_utf8_lossy(key).into_owned());
+            }
+        }
+    }
+    let mut swept = 0;
+    for key in keys {
+        if let Ok(Some(all)) = AllRoles::try_acquire(&Roles::in_dir(dir, &key)) {
+            drop(all);
+            swept += 1;
+        }
+    }
+    Ok(swept)
+}
+
+/// [`sweep_in`] the lock directory ([`lock_dir`]).
+///
+/// # Errors
+///
+/// The error making or reading the lock directory.
+pub fn sweep() -> std::io::Result<usize> {
+    sweep_in(lock_dir()?)
+}
+
 /// Whether any role of the segment is held (its gate cannot be taken exclusive).
 #[must_use]
 pub fn probe_any(roles: &Roles) -> Liveness {

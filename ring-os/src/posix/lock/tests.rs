@@ -165,6 +165,27 @@ fn tidying_up_a_segment_leaves_a_dotted_neighbour_alone() {
 }
 
 #[test]
+fn a_sweep_removes_the_files_of_dead_holders_only() {
+    let dir = scratch("sweep");
+    let live = Roles::in_dir(&dir, "i.1.7");
+    let held = RoleLock::try_acquire(&live, Role::Consumer(2))
+        .unwrap()
+        .unwrap();
+    // What a holder killed before its tidy-up leaves: files nobody has locked (the kernel closed
+    // its descriptors), here a gate-less remnant too; and a file that is not a lock file.
+    for orphan in ["n.cam.gate", "n.cam.producer", "n.cam.c3", "n.old.creator"] {
+        std::fs::write(dir.join(orphan), b"").unwrap();
+    }
+    std::fs::write(dir.join("unrelated.txt"), b"x").unwrap();
+    assert_eq!(sweep_in(&dir).unwrap(), 2);
+    assert_eq!(files_in(&dir), ["i.1.7.c2", "i.1.7.gate", "unrelated.txt"]);
+    assert_eq!(probe(&live, Role::Consumer(2)), Liveness::Alive);
+    drop(held);
+    assert_eq!(files_in(&dir), ["unrelated.txt"]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
 fn a_lock_on_a_removed_file_is_not_the_role() {
     let dir = scratch("removed");
     let roles = Roles::in_dir(&dir, "ring");

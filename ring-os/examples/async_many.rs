@@ -28,7 +28,7 @@ fn message(ring: usize, seq: u64) -> [u8; 16] {
     m
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
+fn main() -> Result<(), Box<dyn core::error::Error>> {
     let rings: Vec<Ring> = (0..RINGS)
         .map(|_| Ring::memfd().slots(8).slot_size(64).create())
         .collect::<Result<_, _>>()?;

@@ -46,6 +46,16 @@ fn a_hundred_waiting_subscribers_use_at_most_two_extra_threads() {
             assert!(Instant::now() < end, "the subscribers never all waited");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        // Five liveness periods with nothing published: the reactor checks the publishers
+        // itself, so no subscriber is woken (a wake-up per subscriber and period otherwise).
+        let woken = ring_os::asyncio::wakeups();
+        std::thread::sleep(5 * ring_os::LIVENESS_PERIOD);
+        assert_eq!(
+            ring_os::asyncio::wakeups() - woken,
+            0,
+            "idle subscribers were woken"
+        );
+        assert_eq!(ring_os::asyncio::pending_waits(), RINGS);
         let waiting = threads();
         eprintln!(
             "threads: {before} before, {waiting} with {RINGS} waits pending (futex_waitv: {})",

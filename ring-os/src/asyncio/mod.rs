@@ -39,11 +39,13 @@
 //!   platforms, or with `SHMRING_ASYNC_POLL=1`, it polls the words instead (50 µs doubling to
 //!   1 ms), on the same one thread.
 //! - Peers' liveness: every entry also has a deadline one
-//!   [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD) away. A subscriber woken by it with nothing to
-//!   read asks the kernel whether the publisher's role lock is held (a dead publisher is
-//!   [`RecvError::Disconnected`](crate::RecvError::Disconnected), as for the blocking `recv`); a
-//!   publisher reclaims dead subscribers that hold it back, as the blocking `send` does. Both
-//!   check whether the segment was truncated.
+//!   [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD) away. For a subscriber's entry the reactor
+//!   then asks the kernel whether the publisher's role lock is held (once per ring, however
+//!   many subscribers wait on it) and checks the segment's length, and wakes the future only
+//!   when one of them reports an ending (a dead publisher is
+//!   [`RecvError::Disconnected`](crate::RecvError::Disconnected), as for the blocking `recv`), so
+//!   idle subscribers cost no wake-ups. A publisher's future is woken at each deadline and
+//!   reclaims dead subscribers that hold it back, as the blocking `send` does.
 //!
 //! # Examples
 //!
@@ -102,6 +104,13 @@ use crate::{Publisher, Subscriber};
 #[must_use]
 pub fn pending_waits() -> usize {
     reactor::reactor().waiting()
+}
+
+/// Wake-ups the process's reactor delivered so far (a watched word changed, or a deadline
+/// passed with an ending to report), for tests and diagnostics.
+#[must_use]
+pub fn wakeups() -> u64 {
+    reactor::reactor().woken()
 }
 
 /// Whether the process's reactor sleeps in `futex_waitv` (`true`) or polls (`false`: an older

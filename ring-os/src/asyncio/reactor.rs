@@ -4,7 +4,10 @@
 //! A future registers `(word, expected, waker, deadline)` after the participant's own
 //! handshake (see `wait.rs`) and returns `Pending`; the helper wakes it when the word no longer
 //! holds `expected`, or at the deadline (the liveness period, when the future re-checks its
-//! peers as the blocking calls do between wait slices).
+//! peers as the blocking calls do between wait slices). A subscriber's entry also names its
+//! ring: at the deadline the helper asks the kernel itself whether the ring's publisher is alive
+//! (one probe per ring, however many subscribers wait on it) and wakes the future only when
+//! the publisher is gone or the segment was cut, so idle subscribers cost no wake-ups.
 //!
 //! Two backends, chosen once per process:
 //! - **`futex_waitv`** (Linux >= 5.16): the helper sleeps in one system call on up to 128
@@ -28,6 +31,11 @@ use core::time::Duration;
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
+
+use crate::blocking::LIVENESS_PERIOD;
+use crate::lock::{Liveness, Role};
+use crate::sigbus::memory_truncated;
+use crate::Mapping;
 
 /// Words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
 const WAITV_MAX: usize = 128;
@@ -54,6 +62,8 @@ struct Entry {
     expected: u32,
     waker: Waker,
     deadline: Instant,
+    /// The ring whose publisher the waiter needs alive: checked here at the deadline.
+    watch: Option<Arc<Mapping>>,
     /// Keeps the memory of `word` mapped for as long as the entry is registered (held, never
     /// read).
     _keep: Arc<dyn Send + Sync>,
@@ -68,6 +78,19 @@ impl Entry {
         // consumer's C11), as the blocking wait's load does.
         word.load(Ordering::Acquire)
     }
+}
+
+/// Whether a subscriber waiting on `ring` must be woken to report an ending the ring's words do
+/// not show: its publisher's process died (a free role lock), or the segment was truncated.
+fn publisher_gone(ring: &Mapping) -> bool {
+    use ring_core::Memory as _;
+    // Relaxed: an identity to check, as `Consumer::producer_owner`.
+    let owner = ring
+        .producer_line()
+        .owner
+        .load(ring_core::sync::Ordering::Relaxed);
+    memory_truncated(ring, true)
+        || (owner != 0 && crate::roles::liveness(ring, Role::Producer) == Liveness::Dead)
 }
 
 /// Which way the helper sleeps.
@@ -86,7 +109,7 @@ struct State {
     /// kick it. Set and cleared under the lock.
     idle: bool,
     backend: Backend,
-    /// Wake-ups delivered (word changed or deadline), for tests.
+    /// Wake-ups delivered (word changed or deadline).
     woken: u64,
 }
 
@@ -158,6 +181,7 @@ impl Reactor {
         expected: u32,
         waker: Waker,
         deadline: Instant,
+        watch: Option<Arc<Mapping>>,
         keep: Arc<dyn Send + Sync>,
     ) -> Token {
         let mut st = self.lock();
@@ -170,6 +194,7 @@ impl Reactor {
                 expected,
                 waker,
                 deadline,
+                watch,
                 _keep: keep,
             },
         );
@@ -202,7 +227,6 @@ impl Reactor {
     }
 
     /// Wake-ups delivered so far.
-    #[cfg(test)]
     pub(crate) fn woken(&self) -> u64 {
         self.lock().woken
     }
@@ -220,14 +244,22 @@ impl Reactor {
             let mut st = self.lock();
             let now = Instant::now();
             st.idle = false;
-            // Wake every entry whose word changed or whose deadline passed.
+            // Wake every entry whose word changed or whose deadline passed (for a watched ring:
+            // whose publisher is gone; one probe per ring per scan).
+            let mut gone: HashMap<usize, bool> = HashMap::new();
             st.entries.retain(|_, e| {
-                if e.load() != e.expected || now >= e.deadline {
+                let woken = e.load() != e.expected
+                    || (now >= e.deadline
+                        && e.watch.as_ref().is_none_or(|m| {
+                            let key = Arc::as_ptr(m) as usize;
+                            *gone.entry(key).or_insert_with(|| publisher_gone(m))
+                        }));
+                if woken {
                     wakers.push(e.waker.clone());
-                    false
-                } else {
-                    true
+                } else if now >= e.deadline {
+                    e.deadline = now + LIVENESS_PERIOD;
                 }
+                !woken
             });
             st.woken += wakers.len() as u64;
             let next = st.entries.values().map(|e| e.deadline).min();
@@ -391,7 +423,7 @@ mod tests {
             .map(|i| {
                 let keep: Arc<dyn Send + Sync> = words[i].clone();
                 // SAFETY: the word lives inside `keep`.
-                unsafe { r.register(&words[i], 0, Waker::from(flags[i].clone()), far, keep) }
+                unsafe { r.register(&words[i], 0, Waker::from(flags[i].clone()), far, None, keep) }
             })
             .collect();
         until("word 0 woken", || flags[0].0.load(Ordering::Relaxed));
@@ -416,6 +448,7 @@ mod tests {
                 0,
                 Waker::from(flag.clone()),
                 Instant::now() + Duration::from_millis(30),
+                None,
                 keep,
             )
         };

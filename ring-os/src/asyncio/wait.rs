@@ -61,6 +61,7 @@ impl WaitStrategy for Register<'_> {
                 expected,
                 self.waker.clone(),
                 self.deadline,
+                Some(Arc::clone(self.mapping)),
                 keep,
             )
         });
@@ -242,6 +243,8 @@ impl PubWait {
                     seen,
                     cx.waker().clone(),
                     deadline,
+                    // Woken at every deadline: the publisher reclaims dead subscribers itself.
+                    None,
                     keep,
                 )
             };

@@ -37,6 +37,7 @@ impl<'s> Harness<'s> {
                     received: 0,
                     missed: 0,
                     holds: Vec::new(),
+                    member: None,
                 };
                 self.readers.push(Reader {
                     consumer: c,

@@ -33,6 +33,7 @@ macro_rules! ensure {
 pub mod allocator;
 pub mod attach;
 pub mod harness;
+mod harness_group;
 mod harness_read;
 pub mod hostile;
 pub mod model;

@@ -14,7 +14,9 @@
 //! Used by the `ops` and `hostile_peer` oracles (the latter drops the model at the first
 //! overwrite, since a hostile peer's words have no specified meaning).
 
-use ring_core::{ClaimError, DeliveryClass, Error, ReadError, Reclaimed, READ_RETRIES};
+use ring_core::layout::{CLASS_GROUP, GROUP_CLAIMS, OWNER_GROUP};
+use ring_core::{group_key, ClaimError, DeliveryClass, Error, ReadError, Reclaimed, READ_RETRIES};
+use std::collections::{BTreeMap, BTreeSet};
 
 /// One slot: seqlock stamp, claim and pin state, and the message.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -49,6 +51,76 @@ pub struct EntryModel {
     pub received: u64,
     /// Shared missed count, as of the last completed read.
     pub missed: u64,
+    /// Group key: a member's or a record's (kept after the entry is freed), 0 for a lone
+    /// consumer.
+    pub group: u64,
+    /// Claim words: a member's messages taken and not finished, a record's redelivery queue
+    /// (each 0 or `seq + 1`).
+    pub claims: [u64; GROUP_CLAIMS],
+}
+
+impl EntryModel {
+    /// Whether this is a group's record.
+    pub fn is_record(&self) -> bool {
+        self.active && self.class == CLASS_GROUP
+    }
+
+    /// Whether this is a group member's entry (alive or dead).
+    pub fn is_member(&self) -> bool {
+        self.active && self.class == DeliveryClass::Gating as u32 && self.group != 0
+    }
+}
+
+/// The lowest `seq` of words holding `seq + 1` (`u64::MAX` when all are 0).
+pub fn words_floor(words: &[u64]) -> u64 {
+    words
+        .iter()
+        .filter(|&&v| v != 0)
+        .map(|v| v - 1)
+        .min()
+        .unwrap_or(u64::MAX)
+}
+
+/// What a group member knows of its group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MemberModel {
+    /// The table index of the group's record.
+    pub record: usize,
+    /// The claim word of a message handed out and not finished (a buffer too small, a pin):
+    /// the next read hands it out again, flagged.
+    pub pending: Option<usize>,
+}
+
+/// A message a member's read took.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taken {
+    /// Sequence.
+    pub seq: u64,
+    /// Slot.
+    pub slot: usize,
+    /// Length in bytes.
+    pub len: usize,
+    /// Metadata.
+    pub meta: [u64; 2],
+    /// Handed out before.
+    pub redelivered: bool,
+    /// The member's claim word holding it.
+    pub word: usize,
+}
+
+/// A group's exactly-once ledger.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Ledger {
+    /// Every message handed out to a member at least once.
+    pub handed: BTreeSet<u64>,
+    /// Messages owed a redelivery: handed out, not finished, given back (by the reclaim of
+    /// the dead member that held them, or by a read that did not finish).
+    pub owed: BTreeSet<u64>,
+}
+
+/// The names of the groups the `ops` operations create and join.
+pub fn group_name(group: u8) -> &'static str {
+    ["workers", "loggers"][usize::from(group % 2)]
 }
 
 /// A live `Consumer` as the model sees it.
@@ -70,6 +142,8 @@ pub struct ReaderModel {
     pub missed: u64,
     /// Messages held (`try_hold`), in the order taken: (sequence, slot).
     pub holds: Vec<(u64, usize)>,
+    /// Set for a group member.
+    pub member: Option<MemberModel>,
 }
 
 impl ReaderModel {
@@ -118,6 +192,8 @@ pub struct RingModel {
     pub slots: Vec<SlotModel>,
     /// Consumer table.
     pub entries: Vec<EntryModel>,
+    /// Each group's ledger, by its record's table index.
+    pub ledgers: BTreeMap<usize, Ledger>,
 }
 
 impl RingModel {
@@ -149,8 +225,11 @@ impl RingModel {
                     cursor: 0,
                     received: 0,
                     missed: 0,
+                    group: 0,
+                    claims: [0; GROUP_CLAIMS],
                 })
                 .collect(),
+            ledgers: BTreeMap::new(),
         }
     }
 
@@ -178,6 +257,8 @@ impl RingModel {
             cursor: head,
             received: 0,
             missed: 0,
+            group: 0,
+            claims: [0; GROUP_CLAIMS],
         };
         Ok(ReaderModel {
             index,
@@ -188,6 +269,7 @@ impl RingModel {
             received: 0,
             missed: 0,
             holds: Vec::new(),
+            member: None,
         })
     }
 
@@ -207,6 +289,8 @@ impl RingModel {
             let e = &mut self.entries[r.index];
             e.active = false;
             e.owner = 0;
+            // A member's unfinished claims end with it (a hold not released was delivered).
+            e.claims = [0; GROUP_CLAIMS];
         }
     }
 
@@ -222,9 +306,19 @@ impl RingModel {
 
     /// Hold `k` of `r` released.
     pub fn release(&mut self, r: &mut ReaderModel, k: usize) {
-        let (_, slot) = r.holds.remove(k);
+        let (seq, slot) = r.holds.remove(k);
         if !self.registered(r) {
             return; // Reclaimed: the entry and its bits are not the reader's any more.
+        }
+        if r.member.is_some() {
+            if let Some(word) = self.entries[r.index]
+                .claims
+                .iter()
+                .position(|&v| v == seq + 1)
+            {
+                self.finish(r, word);
+            }
+            return;
         }
         if r.class != DeliveryClass::Gating {
             self.slots[slot].readers &= !(1 << r.index);
@@ -290,13 +384,9 @@ impl RingModel {
             return Err(ClaimError::Closed);
         }
         let need = (self.head + 1).saturating_sub(self.n);
-        for (i, e) in self.entries.iter().enumerate() {
-            if e.active && e.class == DeliveryClass::Gating as u32 && e.cursor < need {
-                return Err(ClaimError::Full {
-                    consumer: i,
-                    cursor: e.cursor,
-                });
-            }
+        let (cursor, consumer) = self.gating_floor();
+        if cursor < need {
+            return Err(ClaimError::Full { consumer, cursor });
         }
         let slot = self.slot_of(self.head);
         let s = &self.slots[slot];
@@ -458,6 +548,14 @@ impl RingModel {
 
     /// Whether a read by `r` would find a message (or the ring closed).
     pub fn ready(&self, r: &ReaderModel) -> bool {
+        if let Some(m) = r.member {
+            // A pending or queued message, the group's next message published, or the end.
+            let g = &self.entries[m.record];
+            return m.pending.is_some()
+                || g.claims.iter().any(|&v| v != 0)
+                || self.closed
+                || self.slots[self.slot_of(g.cursor)].stamp >= 2 * g.cursor + 2;
+        }
         self.closed
             || match r.class {
                 DeliveryClass::LatestOnly => self.head > r.next,
@@ -478,13 +576,223 @@ impl RingModel {
 
     /// `wait_drained` with a bounded strategy that runs out.
     pub fn drained(&self) -> bool {
+        self.gating_floor().0 >= self.head
+    }
+
+    /// The lowest sequence the producer must keep and whose entry keeps it (`u64::MAX` and 0
+    /// when nothing gates): a lone gating consumer's cursor; a group's cursor or queued
+    /// message; a message a member (alive or dead, until reclaimed) took and did not finish.
+    /// Ties go to the first in table order, a record before any member.
+    pub fn gating_floor(&self) -> (u64, usize) {
+        let mut lowest = (u64::MAX, 0);
+        for (i, e) in self.entries.iter().enumerate() {
+            let v = if e.is_record() {
+                e.cursor.min(words_floor(&e.claims))
+            } else if e.active && e.class == DeliveryClass::Gating as u32 && e.group == 0 {
+                e.cursor
+            } else {
+                continue;
+            };
+            if v < lowest.0 {
+                lowest = (v, i);
+            }
+        }
+        for (i, e) in self.entries.iter().enumerate() {
+            if e.is_member() && words_floor(&e.claims) < lowest.0 {
+                lowest = (words_floor(&e.claims), i);
+            }
+        }
+        lowest
+    }
+
+    /// The record of group `name`, if created.
+    pub fn record_of(&self, name: &str) -> Option<usize> {
+        let key = group_key(name);
         self.entries
             .iter()
-            .filter(|e| e.active && e.class == DeliveryClass::Gating as u32)
-            .map(|e| e.cursor)
-            .min()
-            .unwrap_or(u64::MAX)
-            >= self.head
+            .position(|e| e.is_record() && e.group == key)
+    }
+
+    /// `Producer::create_group` (idempotent): a record starting at `head`.
+    pub fn create_group(&mut self, name: &str) -> Result<usize, Error> {
+        if let Some(i) = self.record_of(name) {
+            return Ok(i);
+        }
+        let Some(i) = self.entries.iter().position(|e| !e.active) else {
+            return Err(Error::ConsumerTableFull {
+                capacity: self.entries.len() as u32,
+            });
+        };
+        self.entries[i] = EntryModel {
+            active: true,
+            class: CLASS_GROUP,
+            owner: OWNER_GROUP,
+            cursor: self.head,
+            received: 0,
+            missed: 0,
+            group: group_key(name),
+            claims: [0; GROUP_CLAIMS],
+        };
+        self.ledgers.insert(i, Ledger::default());
+        Ok(i)
+    }
+
+    /// `Consumer::join_group`: a gating entry whose key names the group.
+    pub fn join(&mut self, name: &str, owner: u64) -> Result<ReaderModel, Error> {
+        let Some(record) = self.record_of(name) else {
+            return Err(Error::NoSuchGroup);
+        };
+        let mut r = self.register(DeliveryClass::Gating, owner)?;
+        self.entries[r.index].group = group_key(name);
+        r.member = Some(MemberModel {
+            record,
+            pending: None,
+        });
+        Ok(r)
+    }
+
+    /// Checks a member's read the real ring returned against its group's ledger: a message
+    /// goes to one member only unless it is redelivered, and only a message owed a
+    /// redelivery is redelivered.
+    pub fn check_ledger(&self, r: &ReaderModel, seq: u64, redelivered: bool) -> Result<(), String> {
+        let Some(l) = r.member.and_then(|m| self.ledgers.get(&m.record)) else {
+            return Ok(());
+        };
+        if redelivered && !l.owed.contains(&seq) {
+            return Err(format!(
+                "message {seq} redelivered, but no reclaimed member or unfinished read gave it \
+                 back (owed: {:?})",
+                l.owed
+            ));
+        }
+        if !redelivered && l.handed.contains(&seq) {
+            return Err(format!(
+                "message {seq} handed out a second time, not flagged as redelivered"
+            ));
+        }
+        Ok(())
+    }
+
+    /// A member's read up to the hand-out: its pending message, else the first queued
+    /// redelivery, else the group's next message; the claim is stored (the caller finishes
+    /// it, keeps it as a hold, or marks it pending).
+    pub fn member_take(&mut self, r: &mut ReaderModel) -> Result<Taken, ReadError> {
+        let Some(mut m) = r.member else {
+            return Err(ReadError::NotSupported("not a group member"));
+        };
+        let own = r.index;
+        let (word, seq, redelivered) = if let Some(word) = m.pending.take() {
+            r.member = Some(m);
+            (word, self.entries[own].claims[word] - 1, true)
+        } else {
+            if !self.registered(r) {
+                return Err(ReadError::Evicted);
+            }
+            let Some(word) = self.entries[own].claims.iter().position(|&v| v == 0) else {
+                return Err(ReadError::TooManyHolds { max: GROUP_CLAIMS });
+            };
+            let queue = &mut self.entries[m.record].claims;
+            let (seq, redelivered) = if let Some(q) = queue.iter().position(|&v| v != 0) {
+                (core::mem::take(&mut queue[q]) - 1, true)
+            } else {
+                let seq = self.entries[m.record].cursor;
+                let stamp = self.slots[self.slot_of(seq)].stamp;
+                if stamp < 2 * seq + 2 {
+                    return Err(self.empty_or_closed());
+                }
+                if stamp > 2 * seq + 2 {
+                    return Err(ReadError::Corrupt(
+                        "the group's next message was overwritten while the group gated it",
+                    ));
+                }
+                self.entries[m.record].cursor = seq + 1;
+                (seq, false)
+            };
+            self.entries[own].claims[word] = seq + 1;
+            r.received += 1;
+            (word, seq, redelivered)
+        };
+        if let Some(l) = self.ledgers.get_mut(&m.record) {
+            if redelivered {
+                l.owed.remove(&seq);
+            } else {
+                l.handed.insert(seq);
+            }
+        }
+        let slot = self.slot_of(seq);
+        let s = &self.slots[slot];
+        Ok(Taken {
+            seq,
+            slot,
+            len: s.len,
+            meta: s.meta,
+            redelivered,
+            word,
+        })
+    }
+
+    /// A member's read handed `t` out but did not finish it: the next read hands it out
+    /// again.
+    pub fn keep_pending(&mut self, r: &mut ReaderModel, t: &Taken) {
+        if let Some(m) = r.member.as_mut() {
+            m.pending = Some(t.word);
+            if let Some(l) = self.ledgers.get_mut(&m.record) {
+                l.owed.insert(t.seq);
+            }
+        }
+    }
+
+    /// A member finished the message in claim `word`.
+    pub fn finish(&mut self, r: &mut ReaderModel, word: usize) {
+        if let Some(m) = r.member.as_mut() {
+            if m.pending == Some(word) {
+                m.pending = None;
+            }
+        }
+        if self.registered(r) {
+            let e = &mut self.entries[r.index];
+            e.claims[word] = 0;
+            e.received = r.received;
+        }
+    }
+
+    /// Moves dead member `index`'s claims to its group's queue (all or none).
+    fn hand_claims_to_group(&mut self, index: usize) -> Result<(), Error> {
+        let key = self.entries[index].group;
+        let Some(record) = (0..self.entries.len())
+            .find(|&i| self.entries[i].is_record() && self.entries[i].group == key)
+        else {
+            self.entries[index].claims = [0; GROUP_CLAIMS];
+            return Ok(());
+        };
+        let g = self.entries[record].clone();
+        let moving: Vec<u64> = self.entries[index]
+            .claims
+            .iter()
+            .copied()
+            .filter(|&v| v != 0 && v - 1 < g.cursor && !g.claims.contains(&v))
+            .collect();
+        let free = g.claims.iter().filter(|&&v| v == 0).count();
+        if free < moving.len() {
+            return Err(Error::RedeliveryFull {
+                needed: moving.len(),
+                free,
+            });
+        }
+        let mut next = moving.iter();
+        for w in &mut self.entries[record].claims {
+            if *w == 0 {
+                match next.next() {
+                    Some(&v) => *w = v,
+                    None => break,
+                }
+            }
+        }
+        if let Some(l) = self.ledgers.get_mut(&record) {
+            l.owed.extend(moving.iter().map(|v| v - 1));
+        }
+        self.entries[index].claims = [0; GROUP_CLAIMS];
+        Ok(())
     }
 
     /// `Producer::reclaim`.
@@ -504,6 +812,20 @@ impl RingModel {
         if e.owner != expected {
             return Err(Error::OwnerMismatch { found: e.owner });
         }
+        if e.is_record() {
+            // A group's record belongs to the ring: no verdict reclaims it.
+            return Ok(Reclaimed {
+                index,
+                owner: e.owner,
+                pins_cleared: 0,
+                cursor: 0,
+                was_registered: false,
+            });
+        }
+        if e.is_member() {
+            self.hand_claims_to_group(index)?;
+        }
+        let e = &self.entries[index];
         let (owner, cursor) = (e.owner, e.cursor);
         let bit = 1u32 << index;
         let mut pins_cleared = 0;

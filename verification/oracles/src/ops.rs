@@ -22,7 +22,9 @@ pub const MAX_OPS: usize = 256;
 /// Ring shape: small enough that wrap-around, gating and a full table happen often.
 #[derive(Arbitrary, Clone, Copy, Debug)]
 pub struct Shape {
-    /// Slots: `1 + slots % 8`.
+    /// Slots: `1 + slots % 8`; the top eight values (`0xF8..`) stand for `9 + 2 k` slots for
+    /// `k = slots - 0xF8` (9 to 23: more than a group's 8-word redelivery queue takes, so
+    /// `RedeliveryFull` can happen).
     pub slots: u8,
     /// Slot capacity: `8 * (1 + cap_words % 8)` bytes; the top seven values (`0xF9..`)
     /// stand for slots wider than the message line: [`ring_core::INLINE_CAPACITY`] `+ 8 k`
@@ -37,8 +39,16 @@ pub struct Shape {
 impl Shape {
     /// The ring configuration this shape stands for.
     pub fn config(self) -> Config {
-        Config::new(1 + u32::from(self.slots % 8), self.capacity())
+        Config::new(self.slot_count(), self.capacity())
             .with_consumers(1 + u32::from(self.consumers % 5))
+    }
+
+    /// The slot count.
+    pub fn slot_count(self) -> u32 {
+        match self.slots {
+            k @ 0xF8.. => 9 + 2 * u32::from(k - 0xF8),
+            k => 1 + u32::from(k % 8),
+        }
     }
 
     /// The slot capacity in bytes.
@@ -191,6 +201,15 @@ pub enum Op {
     },
     /// Compare every inspection view with the model.
     Inspect,
+    /// `Producer::create_group` of [`group_name`](super::model::group_name)`(n)` (idempotent).
+    /// Group members take messages with `Copy`, `Pin` and `Hold`, finish them with
+    /// `Release`, crash with `Die` and `DieHoldingPin`, and `Reclaim` hands a dead member's
+    /// unfinished messages to its group (a live member is never reclaimed: the lying-oracle
+    /// case is the lone consumers').
+    CreateGroup(u8),
+    /// `Consumer::join_group` of [`group_name`](super::model::group_name)`(n)`, then
+    /// `set_max_holds(MAX_HOLDS)` (as many holds as claim words).
+    Join(u8),
 }
 
 /// The `ops` input.

@@ -369,7 +369,9 @@ pub fn probe_any(roles: &Roles) -> Liveness {
 /// The per-user lock directory, made (mode 0700) on first use and checked every time it is
 /// first looked up in a process: a real directory (no symlink), this user's, closed to others.
 /// `$SHMRING_LOCK_DIR`, else `/dev/shm/shmring-locks.<uid>` on Linux (beside the segments, so
-/// containers that share `/dev/shm` share it) and `/tmp/shmring-locks.<uid>` elsewhere.
+/// containers that share `/dev/shm` share it) and `/var/tmp/shmring-locks.<uid>` elsewhere: not
+/// `/tmp`, whose daily clean-up on macOS (`periodic`, files unread for 3 days) would remove the
+/// lock files of a long-lived ring and make its live participants look dead.
 ///
 /// # Errors
 ///
@@ -383,7 +385,7 @@ pub fn lock_dir() -> std::io::Result<&'static Path> {
     let dir = match std::env::var_os(LOCK_DIR_ENV) {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
         _ if cfg!(target_os = "linux") => PathBuf::from(format!("/dev/shm/shmring-locks.{uid}")),
-        _ => PathBuf::from(format!("/tmp/shmring-locks.{uid}")),
+        _ => PathBuf::from(format!("/var/tmp/shmring-locks.{uid}")),
     };
     match rustix::fs::mkdir(&dir, Mode::RWXU) {
         Ok(()) | Err(Errno::EXIST) => {}

@@ -38,6 +38,7 @@ use crate::sigbus::memory_truncated;
 use crate::Mapping;
 
 /// Words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
+#[cfg(any(target_os = "linux", target_os = "android"))]
 const WAITV_MAX: usize = 128;
 
 /// The polling backend's first and longest nap.

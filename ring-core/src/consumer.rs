@@ -75,9 +75,15 @@ pub struct Pinned<'a, M: Memory> {
     seq: u64,
     len: usize,
     missed: u64,
-    /// For a group member: the claim word holding the message, and whether it is a redelivery.
-    claim: Option<(usize, bool)>,
+    /// For a group member: the claim word holding the message ([`NO_CLAIM`] otherwise); one
+    /// byte, so the single-consumer `Pinned` stays as small as it was.
+    claim: u8,
+    /// For a group member: whether the message is a redelivery.
+    again: bool,
 }
+
+/// [`Pinned`]'s claim word when it is not a group member's.
+const NO_CLAIM: u8 = u8::MAX;
 
 /// What a copy-out read returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -536,7 +542,8 @@ impl<M: Memory> Consumer<M> {
             seq,
             len,
             missed,
-            claim: None,
+            claim: NO_CLAIM,
+            again: false,
         })
     }
 
@@ -1077,7 +1084,7 @@ impl<M: Memory> Pinned<'_, M> {
 
     /// Whether a group member's message was handed out before (see [`Copied::redelivered`]).
     pub fn redelivered(&self) -> bool {
-        self.claim.is_some_and(|(_, again)| again)
+        self.again
     }
 
     /// The message length in bytes.
@@ -1143,8 +1150,8 @@ impl<M: Memory> Pinned<'_, M> {
 impl<M: Memory> Drop for Pinned<'_, M> {
     fn drop(&mut self) {
         let c = &mut *self.consumer;
-        if let Some((word, _)) = self.claim {
-            c.finish(word);
+        if self.claim != NO_CLAIM {
+            c.finish(usize::from(self.claim));
             return;
         }
         c.held = None;

@@ -232,6 +232,8 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// [`try_hold`](Self::try_hold) for a group member: the hold is a claim.
+    #[cold]
+    #[inline(never)]
     fn member_hold(&mut self) -> Result<Hold, ReadError> {
         let c = self.claim_from_group()?;
         let hdr = self.mem.slot_header(c.slot);

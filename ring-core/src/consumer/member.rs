@@ -289,6 +289,8 @@ impl<M: Memory> Consumer<M> {
 
     /// Whether a member's read would find something: a pending or queued message, the group's
     /// next message published, or the ring's end.
+    #[cold]
+    #[inline(never)]
     pub(super) fn member_ready(&self, m: &Member) -> bool {
         if m.pending.is_some() {
             return true;
@@ -311,6 +313,8 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Pins the next message of the group (see [`Consumer::try_pin`]).
+    #[cold]
+    #[inline(never)]
     pub(super) fn member_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
         let c = self.claim_from_group()?;
         self.set_pending(Some(c.word));
@@ -320,11 +324,15 @@ impl<M: Memory> Consumer<M> {
             seq: c.seq,
             len: c.len,
             missed: 0,
-            claim: Some((c.word, c.redelivered)),
+            // A claim word index is below GROUP_CLAIMS (8).
+            claim: c.word as u8,
+            again: c.redelivered,
         })
     }
 
     /// Copies the next message of the group (see [`Consumer::try_copy`]).
+    #[cold]
+    #[inline(never)]
     pub(super) fn member_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         let c = self.claim_from_group()?;
         if c.len > buf.len() {
@@ -351,6 +359,8 @@ impl<M: Memory> Consumer<M> {
 
     /// Reads up to `max` messages of the group, one claim at a time (see
     /// [`Consumer::try_read_batch`]).
+    #[cold]
+    #[inline(never)]
     pub(super) fn member_batch(
         &mut self,
         max: usize,

@@ -94,6 +94,19 @@ fn publisher_gone(ring: &Mapping) -> bool {
         || (owner != 0 && crate::roles::liveness(ring, Role::Producer) == Liveness::Dead)
 }
 
+/// Wakes the helper sleeping in `futex_waitv` on its kick word (a plain futex wake, whatever
+/// backend the rings' own words use).
+#[cfg(any(target_os = "linux", target_os = "android"))]
+fn wake_kick(kick: &AtomicU32) {
+    use rustix::thread::futex;
+    // Shared, as the helper's wait on it (FUTEX2 flags without PRIVATE).
+    let _ = futex::wake(kick, futex::Flags::empty(), 1);
+}
+
+/// No `futex_waitv` here: the helper turns to polling on its first sleep, and polls.
+#[cfg(not(any(target_os = "linux", target_os = "android")))]
+fn wake_kick(_kick: &AtomicU32) {}
+
 /// Which way the helper sleeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -128,7 +141,13 @@ pub(crate) fn reactor() -> &'static Reactor {
     static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
     REACTOR.get_or_init(|| {
         let forced = std::env::var_os("SHMRING_ASYNC_POLL").is_some_and(|v| v != "0");
-        let backend = if forced || !cfg!(any(target_os = "linux", target_os = "android")) {
+        // The portable backend's producers wake no futex (they use the platform's address
+        // wait): poll there, as on every platform without futex_waitv.
+        let waitv = cfg!(all(
+            any(target_os = "linux", target_os = "android"),
+            not(ring_portable)
+        ));
+        let backend = if forced || !waitv {
             Backend::Poll
         } else {
             Backend::Waitv
@@ -208,7 +227,7 @@ impl Reactor {
                     // Release: pairs with the helper's Acquire load of `kick` before it
                     // sleeps; the bump makes its `futex_waitv` return at once (or not sleep).
                     self.kick.fetch_add(1, Ordering::Release);
-                    let _ = crate::futex::wake_all(&self.kick);
+                    wake_kick(&self.kick);
                 }
                 Backend::Poll => self.cond.notify_one(),
             }

@@ -198,6 +198,7 @@ impl futures_core::Stream for MessageStream<'_> {
                 seq: c.seq,
                 missed: c.missed,
                 meta: c.meta,
+                redelivered: c.redelivered,
                 data: this.buf[..c.len].to_vec(),
             })),
             Err(RecvError::Disconnected) => {

@@ -375,3 +375,78 @@ fn the_sink_sends_everything_and_closing_it_completes_the_stream() {
         );
     });
 }
+
+#[test]
+fn group_members_awaiting_recv_async_share_the_stream_each_message_once() {
+    const N: u32 = 3000;
+    let ring = Ring::memfd().slots(4).slot_size(256).create().unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    publisher.create_group("workers").unwrap();
+    let members: Vec<Subscriber> = (0..3)
+        .map(|_| ring.join_group("workers").unwrap())
+        .collect();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let tasks: Vec<_> = members
+        .into_iter()
+        .map(|mut m| {
+            rt.spawn(async move {
+                let mut buf = [0u8; 256];
+                let mut got = Vec::new();
+                loop {
+                    match m.recv_async(&mut buf).await {
+                        Ok(c) => {
+                            assert_eq!(buf[..c.len], message(c.seq as u32)[..]);
+                            got.push(c.seq);
+                        }
+                        Err(RecvError::Disconnected) => return got,
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    for i in 0..N {
+        publisher
+            .send_timeout(&message(i), Duration::from_secs(10))
+            .unwrap();
+        if i % 100 == 0 {
+            std::thread::sleep(Duration::from_micros(500)); // let the members park
+        }
+    }
+    publisher.close();
+    let mut all: Vec<u64> = tasks
+        .into_iter()
+        .flat_map(|t| rt.block_on(t).unwrap())
+        .collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..u64::from(N)).collect::<Vec<_>>(),
+        "each message once"
+    );
+}
+
+#[test]
+fn a_late_skip_on_lag_subscriber_awaits_its_history_first() {
+    let ring = Ring::memfd().slots(8).slot_size(64).create().unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    for i in 0..5u8 {
+        publisher.send(&[i]).unwrap();
+    }
+    let mut late = ring.subscriber(DeliveryClass::SkipOnLag).unwrap();
+    assert_eq!(late.rewind(3).unwrap(), 3);
+    let mut buf = [0u8; 64];
+    let mut got = Vec::new();
+    for _ in 0..3 {
+        match poll_once(late.recv_async(&mut buf)) {
+            Poll::Ready(Ok(c)) => got.push(buf[..c.len][0]),
+            other => panic!("{other:?}"),
+        }
+    }
+    assert_eq!(got, [2, 3, 4]);
+    assert!(poll_once(late.recv_async(&mut buf)).is_pending());
+}

@@ -19,6 +19,8 @@ fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
 }
 
 /// The ring's shared waiter accounting: (consumer_waiters, producer_waiting, parked entries).
+/// Relaxed loads: values the test compares, read after the operations it checks returned on
+/// this thread (or were joined).
 fn accounting(ring: &Ring) -> (u32, u32, u32) {
     let m = ring.mapping();
     let line = m.producer_line();

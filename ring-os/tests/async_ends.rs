@@ -63,6 +63,7 @@ fn all_fail_alike(
     // Every reader read "first", and every task waits again (its first wait may still be
     // counted a moment after it was woken: wait for the "first"s before counting waits).
     let deadline = Instant::now() + Duration::from_secs(20);
+    // Relaxed: as above.
     while firsts.load(Ordering::Relaxed) < n + 1 || ring_os::asyncio::pending_waits() < n {
         assert!(Instant::now() < deadline, "the futures never all waited");
         std::thread::sleep(Duration::from_millis(2));

@@ -33,7 +33,7 @@
 //! - A publisher's future runs `Producer::park`'s handshake (W3–W4): it loads `drain_futex`,
 //!   sets `producer_waiting`, fences and re-checks whether a slot can be claimed, then
 //!   registers the drain word; a subscriber's progress bumps it.
-//! - The reactor ([`reactor.rs`](self)) is one helper thread per process, started by the first
+//! - The reactor (`src/asyncio/reactor.rs`) is one helper thread per process, started by the first
 //!   registration, that sleeps in **`futex_waitv`** (Linux >= 5.16) on up to 128 words at once
 //!   and wakes the wakers of words that changed. Where the kernel lacks it (ENOSYS), on other
 //!   platforms, or with `SHMRING_ASYNC_POLL=1`, it polls the words instead (50 µs doubling to

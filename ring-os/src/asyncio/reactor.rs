@@ -419,6 +419,8 @@ mod tests {
         }
     }
 
+    /// Waits (boundedly) for `f`. The flags it reads are Relaxed: each is a value the test
+    /// checks, not a publication of other memory.
     fn until(what: &str, f: impl Fn() -> bool) {
         let end = Instant::now() + Duration::from_secs(10);
         while !f() {
@@ -456,6 +458,7 @@ mod tests {
         }
         // A cancelled entry is not woken by a change.
         assert!(r.cancel(tokens[7]));
+        // Release: as a producer's bump.
         words[7].fetch_add(1, Ordering::Release);
         let _ = crate::futex::wake_all(&words[7]);
         // A deadline wakes without a change.
@@ -474,6 +477,7 @@ mod tests {
         };
         until("deadline", || flag.0.load(Ordering::Relaxed));
         std::thread::sleep(Duration::from_millis(20));
+        // Relaxed flags: see `until`.
         assert!(
             !flags[7].0.load(Ordering::Relaxed),
             "a cancelled entry was woken"

@@ -141,7 +141,9 @@ def create_pair(capacity: int | None = 8, *, max_message: int = _DEFAULT_MAX,
             geometry["arena"] //= 4
             if geometry["arena"] < _ARENA_MIN:
                 geometry["arena"] = 0
-    return Sender(ring), Receiver(ring)
+    receiver = Receiver(ring)
+    receiver._creator = os.getpid()
+    return Sender(ring), receiver
 
 
 def _sweep() -> list[str]:
@@ -283,6 +285,10 @@ class Receiver:
         self._lock = threading.Lock()
         # Per thread: whether the last message its get returned was redelivered.
         self._last = threading.local()
+        # The pid of the process that created the pair, on create_pair's receiver only: it
+        # alone warns about unread messages (a worker's copy cannot know whether another
+        # worker is still to come).
+        self._creator: int | None = None
         # An unpickled receiver joins at once when the sender has started (so its process
         # holds the queue: create_pair's sweep leaves it alone); otherwise its first get does.
         self._ensure(0.0)
@@ -355,9 +361,10 @@ class Receiver:
 
     def close(self) -> None:
         """Leaves the queue. Unread messages stay for the other receivers (and those still
-        to come); the last receiver to leave warns (``RuntimeWarning``) how many it leaves
-        unread. From another thread, a ``get`` waiting meanwhile raises ``shmring.Closed``
-        within one slice. Idempotent."""
+        to come); the receiver ``create_pair`` returned, closed in the process that created
+        the pair when no other receiver has joined, warns (``RuntimeWarning``) how many it
+        leaves unread. From another thread, a ``get`` waiting meanwhile raises
+        ``shmring.Closed`` within one slice. Idempotent."""
         self._close(stacklevel=3)
 
     def _close(self, stacklevel: int) -> None:
@@ -376,9 +383,10 @@ class Receiver:
                 with self._lock:  # still open: a zero-copy view is alive (BufferError)
                     self._closed, self._consumer, self._ring = False, consumer, ring
                 raise
-        # Unread messages stay in the group; the last receiver out says how many.
+        # Unread messages stay in the group; the creating process's receiver says how many
+        # when it leaves last.
         unread, members = ring._group_state(_GROUP) or (0, 0)
-        if members:
+        if members or self._creator != os.getpid():
             unread = 0
         _remove_idle_spills(ring.name)  # the last one out removes unread spilled messages
         if unread:

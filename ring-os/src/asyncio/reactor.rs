@@ -107,6 +107,14 @@ fn wake_kick(kick: &AtomicU32) {
 #[cfg(not(any(target_os = "linux", target_os = "android")))]
 fn wake_kick(_kick: &AtomicU32) {}
 
+/// Wakes (and empties) `wakers`. A waker is the executor's code: one that panics must not end
+/// the helper thread, which every other pending future of the process relies on.
+fn wake_all(wakers: &mut Vec<Waker>) {
+    for w in wakers.drain(..) {
+        let _ = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| w.wake()));
+    }
+}
+
 /// Which way the helper sleeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -288,9 +296,7 @@ impl Reactor {
                     let list = self.waitv_list(&st);
                     st.idle = true;
                     drop(st);
-                    for w in wakers.drain(..) {
-                        w.wake();
-                    }
+                    wake_all(&mut wakers);
                     if !self.sleep_waitv(&list, next) {
                         // The kernel has no futex_waitv: poll from now on.
                         self.lock().backend = Backend::Poll;
@@ -298,9 +304,7 @@ impl Reactor {
                 }
                 Backend::Poll => {
                     let progress = !wakers.is_empty();
-                    for w in wakers.drain(..) {
-                        w.wake();
-                    }
+                    wake_all(&mut wakers);
                     nap = if progress {
                         NAP_MIN
                     } else {
@@ -504,6 +508,30 @@ mod tests {
         } else {
             Backend::Poll
         }
+    }
+
+    /// A waker whose `wake` panics.
+    struct Bomb;
+    impl Wake for Bomb {
+        fn wake(self: Arc<Self>) {
+            panic!("a waker that panics");
+        }
+    }
+
+    #[test]
+    fn a_panicking_waker_does_not_stop_the_helper() {
+        let r = Reactor::start(Backend::Waitv);
+        let word = Arc::new(AtomicU32::new(1));
+        let keep: Arc<dyn Send + Sync> = word.clone();
+        let soon = Instant::now() + Duration::from_millis(1);
+        // SAFETY: the word lives inside `keep`.
+        let _ = unsafe { r.register(&word, 0, Waker::from(Arc::new(Bomb)), soon, None, keep) };
+        until("the bomb went off", || r.woken() == 1);
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let keep: Arc<dyn Send + Sync> = word.clone();
+        // SAFETY: as above.
+        let _ = unsafe { r.register(&word, 0, Waker::from(flag.clone()), soon, None, keep) };
+        until("woken after the panic", || flag.0.load(Ordering::Relaxed));
     }
 
     #[test]

@@ -147,6 +147,25 @@ def test_the_original_receiver_shares_with_its_pickled_copies(name):
         copy.close()
 
 
+def test_a_queue_takes_31_receivers_and_the_next_one_says_busy_at_its_get(name):
+    import pickle
+
+    sender, receiver = shmring.create_pair(4, max_message=1024, name=name)
+    with sender, receiver:
+        sender.put("first", timeout=5)
+        copies = [pickle.loads(pickle.dumps(receiver)) for _ in range(31)]  # 31 members
+        extra = pickle.loads(pickle.dumps(receiver))  # unpickling never fails on a full table
+        with pytest.raises(shmring.Busy):
+            extra.get(timeout=1)
+        assert receiver._ring._group_state(shmring.queue._GROUP) == (1, 31)
+        assert copies[30].get(timeout=5) == "first"
+        copies[0].close()  # a free entry: the next get joins
+        sender.put("second", timeout=5)
+        assert extra.get(timeout=5) == "second"
+        for c in [*copies[1:], extra]:
+            c.close()
+
+
 def test_two_ring_members_in_two_processes_take_each_message_once(spawn, name):
     ring = shmring.Ring.create(name, slots=8, slot_size=64, consumers=4)
     with ring:

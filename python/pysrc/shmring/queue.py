@@ -290,8 +290,12 @@ class Receiver:
         # worker is still to come).
         self._creator: int | None = None
         # An unpickled receiver joins at once when the sender has started (so its process
-        # holds the queue: create_pair's sweep leaves it alone); otherwise its first get does.
-        self._ensure(0.0)
+        # holds the queue: create_pair's sweep leaves it alone); otherwise its first get does
+        # (which also says Busy when the queue has as many receivers as it can take).
+        try:
+            self._ensure(0.0)
+        except errors.Busy:
+            pass
 
     def _ensure(self, wait: float | None):
         """This receiver's membership of the queue's group, joining it if need be: waits up

@@ -58,12 +58,17 @@ impl Held {
     /// Calls no Python.
     fn settle(&mut self, pins: &Mutex<Pins>) {
         let ids = core::mem::take(&mut lock(pins).let_go);
-        for id in ids {
+        for (id, spill) in ids {
             if let Some(i) = self.holds.iter().position(|(h, _)| *h == id) {
                 let (_, hold) = self.holds.swap_remove(i);
                 // `NotHeld` cannot happen (the hold came from this subscriber and is released
                 // once); a reclaimed consumer's release writes nothing.
                 let _ = self.sub.release(hold);
+            }
+            // After the release: had this member died holding the message, the message would
+            // have been redelivered with its spill still there.
+            if let Some(name) = spill {
+                crate::spill::remove(&name);
             }
         }
     }
@@ -80,6 +85,9 @@ struct PinRecord {
     /// Live buffer exports of this message (shared with its `Message` or queue `Part`s, so a
     /// view can be released without the consumer).
     exports: Arc<AtomicUsize>,
+    /// A group member's zero-copy spilled queue message: its spill's name, removed once the
+    /// message is given back (see `Consumer::spill_done`).
+    spill: Option<String>,
 }
 
 /// The pinned messages of a consumer, as Python sees them. Records leave only with the GIL
@@ -87,8 +95,9 @@ struct PinRecord {
 #[derive(Default)]
 struct Pins {
     live: Vec<PinRecord>,
-    /// Ids of messages let go whose holds [`Held::settle`] has not given back yet.
-    let_go: Vec<u64>,
+    /// Ids of messages let go whose holds [`Held::settle`] has not given back yet, with the
+    /// spill name to remove after that.
+    let_go: Vec<(u64, Option<String>)>,
     /// The zero-copy queue message, let go by the next `_get_parts` (the queue's rule).
     queue: Option<u64>,
 }
@@ -103,8 +112,8 @@ impl Pins {
         if export::live(&self.live[i].exports) {
             return Err(exported_fail(what));
         }
-        self.live.swap_remove(i);
-        self.let_go.push(id);
+        let record = self.live.swap_remove(i);
+        self.let_go.push((id, record.spill));
         if self.queue == Some(id) {
             self.queue = None;
         }
@@ -292,7 +301,12 @@ impl Consumer {
 
     /// Makes the message `taken` a pinned one (a record Python sees); returns its id and its
     /// export count.
-    fn keep(&self, turn: &mut Turn<'_>, taken: Taken) -> Result<(u64, Arc<AtomicUsize>), Fail> {
+    fn keep(
+        &self,
+        turn: &mut Turn<'_>,
+        taken: Taken,
+        spill: Option<String>,
+    ) -> Result<(u64, Arc<AtomicUsize>), Fail> {
         let h = turn.held()?;
         h.last_id += 1;
         let id = h.last_id;
@@ -301,6 +315,7 @@ impl Consumer {
         lock(&self.pins).live.push(PinRecord {
             id,
             exports: Arc::clone(&exports),
+            spill,
         });
         Ok((id, exports))
     }
@@ -390,7 +405,7 @@ impl Consumer {
             taken.hold.redelivered(),
         );
         let bytes = taken.bytes;
-        let (id, exports) = me.keep(&mut turn, taken)?;
+        let (id, exports) = me.keep(&mut turn, taken, None)?;
         drop(turn);
         Ok(Message {
             consumer: slf.clone().unbind(),
@@ -466,13 +481,19 @@ impl Consumer {
             Some((seg, name)) => (Some(Arc::new(seg)), Some(name)),
             None => (None, None),
         };
+        // A group member keeps the name until it gives the message back: should it die
+        // holding it, the member it is redelivered to maps the spill again.
+        let (spill_name, kept_name) = match spill_name {
+            Some(name) if zero_copy && me.group.is_some() => (None, Some(name)),
+            other => (other, None),
+        };
         if zero_copy {
             if let Some(name) = &spill_name {
                 me.spill_done(name);
             }
         }
         if zero_copy {
-            let (id, exports) = me.keep(&mut turn, taken)?;
+            let (id, exports) = me.keep(&mut turn, taken, kept_name)?;
             lock(pins).queue = Some(id);
             drop(turn);
             let consumer = slf.clone().unbind();
@@ -701,17 +722,25 @@ impl Consumer {
     /// waiting in `pin`/`recv` raises `Closed` within one slice.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let pins = &self.pins;
+        let spills = core::cell::RefCell::new(Vec::new());
         let closed = self.held.close(py, |_| {
             let mut p = lock(pins);
             if p.live.iter().any(|r| export::live(&r.exports)) {
                 return Err(exported_fail("close the consumer"));
             }
             // Every message is let go; the subscriber's drop below gives their holds back.
-            *p = Pins::default();
+            let p = core::mem::take(&mut *p);
+            let names = p.live.into_iter().filter_map(|r| r.spill);
+            spills
+                .borrow_mut()
+                .extend(names.chain(p.let_go.into_iter().filter_map(|(_, s)| s)));
             Ok(())
         })?;
         // Dropping the subscriber now leaves the ring now, not at collection.
         drop(closed);
+        for name in spills.into_inner() {
+            crate::spill::remove(&name);
+        }
         Ok(())
     }
 

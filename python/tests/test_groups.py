@@ -3,6 +3,7 @@ receiver pickled to spawned workers hands each message to exactly one of them, a
 killed holding a message does not lose it) and the ring-level API (``Producer.create_group``,
 ``Ring.consumer(group=)``, ``Message.redelivered``, ``NoSuchGroup``)."""
 
+import glob
 import os
 import queue
 import signal
@@ -112,6 +113,29 @@ def test_a_worker_killed_holding_a_message_loses_nothing(spawn, name):
     assert len(first) == len(set(first)), "a message came twice without the flag"
     assert {v for v, again in delivered if again} == {held}, "only the held message repeats"
     assert sorted({v for v, _ in delivered}) == list(range(n)), "every message at least once"
+
+
+def test_a_spilled_message_a_killed_worker_viewed_is_redelivered_whole(spawn, name):
+    sender, receiver = shmring.create_pair(2, name=name)
+    big = np.arange(30_000_000, dtype=np.uint8)  # more than its arena share: it spills
+    sender.put(big, timeout=30)
+    spills = f"/dev/shm/shmring.{name}.s*"
+    assert len(glob.glob(spills)) == 1
+    out, ready = spawn.Queue(), spawn.Event()
+    victim = _started(spawn, group_workers.hold_from, (receiver, ready, 0, out), ready)
+    try:
+        assert out.get(timeout=60) == ([], 0)  # it views the message zero-copy
+        os.kill(victim.pid, signal.SIGKILL)
+        victim.join(30)
+        assert len(glob.glob(spills)) == 1
+        assert not sender.wait_for_all_ack(timeout=0.5)  # reclaims it: back to the group
+        again = receiver.get(timeout=10)
+        assert receiver.redelivered and np.array_equal(again, big)
+        assert glob.glob(spills) == []
+    finally:
+        _stop([victim])
+        sender.close()
+        receiver.close()
 
 
 def test_late_workers_get_what_is_unread(spawn, name):

@@ -37,10 +37,7 @@ receiver that starts late gets what no receiver has taken yet, and nothing is pu
 nobody. A receiver whose process dies while it holds a message (inside ``get``, or a
 zero-copy message it still views) does not lose it: the sender hands it to another receiver
 when it next waits for room, in ``wait_for_all_ack`` or in ``close``, and that receiver's
-``redelivered`` says so (delivery is at-least-once; only such repeats happen). One exception:
-a spilled message (below) that a receiver got zero-copy and then died holding is gone (its
-segment's name was removed at the get); the receiver it is handed to raises
-``shmring.Corrupt`` for it.
+``redelivered`` says so (delivery is at-least-once; only such repeats happen).
 
 A queue is the segment ``/dev/shm/shmring.q-<pid>-<12 hex>``. Before it creates one,
 ``create_pair`` removes such segments that no process holds any more (their processes were

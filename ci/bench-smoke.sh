@@ -4,14 +4,17 @@
 # fast anything was, so it passes on a slow or busy machine.
 #
 # The comparison with peer crates (iceoryx2, rtrb, crossbeam-queue) is benches/compare, a
-# workspace of its own with its own Cargo.lock: its transport-bench is the workspace's harness
-# plus iceoryx2, so that is the one run here (every transport in one run).
+# workspace of its own with its own Cargo.lock: its transport-bench-compare is the workspace's
+# harness plus iceoryx2, so that is the one run here (every transport in one run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-compare=(--manifest-path benches/compare/Cargo.toml)
+# The workspace's target dir for both: the registry crates they share are built once (their
+# binaries have different names: transport-bench, transport-bench-compare).
+manifest=(--manifest-path benches/compare/Cargo.toml)
+compare=("${manifest[@]}" --target-dir "${CARGO_TARGET_DIR:-target}")
 
 cargo bench -p ring-benches --no-run
-cargo fmt "${compare[@]}" -- --check
+cargo fmt "${manifest[@]}" -- --check
 cargo clippy "${compare[@]}" --all-targets -- -D warnings
 cargo bench "${compare[@]}" --no-run
 mkdir -p target

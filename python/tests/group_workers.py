@@ -44,3 +44,14 @@ def ring_member(name, group, ready, out):
             got.append((int.from_bytes(msg.tobytes(), "little"), msg.redelivered))
     consumer.close()
     out.put(got)
+
+
+def ring_member_holding(name, group, ready, out):
+    """Joins ``group`` of ring ``name``, pins one message, reports its value on ``out`` and
+    sleeps holding it until it is killed."""
+    ring = shmring.Ring.open(name, timeout=30)
+    consumer = ring.consumer(group=group)
+    ready.set()
+    msg = consumer.pin(timeout=60)
+    out.put((int.from_bytes(msg.tobytes(), "little"), msg.redelivered))
+    time.sleep(600)

@@ -215,6 +215,33 @@ def test_two_ring_members_in_two_processes_take_each_message_once(spawn, name):
         assert info[index]["class"] == "group"
 
 
+def test_a_ring_member_killed_holding_a_pin_gives_it_to_another_flagged(spawn, name):
+    ring = shmring.Ring.create(name, slots=4, slot_size=64, consumers=4)
+    with ring:
+        producer = ring.producer()
+        producer.create_group("workers")
+        out, ready = spawn.Queue(), spawn.Event()
+        holder = _started(spawn, group_workers.ring_member_holding, (name, "workers", ready, out),
+                          ready)
+        try:
+            producer.publish((7).to_bytes(4, "little"), timeout=5)
+            assert out.get(timeout=60) == (7, False)
+            mine = ring.consumer(group="workers")
+            with pytest.raises(shmring.Timeout):
+                mine.pin(timeout=0.1)  # the holder has it
+            os.kill(holder.pid, signal.SIGKILL)
+            holder.join(30)
+            assert not producer.wait_drained(timeout=0.5)  # reclaims the holder
+            with mine.pin(timeout=5) as msg:
+                assert int.from_bytes(msg.tobytes(), "little") == 7 and msg.redelivered
+            assert producer.wait_drained(timeout=5)
+            producer.close()
+        finally:
+            if holder.is_alive():
+                holder.kill()
+            _stop([holder])
+
+
 def test_joining_a_group_the_producer_never_created_raises_no_such_group(name):
     ring = shmring.Ring.create(name, slots=4, slot_size=64, consumers=4)
     with ring:

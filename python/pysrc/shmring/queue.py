@@ -32,9 +32,9 @@ workers. Receivers are *work-sharing*, as py-sharedmemory's: a receiver pickled 
 processes (and the original, if it reads too) hands each message to exactly one of them. They
 are the members of one group of the ring (ring-core's competing consumers): the sender creates
 the group when it first puts, and a receiver joins it when it is unpickled after that, or else
-at its first ``get`` (waiting, within the ``get``'s timeout, for the sender to start). Messages wait in the group for a receiver, so a
-receiver that starts late gets what no receiver has taken yet, and nothing is published to
-nobody. A receiver whose process dies while it holds a message (inside ``get``, or a
+at its first ``get`` (waiting, within the ``get``'s timeout, for the sender to start).
+Messages wait in the group for a receiver, so a receiver that starts late gets what no
+receiver has taken yet, and nothing is published to nobody. A receiver whose process dies while it holds a message (inside ``get``, or a
 zero-copy message it still views) does not lose it: the sender hands it to another receiver
 when it next waits for room, in ``wait_for_all_ack`` or in ``close``, and that receiver's
 ``redelivered`` says so (delivery is at-least-once; only such repeats happen).

@@ -27,17 +27,18 @@ When shared memory has no room for a message, ``put`` raises ``shmring.NoSpace``
 unbounded as far as memory goes: up to ``_UNBOUNDED_SLOTS`` unread messages (a ring of that
 many small slots), each of any size.
 
-Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned
-workers. Receivers are *work-sharing*, as py-sharedmemory's: a receiver pickled to N worker
-processes (and the original, if it reads too) hands each message to exactly one of them. They
-are the members of one group of the ring (ring-core's competing consumers): the sender creates
-the group when it first puts, and a receiver joins it when it is unpickled after that, or else
-at its first ``get`` (waiting, within the ``get``'s timeout, for the sender to start).
-Messages wait in the group for a receiver, so a receiver that starts late gets what no
-receiver has taken yet, and nothing is published to nobody. A receiver whose process dies while it holds a message (inside ``get``, or a
-zero-copy message it still views) does not lose it: the sender hands it to another receiver
-when it next waits for room, in ``wait_for_all_ack`` or in ``close``, and that receiver's
-``redelivered`` says so (delivery is at-least-once; only such repeats happen).
+Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned workers.
+Receivers are *work-sharing*, as py-sharedmemory's: a receiver pickled to N worker processes
+(and the original, if it reads too) hands each message to exactly one of them. They are the
+members of one group of the ring (ring-core's competing consumers): the sender creates the
+group when it first puts, and a receiver joins it when it is unpickled after that, or else at
+its first ``get`` (waiting, within the ``get``'s timeout, for the sender to start). Messages
+wait in the group for a receiver, so a receiver that starts late gets what no receiver has
+taken yet, and nothing is published to nobody. A receiver whose process dies while it holds a
+message (inside ``get``, or a zero-copy message it still views) does not lose it: the sender
+hands it to another receiver when it next waits for room, in ``wait_for_all_ack`` or in
+``close``, and that receiver's ``redelivered`` says so (delivery is at-least-once; only such
+repeats happen).
 
 A queue is the segment ``/dev/shm/shmring.q-<pid>-<12 hex>``. Before it creates one,
 ``create_pair`` removes such segments that no process holds any more (their processes were

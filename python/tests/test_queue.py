@@ -275,9 +275,34 @@ def test_a_used_sender_does_not_pickle(name):
     s, r = shmring.create_pair(2, max_message=1024, name=name)
     with s, r:
         s.put(1)
-        with pytest.raises(TypeError):
+        with pytest.raises(RuntimeError, match="before the first put"):
             pickle.dumps(s)
         assert r.get(timeout=5) == 1  # read, so closing discards nothing (no RuntimeWarning)
+
+
+def test_a_used_sender_inherited_through_fork_refuses_to_put(name):
+    import multiprocessing as mp
+
+    s, r = shmring.create_pair(2, max_message=1024, name=name)
+    with s, r:
+        s.put(1)
+        ctx = mp.get_context("fork")
+        got, out = ctx.Pipe(duplex=False)
+
+        def child():
+            try:
+                s.put("from the child", block=False)
+                out.send("put")
+            except RuntimeError as e:
+                out.send(str(e))
+
+        p = ctx.Process(target=child)
+        p.start()
+        assert got.poll(10) and "another process" in got.recv()
+        p.join(10)
+        assert r.get(timeout=5) == 1
+        with pytest.raises(queue.Empty):
+            r.get(timeout=0.2)
 
 
 @pytest.mark.slow

@@ -270,15 +270,30 @@ def test_infinite_nan_and_negative_timeouts(name):
     with s, r:
         s.put(1, timeout=float("inf"))
         assert r.get(timeout=math.inf) == 1
-        for bad in (float("nan"), -1.0, -math.inf):
-            with pytest.raises(ValueError):
-                r.get(timeout=bad)
-            with pytest.raises(ValueError):
-                s.put(2, timeout=bad)
+        with pytest.raises(ValueError, match="NaN"):
+            r.get(timeout=float("nan"))
+        with pytest.raises(ValueError, match="NaN"):
+            s.put(2, timeout=float("nan"))
+        with pytest.raises(ValueError, match="NaN"):
+            s.wait_for_all_ack(timeout=float("nan"))
+        # A negative timeout does not wait (py-sharedmemory's rule).
+        for negative in (-1.0, -math.inf):
+            started = time.monotonic()
+            with pytest.raises(queue.Empty):
+                r.get(timeout=negative)
+            assert time.monotonic() - started < 1
+        s.put(2, timeout=-1.0)
+        assert r.get(timeout=-1.0) == 2
         # block=False ignores the timeout, as queue.Queue does.
         with pytest.raises(queue.Empty):
             r.get(block=False, timeout=float("nan"))
         assert s.wait_for_all_ack(timeout=float("inf"))
+    with pytest.raises(shmring.Closed):
+        s.wait_for_all_ack()
+    assert issubclass(shmring.Closed, BrokenPipeError)
+    for end in (s, r):
+        with pytest.raises(BrokenPipeError):
+            end.__enter__()
     with shmring.Ring.create(name + "-r", slots=2, slot_size=64) as ring:
         c, p = ring.consumer(), ring.producer()
         p.publish(b"x", timeout=math.inf)

@@ -39,8 +39,9 @@ class Aborted(Error):
     code: int = 0
 
 
-class Closed(Error):
-    """This handle, or the ring's stream, is closed."""
+class Closed(Error, BrokenPipeError):
+    """This handle, or the ring's stream, is closed. A ``BrokenPipeError`` too, as
+    py-sharedmemory and ``multiprocessing`` connections raise for a closed end."""
 
 
 class Full(Error, _queue.Full):

@@ -161,16 +161,19 @@ def _sweep() -> list[str]:
 
 def _wait(block: bool, timeout: float | None) -> float | None:
     """The seconds a ``put``/``get`` may wait: 0 when not blocking, ``None`` for ever
-    (``timeout=None`` or ``float("inf")``). A negative or NaN timeout is a ``ValueError``, as
-    ``queue.Queue`` says for negative ones; with ``block=False`` the timeout is ignored."""
+    (``timeout=None`` or ``float("inf")``). A NaN timeout is a ``ValueError``; a negative one
+    does not wait (py-sharedmemory's rule: a deadline already passed); with ``block=False`` the
+    timeout is ignored, as ``queue.Queue`` does."""
     if not block:
         return 0.0
     if timeout is None:
         return None
     timeout = float(timeout)
-    if math.isnan(timeout) or timeout < 0:
-        raise ValueError(f"'timeout' must be a non-negative number or None, not {timeout}")
-    return None if math.isinf(timeout) else timeout
+    if math.isnan(timeout):
+        raise ValueError("timeout must be a number of seconds, not NaN")
+    if math.isinf(timeout):
+        return None if timeout > 0 else 0.0
+    return max(timeout, 0.0)
 
 
 class Sender:
@@ -188,7 +191,12 @@ class Sender:
         with self._lock:
             if self._closed:
                 raise errors.Closed("this sender is closed")
+            if self._producer is not None and self._pid != os.getpid():
+                # Inherited through fork after its first put: the producer is the parent's.
+                raise RuntimeError("a sender that has put messages cannot be used in another "
+                                   "process: pass the sender to its process before the first put")
             if self._producer is None:
+                self._pid = os.getpid()
                 producer = self._ring.producer()
                 try:
                     # Before the first message: every message goes to the receivers' group.
@@ -234,11 +242,15 @@ class Sender:
         self.put(obj, block=False)
 
     def wait_for_all_ack(self, timeout: float | None = None) -> bool:
-        """Waits until every receiver consumed everything put; False on timeout."""
+        """Waits until every receiver consumed everything put; False on timeout. Raises
+        ``shmring.Closed`` (a ``BrokenPipeError``) once the sender is closed."""
+        wait = _wait(True, timeout)
+        if self._closed:
+            raise errors.Closed("this sender is closed")
         producer = self._producer
         if producer is None:
             return True
-        return producer.wait_drained(_wait(True, timeout))
+        return producer.wait_drained(wait)
 
     def close(self) -> None:
         """Ends the stream as finished (receivers drain what is there, then get
@@ -257,6 +269,8 @@ class Sender:
             _remove_idle_spills(ring.name)  # the last one out removes unread spilled messages
 
     def __enter__(self) -> Sender:
+        if self._closed:
+            raise errors.Closed("this sender is closed")
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -267,7 +281,8 @@ class Sender:
             if self._closed:
                 raise errors.Closed("a closed sender cannot be pickled")
             if self._producer is not None:
-                raise TypeError("a sender that has put messages cannot move to another process")
+                raise RuntimeError("a sender that has put messages cannot move to another "
+                                   "process: pass the sender to its process before the first put")
             return (_attach_sender, (self._ring.name,))
 
 
@@ -396,6 +411,8 @@ class Receiver:
                           RuntimeWarning, stacklevel=stacklevel)
 
     def __enter__(self) -> Receiver:
+        if self._closed:
+            raise errors.Closed("this receiver is closed")
         return self
 
     def __exit__(self, *exc: object) -> None:

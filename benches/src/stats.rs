@@ -1,10 +1,10 @@
 //! Latency histograms, the JSON records and the printed table.
 
 use crate::case::{Metric, Transport};
+use comfy_table::{presets, CellAlignment, ColumnConstraint, ContentArrangement, Table};
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
-use std::fmt::Write as _;
 
 /// One line of the JSON output.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -102,7 +102,8 @@ impl Results {
             .map_or(0, Histogram::len)
     }
 
-    /// The table: one block per (metric, bytes), ratios of medians to the floor and to `unix`.
+    /// The table: one block per (metric, bytes), ratios of medians to the floor and to `unix`;
+    /// borderless, numbers right-aligned, cells never wrapped (comfy-table, as ringctl's).
     pub fn table(&self) -> String {
         let recs = self.records();
         let median = |t: Transport, m: Metric, b: usize| {
@@ -110,12 +111,27 @@ impl Results {
                 .find(|r| r.transport == t.name() && r.metric == m.name() && r.bytes == b as u64)
                 .map(|r| r.median_ns)
         };
-        let mut out = String::new();
-        let _ = writeln!(
-            out,
-            "{:<11} {:>10} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9} {:>12}",
-            "metric", "bytes", "transport", "min", "median", "p99", "x floor", "x unix", "msg/s"
-        );
+        let mut t = Table::new();
+        t.load_style(presets::NOTHING)
+            .set_content_arrangement(ContentArrangement::Disabled)
+            .set_header([
+                "metric",
+                "bytes",
+                "transport",
+                "min",
+                "median",
+                "p99",
+                "x floor",
+                "x unix",
+                "msg/s",
+            ]);
+        for (i, col) in t.column_iter_mut().enumerate() {
+            col.set_padding((0, 1));
+            col.set_constraint(ColumnConstraint::ContentWidth);
+            if ![0, 2].contains(&i) {
+                col.set_cell_alignment(CellAlignment::Right);
+            }
+        }
         let mut last = None;
         for r in &recs {
             let Some(metric) = [
@@ -130,7 +146,7 @@ impl Results {
             };
             let bytes = r.bytes as usize;
             if last != Some((metric, bytes)) {
-                let _ = writeln!(out);
+                t.add_row([""; 9]); // a blank line between blocks
                 last = Some((metric, bytes));
             }
             let floor = match metric {
@@ -149,21 +165,19 @@ impl Results {
                 Some(l) => l.clone(),
                 None => human_bytes(bytes),
             };
-            let _ = writeln!(
-                out,
-                "{:<11} {:>10} {:<15} {:>12} {:>12} {:>12} {:>9} {:>9} {:>12}",
-                r.metric,
+            t.add_row([
+                r.metric.clone(),
                 size,
-                r.transport,
+                r.transport.clone(),
                 human_ns(r.min_ns),
                 human_ns(r.median_ns),
                 human_ns(r.p99_ns),
                 ratio(floor),
                 ratio(unix),
                 r.per_s.map_or_else(String::new, |p| format!("{p:.0}")),
-            );
+            ]);
         }
-        out
+        t.lines().map(|l| l.trim_end().to_owned() + "\n").collect()
     }
 }
 
@@ -234,6 +248,20 @@ mod tests {
         assert!(
             table.contains(" 10.0"),
             "unix median is 10x the floor:\n{table}"
+        );
+        let rows: Vec<&str> = table
+            .lines()
+            .filter(|l| l.starts_with("round_trip"))
+            .collect();
+        assert_eq!(rows.len(), 2, "{table}");
+        assert_eq!(
+            rows[0].len(),
+            rows[1].len(),
+            "right-aligned columns end together:\n{table}"
+        );
+        assert!(
+            table.lines().nth(1).is_some_and(str::is_empty),
+            "a blank line opens each block:\n{table}"
         );
     }
 

@@ -55,3 +55,11 @@ def ring_member_holding(name, group, ready, out):
     msg = consumer.pin(timeout=60)
     out.put((int.from_bytes(msg.tobytes(), "little"), msg.redelivered))
     time.sleep(600)
+
+
+def take_one_and_wait(receiver, out, go):
+    """Gets one object, reports it on ``out``, waits for ``go``, then leaves (a forked child
+    using the receiver it inherited)."""
+    out.put(receiver.get(timeout=30))
+    assert go.wait(60)
+    receiver.close()

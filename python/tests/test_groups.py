@@ -4,6 +4,7 @@ killed holding a message does not lose it) and the ring-level API (``Producer.cr
 ``Ring.consumer(group=)``, ``Message.redelivered``, ``NoSuchGroup``)."""
 
 import glob
+import multiprocessing as mp
 import os
 import queue
 import signal
@@ -188,6 +189,33 @@ def test_a_queue_takes_31_receivers_and_the_next_one_says_busy_at_its_get(name):
         assert extra.get(timeout=5) == "second"
         for c in [*copies[1:], extra]:
             c.close()
+
+
+@pytest.mark.skipif("fork" not in mp.get_all_start_methods(), reason="needs fork")
+def test_forked_children_join_as_members_of_their_own(name):
+    fork = mp.get_context("fork")
+    sender, receiver = shmring.create_pair(4, max_message=1024, name=name)
+    with sender, receiver:
+        sender.put("parent's", timeout=5)
+        assert receiver.get(timeout=5) == "parent's"  # the parent is a member now
+        out, go = fork.Queue(), fork.Event()
+        children = [fork.Process(target=group_workers.take_one_and_wait, args=(receiver, out, go))
+                    for _ in range(2)]
+        for c in children:
+            c.start()
+        try:
+            sender.put(1, timeout=5)
+            sender.put(2, timeout=5)
+            assert sorted(out.get(timeout=30) for _ in children) == [1, 2]
+            # Each child joined with an entry of its own, and the parent's is still its own.
+            assert receiver._ring._group_state(shmring.queue._GROUP) == (0, 3)
+            go.set()
+        finally:
+            go.set()
+            _stop(children)
+        assert all(c.exitcode == 0 for c in children)
+        sender.put(3, timeout=5)
+        assert receiver.get(timeout=5) == 3
 
 
 def test_two_ring_members_in_two_processes_take_each_message_once(spawn, name):

@@ -70,6 +70,9 @@ from ._shmring import Ring, _remove_idle_spills, _sweep_stale_queues
 _GROUP = "receivers"
 # Consumer-table entries of a queue's ring: the group's record and up to 31 receivers.
 _CONSUMERS = 32
+# Memberships a forked child inherited with a receiver: its parent's, so the child never uses,
+# closes or frees them (see Receiver._ensure).
+_INHERITED: list[Any] = []
 
 __all__ = ["create_pair", "Sender", "Receiver"]
 
@@ -291,8 +294,10 @@ class Receiver:
 
     def __init__(self, ring: Ring) -> None:
         self._ring = ring
-        # A member of the queue's group, joined by the first get (see the module docs).
+        # A member of the queue's group, joined by the first get (see the module docs), and
+        # the process that joined (a forked child must not use its parent's membership).
         self._consumer = None
+        self._joined_in: int | None = None
         self._closed = False
         # Guards the fields above, never held while waiting (see Sender).
         self._lock = threading.Lock()
@@ -321,9 +326,15 @@ class Receiver:
                 if self._closed:
                     raise errors.Closed("this receiver is closed")
                 if self._consumer is not None:
-                    return self._consumer
+                    if self._joined_in == os.getpid():
+                        return self._consumer
+                    # Inherited through fork: the parent's membership (its claims would mix
+                    # with ours); this process joins as a member of its own.
+                    _INHERITED.append(self._consumer)
+                    self._consumer = None
                 try:
                     self._consumer = self._ring.consumer("gating", group=_GROUP)
+                    self._joined_in = os.getpid()
                     return self._consumer
                 except errors.NoSuchGroup:
                     pass  # the sender has not put anything yet
@@ -393,6 +404,9 @@ class Receiver:
             self._consumer = self._ring = None
         if ring is None:
             return
+        if consumer is not None and self._joined_in != os.getpid():
+            _INHERITED.append(consumer)  # the parent's (see _ensure): not ours to close
+            consumer = None
         if consumer is not None:
             try:
                 consumer.close()

@@ -1,13 +1,16 @@
 """shmring: a shared-memory single-producer / multi-consumer ring for Python.
 
-Three APIs over one ring (``ring-os`` underneath, never a re-implementation):
+Several APIs over one ring (``ring-os`` underneath, never a re-implementation):
 
 * :class:`Ring` with :meth:`Ring.producer` and :meth:`Ring.consumer` — pub/sub with gating,
   latest-only or skip-on-lag consumers;
 * zero-copy reads (:meth:`Consumer.pin` returns a :class:`Message` exporting the slot through the
   buffer protocol and DLPack) and in-place writes (:meth:`Producer.claim`);
+* groups of competing consumers (:meth:`Producer.create_group`, ``Ring.consumer(group=...)``):
+  each message to exactly one member, a dead member's message to another (``redelivered``);
 * :func:`create_pair` — a ``multiprocessing.Queue``-shaped queue that pickles with protocol 5
-  and writes out-of-band buffers straight into the ring's in-segment allocator;
+  and writes out-of-band buffers straight into the ring's in-segment allocator; its receivers,
+  pickled to worker processes, share the work (a group);
 * named rings (``/dev/shm``) and memfd rings (:meth:`Ring.memfd`, :meth:`Ring.from_fd`,
   :meth:`Ring.connect`).
 """

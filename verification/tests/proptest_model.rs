@@ -97,6 +97,31 @@ fn batch_len(cap: u16) -> impl Strategy<Value = u16> {
     ]
 }
 
+/// Sequences centred on groups: groups created and joined (and a lone consumer now and then),
+/// batches published, members copying (buffers too small too), holding, releasing, dying and
+/// being reclaimed, so that dead members' messages are redelivered, the queue fills and the
+/// group gates the producer within a few dozen steps.
+fn group_ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
+    let c = 0u8..4;
+    let op = prop_oneof![
+        1 => (0u8..2).prop_map(|group| Op::CreateGroup { group }),
+        3 => (0u8..2).prop_map(|group| Op::Join { group }),
+        1 => class().prop_map(|class| Op::Register { class }),
+        5 => (1u8..5, 0..cap / 2 + 1, any::<u8>())
+            .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
+        6 => (c.clone(), prop_oneof![Just(cap), 0..cap / 2 + 2])
+            .prop_map(|(consumer, buf)| Op::CopyRead { consumer, buf }),
+        6 => c.clone().prop_map(|consumer| Op::Hold { consumer }),
+        4 => (c.clone(), any::<u8>()).prop_map(|(consumer, which)| Op::Release { consumer, which }),
+        2 => c.clone().prop_map(|consumer| Op::Kill { consumer }),
+        4 => c.clone().prop_map(|consumer| Op::Reclaim { consumer }),
+        1 => c.clone().prop_map(|consumer| Op::Deregister { consumer }),
+        1 => Just(Op::Close),
+        1 => Just(Op::TakeOver),
+    ];
+    prop::collection::vec(op, 1..max)
+}
+
 /// Ops with a rare `Close` (it ends the producer's useful life until a takeover).
 fn ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
     prop::collection::vec(prop_oneof![60 => op(cap), 1 => Just(Op::Close)], 1..max)
@@ -182,6 +207,20 @@ proptest! {
     /// The heap backend (the `RawMemory` path every OS mapping uses) matches the model.
     #[test]
     fn heap_ring_matches_the_model((cfg, ops) in shaped_ops()) {
+        let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
+        if let Err(f) = run_on(&seg, &cfg, &ops) {
+            prop_assert!(false, "{}", f);
+        }
+    }
+
+    /// Groups, in sequences centred on them, on ring shapes from one slot per member to more
+    /// slots than a member's claim words.
+    #[test]
+    fn groups_match_the_model((cfg, ops) in prop_oneof![
+        Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
+        Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
+        Just(ModelConfig::small()),
+    ].prop_flat_map(|cfg| (Just(cfg), group_ops(cfg.capacity as u16, len())))) {
         let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
             prop_assert!(false, "{}", f);

@@ -83,16 +83,22 @@ fn receive(way: Way, mut subscriber: Subscriber, mut each: impl FnMut(&[u8]) + S
     }
 }
 
-/// Median and 99th percentile of publish → received, with the receiver parked before each
-/// message (the publisher pauses `gap` between messages).
-fn latency(way: Way, samples: usize) -> (u64, u64) {
+/// A gating ring of `slots` 64 B slots with its subscriber and publisher.
+fn ring(slots: u32) -> (Ring, Subscriber, Publisher) {
     let ring = Ring::memfd()
-        .slots(8)
+        .slots(slots)
         .slot_size(SIZE as u32)
         .create()
         .expect("ring");
     let subscriber = ring.subscriber(DeliveryClass::Gating).expect("subscriber");
-    let mut publisher = ring.publisher().expect("publisher");
+    let publisher = ring.publisher().expect("publisher");
+    (ring, subscriber, publisher)
+}
+
+/// Median and 99th percentile of publish → received, with the receiver parked before each
+/// message (the publisher pauses 200 µs between messages).
+fn latency(way: Way, samples: usize) -> (u64, u64) {
+    let (_ring, subscriber, mut publisher) = ring(8);
     let (tx, rx) = std::sync::mpsc::channel();
     let receiver = std::thread::spawn(move || {
         let mut lat = Vec::with_capacity(samples);
@@ -119,13 +125,7 @@ fn latency(way: Way, samples: usize) -> (u64, u64) {
 
 /// Messages per second of `n` 64 B messages sent as fast as the ring takes them.
 fn throughput(way: Way, n: u64) -> f64 {
-    let ring = Ring::memfd()
-        .slots(64)
-        .slot_size(SIZE as u32)
-        .create()
-        .expect("ring");
-    let subscriber = ring.subscriber(DeliveryClass::Gating).expect("subscriber");
-    let mut publisher = ring.publisher().expect("publisher");
+    let (_ring, subscriber, mut publisher) = ring(64);
     let (tx, rx) = std::sync::mpsc::channel();
     let receiver = std::thread::spawn(move || {
         let mut count = 0u64;

@@ -6,6 +6,8 @@ import pickle
 import queue
 import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
 
@@ -434,3 +436,41 @@ def test_recycled_buffers_are_exported_as_recv_buffers(name):
             owner = owner.obj if isinstance(owner, memoryview) else owner.base
         assert isinstance(owner, shmring.RecvBuffer) and len(owner) == got.nbytes
         assert int(got[-1]) == (1 << 18) - 1
+
+
+def test_a_second_producer_after_the_stream_closed_is_refused(name):
+    s, r = shmring.create_pair(2, max_message=1024, name=name)
+    copy = pickle.loads(pickle.dumps(s))  # what a worker process would get
+    with copy:
+        copy.put(1)
+    with pytest.raises(RuntimeError, match="one producing process"):
+        s.put(2)
+    assert r.get(timeout=5) == 1
+    s.close()
+    r.close()
+
+
+DROPPED_SENDER = """
+import threading, shmring
+def main():
+    sender, receiver = shmring.create_pair(2)
+    got = []
+    def consume():
+        while True:
+            got.append(receiver.get())
+    threading.Thread(target=consume, daemon=True).start()
+    sender.put(1)
+    while not got:
+        pass
+main()  # the sender is dropped unclosed; the daemon thread still waits in get()
+print("ok")
+"""
+
+
+def test_a_dropped_sender_leaves_a_daemon_reader_waiting_until_exit(tmp_path):
+    script = tmp_path / "dropped.py"
+    script.write_text(DROPPED_SENDER)
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+    assert out.stderr == ""

@@ -179,6 +179,13 @@ def _wait(block: bool, timeout: float | None) -> float | None:
     return max(timeout, 0.0)
 
 
+# The producers of senders dropped without close(), kept until the interpreter exits: as in
+# py-sharedmemory, dropping a sender does not end the stream under a receiver still waiting in
+# this process (a daemon thread in get() at exit stays parked); the process's exit ends it,
+# and receivers elsewhere then see the producer gone.
+_DROPPED: list[Any] = []
+
+
 class Sender:
     """The writing end: ``put``, ``put_nowait``, ``wait_for_all_ack``, ``close``. Thread-safe."""
 
@@ -200,6 +207,10 @@ class Sender:
                                    "process: pass the sender to its process before the first put")
             if self._producer is None:
                 self._pid = os.getpid()
+                if self._ring.inspect()["closed"]:
+                    # Another copy of this sender produced and closed the stream.
+                    raise RuntimeError("a pair supports one producing process: this queue's "
+                                       "stream was already closed by its producer")
                 producer = self._ring.producer()
                 try:
                     # Before the first message: every message goes to the receivers' group.
@@ -270,6 +281,11 @@ class Sender:
         state = ring._group_state(_GROUP)
         if state is None or state[0] == 0:  # else the receivers may still drain them
             _remove_idle_spills(ring.name)  # the last one out removes unread spilled messages
+
+    def __del__(self) -> None:
+        producer = getattr(self, "_producer", None)
+        if producer is not None and not getattr(self, "_closed", True):
+            _DROPPED.append(producer)
 
     def __enter__(self) -> Sender:
         if self._closed:

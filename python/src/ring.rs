@@ -160,8 +160,11 @@ impl Ring {
     /// Creates the named ring (raises `AlreadyExists` if the name is taken).
     /// `arena` > 0 adds an in-segment allocator of that many bytes (`max_live` allocations at
     /// most; 0: ring-core's default), which the queue uses for payloads larger than a slot.
+    /// `history` (0 to `slots`) is the history for late joiners: every gating or skip
+    /// consumer that registers starts up to that many messages back, as far as the ring still
+    /// holds them (a latest consumer starts at the newest message present anyway).
     #[staticmethod]
-    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0))]
+    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0, history = 0))]
     #[allow(
         clippy::too_many_arguments,
         reason = "keyword arguments of a Python constructor"
@@ -175,12 +178,14 @@ impl Ring {
         keep_name: bool,
         arena: u64,
         max_live: u64,
+        history: u64,
     ) -> PyResult<Self> {
         let builder = geometry(
             ring_os::Ring::builder(name),
             (slots, slot_size, consumers, pin_only),
             (arena, max_live),
-        )?;
+        )?
+        .history(geometry_arg("history", history)?);
         let ring = builder.keep_name(keep_name).create().map_err(os_err)?;
         Ok(Self::wrap(ring, name.to_owned(), None))
     }
@@ -338,9 +343,10 @@ impl Ring {
     /// Registers a consumer: `mode` is `"gating"` (loses nothing, holds the producer back),
     /// `"latest"` (only the newest message) or `"skip"` (skips what it lagged behind, counted
     /// in `missed`). `max_pins` (1 to 8, default 4) is how many messages it may keep pinned
-    /// at once (`Consumer.pin`; a copying read needs one for its duration). `history` (skip
-    /// only) starts it up to that many messages back, as far as the ring still holds them (a
-    /// latest consumer always starts at the newest message present).
+    /// at once (`Consumer.pin`; a copying read needs one for its duration). `history` (gating
+    /// and skip) starts it up to that many messages back, as far as the ring still holds them
+    /// (a gating one is lossless from where it joined, and counts history overwritten before
+    /// it read it in `missed`; a latest consumer always starts at the newest message present).
     ///
     /// `group="name"` joins the producer's group of that name (`Producer.create_group`) as a
     /// member instead: members, in any processes, share one cursor, so each message goes to

@@ -49,3 +49,20 @@ def test_a_gating_consumer_with_history_reads_back_then_gates():
             producer.publish(bytes([i]))
         late = ring.consumer("gating", history=2)
         assert [late.recv(timeout=1)[0] for _ in range(2)] == [1, 2]
+
+
+def test_a_ring_created_with_history_starts_every_late_consumer_back():
+    with shmring.Ring.create(
+        f"hist-{uuid.uuid4().hex[:8]}", slots=4, slot_size=64, history=2
+    ) as ring:
+        producer = ring.producer()
+        for i in range(5):
+            producer.publish(bytes([i]))
+        gating = ring.consumer("gating")
+        skip = ring.consumer("skip")
+        latest = ring.consumer("latest")
+        assert [gating.recv(timeout=1)[0] for _ in range(2)] == [3, 4]
+        assert [skip.recv(timeout=1)[0] for _ in range(2)] == [3, 4]
+        assert latest.recv(timeout=1)[0] == 4
+    with pytest.raises(ValueError):
+        shmring.Ring.create(f"hist-{uuid.uuid4().hex[:8]}", slots=4, history=5)

@@ -47,7 +47,7 @@ class Ring:
     @staticmethod
     def create(name: str, *, slots: int = 8, slot_size: int = 65536, consumers: int = 8,
                pin_only: bool = False, keep_name: bool = False, arena: int = 0,
-               max_live: int = 0) -> Ring: ...
+               max_live: int = 0, history: int = 0) -> Ring: ...
     @staticmethod
     def open(name: str, *, timeout: float = 5.0) -> Ring: ...
     @staticmethod
@@ -67,9 +67,9 @@ class Ring:
     def consumer(self, mode: _Mode = "gating", *, max_pins: int = 4, history: int = 0,
                  group: str | None = None) -> Consumer:
         """Registers a consumer that may keep up to ``max_pins`` (1 to 8) messages pinned at
-        once; ``ValueError`` outside that range. ``history`` (``"skip"`` only) starts it up to
-        that many messages back, as far as the ring still holds them (``ValueError`` for the
-        other modes); a ``"latest"`` consumer starts at the newest message present.
+        once; ``ValueError`` outside that range. ``history`` (``"gating"`` and ``"skip"``) starts it
+        up to that many messages back, as far as the ring still holds them (``ValueError`` for
+        ``"latest"``, which starts at the newest message present).
         ``group="name"`` joins the producer's group (``Producer.create_group``) as a member:
         members share one cursor, each message goes to exactly one of them, and a message a
         dead member held goes to another with ``Message.redelivered`` set (``mode`` must be

@@ -4,10 +4,11 @@
 # python/tests/compat with the tests listed in python/tests/compat/deselect.txt deselected
 # (py-sharedmemory internals; by-design differences), then its three examples with only the
 # import line changed. Uses the virtualenv ci/python.sh made (target/pyvenv; builds one the
-# same way when it is missing) plus pytest-timeout, which py-sharedmemory's pytest settings use.
+# same way when it is missing; SHMRING_VENV names another) plus pytest-timeout, which
+# py-sharedmemory's pytest settings use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-VENV=target/pyvenv
+VENV=${SHMRING_VENV:-target/pyvenv}
 if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import shmring" 2>/dev/null; then
     PY=${PYTHON:-python3}
     rm -rf "$VENV"
@@ -15,5 +16,6 @@ if [ ! -x "$VENV/bin/python" ] || ! "$VENV/bin/python" -c "import shmring" 2>/de
     "$VENV/bin/pip" install --quiet --upgrade pip
     "$VENV/bin/pip" install --quiet ./python pytest numpy
 fi
-"$VENV/bin/pip" install --quiet pytest-timeout
+# pytest-timeout: its pytest settings use it; matplotlib: its benchmark-plot test.
+"$VENV/bin/pip" install --quiet pytest-timeout matplotlib
 "$VENV/bin/python" python/tests/compat/run_compat.py "$@"

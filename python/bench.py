@@ -20,6 +20,7 @@ import json
 import multiprocessing as mp
 import socket
 import statistics
+import threading
 import time
 
 import numpy as np
@@ -68,21 +69,59 @@ def sink_queue(q, count, done):
         q.close()
 
 
+def sink_threads(receiver, zero_copy, count, done, threads=2):
+    """``sink_shmring``/``sink_queue`` with ``threads`` threads sharing one receiver."""
+    kw = {"zero_copy": True} if zero_copy else {}
+    x = receiver.get(timeout=WAIT, **kw)  # warm-up
+    del x
+    done.put(time.monotonic())
+
+    def take(n):
+        for _ in range(n):
+            x = receiver.get(timeout=WAIT, **kw)
+            del x
+
+    share = [count // threads + (i < count % threads) for i in range(threads)]
+    workers = [threading.Thread(target=take, args=(n,)) for n in share]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    done.put(time.monotonic())
+    receiver.close()
+
+
+def put_threads(put, payload, count, threads=2):
+    """``count`` puts of ``payload`` from ``threads`` threads sharing one sender."""
+    share = [count // threads + (i < count % threads) for i in range(threads)]
+    workers = [threading.Thread(target=lambda n=n: [put(payload, timeout=WAIT) for _ in range(n)])
+               for n in share]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+
+
 def queue_once(kind, payload, count, ctx):
     """GB/s of ``count`` puts of ``payload`` through ``kind``, start-up excluded."""
     size = payload.nbytes
     done = ctx.Queue()
     closer = None
+    # "... 2 threads": two threads per endpoint, sharing the sender and the receiver.
+    threaded = kind.endswith(" 2 threads")
     if kind.startswith("shmring"):
         s, r = shmring.create_pair(2, max_message=size + 4096)
-        proc = ctx.Process(target=sink_shmring, args=(r, kind.endswith("zero-copy"), count, done))
+        zero_copy = kind.removesuffix(" 2 threads").endswith("zero-copy")
+        sink = sink_threads if threaded else sink_shmring
+        proc = ctx.Process(target=sink, args=(r, zero_copy, count, done))
         put = s.put
         closer = s
-    elif kind == "py-sharedmemory":
+    elif kind.startswith("py-sharedmemory"):
         from py_sharedmemory import create_shared_memory_pair
 
         s, r = create_shared_memory_pair(capacity=2, ctx=ctx)
-        proc = ctx.Process(target=sink_queue, args=(r, count, done))
+        proc = ctx.Process(target=sink_threads if threaded else sink_queue,
+                           args=(r, False, count, done) if threaded else (r, count, done))
         put = s.put
         closer = s
     else:
@@ -92,8 +131,11 @@ def queue_once(kind, payload, count, ctx):
     proc.start()
     put(payload, timeout=WAIT)
     t0 = done.get(timeout=WAIT)
-    for _ in range(count):
-        put(payload, timeout=WAIT)
+    if threaded:
+        put_threads(put, payload, count)
+    else:
+        for _ in range(count):
+            put(payload, timeout=WAIT)
     t1 = done.get(timeout=WAIT)
     proc.join(WAIT)
     if closer is not None:
@@ -201,7 +243,9 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="16,1K,100K,1M,10M,100M,1G")
     ap.add_argument("--with-10g", action="store_true", help="also 10 GB (needs ~35 GB of RAM)")
-    ap.add_argument("--kinds", default="shmring copy,shmring zero-copy,py-sharedmemory,mp.Queue")
+    ap.add_argument("--kinds", default="shmring copy,shmring zero-copy,py-sharedmemory,mp.Queue",
+                    help="also: 'shmring copy 2 threads', 'py-sharedmemory 2 threads' (two "
+                         "threads per endpoint, sharing the sender and the receiver)")
     ap.add_argument("--frames", action="store_true", help="also the frame comparison")
     ap.add_argument("--no-queues", action="store_true")
     ap.add_argument("--plot", help="write a GB/s-against-size plot (PNG) here")
@@ -238,7 +282,9 @@ def main():
             print(f"| {label(size)} | " + " | ".join(f"{med[k]:.3g} GB/s" for k in kinds)
                   + f" | {ratio('shmring copy', 'py-sharedmemory')}"
                   + f" | {ratio('shmring zero-copy', 'py-sharedmemory')}"
-                  + f" | {ratio('shmring copy', 'mp.Queue')} |", flush=True)
+                  + f" | {ratio('shmring copy', 'mp.Queue')} |"
+                  + (f" 2 threads: {ratio('shmring copy 2 threads', 'py-sharedmemory 2 threads')}"
+                     if "shmring copy 2 threads" in med else ""), flush=True)
     if args.frames:
         print()
         print("| frame | MB | pin -> numpy fps | Unix socket -> numpy fps | pin / socket |")

@@ -107,19 +107,32 @@ fn group_ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
         1 => (0u8..2).prop_map(|group| Op::CreateGroup { group }),
         3 => (0u8..2).prop_map(|group| Op::Join { group }),
         1 => class().prop_map(|class| Op::Register { class }),
-        5 => (1u8..5, 0..cap / 2 + 1, any::<u8>())
+        6 => (1u8..9, 0..cap / 2 + 1, any::<u8>())
             .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
         6 => (c.clone(), prop_oneof![Just(cap), 0..cap / 2 + 2])
             .prop_map(|(consumer, buf)| Op::CopyRead { consumer, buf }),
         6 => c.clone().prop_map(|consumer| Op::Hold { consumer }),
         4 => (c.clone(), any::<u8>()).prop_map(|(consumer, which)| Op::Release { consumer, which }),
-        2 => c.clone().prop_map(|consumer| Op::Kill { consumer }),
-        4 => c.clone().prop_map(|consumer| Op::Reclaim { consumer }),
+        3 => c.clone().prop_map(|consumer| Op::Kill { consumer }),
+        5 => c.clone().prop_map(|consumer| Op::Reclaim { consumer }),
         1 => c.clone().prop_map(|consumer| Op::Deregister { consumer }),
         1 => Just(Op::Close),
         1 => Just(Op::TakeOver),
     ];
-    prop::collection::vec(op, 1..max)
+    // Runs of holds by one member: two dead members holding many messages overflow the
+    // redelivery queue (`RedeliveryFull`).
+    let step = prop_oneof![
+        8 => op.prop_map(|op| vec![op]),
+        2 => (c, 3usize..9).prop_map(|(consumer, n)| vec![Op::Hold { consumer }; n]),
+    ];
+    // A group and two members first: the rest of the sequence works with them.
+    let start = [
+        Op::CreateGroup { group: 0 },
+        Op::Join { group: 0 },
+        Op::Join { group: 0 },
+    ];
+    prop::collection::vec(step, 1..max / 2 + 1)
+        .prop_map(move |steps| start.iter().copied().chain(steps.concat()).collect())
 }
 
 /// Ops with a rare `Close` (it ends the producer's useful life until a takeover).
@@ -217,9 +230,9 @@ proptest! {
     /// slots than a member's claim words.
     #[test]
     fn groups_match_the_model((cfg, ops) in prop_oneof![
-        Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
-        Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
-        Just(ModelConfig::small()),
+        4 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
+        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
+        1 => Just(ModelConfig::small()),
     ].prop_flat_map(|cfg| (Just(cfg), group_ops(cfg.capacity as u16, len())))) {
         let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {

@@ -91,8 +91,8 @@ pub use error::{abort_code, AttachError, ClaimError, Error, LayoutError, ReadErr
 pub use geometry::{
     Config, Geometry, MAX_ALLOC_ARENA, MAX_CONSUMERS, MAX_SLOTS, MAX_SLOT_CAPACITY,
 };
-#[cfg(feature = "alloc")]
 pub use group::group_key;
+#[cfg(feature = "alloc")]
 pub use heap::HeapSegment;
 pub use inspect::ConsumerInfo;
 pub use layout::{CACHE_LINE, INLINE_CAPACITY};

@@ -9,7 +9,7 @@
 
 use crate::layout::{ConsumerEntry, CLASS_GROUP, CONSUMER_ACTIVE, SEQ_LIMIT};
 use crate::memory::Memory;
-use crate::sync::Ordering;
+use crate::sync::{fence, Ordering};
 
 /// The key of group `name`: FNV-1a of its bytes, never 0 (0 marks "no group" in an entry).
 ///
@@ -64,4 +64,46 @@ pub(crate) fn claims_floor(e: &ConsumerEntry) -> u64 {
         }
     }
     floor
+}
+
+/// Whether group `key`'s stream has nothing more for the member in entry `me`: nothing queued
+/// for redelivery, and no other member holds a message it has not finished (a member that
+/// dies gives its messages back through the queue, so until they are finished the stream has
+/// not ended for anyone).
+///
+/// Acquire: pairs with the producer's Release queueing (P23) and with a member's Release
+/// finish (G4), so a message that reappears in the queue after its holder died is seen by the
+/// check that follows the finish of the others.
+pub(crate) fn drained_for<M: Memory + ?Sized>(
+    mem: &M,
+    record: &ConsumerEntry,
+    key: u64,
+    me: usize,
+) -> bool {
+    let empty = |e: &ConsumerEntry| e.claims.iter().all(|w| w.load(Ordering::Acquire) == 0);
+    empty(record)
+        && (0..mem.geometry().consumers())
+            .filter(|&i| i != me)
+            .map(|i| mem.consumer_entry(i))
+            // Relaxed: key and class are written before the entry is ACTIVE, and a member's
+            // claims are cleared before its entry is reused; a stale read only delays the end.
+            .filter(|e| {
+                e.group.load(Ordering::Relaxed) == key
+                    && e.class.load(Ordering::Relaxed) != CLASS_GROUP
+            })
+            .all(empty)
+}
+
+/// Wakes the consumers parked on the publish word (a message came back to a group's queue, or
+/// a member finished one after the ring closed, which may end another member's stream).
+pub(crate) fn wake_readers<M: Memory + ?Sized>(mem: &M) {
+    let line = mem.producer_line();
+    // Release: pairs with a waiter's Acquire load of the futex word.
+    line.publish_futex.fetch_add(1, Ordering::Release);
+    // SeqCst: the Dekker handshake with `Consumer::wait_ready` (W2), as a publish's.
+    fence(Ordering::SeqCst);
+    // Relaxed: ordered by the fence.
+    if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+        mem.notify(&line.publish_futex);
+    }
 }

@@ -343,3 +343,49 @@ fn a_members_finish_orders_its_reads_before_the_rewrite() {
     }
     drop(reader.join().unwrap());
 }
+
+/// The group's stream ends for a member only when nothing is left anywhere: while another
+/// member holds a message after the close, a drained member reads `Empty`, not `Closed`; if
+/// that member dies, its message comes back (flagged) before the end.
+#[test]
+fn the_end_waits_for_messages_other_members_hold() {
+    let s = seg(8);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    p.create_group("q").unwrap();
+    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
+    let mut b = Consumer::join_group(&s, "q", id(3)).unwrap();
+    for i in 0..3u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    p.close();
+    let held = b.try_hold().unwrap();
+    assert_eq!(take(&mut a).unwrap().0, 1);
+    assert_eq!(take(&mut a).unwrap().0, 2);
+    assert_eq!(
+        take(&mut a),
+        Err(ReadError::Empty),
+        "b still holds message 0"
+    );
+    b.release(held).unwrap();
+    assert_eq!(take(&mut a), Err(ReadError::Closed));
+    // Again, with the holder dying.
+    let s = seg(8);
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    p.create_group("q").unwrap();
+    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
+    let mut b = Consumer::join_group(&s, "q", id(3)).unwrap();
+    p.try_publish(&msg(0)).unwrap();
+    p.close();
+    let _held = b.try_hold().unwrap();
+    assert_eq!(take(&mut a), Err(ReadError::Empty), "b holds message 0");
+    let index = b.index();
+    core::mem::forget(b);
+    // SAFETY: the member was forgotten: it is inside no call and holds no pin.
+    assert!(unsafe { p.reclaim(index, id(3)) }.unwrap().was_registered);
+    assert_eq!(
+        take(&mut a).unwrap(),
+        (0, 0, true),
+        "redelivered after the close"
+    );
+    assert_eq!(take(&mut a), Err(ReadError::Closed));
+}

@@ -12,7 +12,7 @@
 
 use super::{BatchItem, Consumer, Copied, Miss, Pinned, ReadError};
 use crate::error::Error;
-use crate::group::{find_group, group_key, is_record_of};
+use crate::group::{drained_for, find_group, group_key, is_record_of, wake_readers};
 use crate::layout::{ConsumerEntry, GROUP_CLAIMS, SEQ_LIMIT};
 use crate::memory::{Memory, OpenJoin};
 use crate::owner::OwnerId;
@@ -191,7 +191,9 @@ impl<M: Memory> Consumer<M> {
             if stamp < want {
                 return Err(self.empty_or_closed(|c| {
                     // Acquire: as above.
-                    g.cursor.load(Ordering::Acquire) == seq && c.stamp_of(seq) < want
+                    g.cursor.load(Ordering::Acquire) == seq
+                        && c.stamp_of(seq) < want
+                        && drained_for(&c.mem, g, m.key, c.index)
                 }));
             }
             if stamp > want {
@@ -272,6 +274,12 @@ impl<M: Memory> Consumer<M> {
         // Relaxed: a statistic for inspection.
         e.received.store(self.received, Ordering::Relaxed);
         self.wake_producer();
+        // Relaxed: only the end matters here, and `drained_for`'s Acquire loads order the rest.
+        if self.mem.producer_line().flags.load(Ordering::Relaxed) & crate::layout::FLAG_CLOSED != 0
+        {
+            // Another member may be parked at the group's end waiting for this finish.
+            wake_readers(&self.mem);
+        }
     }
 
     /// Marks the claim in `word` as handed out but not finished: the next read hands it out
@@ -307,7 +315,9 @@ impl<M: Memory> Consumer<M> {
         seq >= SEQ_LIMIT
             || self.stamp_of(seq) >= 2 * seq + 2
             || !matches!(
-                self.empty_or_closed(|c| c.stamp_of(seq) < 2 * seq + 2),
+                self.empty_or_closed(|c| {
+                    c.stamp_of(seq) < 2 * seq + 2 && drained_for(&c.mem, g, m.key, c.index)
+                }),
                 ReadError::Empty
             )
     }

@@ -169,6 +169,10 @@ pub(super) fn hand_claims_to_group<M: Memory + ?Sized>(
         }
     }
     clear_claims(e);
+    if count > 0 {
+        // Members parked at the group's end (or on an empty group) take them now.
+        crate::group::wake_readers(mem);
+    }
     Ok(())
 }
 

@@ -63,6 +63,11 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(120),
     ),
     (
+        "late_readers_in_other_processes_start_with_the_rings_history",
+        scenarios::history_across_processes,
+        Duration::from_secs(60),
+    ),
+    (
         "three_member_processes_share_3000_messages_exactly_once",
         scenarios::group_exactly_once,
         Duration::from_secs(120),

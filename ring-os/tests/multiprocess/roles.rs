@@ -44,6 +44,7 @@ pub fn run(role: &str) -> i32 {
         "pin-holder" => pin_holder(),
         "holder" => holder(),
         "member" => member(),
+        "late-reader" => late_reader(),
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),
@@ -189,6 +190,34 @@ fn member() -> i32 {
             }
             Err(ShmReadError::Read(ReadError::Closed)) => {
                 say!("DONE");
+                return 0;
+            }
+            Err(e) => {
+                say!("ERR {e}");
+                return 2;
+            }
+        }
+    }
+}
+
+/// A reader of class `RING_CLASS` that joins a ring created with history after messages were
+/// published: prints `M seq=S` for each message until the ring closes, then `DONE missed=N`.
+fn late_reader() -> i32 {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+    say!("JOINED cursor={}", c.cursor());
+    let mut buf = vec![0u8; 4096];
+    loop {
+        match c.recv(&mut buf, Duration::from_secs(20)) {
+            Ok(m) => {
+                if check_payload(&buf[..m.len]) != Some(m.seq) {
+                    say!("ERR torn seq={}", m.seq);
+                    return 1;
+                }
+                say!("M seq={}", m.seq);
+            }
+            Err(ShmReadError::Read(ReadError::Closed)) => {
+                say!("DONE missed={}", c.missed());
                 return 0;
             }
             Err(e) => {

@@ -8,7 +8,7 @@ use ring_os::{
     alloc, AllocProducer, ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing,
 };
 
-use crate::support::{field, make_payload, unique_name, Child, Unlink};
+use crate::support::{field, make_payload, publish_payloads, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -427,4 +427,57 @@ pub fn group_member_killed() {
         (0..3000).collect::<Vec<_>>(),
         "every message at least once"
     );
+}
+
+/// A ring created with history 3: a gating and a skip-on-lag reader that join (in their own
+/// processes) after 10 messages start at message 7 and get every message from there, in order,
+/// missing nothing; a latest-only one starts at the newest (9).
+pub fn history_across_processes() {
+    let name = unique_name("history");
+    let _u = Unlink(name.clone());
+    let config = Config::new(8, 4096).with_consumers(4).with_history(3);
+    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let mut p = ShmRing::producer(&ring).expect("producer");
+    publish_payloads(&mut p, 10);
+    let readers: Vec<(&str, Child)> = ["gating", "skip", "latest"]
+        .into_iter()
+        .map(|class| {
+            let env = [
+                ("RING_NAME", name.as_str().to_owned()),
+                ("RING_CLASS", class.to_owned()),
+            ];
+            (class, Child::spawn("late-reader", &env))
+        })
+        .collect();
+    for (class, c) in &readers {
+        let joined = c.expect_line("JOINED", SECS(20));
+        let want = if *class == "latest" { 9 } else { 7 };
+        assert_eq!(field(&joined, "cursor"), want, "{class} starts {want}");
+    }
+    let mut buf = Vec::new();
+    for seq in 10..14 {
+        make_payload(seq, 4000, &mut buf);
+        p.publish(&buf, SECS(10)).expect("publish");
+    }
+    p.close();
+    for (class, mut c) in readers {
+        let lines = c.lines_until("DONE", SECS(20));
+        let seqs: Vec<u64> = lines
+            .iter()
+            .filter(|l| l.starts_with("M "))
+            .map(|l| field(l, "seq"))
+            .collect();
+        let done = lines.last().expect("a last line");
+        if class == "latest" {
+            assert_eq!(seqs.first(), Some(&9), "latest-only gets the newest first");
+        } else {
+            assert_eq!(
+                seqs,
+                (7..14).collect::<Vec<_>>(),
+                "{class}: history then the rest"
+            );
+            assert_eq!(field(done, "missed"), 0, "{class} missed nothing");
+        }
+        assert!(c.wait(SECS(20)));
+    }
 }

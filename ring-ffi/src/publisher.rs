@@ -49,6 +49,16 @@ unsafe fn publisher<'a>(p: *mut shmring_publisher) -> Res<&'a mut Publisher> {
     unsafe { arg_mut(p, "publisher") }?.lender.get()
 }
 
+/// One wait of at most `timeout_ms`: a wait without end (`SHMRING_FOREVER`) is a series of
+/// one-second waits.
+fn slice(timeout_ms: u64) -> Duration {
+    if timeout_ms == SHMRING_FOREVER {
+        Duration::from_secs(1)
+    } else {
+        millis(timeout_ms)
+    }
+}
+
 /// Claims a slot (once `deadline` is reached, the ring's last refusal), waiting with reclaim.
 fn claim_loop<R>(
     publisher: &mut Publisher,
@@ -61,11 +71,7 @@ fn claim_loop<R>(
     }
     // A wait without end is a series of long waits: the ring-os claim reclaims dead
     // subscribers at each slice end.
-    let slice = if timeout_ms == SHMRING_FOREVER {
-        Duration::from_secs(1)
-    } else {
-        millis(timeout_ms)
-    };
+    let slice = slice(timeout_ms);
     loop {
         match inner.claim_with(slice, &mut write) {
             Ok(r) => return Ok(r),
@@ -189,11 +195,7 @@ pub unsafe extern "C" fn shmring_publisher_wait_for_subscribers(
         // SAFETY: as in `shmring_publisher_send`.
         let p = unsafe { self::publisher(publisher) }?;
         loop {
-            let slice = if timeout_ms == SHMRING_FOREVER {
-                Duration::from_secs(1)
-            } else {
-                millis(timeout_ms)
-            };
+            let slice = slice(timeout_ms);
             if p.wait_for_subscribers(n, slice) {
                 return Ok(());
             }
@@ -224,11 +226,7 @@ pub unsafe extern "C" fn shmring_publisher_wait_drained(
         // SAFETY: as in `shmring_publisher_send`.
         let p = unsafe { self::publisher(publisher) }?;
         loop {
-            let slice = if timeout_ms == SHMRING_FOREVER {
-                Duration::from_secs(1)
-            } else {
-                millis(timeout_ms)
-            };
+            let slice = slice(timeout_ms);
             if p.wait_drained(slice) {
                 return Ok(());
             }

@@ -70,6 +70,33 @@ fn builder(b: RingBuilder, cfg: Option<&shmring_config>) -> RingBuilder {
     b
 }
 
+/// The calls on a named ring (`shmring_ring_create`, `shmring_ring_open`,
+/// `shmring_ring_open_or_create`): `make` makes the ring from a builder with `config`'s geometry,
+/// told whether `config` asks for a pin-only ring; its handle goes to `*out`.
+///
+/// # Safety
+///
+/// `name` is null or NUL-terminated, `config` null or a config, `out` null or writable (the
+/// header contract of those calls).
+unsafe fn named(
+    name: *const c_char,
+    config: *const shmring_config,
+    out: *mut *mut shmring_ring,
+    make: impl FnOnce(RingBuilder, bool) -> Result<Ring, Error>,
+) -> c_int {
+    guard(|| {
+        // SAFETY: `out` is null or writable (header contract); checked inside.
+        unsafe { out_handle(out) }?;
+        // SAFETY: `name` is null or NUL-terminated (header contract).
+        let name = unsafe { text(name, "name") }?;
+        // SAFETY: `config` is null or points to a config (header contract).
+        let cfg = unsafe { config.as_ref() };
+        let pin_only = cfg.is_some_and(|c| c.pin_only != 0);
+        new_ring(make(builder(Ring::builder(name), cfg), pin_only)?, out);
+        Ok(())
+    })
+}
+
 /// Creates the named ring `name` (`/dev/shm/shmring.<name>`) with geometry `config` (NULL:
 /// defaults) and stores a new handle in `*out`. The creating handle removes the name when freed
 /// unless `shmring_ring_keep_name` is called.
@@ -82,20 +109,13 @@ pub unsafe extern "C" fn shmring_ring_create(
     config: *const shmring_config,
     out: *mut *mut shmring_ring,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: `out` is null or writable (header contract); checked inside.
-        unsafe { out_handle(out) }?;
-        // SAFETY: `name` is null or NUL-terminated (header contract).
-        let name = unsafe { text(name, "name") }?;
-        // SAFETY: `config` is null or points to a config (header contract).
-        let cfg = unsafe { config.as_ref() };
-        let pin_only = cfg.is_some_and(|c| c.pin_only != 0);
-        let ring = builder(Ring::builder(name), cfg)
-            .pin_only(pin_only)
-            .create()?;
-        new_ring(ring, out);
-        Ok(())
-    })
+    // SAFETY: `out` is null or writable, `name` null or NUL-terminated, `config` null or a
+    // config (header contract): `named`'s contract.
+    unsafe {
+        named(name, config, out, |b, pin_only| {
+            b.pin_only(pin_only).create()
+        })
+    }
 }
 
 /// Opens the existing named ring `name`, waiting up to `config->open_timeout_ms` for it to
@@ -110,17 +130,8 @@ pub unsafe extern "C" fn shmring_ring_open(
     config: *const shmring_config,
     out: *mut *mut shmring_ring,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_ring_create`.
-        unsafe { out_handle(out) }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let name = unsafe { text(name, "name") }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let cfg = unsafe { config.as_ref() };
-        let ring = builder(Ring::builder(name), cfg).open()?;
-        new_ring(ring, out);
-        Ok(())
-    })
+    // SAFETY: as in `shmring_ring_create`.
+    unsafe { named(name, config, out, |b, _| b.open()) }
 }
 
 /// Creates the named ring, or opens it if it exists (then its geometry must match `config`'s
@@ -133,20 +144,12 @@ pub unsafe extern "C" fn shmring_ring_open_or_create(
     config: *const shmring_config,
     out: *mut *mut shmring_ring,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_ring_create`.
-        unsafe { out_handle(out) }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let name = unsafe { text(name, "name") }?;
-        // SAFETY: as in `shmring_ring_create`.
-        let cfg = unsafe { config.as_ref() };
-        let pin_only = cfg.is_some_and(|c| c.pin_only != 0);
-        let ring = builder(Ring::builder(name), cfg)
-            .pin_only(pin_only)
-            .open_or_create()?;
-        new_ring(ring, out);
-        Ok(())
-    })
+    // SAFETY: as in `shmring_ring_create`.
+    unsafe {
+        named(name, config, out, |b, pin_only| {
+            b.pin_only(pin_only).open_or_create()
+        })
+    }
 }
 
 /// Creates a ring in a new sealed memfd (no name; share it with `shmring_ring_serve` or pass

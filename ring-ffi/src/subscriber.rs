@@ -51,6 +51,24 @@ fn class(class: u32) -> Res<DeliveryClass> {
     }
 }
 
+/// Makes the handle of `subscriber` and stores it in the out-handle `out`.
+///
+/// # Safety
+///
+/// `out` is valid for a write (checked by `out_handle`).
+unsafe fn new_subscriber(subscriber: Subscriber, out: *mut *mut shmring_subscriber) {
+    let handle = Box::into_raw(Box::new(shmring_subscriber {
+        lender: Lender::new(
+            subscriber,
+            "the subscriber holds a pin: release it first (shmring_pinned_release)",
+        ),
+        abort_code: None,
+        holds: Vec::new(),
+    }));
+    // SAFETY: the caller's contract.
+    unsafe { out.write(handle) };
+}
+
 /// Registers a subscriber of `class` (`SHMRING_GATING`, `SHMRING_LATEST_ONLY`,
 /// `SHMRING_SKIP_ON_LAG`) and stores it in `*out`. It receives what is published from now on.
 ///
@@ -68,16 +86,8 @@ pub unsafe extern "C" fn shmring_ring_subscriber(
         // SAFETY: as in `shmring_ring_fd`.
         let ring = unsafe { arg(ring, "ring") }?;
         let subscriber = ring.ring.subscriber(self::class(class)?)?;
-        let handle = Box::into_raw(Box::new(shmring_subscriber {
-            lender: Lender::new(
-                subscriber,
-                "the subscriber holds a pin: release it first (shmring_pinned_release)",
-            ),
-            abort_code: None,
-            holds: Vec::new(),
-        }));
         // SAFETY: checked by `out_handle`.
-        unsafe { out.write(handle) };
+        unsafe { new_subscriber(subscriber, out) };
         Ok(())
     })
 }
@@ -103,16 +113,8 @@ pub unsafe extern "C" fn shmring_ring_join_group(
         // SAFETY: null or NUL-terminated (header contract).
         let name = unsafe { text(name, "name") }?;
         let subscriber = ring.ring.join_group(name)?;
-        let handle = Box::into_raw(Box::new(shmring_subscriber {
-            lender: Lender::new(
-                subscriber,
-                "the subscriber holds a pin: release it first (shmring_pinned_release)",
-            ),
-            abort_code: None,
-            holds: Vec::new(),
-        }));
         // SAFETY: checked by `out_handle`.
-        unsafe { out.write(handle) };
+        unsafe { new_subscriber(subscriber, out) };
         Ok(())
     })
 }

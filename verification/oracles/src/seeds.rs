@@ -163,7 +163,7 @@ fn encode_ops(shape: [u8; 3], ops: &[Op]) -> Vec<u8> {
 ///
 /// # Panics
 /// When the bytes no longer decode to the scenario (`Op` or `arbitrary` changed): update
-/// [`encode_ops`].
+/// `encode_ops`.
 pub fn scenario_seeds() -> Vec<(&'static str, Vec<u8>)> {
     let (a, b) = (0, 1);
     let mut ops = vec![

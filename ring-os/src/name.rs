@@ -156,6 +156,32 @@ impl fmt::Display for SegmentName {
     }
 }
 
+/// The queue a spill segment's name belongs to, `None` for any other name. The Python queue
+/// (`python/src/spill.rs`) sends a message too large for its ring in a segment of its own named
+/// `<queue>.s<seq>-<16 hex>`: the queue ring's name, `.s`, the message's sequence number in
+/// decimal, `-`, 16 lowercase hex digits. Such a file is not a ring (its bytes are the message),
+/// so the stale rule for rings never applies to it (see `stale::remove_unheld`).
+#[must_use]
+pub fn spill_queue(name: &str) -> Option<&str> {
+    let (queue, _) = name.rsplit_once(".s")?;
+    is_spill_of(name, queue).then_some(queue)
+}
+
+/// Whether `name` is a spill segment's name of the queue ring `queue` (see [`spill_queue`]).
+#[must_use]
+pub fn is_spill_of(name: &str, queue: &str) -> bool {
+    name.strip_prefix(queue)
+        .and_then(|r| r.strip_prefix(".s"))
+        .and_then(|r| r.split_once('-'))
+        .is_some_and(|(seq, tag)| {
+            !queue.is_empty()
+                && !seq.is_empty()
+                && seq.bytes().all(|b| b.is_ascii_digit())
+                && tag.len() == 16
+                && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

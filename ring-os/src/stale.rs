@@ -20,6 +20,7 @@ use std::path::Path;
 use ring_core::AttachError;
 
 use crate::lock::{self, AllRoles, Liveness, Role};
+pub use crate::name::{is_spill_of, spill_queue};
 use crate::{Error, Segment, SegmentName, SizeCheck};
 
 /// The directory POSIX shared memory lives in on Linux.
@@ -195,18 +196,27 @@ fn inspect(dir: &Path, name: SegmentName) -> SegmentInfo {
     info
 }
 
-/// Classifies a file by its type, owner, size and header.
-fn read_owners(dir: &Path, info: &SegmentInfo, st: &rustix::fs::Stat) -> Owners {
+/// Why a file is not one of ours to manage (not a regular file, another user's, writable by
+/// others); `None` when it is.
+fn not_ours(st: &rustix::fs::Stat) -> Option<String> {
     use rustix::fs::FileType;
     if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
-        return Owners::Unreadable("not a regular file".to_owned());
+        return Some("not a regular file".to_owned());
     }
     if st.st_uid != rustix::process::geteuid().as_raw() || st.st_mode & 0o022 != 0 {
-        return Owners::Unreadable(format!(
+        return Some(format!(
             "foreign: uid {} mode {:o}",
             st.st_uid,
             st.st_mode & 0o7777
         ));
+    }
+    None
+}
+
+/// Classifies a file by its type, owner, size and header.
+fn read_owners(dir: &Path, info: &SegmentInfo, st: &rustix::fs::Stat) -> Owners {
+    if let Some(why) = not_ours(st) {
+        return Owners::Unreadable(why);
     }
     if info.len == 0 {
         return Owners::HalfCreated("zero length: its creator has not sized it".to_owned());
@@ -267,6 +277,25 @@ pub fn clean_listed(dir: &Path, list: Vec<SegmentInfo>) -> CleanReport {
         }
     }
     report
+}
+
+/// Removes a listed file whatever its bytes (a spill segment, see [`spill_queue`]) when it is
+/// one of ours to manage (a regular file of this user, writable by no one else), still the same
+/// file as listed, no role lock of it is held (this call takes them all while it removes it)
+/// and the name still names it. Whether the file should go (a spill's queue gone or dead) is
+/// the caller's judgement.
+///
+/// # Errors
+///
+/// Why it was kept, as text.
+pub fn remove_unheld(dir: &Path, info: &SegmentInfo) -> Result<(), String> {
+    let fd = open_raw(&dir.join(info.name.file_name()))?;
+    let st = rustix::fs::fstat(&fd).map_err(|e| format!("fstat: {e}"))?;
+    if let Some(why) = not_ours(&st) {
+        return Err(why);
+    }
+    drop(fd);
+    remove_if_still_stale(dir, info)
 }
 
 /// Re-opens a listed candidate and removes it only if it is still the same file, no role lock

@@ -57,8 +57,17 @@ pub enum Command {
     /// Show a ring: geometry, producer, each consumer, allocator stats and leaks (read-only).
     Inspect(InspectArgs),
     /// List the rings in /dev/shm with their owners and whether those still run.
+    ///
+    /// Also the Python queue's spill segments (`<queue>.s<seq>-<16 hex>`, a message too large
+    /// for its ring): each says which queue it belongs to and whether that queue's ring is still
+    /// there and live. `--json`: an array of {"name", "bytes", "kind" ("ring" or "spill"),
+    /// "status", "owners" (role, pid, pid_namespace, alive), "note", "queue" and
+    /// "queue_status" ("missing", "dead", "live"; null for a ring)}.
     List(ListArgs),
     /// Remove rings in /dev/shm whose owners (creator, producer, consumers) are all dead.
+    ///
+    /// Also the Python queue's spill segments whose queue's ring is gone or has no live owner
+    /// and that no process holds; never a spill of a live queue.
     Clean(CleanArgs),
     /// Publish stdin into a ring, one message per FRAME_SIZE bytes (creates the ring if missing).
     ///
@@ -247,7 +256,7 @@ pub struct CleanArgs {
     /// Only say what would be removed.
     #[arg(long)]
     pub dry_run: bool,
-    /// Only consider these rings (default: all of ours in /dev/shm).
+    /// Only consider these rings and spills (default: all of ours in /dev/shm).
     pub names: Vec<String>,
 }
 

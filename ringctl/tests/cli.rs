@@ -415,22 +415,28 @@ fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
     assert!(missing.contains("does not exist"), "{missing}");
 }
 
-#[test]
-fn list_and_clean_handle_a_dead_owner() {
-    let name = unique("dead");
-    let _cleanup = Cleanup(name.clone());
-    // A publisher that blocks on its (open, empty) stdin: owner of a live ring.
-    let mut publ = Command::new(BIN)
-        .args(["pub", &name, "--frame-size", "128", "--wait-consumers", "0"])
+/// A publisher of ring `name` that blocks on its (open, empty) stdin: the live owner of that
+/// ring, once this returns.
+fn idle_pub(name: &str) -> Child {
+    let publ = Command::new(BIN)
+        .args(["pub", name, "--frame-size", "128", "--wait-consumers", "0"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .expect("spawning pub");
     let ready = eventually(Duration::from_secs(20), || {
-        run(&["inspect", &name, "--json"]).status.success()
+        run(&["inspect", name, "--json"]).status.success()
     });
     assert!(ready, "pub never created its ring");
+    publ
+}
+
+#[test]
+fn list_and_clean_handle_a_dead_owner() {
+    let name = unique("dead");
+    let _cleanup = Cleanup(name.clone());
+    let mut publ = idle_pub(&name);
     let status_of = || {
         let v = last_json(&run(&["list", "--json"]));
         v.as_array()
@@ -1021,4 +1027,106 @@ fn three_group_subs_share_a_stream_exactly_once() {
         (0..3000).collect::<Vec<_>>(),
         "each frame exactly once"
     );
+}
+
+/// Writes a fake spill segment of the Python queue `queue` (a message in a segment of its own,
+/// `<queue>.s<seq>-<16 hex>`: bytes that are no ring), this user's and mode 0600 as the queue
+/// makes them; returns its name.
+fn fake_spill(queue: &str) -> String {
+    use std::os::unix::fs::PermissionsExt as _;
+    let name = format!("{queue}.s7-00c0ffee00c0ffee");
+    let path = shm_path(&name);
+    std::fs::write(&path, vec![0x5a_u8; 8192]).expect("writing the fake spill");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).expect("chmod");
+    name
+}
+
+/// The `list --json` entry named `name`.
+fn listed_entry(name: &str) -> Option<Value> {
+    let v = last_json(&run(&["list", "--json"]));
+    v.as_array()
+        .and_then(|a| a.iter().find(|e| e["name"] == name).cloned())
+}
+
+#[test]
+fn a_spill_of_a_missing_queue_is_listed_as_such_and_cleaned() {
+    let queue = unique("spillq-missing");
+    let spill = fake_spill(&queue);
+    let _cleanup = Cleanup(spill.clone());
+    let e = listed_entry(&spill).expect("the spill is listed");
+    assert_eq!(e["kind"], "spill", "{e}");
+    assert_eq!(e["queue"], queue.as_str(), "{e}");
+    assert_eq!(e["queue_status"], "missing", "{e}");
+    assert_eq!(e["status"], "orphaned", "{e}");
+    assert_eq!(e["bytes"], 8192, "{e}");
+    let plain = text(&run(&["list"]).stdout);
+    let line = plain
+        .lines()
+        .find(|l| l.starts_with(&spill))
+        .unwrap_or_else(|| panic!("{plain}"));
+    assert!(
+        line.contains(&format!("spill of queue {queue} (queue missing)")),
+        "{line}"
+    );
+    assert!(!line.contains("unreadable"), "{line}");
+    let dry = text(&run(&["clean", "--dry-run", &spill]).stdout);
+    assert!(dry.contains(&format!("would remove {spill}")), "{dry}");
+    assert!(dry.contains("1 orphaned spill(s)"), "{dry}");
+    assert!(shm_path(&spill).exists(), "--dry-run removes nothing");
+    // By name: a bare `clean` here would clean up after every other test running.
+    let out = run(&["clean", &spill]);
+    assert!(out.status.success());
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("removed {spill}")), "{stdout}");
+    assert!(
+        !shm_path(&spill).exists(),
+        "clean must remove the orphaned spill"
+    );
+}
+
+#[test]
+fn a_spill_of_a_live_queue_is_kept_and_cleaned_once_its_owners_died() {
+    let queue = unique("spillq-live");
+    let _queue_cleanup = Cleanup(queue.clone());
+    // The live owner of the queue's ring.
+    let mut publ = idle_pub(&queue);
+    let spill = fake_spill(&queue);
+    let _cleanup = Cleanup(spill.clone());
+    let e = listed_entry(&spill).expect("the spill is listed");
+    assert_eq!(e["kind"], "spill", "{e}");
+    assert_eq!(e["queue_status"], "live", "{e}");
+    assert_eq!(e["status"], "in use", "{e}");
+    let ring = listed_entry(&queue).expect("the queue's ring is listed");
+    assert_eq!(ring["kind"], "ring", "{ring}");
+    assert_eq!(ring["queue"], Value::Null, "{ring}");
+    // Never a spill of a live queue (named with its queue, or alone).
+    for args in [
+        vec!["clean", spill.as_str(), queue.as_str()],
+        vec!["clean", spill.as_str()],
+    ] {
+        let out = run(&args);
+        assert!(out.status.success());
+        let stdout = text(&out.stdout);
+        assert!(stdout.contains(&format!("kept {spill}")), "{stdout}");
+        assert!(shm_path(&spill).exists(), "a live queue's spill is kept");
+        assert!(shm_path(&queue).exists(), "a live ring is kept");
+    }
+    publ.kill().expect("killing pub");
+    publ.wait().expect("reaping pub");
+    let e = listed_entry(&spill).expect("the spill is listed");
+    assert_eq!(e["queue_status"], "dead", "{e}");
+    assert_eq!(e["status"], "orphaned", "{e}");
+    let out = run(&["clean", &spill]);
+    let stdout = text(&out.stdout);
+    assert!(stdout.contains(&format!("removed {spill}")), "{stdout}");
+    assert!(
+        !shm_path(&spill).exists(),
+        "a dead queue's spill is removed"
+    );
+    assert!(
+        shm_path(&queue).exists(),
+        "only the named segment is cleaned"
+    );
+    assert!(run(&["clean", &queue]).status.success());
+    assert!(!shm_path(&queue).exists());
 }

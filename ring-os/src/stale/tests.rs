@@ -239,3 +239,52 @@ fn make_fifo(path: &std::path::Path) {
     let rc = unsafe { libc::mkfifo(c_path.as_ptr(), 0o600) };
     assert_eq!(rc, 0, "mkfifo: {}", std::io::Error::last_os_error());
 }
+
+#[test]
+fn spill_names_parse_and_an_unheld_spill_is_removed_a_held_one_kept() {
+    assert_eq!(
+        spill_queue("q-12-0123456789ab.s7-0123456789abcdef"),
+        Some("q-12-0123456789ab")
+    );
+    assert_eq!(spill_queue("a.s.s10-ffffffffffffffff"), Some("a.s"));
+    for not in [
+        "q.s7-0123456789abcde",
+        "q.s7-0123456789abcdeF",
+        "q.s-0123456789abcdef",
+        "q.sx-0123456789abcdef",
+        ".s7-0123456789abcdef",
+        "q-12-0123456789ab",
+    ] {
+        assert_eq!(spill_queue(not), None, "{not}");
+    }
+    assert!(is_spill_of("q.s7-0123456789abcdef", "q"));
+    assert!(!is_spill_of("q.s7-0123456789abcdef", "p"));
+
+    let dir = Scratch::new("spill");
+    let name = "gone.s3-0123456789abcdef";
+    // Its creator writing it: the creator lock is held.
+    let seg = crate::Segment::create_file(&dir.path(name), 4096, CreateOptions::new()).unwrap();
+    // SAFETY: the mapping is 4096 bytes and this is its only user.
+    unsafe { core::ptr::write_bytes(seg.as_ptr().as_ptr(), 0x5a, 4096) };
+    let listed = || {
+        list_in(&dir.0)
+            .unwrap()
+            .into_iter()
+            .find(|i| i.name.as_str() == name)
+            .unwrap()
+    };
+    let info = listed();
+    assert!(
+        matches!(info.owners, Owners::Unreadable(_)),
+        "{:?}",
+        info.owners
+    );
+    assert!(!info.is_stale(), "a spill is never a stale ring");
+    assert!(remove_unheld(&dir.0, &info).is_err());
+    assert!(dir.path(name).exists(), "a held spill is kept");
+    drop(seg);
+    let info = listed();
+    assert_eq!(info.locks, Liveness::Dead);
+    remove_unheld(&dir.0, &info).unwrap();
+    assert!(!dir.path(name).exists());
+}

@@ -5,6 +5,7 @@
 //! ring's participants are read from the ring itself ([`Mapping::participants`](crate::Mapping::participants)).
 
 use crate::lock::{Liveness, Role};
+pub use crate::name::{is_spill_of, spill_queue};
 
 /// One role a segment records.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1026,6 +1026,18 @@ impl Model {
         observed: &Outcome,
     ) -> Result<Outcome, Failure> {
         let (n, closed) = (self.slots.len() as u64, self.closed);
+        // The group's stream ends for this member only when no other member (alive, or dead
+        // and not yet reclaimed) holds a message it has not finished (`drained_for`).
+        let record = self.consumers[i]
+            .as_ref()
+            .and_then(|c| c.member.as_ref())
+            .map(|m| m.record);
+        let others_hold = self.consumers.iter().enumerate().any(|(j, c)| {
+            j != i
+                && c.as_ref()
+                    .and_then(|c| c.member.as_ref())
+                    .is_some_and(|m| Some(m.record) == record && m.claims.iter().any(|&v| v != 0))
+        });
         let Some(c) = self.consumers[i].as_mut().filter(|c| c.alive) else {
             return Ok(Outcome::Skipped);
         };
@@ -1074,7 +1086,7 @@ impl Model {
                 let seq = g.cursor;
                 let stamp = self.slots[(seq % n) as usize].stamp;
                 if stamp < 2 * seq + 2 {
-                    return Ok(Outcome::ReadFailed(if closed {
+                    return Ok(Outcome::ReadFailed(if closed && !others_hold {
                         ReadError::Closed
                     } else {
                         ReadError::Empty

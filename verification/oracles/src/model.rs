@@ -698,7 +698,21 @@ impl RingModel {
                 let seq = self.entries[m.record].cursor;
                 let stamp = self.slots[self.slot_of(seq)].stamp;
                 if stamp < 2 * seq + 2 {
-                    return Err(self.empty_or_closed());
+                    // The group's stream ends for this member only when no other member (alive,
+                    // or dead and not yet reclaimed) holds an unfinished message.
+                    let key = self.entries[m.record].group;
+                    let others_hold = self.entries.iter().enumerate().any(|(j, e)| {
+                        j != own
+                            && e.is_member()
+                            && e.group == key
+                            && e.claims.iter().any(|&v| v != 0)
+                    });
+                    return Err(match self.empty_or_closed() {
+                        ReadError::Closed | ReadError::Aborted { .. } if others_hold => {
+                            ReadError::Empty
+                        }
+                        other => other,
+                    });
                 }
                 if stamp > 2 * seq + 2 {
                     return Err(ReadError::Corrupt(

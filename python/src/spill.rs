@@ -38,23 +38,15 @@ pub(crate) fn name(queue: &str, seq: u64) -> String {
     format!("{queue}.s{seq}-{:016x}", h.finish())
 }
 
-/// Whether `name` is a spill name of queue `queue` (see [`name`]).
+/// Whether `name` is a spill name of queue `queue` (see [`name`]; the rule is ring-os's, which
+/// `ringctl list`/`clean` share).
 pub(crate) fn is_spill_of(name: &str, queue: &str) -> bool {
-    name.strip_prefix(queue)
-        .and_then(|r| r.strip_prefix(".s"))
-        .and_then(|r| r.split_once('-'))
-        .is_some_and(|(seq, tag)| {
-            !seq.is_empty()
-                && seq.bytes().all(|b| b.is_ascii_digit())
-                && tag.len() == 16
-                && tag.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        })
+    ring_os::stale::is_spill_of(name, queue)
 }
 
 /// The queue a spill name belongs to (the part before `.s`), if it is one.
 pub(crate) fn queue_of(name: &str) -> Option<&str> {
-    let (queue, _) = name.rsplit_once(".s")?;
-    is_spill_of(name, queue).then_some(queue)
+    ring_os::stale::spill_queue(name)
 }
 
 /// The record's length for `name` (rounded to 8 bytes).

@@ -1,7 +1,8 @@
 """Queue and frame throughput, in one run, interleaved.
 
 Queues: shmring's queue (copying ``get`` and zero-copy ``get``), py-sharedmemory's
-``create_shared_memory_pair`` (PyPI ``py-sharedmemory``) and ``multiprocessing.Queue``. Each
+``create_shared_memory_pair`` (PyPI ``py-sharedmemory``) and ``multiprocessing.Queue``; opt-in
+kinds (``--kinds``) with two threads per endpoint, or one receiver shared by 3 spawned workers. Each
 measurement is one fresh pair of capacity 2 with a spawned receiver; the clock starts when the
 receiver has got a first (warm-up) message of the same size, so process start-up and attaching
 are excluded, and stops when it has got ``count`` more. Kinds alternate within each of the
@@ -27,6 +28,7 @@ import numpy as np
 
 import shmring
 
+WORKERS = 3  # the "... 3 workers" kinds: one receiver shared by this many spawned processes
 UNITS = {"K": 1000, "M": 1000**2, "G": 1000**3}
 WAIT = 600
 
@@ -91,6 +93,29 @@ def sink_threads(receiver, zero_copy, count, done, threads=2):
     receiver.close()
 
 
+def sink_worker(receiver, zero_copy, tickets, got, total, ready, warm, done):
+    """One of several spawned workers sharing one receiver: takes a ticket per ``get`` until
+    ``total`` (warm-ups included) are taken; reports when each of the first ``WORKERS`` gets
+    (the warm-ups, the only messages sent until they are all got) completes, and when it
+    ends."""
+    kw = {"zero_copy": True} if zero_copy else {}
+    ready.wait(WAIT)  # every worker has attached
+    while True:
+        with tickets.get_lock():
+            if tickets.value >= total:
+                break
+            tickets.value += 1
+        x = receiver.get(timeout=WAIT, **kw)
+        del x
+        with got.get_lock():
+            got.value += 1
+            n = got.value
+        if n <= WORKERS:
+            warm.put(time.monotonic())
+    done.put(time.monotonic())
+    receiver.close()
+
+
 def put_threads(put, payload, count, threads=2):
     """``count`` puts of ``payload`` from ``threads`` threads sharing one sender."""
     share = [count // threads + (i < count % threads) for i in range(threads)]
@@ -109,6 +134,10 @@ def queue_once(kind, payload, count, ctx):
     closer = None
     # "... 2 threads": two threads per endpoint, sharing the sender and the receiver.
     threaded = kind.endswith(" 2 threads")
+    # "... 3 workers": one receiver pickled to 3 spawned processes that share the messages.
+    workers = kind.endswith(f" {WORKERS} workers")
+    if workers:
+        return workers_once(kind, payload, count, ctx)
     if kind.startswith("shmring"):
         s, r = shmring.create_pair(2, max_message=size + 4096)
         zero_copy = kind.removesuffix(" 2 threads").endswith("zero-copy")
@@ -142,6 +171,43 @@ def queue_once(kind, payload, count, ctx):
         if hasattr(closer, "wait_for_all_ack"):
             closer.wait_for_all_ack(timeout=60)
         closer.close()
+    return size * count / (t1 - t0) / 1e9
+
+
+def workers_once(kind, payload, count, ctx):
+    """GB/s of ``count`` puts of ``payload`` into one receiver shared by ``WORKERS`` spawned
+    processes. The clock starts when all have attached and ``WORKERS`` warm-up messages have
+    been got (by any of them), and stops when the last worker has got its share."""
+    size = payload.nbytes
+    if kind.startswith("shmring"):
+        s, r = shmring.create_pair(2, max_message=size + 4096)
+        zero_copy = kind.removesuffix(f" {WORKERS} workers").endswith("zero-copy")
+    else:
+        from py_sharedmemory import create_shared_memory_pair
+
+        s, r = create_shared_memory_pair(capacity=2, ctx=ctx)
+        zero_copy = False
+    tickets, got = ctx.Value("q", 0), ctx.Value("q", 0)
+    ready = ctx.Barrier(WORKERS + 1)
+    warm, done = ctx.Queue(), ctx.Queue()
+    procs = [ctx.Process(target=sink_worker,
+                         args=(r, zero_copy, tickets, got, count + WORKERS, ready, warm, done))
+             for _ in range(WORKERS)]
+    for p in procs:
+        p.start()
+    ready.wait(WAIT)
+    for _ in range(WORKERS):
+        s.put(payload, timeout=WAIT)
+    t0 = max(warm.get(timeout=WAIT) for _ in range(WORKERS))
+    for _ in range(count):
+        s.put(payload, timeout=WAIT)
+    t1 = max(done.get(timeout=WAIT) for _ in range(WORKERS))
+    for p in procs:
+        p.join(WAIT)
+    if hasattr(s, "wait_for_all_ack"):
+        s.wait_for_all_ack(timeout=60)
+    s.close()
+    r.close()
     return size * count / (t1 - t0) / 1e9
 
 
@@ -245,7 +311,10 @@ def main():
     ap.add_argument("--with-10g", action="store_true", help="also 10 GB (needs ~35 GB of RAM)")
     ap.add_argument("--kinds", default="shmring copy,shmring zero-copy,py-sharedmemory,mp.Queue",
                     help="also: 'shmring copy 2 threads', 'py-sharedmemory 2 threads' (two "
-                         "threads per endpoint, sharing the sender and the receiver)")
+                         "threads per endpoint, sharing the sender and the receiver); "
+                         "'shmring copy 3 workers', 'shmring zero-copy 3 workers', "
+                         "'py-sharedmemory 3 workers' (one receiver shared by 3 spawned "
+                         "processes, each message to one of them)")
     ap.add_argument("--frames", action="store_true", help="also the frame comparison")
     ap.add_argument("--no-queues", action="store_true")
     ap.add_argument("--plot", help="write a GB/s-against-size plot (PNG) here")
@@ -284,7 +353,9 @@ def main():
                   + f" | {ratio('shmring zero-copy', 'py-sharedmemory')}"
                   + f" | {ratio('shmring copy', 'mp.Queue')} |"
                   + (f" 2 threads: {ratio('shmring copy 2 threads', 'py-sharedmemory 2 threads')}"
-                     if "shmring copy 2 threads" in med else ""), flush=True)
+                     if "shmring copy 2 threads" in med else "")
+                  + (f" 3 workers: {ratio('shmring copy 3 workers', 'py-sharedmemory 3 workers')}"
+                     if "shmring copy 3 workers" in med else ""), flush=True)
     if args.frames:
         print()
         print("| frame | MB | pin -> numpy fps | Unix socket -> numpy fps | pin / socket |")

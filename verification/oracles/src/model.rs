@@ -551,9 +551,16 @@ impl RingModel {
         if let Some(m) = r.member {
             // A pending or queued message, the group's next message published, or the end.
             let g = &self.entries[m.record];
+            // The end counts only once no other member holds an unfinished message.
+            let others_hold = self.entries.iter().enumerate().any(|(j, e)| {
+                j != r.index
+                    && e.is_member()
+                    && e.group == g.group
+                    && e.claims.iter().any(|&v| v != 0)
+            });
             return m.pending.is_some()
                 || g.claims.iter().any(|&v| v != 0)
-                || self.closed
+                || (self.closed && !others_hold)
                 || self.slots[self.slot_of(g.cursor)].stamp >= 2 * g.cursor + 2;
         }
         self.closed

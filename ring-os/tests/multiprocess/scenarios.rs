@@ -8,7 +8,7 @@ use ring_os::{
     alloc, AllocProducer, ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing,
 };
 
-use crate::support::{field, make_payload, publish_payloads, unique_name, Child, Unlink};
+use crate::support::{field, make_payload, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -438,7 +438,11 @@ pub fn history_across_processes() {
     let config = Config::new(8, 4096).with_consumers(4).with_history(3);
     let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
     let mut p = ShmRing::producer(&ring).expect("producer");
-    publish_payloads(&mut p, 10);
+    let mut buf = Vec::new();
+    for seq in 0..10 {
+        make_payload(seq, 4000, &mut buf);
+        p.publish(&buf, SECS(10)).expect("publish");
+    }
     let readers: Vec<(&str, Child)> = ["gating", "skip", "latest"]
         .into_iter()
         .map(|class| {
@@ -454,7 +458,6 @@ pub fn history_across_processes() {
         let want = if *class == "latest" { 9 } else { 7 };
         assert_eq!(field(&joined, "cursor"), want, "{class} starts {want}");
     }
-    let mut buf = Vec::new();
     for seq in 10..14 {
         make_payload(seq, 4000, &mut buf);
         p.publish(&buf, SECS(10)).expect("publish");

@@ -113,6 +113,7 @@ pub(crate) fn _remove_idle_spills(py: Python<'_>, name: &str) -> Vec<String> {
 
 /// Whether the named queue exists and no producer or consumer of it is alive (by their role
 /// locks; the creator's does not count).
+#[cfg(unix)]
 fn queue_is_idle(name: &str) -> bool {
     use ring_os::lock::{Liveness, Role};
     let Ok(seg_name) = ring_os::SegmentName::new(name) else {
@@ -125,6 +126,12 @@ fn queue_is_idle(name: &str) -> bool {
         ps.iter()
             .all(|p| p.role == Role::Creator || p.liveness == Liveness::Dead)
     })
+}
+
+/// Elsewhere spills are not listed (`spills_in_dir`), so there is nothing to sweep: never idle.
+#[cfg(not(unix))]
+fn queue_is_idle(_name: &str) -> bool {
+    false
 }
 
 /// The spill names of queue `queue` in `/dev/shm`.

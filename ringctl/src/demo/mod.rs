@@ -16,7 +16,7 @@ use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::{Config, Memory, MAX_CONSUMERS, MAX_SLOT_CAPACITY};
 
-use crate::cli::{Class, DemoArgs, Fault};
+use crate::cli::{Class, DemoArgs, Fault, ReadMode};
 use crate::error::{CliError, Result};
 use crate::frame;
 use crate::ring::{self, Ring};
@@ -239,7 +239,16 @@ fn stream(
             // the classes.
             if let Some(&victim) = live.first() {
                 let v = &mut kids.consumers[victim];
+                // A gating reader's pin is its cursor, not a reader bit in the slot (see
+                // ring-core's `hold` module): there is no pin word to wait for or reclaim.
+                let pins =
+                    args.read.for_class(v.class) == ReadMode::Pin && v.class != Class::Gating;
                 if let Some(child) = v.child.as_mut() {
+                    // Kill a reader that pins with its bit while it holds a pin, so the run shows
+                    // a pin reclaimed: wait (briefly, bounded) for one between two reads.
+                    if pins {
+                        wait_for_a_pin(ring, child.id());
+                    }
                     let _ = child.kill();
                     let _ = child.wait();
                 }
@@ -307,6 +316,25 @@ fn classes(args: &DemoArgs) -> Result<Vec<Class>> {
         ));
     }
     Ok(args.classes.iter().copied().cycle().take(n).collect())
+}
+
+/// Waits up to 200 ms for the consumer process `pid` to hold a pin (it is killed anyway then).
+fn wait_for_a_pin(ring: &Ring, pid: u32) {
+    let deadline = Instant::now() + Duration::from_millis(200);
+    while Instant::now() < deadline {
+        let pinned = (0..ring.geometry().consumers())
+            .filter_map(|i| consumer_info(ring, i))
+            .any(|c| {
+                c.state == EntryState::Active
+                    && ring_core::OwnerId::new(c.owner)
+                        .is_some_and(|o| ring_os::owner::pid_of(o) == pid)
+                    && c.pins > 0
+            });
+        if pinned {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    }
 }
 
 /// Waits until `n` consumers are registered (or one of them failed), for at most 10 s.

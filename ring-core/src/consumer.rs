@@ -14,6 +14,7 @@ use crate::wait::WaitStrategy;
 mod history;
 mod hold;
 mod member;
+pub(crate) mod route;
 use hold::HoldSet;
 pub use hold::{Hold, DEFAULT_MAX_HOLDS, MAX_HOLDS};
 use member::Member;
@@ -453,13 +454,6 @@ impl<M: Memory> Consumer<M> {
         }
     }
 
-    /// The stamp of the slot message `seq` goes to. Acquire: pairs with the producer's Release
-    /// stamp store that published it, so the message (and everything before it) is visible.
-    fn stamp_of(&self, seq: u64) -> u64 {
-        let slot = self.mem.geometry().slot_of(seq);
-        self.mem.slot_header(slot).stamp.load(Ordering::Acquire)
-    }
-
     /// Chooses the sequence to read from `head`: the newest for latest-only, the oldest still
     /// in the ring for a consumer that was overrun.
     fn target_by_head(&self) -> Result<(u64, u64), ReadError> {
@@ -612,7 +606,7 @@ impl<M: Memory> Consumer<M> {
 
     /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
-        let slot = self.mem.geometry().slot_of(seq);
+        let slot = self.slot_for(seq)?;
         let hdr = self.mem.slot_header(slot);
         if self.holds.holds_slot(slot) {
             // A held message keeps the producer off its slot, so no later message can be
@@ -829,7 +823,7 @@ impl<M: Memory> Consumer<M> {
 
     /// One seqlock read of message `seq` into `buf`.
     fn copy_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
-        let slot = self.mem.geometry().slot_of(seq);
+        let slot = self.slot_for(seq)?;
         let hdr = self.mem.slot_header(slot);
         let want = 2 * seq + 2;
         // Acquire: pairs with the producer's Release stamp store that completed message `seq`.

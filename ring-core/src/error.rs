@@ -35,6 +35,12 @@ pub enum LayoutError {
         /// The largest allowed (the slot count).
         max: u32,
     },
+    /// A never-stall ring with fewer than 3 slots (one holds the newest message, one takes
+    /// the next, and a reader needs one to pin).
+    NeverStallSlots {
+        /// The slot count given.
+        value: u32,
+    },
     /// The segment size does not fit in the address space.
     Overflow,
     /// The memory given is shorter than the geometry needs.
@@ -69,6 +75,11 @@ impl fmt::Display for LayoutError {
             Self::History { value, max } => write!(
                 f,
                 "history {value} is longer than the ring: at most the slot count ({max})"
+            ),
+            Self::NeverStallSlots { value } => write!(
+                f,
+                "a never-stall ring needs at least 3 slots, got {value}: the producer keeps the \
+                 newest message and writes the next while readers pin (slots >= pins + 2)"
             ),
             Self::Allocator => f.write_str(
                 "allocator arena/ceiling out of range: give both a non-zero arena (at most 1 TiB) \

@@ -45,6 +45,12 @@ pub struct Config {
     /// them (see [`Consumer::rewind`](crate::Consumer::rewind)); a latest-only one starts at
     /// the newest message present whatever this says.
     pub history: u32,
+    /// Slots decoupled from sequence numbers: pins of latest-only and skip-on-lag readers
+    /// never make the producer wait while a slot is free (it writes elsewhere); gating
+    /// consumers and groups still hold it back. The producer never waits for such pins while
+    /// `slots >= pinned + 2` (one slot holds the newest message, one takes the next), so it
+    /// needs at least 3 slots. See [`with_never_stall`](Self::with_never_stall).
+    pub never_stall: bool,
 }
 
 impl Config {
@@ -58,6 +64,7 @@ impl Config {
             alloc_max_live: 0,
             pin_only: false,
             history: 0,
+            never_stall: false,
         }
     }
 
@@ -87,6 +94,31 @@ impl Config {
     #[must_use]
     pub const fn with_pin_only(mut self, pin_only: bool) -> Self {
         self.pin_only = pin_only;
+        self
+    }
+
+    /// Makes the ring never-stall (see [`never_stall`](Self::never_stall)): a frame grabber
+    /// that keeps its pinned frames for a long time never slows the renderer.
+    ///
+    /// ```
+    /// use ring_core::{ClaimError, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let id = |n| OwnerId::new(n).unwrap();
+    /// let seg = HeapSegment::new(&Config::new(4, 16).with_never_stall(true), id(1)).unwrap();
+    /// let mut producer = Producer::new(&seg, id(1)).unwrap();
+    /// let mut grabber = Consumer::new(&seg, DeliveryClass::LatestOnly, id(2)).unwrap();
+    /// producer.try_publish(b"frame 0")?;
+    /// let held = grabber.try_hold().unwrap();
+    /// // The grabber keeps frame 0; the producer goes round the ring many times regardless.
+    /// for i in 1..100u64 {
+    ///     assert_eq!(producer.try_publish(&i.to_le_bytes())?, i);
+    /// }
+    /// assert_eq!(grabber.held_bytes(&held), Some(&b"frame 0"[..]));
+    /// grabber.release(held).unwrap();
+    /// # Ok::<(), ClaimError>(())
+    /// ```
+    #[must_use]
+    pub const fn with_never_stall(mut self, never_stall: bool) -> Self {
+        self.never_stall = never_stall;
         self
     }
 
@@ -156,6 +188,11 @@ impl Geometry {
             return Err(LayoutError::History {
                 value: config.history,
                 max: config.slots,
+            });
+        }
+        if config.never_stall && config.slots < 3 {
+            return Err(LayoutError::NeverStallSlots {
+                value: config.slots,
             });
         }
         config.slot_capacity = config.slot_capacity.div_ceil(8) * 8;

@@ -31,14 +31,17 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     h.alloc_len.store(g.alloc_len as u64, r);
     h.total_len.store(g.total_len as u64, r);
     h.creator.store(creator.get(), r);
-    h.ring_flags.store(
-        if g.config.pin_only {
-            crate::layout::RING_PIN_ONLY
-        } else {
-            0
-        },
-        r,
-    );
+    let pin_only = if g.config.pin_only {
+        crate::layout::RING_PIN_ONLY
+    } else {
+        0
+    };
+    let never_stall = if g.config.never_stall {
+        crate::layout::RING_NEVER_STALL
+    } else {
+        0
+    };
+    h.ring_flags.store(pin_only | never_stall, r);
 
     h.history.store(g.config.history, r);
     h.header_reserved.store(0, r);
@@ -70,6 +73,7 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     for i in 0..g.slots() {
         let s = mem.slot_header(i);
         s.state.store(0, r);
+        s.route.store(0, r);
         s.stamp.store(0, r);
         s.len.store(0, r);
         s.meta[0].store(0, r);

@@ -137,8 +137,26 @@ cache_aligned! {
 /// (copy reads pin, copy and unpin), so a claimed slot is the producer's alone and it may write
 /// it through `&mut [u8]` ([`WriteSlot::loan`](crate::WriteSlot::loan)).
 pub const RING_PIN_ONLY: u64 = 1;
+/// [`SegmentHeader::ring_flags`] bit: slots are decoupled from sequence numbers. The producer
+/// writes each message into a slot that no reader pins (its home slot `seq % slots` when it
+/// can), and publishes where it is in the home slot's [`SlotHeader::route`]; so pins of
+/// latest-only and skip-on-lag readers never make it wait while a slot is free
+/// (`docs/PROTOCOL.md`, "Never-stall rings"). Attachers of an older ABI refuse the bit.
+pub const RING_NEVER_STALL: u64 = 2;
 /// Every `RING_*` bit this ABI knows.
-pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY;
+pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY | RING_NEVER_STALL;
+
+/// Bits of a route word that name the slot (the low bits; `MAX_SLOTS` is `1 << 24`).
+pub const ROUTE_SLOT_BITS: u32 = 24;
+/// Mask of the sequence tag in a route word (after the shift): 40 bits of `seq + 1`.
+pub const ROUTE_TAG_MASK: u64 = (1 << (64 - ROUTE_SLOT_BITS)) - 1;
+
+/// The route word saying "message `seq` is in slot `slot`": `(seq + 1) mod 2^40` above the
+/// slot index, so 0 means "no message yet".
+#[inline]
+pub const fn route_word(seq: u64, slot: usize) -> u64 {
+    ((seq.wrapping_add(1) & ROUTE_TAG_MASK) << ROUTE_SLOT_BITS) | slot as u64
+}
 
 /// [`ProducerLine::flags`] bit: the producer closed the ring; no more messages will come.
 pub const FLAG_CLOSED: u32 = 1;
@@ -309,8 +327,14 @@ cache_aligned! {
         /// pins by setting bit `i` only while `WRITER` is clear. One word, so every pin and claim
         /// is totally ordered (no SeqCst needed).
         pub state: AtomicU64,
-        /// Pads the pin word to a line of its own; never read or written.
-        pub pad_state: [AtomicU64; SLOT_LINE / 8 - 1],
+        /// Only on a never-stall ring ([`RING_NEVER_STALL`]): where the newest published
+        /// message whose sequence is this slot's index modulo the slot count lives,
+        /// [`route_word`]`(seq, slot)` (0 before the first). Written by the producer after the
+        /// message's final stamp; a hint that readers check against the named slot's stamp.
+        /// Zero and unused on every other ring.
+        pub route: AtomicU64,
+        /// Pads the pin line; never read or written.
+        pub pad_state: [AtomicU64; SLOT_LINE / 8 - 2],
         /// Seqlock stamp: `2·seq + 1` while message `seq` is being written, `2·seq + 2` once it
         /// is complete (the publication itself: consumers poll it), 0 before the slot's first
         /// message.

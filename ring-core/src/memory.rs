@@ -348,6 +348,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
         alloc_max_live: h.alloc_max_live.load(Ordering::Relaxed),
         pin_only: false,
         history: h.history.load(Ordering::Relaxed),
+        never_stall: false,
     };
     let ring_flags = h.ring_flags.load(Ordering::Relaxed);
     if ring_flags & !crate::layout::RING_KNOWN_FLAGS != 0 {
@@ -359,6 +360,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
     }
     let config = Config {
         pin_only: ring_flags & crate::layout::RING_PIN_ONLY != 0,
+        never_stall: ring_flags & crate::layout::RING_NEVER_STALL != 0,
         ..config
     };
     let geometry = Geometry::new(&config).map_err(AttachError::BadGeometry)?;

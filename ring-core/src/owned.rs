@@ -41,6 +41,7 @@ fn words(n: usize) -> Vec<AtomicU64> {
 fn slot_header() -> SlotHeader {
     SlotHeader {
         state: new_u64(0),
+        route: new_u64(0),
         pad_state: core::array::from_fn(|_| new_u64(0)),
         stamp: new_u64(0),
         len: new_u64(0),

@@ -14,6 +14,7 @@ use crate::sync::{fence, Ordering};
 use crate::wait::WaitStrategy;
 
 mod group;
+mod never_stall;
 
 /// The ring's one writer.
 ///
@@ -51,6 +52,9 @@ pub struct Producer<M: Memory> {
     gate_ok_below: u64,
     /// Whether a SeqCst fence has run since the last `head` store (see `try_claim`).
     fenced: bool,
+    /// On a never-stall ring, the slot of the newest published message (`usize::MAX`: none
+    /// known): the producer never claims it, so a latest-only reader always finds the newest.
+    newest_slot: usize,
     /// The producer line's epoch this producer started with (its fencing token).
     epoch: u32,
     /// The consumers this producer reclaimed (readers that died without leaving).
@@ -286,7 +290,32 @@ impl<M: Memory> Producer<M> {
                 .fetch_and(!WRITER, Ordering::Release);
         }
         // Relaxed: ordered after the owner CAS (Acquire) above.
-        let mut head = line.head.load(Ordering::Relaxed);
+        let stored = line.head.load(Ordering::Relaxed);
+        let (head, newest_slot) = if mem.geometry().config().never_stall {
+            never_stall::start_head(&mem, stored)
+        } else {
+            (Self::start_head(&mem, stored), never_stall::NO_SLOT)
+        };
+        if head != stored {
+            // Release: pairs with consumers' Acquire `head` loads.
+            line.head.store(head, Ordering::Release);
+        }
+        Self {
+            mem,
+            owner,
+            head,
+            stored_head: head,
+            gate_ok_below: 0,
+            fenced: false,
+            newest_slot,
+            epoch,
+            lost: LostReaders::default(),
+        }
+    }
+
+    /// At a (re)start: `head` moved past the messages a predecessor published (final stamp)
+    /// without storing `head`.
+    fn start_head(mem: &M, mut head: u64) -> u64 {
         // A message is published by its stamp; `head` follows. A predecessor that died between
         // a final stamp and its `head` store (or inside a batch) left complete messages beyond
         // `head` that stamp-following consumers may have read already: move `head` past them
@@ -305,20 +334,7 @@ impl<M: Memory> Producer<M> {
             }
             head += 1;
         }
-        if head != start_head {
-            // Release: pairs with consumers' Acquire `head` loads.
-            line.head.store(head, Ordering::Release);
-        }
-        Self {
-            mem,
-            owner,
-            head,
-            stored_head: head,
-            gate_ok_below: 0,
-            fenced: false,
-            epoch,
-            lost: LostReaders::default(),
-        }
+        head
     }
 
     /// Fails with [`ClaimError::Displaced`] when another producer started on this ring since
@@ -396,30 +412,48 @@ impl<M: Memory> Producer<M> {
                 "the published head is beyond the sequence range",
             ));
         }
+        if self.mem.geometry().config().never_stall {
+            return self.claim_never_stall(seq, n);
+        }
         if seq >= self.gate_ok_below {
-            if self.stored_head != seq {
-                // Inside a batch: the messages below `seq` are complete but `head` was not
-                // stored. The registration handshake below needs it stored (a consumer that
-                // registers without being seen must start at or after `seq`), so store it now.
-                // Release: pairs with consumers' Acquire `head` loads.
-                line.head.store(seq, Ordering::Release);
-                self.stored_head = seq;
-                self.fenced = false;
-            }
-            if !self.fenced {
-                // SeqCst: registration handshake. A joining consumer stores ACTIVE, runs a
-                // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
-                // the states. Either we see it ACTIVE, or it saw our `head` and starts at or
-                // after `seq`, so overwriting `seq - n` cannot lose anything it will read.
-                // (Publish runs the same fence after its `head` store; `fenced` skips a second.
-                // After a start it is needed even though every publish fences: the predecessor
-                // may have died between its last `head` store and that fence.)
-                fence(Ordering::SeqCst);
-                self.fenced = true;
-            }
+            self.prepare_scan(seq);
             self.gate_ok_below = self.gate(seq, n)?;
         }
         let slot = self.mem.geometry().slot_of(seq);
+        self.claim_cas(slot)?;
+        self.open_seqlock(slot, seq);
+        Ok(slot)
+    }
+
+    /// Before a gating scan for the claim of `seq`: store `head` if a batch left it behind,
+    /// and run the registration handshake's fence.
+    fn prepare_scan(&mut self, seq: u64) {
+        let line = self.mem.producer_line();
+        if self.stored_head != seq {
+            // Inside a batch: the messages below `seq` are complete but `head` was not
+            // stored. The registration handshake below needs it stored (a consumer that
+            // registers without being seen must start at or after `seq`), so store it now.
+            // Release: pairs with consumers' Acquire `head` loads.
+            line.head.store(seq, Ordering::Release);
+            self.stored_head = seq;
+            self.fenced = false;
+        }
+        if !self.fenced {
+            // SeqCst: registration handshake. A joining consumer stores ACTIVE, runs a
+            // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
+            // the states. Either we see it ACTIVE, or it saw our `head` and starts at or
+            // after `seq`, so overwriting `seq - n` cannot lose anything it will read.
+            // (Publish runs the same fence after its `head` store; `fenced` skips a second.
+            // After a start it is needed even though every publish fences: the predecessor
+            // may have died between its last `head` store and that fence.)
+            fence(Ordering::SeqCst);
+            self.fenced = true;
+        }
+    }
+
+    /// The claim CAS on `slot` (0 → `WRITER`); on failure, clears bits nobody owns and
+    /// reports the readers that hold it.
+    fn claim_cas(&self, slot: usize) -> Result<(), ClaimError> {
         let hdr = self.mem.slot_header(slot);
         // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
         // reads of the old message happen before our writes. Failure Acquire: synchronises with
@@ -429,23 +463,37 @@ impl<M: Memory> Producer<M> {
             hdr.state
                 .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Acquire)
         {
-            let valid = self.valid_readers();
-            if cur & !valid != 0 {
-                // Bits no consumer owns (a stale WRITER, bits of entries beyond the table, or
-                // bits 32..62) were written by a corrupt or hostile peer; no one would ever clear
-                // them, so clear them here and report the slot busy this once. Relaxed: those
-                // bits guard no data.
-                hdr.state.fetch_and(valid, Ordering::Relaxed);
-            }
-            let readers = self.sweep_free_bits(slot, cur & valid);
+            let readers = self.clear_stale_bits(slot, cur);
             return Err(ClaimError::Pinned { slot, readers });
         }
+        Ok(())
+    }
+
+    /// Slot `slot` is busy with state `cur`: clears the bits nobody owns and returns the
+    /// readers that hold it.
+    fn clear_stale_bits(&self, slot: usize, cur: u64) -> u32 {
+        let valid = self.valid_readers();
+        if cur & !valid != 0 {
+            // Bits no consumer owns (a stale WRITER, bits of entries beyond the table, or
+            // bits 32..62) were written by a corrupt or hostile peer; no one would ever clear
+            // them, so clear them here and report the slot busy this once. Relaxed: those
+            // bits guard no data.
+            self.mem
+                .slot_header(slot)
+                .state
+                .fetch_and(valid, Ordering::Relaxed);
+        }
+        self.sweep_free_bits(slot, cur & valid)
+    }
+
+    /// Opens the seqlock write window of claimed `slot` for message `seq`.
+    fn open_seqlock(&self, slot: usize, seq: u64) {
+        let hdr = self.mem.slot_header(slot);
         // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
         // payload word we write after the fence, and then runs its Acquire fence, loads this odd
         // stamp (or later) in its re-check, so it refuses the copy.
         hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
-        Ok(slot)
     }
 
     /// Clears, in slot `slot`, the reader bits among `bits` whose consumer-table entry is free
@@ -646,6 +694,9 @@ impl<M: Memory> Producer<M> {
     /// a corrupt peer can set the other bits). It may be false a moment before the claim would
     /// succeed, and `try_claim` may still fail for another reason (`Closed`, `Displaced`).
     pub fn is_claimable(&self) -> bool {
+        if self.mem.geometry().config().never_stall {
+            return self.is_claimable_never_stall();
+        }
         let n = self.mem.geometry().slots() as u64;
         let slot = self.mem.geometry().slot_of(self.head);
         // Acquire: pairs with the readers' Release unpins, as the claim CAS does.
@@ -1211,6 +1262,9 @@ impl<M: Memory> WriteSlot<'_, M> {
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);
+        if p.mem.geometry().config().never_stall {
+            p.route_published(seq, self.slot);
+        }
         p.head = seq + 1;
         Ok(seq)
     }

@@ -234,10 +234,11 @@ impl<M: Memory> Consumer<M> {
         word: usize,
         redelivered: bool,
     ) -> Result<Claim, ReadError> {
-        let slot = self.mem.geometry().slot_of(seq);
-        let hdr = self.mem.slot_header(slot);
         // The claim gates the producer, exactly as a gating consumer's cursor does.
-        match self.hold_by_cursor(hdr, slot, seq) {
+        let held = self
+            .slot_for(seq)
+            .and_then(|slot| self.hold_by_cursor(self.mem.slot_header(slot), slot, seq));
+        match held {
             Ok((slot, len)) => Ok(Claim {
                 seq,
                 word,

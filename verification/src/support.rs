@@ -12,6 +12,18 @@ pub fn id(n: u64) -> OwnerId {
     OwnerId::new(n).expect("non-zero")
 }
 
+/// The first `len` bytes of `words` (a held message's, lent as atomic words), read with
+/// Relaxed loads.
+#[must_use]
+pub fn bytes_of(words: &[ring_core::AtomicU64], len: usize) -> Vec<u8> {
+    let mut out: Vec<u8> = words
+        .iter()
+        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+        .collect();
+    out.truncate(len);
+    out
+}
+
 /// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
 /// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
 /// Prints (shown with `--nocapture`) how many executions loom explored.

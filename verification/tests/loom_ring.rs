@@ -11,7 +11,7 @@
 
 use loom::thread;
 use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
-use ring_verification::support::{id, model};
+use ring_verification::support::{bytes_of, id, model};
 use std::sync::Arc;
 
 fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
@@ -319,16 +319,6 @@ fn reclaim_after_crash_at_any_step() {
             );
         });
     }
-}
-
-/// The bytes of `words` (a held message's), read with Relaxed loads.
-fn bytes_of(words: &[ring_core::AtomicU64], len: usize) -> Vec<u8> {
-    let mut out: Vec<u8> = words
-        .iter()
-        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
-        .collect();
-    out.truncate(len);
-    out
 }
 
 /// Two holds released out of order while the producer tries to reuse their slots: every slot

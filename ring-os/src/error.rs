@@ -68,6 +68,15 @@ pub enum Error {
         /// The value asked for.
         expected: u64,
     },
+    /// A never-stall ring ([`RingBuilder::never_stall`](crate::RingBuilder::never_stall))
+    /// with too few slots for the pins its readers may hold at once: it needs
+    /// `slots >= max_pins + 2` (and at least 3).
+    NeverStallPins {
+        /// The ring's slot count.
+        slots: u32,
+        /// The pins the readers may hold at once, together.
+        max_pins: u32,
+    },
     /// The ring is full for now: a gating subscriber or a pin holds the next slot.
     Full,
     /// A requested segment length is zero or too large for this platform.
@@ -237,6 +246,13 @@ impl fmt::Display for Error {
                 f,
                 "the existing ring has {field} = {found}, not {expected}: open it without \
                  setting {field}, or remove it (`ringctl clean`, Ring::remove) and create it anew"
+            ),
+            Self::NeverStallPins { slots, max_pins } => write!(
+                f,
+                "a never-stall ring whose readers pin up to {max_pins} messages at once needs at \
+                 least {} slots (slots >= max_pins + 2: one keeps the newest message, one takes \
+                 the next), got {slots}: add slots or pin fewer messages",
+                max_pins.saturating_add(2).max(3)
             ),
             Self::Full => f.write_str(
                 "the ring is full: a gating subscriber or a pin holds the next slot; retry",

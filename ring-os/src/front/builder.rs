@@ -47,6 +47,8 @@ pub struct RingBuilder {
     opts: CreateOptions,
     keep_name: bool,
     open_timeout: Duration,
+    /// The pins a never-stall ring must absorb ([`RingBuilder::never_stall`]).
+    never_stall_pins: Option<u32>,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -56,6 +58,7 @@ struct Set {
     consumers: bool,
     pin_only: bool,
     history: bool,
+    never_stall: bool,
 }
 
 impl RingBuilder {
@@ -67,6 +70,7 @@ impl RingBuilder {
             opts: CreateOptions::new(),
             keep_name: false,
             open_timeout: Duration::from_secs(5),
+            never_stall_pins: None,
         }
     }
 
@@ -133,6 +137,45 @@ impl RingBuilder {
         self
     }
 
+    /// A never-stall ring for readers that pin up to `max_pins` messages at once, all
+    /// latest-only and skip-on-lag subscribers together (each held message and each
+    /// subscriber's current pin counts once): the publisher writes each message into a slot
+    /// nobody pins, so those pins never make it wait. The rule: **`slots >= max_pins + 2`**
+    /// (one slot keeps the newest message, one takes the next; at least 3 in all); `create`
+    /// refuses fewer with [`Error::NeverStallPins`], and `open` refuses a ring that is not
+    /// never-stall ([`Error::ConfigMismatch`]) or has too few slots. Gating subscribers and
+    /// groups still hold the publisher back (lossless by design), and readers that pin more
+    /// than `max_pins` at once can make it wait again (it never writes over a pinned message).
+    /// See [`Config::with_never_stall`](ring_core::Config::with_never_stall).
+    ///
+    /// ```
+    /// use ring_os::prelude::*;
+    /// # use core::time::Duration;
+    /// let ring = Ring::memfd().slots(6).slot_size(64).never_stall(4).create()?;
+    /// let mut publisher = ring.publisher()?;
+    /// let mut grabber = ring.subscriber(DeliveryClass::LatestOnly)?;
+    /// publisher.send(b"frame 0")?;
+    /// let held = grabber.recv_held_timeout(Duration::from_secs(1))?;
+    /// // The grabber keeps frame 0 while the publisher laps the ring many times.
+    /// for i in 1..100u64 {
+    ///     publisher.try_send(&i.to_le_bytes())?;
+    /// }
+    /// assert_eq!(grabber.held_bytes(&held), Some(&b"frame 0"[..]));
+    /// grabber.release(held)?;
+    /// // Four pins need six slots: five are refused.
+    /// assert!(matches!(
+    ///     Ring::memfd().slots(5).never_stall(4).create(),
+    ///     Err(Error::NeverStallPins { slots: 5, max_pins: 4 })
+    /// ));
+    /// # Ok::<(), Error>(())
+    /// ```
+    pub fn never_stall(mut self, max_pins: u32) -> Self {
+        self.config = self.config.with_never_stall(true);
+        self.never_stall_pins = Some(max_pins);
+        self.set.never_stall = true;
+        self
+    }
+
     /// Segment options (huge pages, pre-faulting).
     pub fn options(mut self, opts: CreateOptions) -> Self {
         self.opts = opts;
@@ -155,9 +198,10 @@ impl RingBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::InvalidName`], [`Error::Layout`], [`Error::AlreadyExists`], [`Error::NoSpace`],
-    /// [`Error::Io`].
+    /// [`Error::InvalidName`], [`Error::Layout`], [`Error::NeverStallPins`],
+    /// [`Error::AlreadyExists`], [`Error::NoSpace`], [`Error::Io`].
     pub fn create(self) -> Result<Ring, Error> {
+        self.check_pins(self.config.slots)?;
         let mapping = match &self.place {
             Place::Named(name) => {
                 ShmRing::create_named(&SegmentName::new(name)?, &self.config, self.opts)?
@@ -173,7 +217,8 @@ impl RingBuilder {
     ///
     /// # Errors
     ///
-    /// [`Error::NotFound`] (after the open timeout), [`Error::ConfigMismatch`], the errors of
+    /// [`Error::NotFound`] (after the open timeout), [`Error::ConfigMismatch`],
+    /// [`Error::NeverStallPins`] (a never-stall ring too small for the pins asked for), the errors of
     /// [`ShmRing::open_named`]; a memfd ring cannot be opened by name: use
     /// [`Ring::from_fd`].
     pub fn open(self) -> Result<Ring, Error> {
@@ -242,6 +287,12 @@ impl RingBuilder {
                 found.history.into(),
                 want.history.into(),
             ),
+            (
+                "never_stall",
+                self.set.never_stall,
+                u64::from(found.never_stall),
+                u64::from(want.never_stall),
+            ),
         ];
         for (field, set, found, expected) in fields {
             if set && found != expected {
@@ -252,6 +303,16 @@ impl RingBuilder {
                 });
             }
         }
-        Ok(())
+        self.check_pins(found.slots)
+    }
+
+    /// Refuses a never-stall ring of `slots` slots too small for the pins asked for.
+    fn check_pins(&self, slots: u32) -> Result<(), Error> {
+        match self.never_stall_pins {
+            Some(max_pins) if slots < max_pins.saturating_add(2).max(3) => {
+                Err(Error::NeverStallPins { slots, max_pins })
+            }
+            _ => Ok(()),
+        }
     }
 }

@@ -20,6 +20,7 @@
 mod guard;
 #[cfg(unix)]
 mod liveness;
+mod never_stall;
 mod roles;
 mod scenarios;
 mod segments;
@@ -65,6 +66,21 @@ const SCENARIOS: &[Scenario] = &[
     (
         "late_readers_in_other_processes_start_with_the_rings_history",
         scenarios::history_across_processes,
+        Duration::from_secs(60),
+    ),
+    (
+        "never_stall_a_latest_only_reader_in_another_process_pinning_1080p_frames_10ms_never_stalls_the_producer",
+        never_stall::latest_only_pins_never_stall,
+        Duration::from_secs(60),
+    ),
+    (
+        "never_stall_a_reader_in_another_process_holding_4_frames_for_a_second_never_stalls_the_producer",
+        never_stall::four_pins_for_a_second_never_stall,
+        Duration::from_secs(60),
+    ),
+    (
+        "never_stall_a_gating_reader_in_another_process_still_holds_the_producer_back",
+        never_stall::gating_reader_still_holds_the_producer_back,
         Duration::from_secs(60),
     ),
     (

@@ -45,6 +45,7 @@ pub fn run(role: &str) -> i32 {
         "holder" => holder(),
         "member" => member(),
         "late-reader" => late_reader(),
+        "frame-grabber" => crate::never_stall::grabber_role(),
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
         "corrupt-peer" => corrupt_peer(),

@@ -361,6 +361,10 @@ pub struct ModelConfig {
     pub arena: u64,
     /// Allocator live ceiling.
     pub max_live: u32,
+    /// A never-stall ring (`Config::with_never_stall`, at least 3 slots): the producer writes
+    /// each message into a slot nobody pins and routes it from its home slot
+    /// ([`Model::never_stall_slot`] is the choice).
+    pub never_stall: bool,
 }
 
 impl ModelConfig {
@@ -373,6 +377,7 @@ impl ModelConfig {
             consumers: 3,
             arena: 1024,
             max_live: 6,
+            never_stall: false,
         }
     }
 
@@ -386,12 +391,22 @@ impl ModelConfig {
             consumers: 3,
             arena: 1024,
             max_live: 6,
+            never_stall: false,
         }
+    }
+
+    /// This shape as a never-stall ring (or not).
+    #[must_use]
+    pub const fn with_never_stall(mut self, never_stall: bool) -> Self {
+        self.never_stall = never_stall;
+        self
     }
 
     /// The ring-core configuration.
     pub fn config(&self) -> Config {
-        let c = Config::new(self.slots, self.capacity).with_consumers(self.consumers);
+        let c = Config::new(self.slots, self.capacity)
+            .with_consumers(self.consumers)
+            .with_never_stall(self.never_stall);
         if self.arena == 0 {
             c
         } else {
@@ -572,6 +587,12 @@ pub struct Model {
     pub freed: Vec<u64>,
     /// Granule map: true = allocated.
     pub granules: Vec<bool>,
+    /// Never-stall rings: each home slot's route, `(seq, slot)` of the newest message published
+    /// whose home it is (`None` before the first); always `None` on other rings.
+    pub routes: Vec<Option<(u64, usize)>>,
+    /// Never-stall rings: the slot of the newest published message (the producer never claims
+    /// it); `None` before the first publish.
+    pub newest: Option<usize>,
 }
 
 /// A model/real disagreement or a broken invariant, with a description.
@@ -629,6 +650,91 @@ impl Model {
             live: Vec::new(),
             freed: Vec::new(),
             granules: vec![false; granules],
+            routes: vec![None; cfg.slots as usize],
+            newest: None,
+        }
+    }
+
+    /// The slot message `seq` (published) is in, as readers find it: its home slot on a plain
+    /// ring; on a never-stall ring the slot its home slot's route names, `None` when the route
+    /// names a later message (an overrun). The caller still checks the slot's stamp.
+    pub fn locate(&self, seq: u64) -> Option<usize> {
+        locate(&self.routes, self.cfg.never_stall, seq)
+    }
+
+    /// The route word ring-core keeps in slot `home`'s pin line (0: none).
+    pub fn route_word(&self, home: usize) -> u64 {
+        self.routes[home].map_or(0, |(seq, slot)| ring_core::layout::route_word(seq, slot))
+    }
+
+    /// Message `seq` got its final stamp in `slot`: on a never-stall ring its home slot routes
+    /// to it and it is the newest.
+    fn published(&mut self, seq: u64, slot: usize) {
+        if self.cfg.never_stall {
+            let n = self.slots.len() as u64;
+            self.routes[(seq % n) as usize] = Some((seq, slot));
+            self.newest = Some(slot);
+        }
+    }
+
+    /// The message slot `slot` holds for the claim of `seq`: `None` for none (stamp 0 or odd)
+    /// or one not below `seq`.
+    fn message_in(&self, slot: usize, seq: u64) -> Option<u64> {
+        let stamp = self.slots[slot].stamp;
+        if stamp == 0 || stamp % 2 == 1 {
+            return None;
+        }
+        Some(stamp / 2 - 1).filter(|&m| m < seq)
+    }
+
+    /// The never-stall claim of the next sequence: the slot it takes, or why it is refused.
+    ///
+    /// The home slot (`seq % slots`) when it is not the newest message's, nobody pins it, its
+    /// message (if any) is at least a lap old and every gating consumer and group is done with
+    /// it (below `min(gating floor, seq)`); else, among the slots other than the newest
+    /// message's that nobody pins, the one with the oldest message (none beats any, the lowest
+    /// index wins ties): refused `Full` when that one is still needed, `Pinned` (naming the
+    /// home slot if it is pinned and not the newest's, else the first pinned slot) when there
+    /// is none.
+    pub fn never_stall_slot(&self) -> Result<usize, ClaimError> {
+        let n = self.slots.len() as u64;
+        let seq = self.head;
+        let home = (seq % n) as usize;
+        let (cursor, consumer) = self.gating_floor();
+        let bound = cursor.min(seq);
+        let done = |m: Option<u64>| m.is_none_or(|m| m < bound);
+        let free = |slot: usize| self.readers(slot) == 0;
+        let newest = |slot: usize| self.newest == Some(slot);
+        let m = self.message_in(home, seq);
+        if !newest(home) && m.is_none_or(|m| m + n <= seq) && done(m) && free(home) {
+            return Ok(home);
+        }
+        let mut best: Option<(usize, Option<u64>)> = None;
+        for slot in (0..self.slots.len()).filter(|&s| !newest(s) && free(s)) {
+            let m = self.message_in(slot, seq);
+            let older = match (best, m) {
+                (None, _) | (Some((_, Some(_))), None) => true,
+                (Some((_, Some(b))), Some(m)) => m < b,
+                (Some((_, None)), _) => false,
+            };
+            if older {
+                best = Some((slot, m));
+            }
+        }
+        match best {
+            Some((slot, m)) if done(m) => Ok(slot),
+            Some(_) => Err(ClaimError::Full { consumer, cursor }),
+            None => {
+                let slot = if newest(home) {
+                    (0..self.slots.len()).find(|&s| !newest(s)).unwrap_or(home)
+                } else {
+                    home
+                };
+                Err(ClaimError::Pinned {
+                    slot,
+                    readers: self.readers(slot),
+                })
+            }
         }
     }
 
@@ -689,6 +795,7 @@ impl Model {
                     s.len = c.len;
                     s.meta = [c.seq, c.len as u64];
                     self.head = c.seq + 1;
+                    self.published(c.seq, c.slot);
                     Outcome::Published(c.seq)
                 }
             },
@@ -873,6 +980,7 @@ impl Model {
             s.len = len;
             s.meta = [0; 2];
             self.head = c.seq + 1;
+            self.published(c.seq, c.slot);
             published += 1;
         }
         Outcome::PublishedBatch(Ok(published))
@@ -912,6 +1020,9 @@ impl Model {
     /// Why a claim of the next sequence would be refused for a gating consumer or a pin
     /// (`Full`, `Pinned`), if it would: what `Producer::is_claimable` tells without claiming.
     pub fn claim_blocked(&self) -> Option<ClaimError> {
+        if self.cfg.never_stall {
+            return self.never_stall_slot().err();
+        }
         let n = self.slots.len() as u64;
         let seq = self.head;
         let need = (seq + 1).saturating_sub(n);
@@ -1026,6 +1137,7 @@ impl Model {
         observed: &Outcome,
     ) -> Result<Outcome, Failure> {
         let (n, closed) = (self.slots.len() as u64, self.closed);
+        let never_stall = self.cfg.never_stall;
         // The group's stream ends for this member only when no other member (alive, or dead
         // and not yet reclaimed) holds a message it has not finished (`drained_for`).
         let record = self.consumers[i]
@@ -1084,7 +1196,7 @@ impl Model {
                 (word, v - 1, true)
             } else {
                 let seq = g.cursor;
-                let stamp = self.slots[(seq % n) as usize].stamp;
+                let stamp = stamp_of(&self.routes, &self.slots, never_stall, seq);
                 if stamp < 2 * seq + 2 {
                     return Ok(Outcome::ReadFailed(if closed && !others_hold {
                         ReadError::Closed
@@ -1108,7 +1220,8 @@ impl Model {
         } else {
             g.handed.insert(seq);
         }
-        let s = &self.slots[(seq % n) as usize];
+        let slot = locate(&self.routes, never_stall, seq).unwrap_or((seq % n) as usize);
+        let s = &self.slots[slot];
         let taken = Outcome::Taken {
             seq,
             bytes: s.message().to_vec(),
@@ -1129,8 +1242,7 @@ impl Model {
                 Ok(taken)
             }
             None => {
-                c.holds
-                    .push(((seq % n) as usize, seq, s.message().to_vec()));
+                c.holds.push((slot, seq, s.message().to_vec()));
                 Ok(taken)
             }
         }
@@ -1195,12 +1307,19 @@ impl Model {
         if self.closed {
             return Outcome::ClaimFailed(ClaimError::Closed);
         }
-        if let Some(e) = self.claim_blocked() {
-            return Outcome::ClaimFailed(e);
-        }
         let n = self.slots.len() as u64;
         let seq = self.head;
-        let slot = (seq % n) as usize;
+        let slot = if self.cfg.never_stall {
+            match self.never_stall_slot() {
+                Ok(slot) => slot,
+                Err(e) => return Outcome::ClaimFailed(e),
+            }
+        } else {
+            if let Some(e) = self.claim_blocked() {
+                return Outcome::ClaimFailed(e);
+            }
+            (seq % n) as usize
+        };
         self.slots[slot].stamp = 2 * seq + 1;
         self.claim = Some(ModelClaim { slot, seq, len: 0 });
         Outcome::Claimed(seq)
@@ -1280,12 +1399,14 @@ impl Model {
                 }
             };
             missed += skipped;
-            let slot = (seq % n) as usize;
+            // A never-stall ring's route naming a later message: overwritten, as a stamp.
+            let located = self.locate(seq);
+            let slot = located.unwrap_or((seq % n) as usize);
             let s = &self.slots[slot];
             let Some(c) = &mut self.consumers[i] else {
                 return Outcome::Skipped;
             };
-            if s.stamp != 2 * seq + 2 {
+            if located.is_none() || s.stamp != 2 * seq + 2 {
                 // Overwritten (or being rewritten): count it and re-target.
                 missed += 1;
                 c.next = seq + 1;
@@ -1607,6 +1728,38 @@ impl Model {
             count += 1;
         }
         Outcome::FreedAll(Ok((count, bytes)))
+    }
+}
+
+/// [`Model::locate`] over a model's routes (one per slot).
+fn locate(routes: &[Option<(u64, usize)>], never_stall: bool, seq: u64) -> Option<usize> {
+    let home = (seq % routes.len() as u64) as usize;
+    if !never_stall {
+        return Some(home);
+    }
+    match routes[home] {
+        Some((s, slot)) if s == seq => Some(slot),
+        _ => None,
+    }
+}
+
+/// The stamp a reader finds for message `seq` (ring-core's `stamp_of`) over a model's routes
+/// and slots: its slot's; on a never-stall ring 0 when the route names an older message or
+/// none ("not yet") and `u64::MAX` when it names a later one.
+fn stamp_of(
+    routes: &[Option<(u64, usize)>],
+    slots: &[ModelSlot],
+    never_stall: bool,
+    seq: u64,
+) -> u64 {
+    let home = (seq % routes.len() as u64) as usize;
+    if !never_stall {
+        return slots[home].stamp;
+    }
+    match routes[home] {
+        Some((s, slot)) if s == seq => slots[slot].stamp,
+        Some((s, _)) if s > seq => u64::MAX,
+        _ => 0,
     }
 }
 

@@ -414,7 +414,7 @@ impl<'s, M: Memory> Real<'s, M> {
                     None => Outcome::Skipped,
                 }
             }
-            Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max),
+            Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max, model),
             Op::CreateGroup { group } => match self.producer.as_mut().and_then(Held::get) {
                 Some(p) => Outcome::Group(p.create_group(group_name(group))),
                 // A held claim borrows the producer: the model skips, and so do we.
@@ -452,9 +452,11 @@ impl<'s, M: Memory> Real<'s, M> {
 
     /// [`Op::ReadBatch`]: each item as the model's read outcome, and while the callback runs,
     /// the item must be pinned (our bit in its slot), whole, and its words padded.
-    fn read_batch(&mut self, i: usize, max: u8) -> Outcome {
+    fn read_batch(&mut self, i: usize, max: u8, model: &Model) -> Outcome {
         let mem = self.mem;
         let n = mem.geometry().slots() as u64;
+        // Where each message is (a never-stall ring's route; the batch publishes nothing).
+        let slot_of = |seq: u64| model.locate(seq).unwrap_or((seq % n) as usize);
         let Some(c) = self.consumers[i].as_mut().and_then(Held::get) else {
             return Outcome::Skipped;
         };
@@ -466,7 +468,7 @@ impl<'s, M: Memory> Real<'s, M> {
         let mut items = Vec::new();
         let mut broken = Vec::new();
         let r = c.try_read_batch(usize::from(max), |m| {
-            let slot = (m.seq() % n) as usize;
+            let slot = slot_of(m.seq());
             let state = mem
                 .slot_header(slot)
                 .state
@@ -751,6 +753,15 @@ impl<'s, M: Memory> Real<'s, M> {
                 "slot {i}: reader bits {readers:#b} != model {:#b}",
                 model.readers(i)
             );
+            // A never-stall ring's route (and 0 on every other ring): where the newest message
+            // whose home this slot is lives.
+            let route = h.route.load(order);
+            ensure!(
+                route == model.route_word(i),
+                "slot {i}: route word {route:#x} != model {:#x} ({:?})",
+                model.route_word(i),
+                model.routes[i]
+            );
             let stamp = h.stamp.load(order);
             ensure!(
                 stamp == ms.stamp,
@@ -1008,10 +1019,15 @@ impl<'s, M: Memory> Real<'s, M> {
             .map_err(|f| Failure(format!("group {} (floor {floor}) {f}", g.group)))
     }
 
-    /// Every message from `from` up to `head` is still in its slot.
+    /// Every message from `from` up to `head` is still in its slot (on a never-stall ring, the
+    /// slot its route names).
     fn intact_from(&self, from: u64, model: &Model) -> Result<(), Failure> {
         for seq in from..model.head {
-            let slot = (seq % model.slots.len() as u64) as usize;
+            let Some(slot) = model.locate(seq) else {
+                return Err(Failure(format!(
+                    "lost message {seq}: its route names a later one"
+                )));
+            };
             let stamp = self
                 .mem
                 .slot_header(slot)

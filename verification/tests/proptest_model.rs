@@ -179,28 +179,32 @@ fn shapes() -> impl Strategy<Value = ModelConfig> {
             capacity: 256,
             consumers: 2,
             arena: 0,
-            max_live: 0
+            max_live: 0,
+            never_stall: false,
         }),
         1 => Just(ModelConfig {
             slots: 1,
             capacity: 16,
             consumers: 2,
             arena: 512,
-            max_live: 3
+            max_live: 3,
+            never_stall: false,
         }),
         1 => Just(ModelConfig {
             slots: 2,
             capacity: 24,
             consumers: 4,
             arena: 0,
-            max_live: 0
+            max_live: 0,
+            never_stall: false,
         }),
         1 => Just(ModelConfig {
             slots: 8,
             capacity: 8,
             consumers: 3,
             arena: 2048,
-            max_live: 40
+            max_live: 40,
+            never_stall: false,
         }),
         // Groups: more slots than a member's 8 claim words, so two dead members can hold more
         // than the redelivery queue takes (`RedeliveryFull`).
@@ -209,9 +213,44 @@ fn shapes() -> impl Strategy<Value = ModelConfig> {
             capacity: 16,
             consumers: 4,
             arena: 0,
-            max_live: 0
+            max_live: 0,
+            never_stall: false,
         }),
     ]
+}
+
+/// Never-stall rings (`Config::with_never_stall`): pins and holds move messages out of their
+/// home slots and routes say where they went; 3 slots is the least (one pin already leaves the
+/// producer only the slot it must not take and one more).
+fn never_stall_shapes() -> impl Strategy<Value = ModelConfig> {
+    prop_oneof![
+        2 => Just(ModelConfig::small().with_never_stall(true)),
+        2 => Just(ModelConfig::wide().with_never_stall(true)),
+        1 => Just(ModelConfig {
+            slots: 3,
+            capacity: 256,
+            consumers: 3,
+            arena: 0,
+            max_live: 0,
+            never_stall: true,
+        }),
+        1 => Just(ModelConfig {
+            slots: 8,
+            capacity: 8,
+            consumers: 4,
+            arena: 2048,
+            max_live: 40,
+            never_stall: true,
+        }),
+    ]
+}
+
+/// [`shaped_ops`] over [`never_stall_shapes`].
+fn never_stall_ops() -> impl Strategy<Value = (ModelConfig, Vec<Op>)> {
+    never_stall_shapes().prop_flat_map(|cfg| {
+        let cap = cfg.capacity.max(32) as u16;
+        (Just(cfg), ops(cap, len()))
+    })
 }
 
 proptest! {
@@ -226,13 +265,27 @@ proptest! {
         }
     }
 
+    /// Never-stall rings: the producer's slot choice (home slot, else the oldest unpinned one,
+    /// never the newest's), `Full` and `Pinned` exactly when the model says, the routes, and
+    /// what every reader class reads and misses.
+    #[test]
+    fn never_stall_ring_matches_the_model((cfg, ops) in never_stall_ops()) {
+        let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
+        if let Err(f) = run_on(&seg, &cfg, &ops) {
+            prop_assert!(false, "{}", f);
+        }
+    }
+
     /// Groups, in sequences centred on them, on ring shapes from one slot per member to more
     /// slots than a member's claim words.
     #[test]
     fn groups_match_the_model((cfg, ops) in prop_oneof![
-        4 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
-        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0 }),
+        4 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: false }),
+        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: false }),
         1 => Just(ModelConfig::small()),
+        // Never-stall: the group still gates, lone readers' holds move messages elsewhere.
+        2 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: true }),
+        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: true }),
     ].prop_flat_map(|cfg| (Just(cfg), group_ops(cfg.capacity as u16, len())))) {
         let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
@@ -245,6 +298,7 @@ proptest! {
     fn owned_ring_matches_the_model((cfg, ops) in prop_oneof![
         Just(ModelConfig::small()),
         Just(ModelConfig::wide()),
+        Just(ModelConfig::small().with_never_stall(true)),
     ].prop_flat_map(|cfg| (Just(cfg), ops(cfg.capacity as u16, len())))) {
         let seg = OwnedSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
@@ -270,6 +324,7 @@ fn groups_redeliver_exactly_the_unfinished_messages_of_dead_members() {
         consumers: 4,
         arena: 0,
         max_live: 0,
+        never_stall: false,
     };
     let (a, b, big) = (1, 2, 16);
     let mut ops = vec![

@@ -169,7 +169,8 @@ typedef struct shmring_subscriber shmring_subscriber;
 // A ring's geometry. For create: a zero field takes the default (8 slots of 65536 bytes, 8
 // subscribers). For open: a zero field is not checked; a non-zero one must match the ring
 // (else `SHMRING_E_MISMATCH`), and `pin_only` is not checked (read it with
-// `shmring_ring_get_info`).
+// `shmring_ring_get_info`). Fields are only ever added at the end: zero-initialise the whole
+// struct (`memset`, `= {0}`) so that fields a newer header adds read as "not set".
 typedef struct {
   // Number of slots (messages in flight).
   uint32_t slots;
@@ -186,6 +187,13 @@ typedef struct {
   // History for late joiners (0..=slots; 0: none): a gating or skip-on-lag subscriber that
   // joins starts up to this many messages back, as far as the ring still holds them.
   uint32_t history;
+  // Never-stall (0: an ordinary ring): the publisher writes each message into a slot no
+  // subscriber pins, so the pins of latest-only and skip-on-lag subscribers never make it
+  // wait; gating subscribers and groups still hold it back. The value is the most messages
+  // those subscribers pin at once, all together, and the ring needs `slots >= never_stall +
+  // 2` (else `SHMRING_E_INVALID_ARGUMENT`). For open: a non-zero value requires a
+  // never-stall ring (else `SHMRING_E_MISMATCH`) with that many slots.
+  uint32_t never_stall;
 } shmring_config;
 
 // What `shmring_ring_get_info` reports.
@@ -198,6 +206,8 @@ typedef struct {
   uint32_t consumers;
   // 1 for a pin-only ring.
   uint32_t pin_only;
+  // 1 for a never-stall ring (`shmring_config.never_stall`).
+  uint32_t never_stall;
 } shmring_ring_info;
 
 // One message, as a pin or a copy-out read reports it.

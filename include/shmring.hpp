@@ -132,6 +132,9 @@ struct config {
   uint32_t consumers = 0;
   bool pin_only = false;
   std::chrono::milliseconds open_timeout{0};
+  /// Never-stall with at most this many messages pinned at once (0: an ordinary ring); needs
+  /// slots >= never_stall + 2 (see shmring_config.never_stall).
+  uint32_t never_stall = 0;
   shmring_config c() const {
     shmring_config out{};
     out.slots = slots;
@@ -139,6 +142,7 @@ struct config {
     out.consumers = consumers;
     out.pin_only = pin_only ? 1 : 0;
     out.open_timeout_ms = static_cast<uint32_t>(open_timeout.count());
+    out.never_stall = never_stall;
     return out;
   }
 };

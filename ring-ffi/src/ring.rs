@@ -14,7 +14,8 @@ use crate::status::{guard, null};
 /// A ring's geometry. For create: a zero field takes the default (8 slots of 65536 bytes, 8
 /// subscribers). For open: a zero field is not checked; a non-zero one must match the ring
 /// (else `SHMRING_E_MISMATCH`), and `pin_only` is not checked (read it with
-/// `shmring_ring_get_info`).
+/// `shmring_ring_get_info`). Fields are only ever added at the end: zero-initialise the whole
+/// struct (`memset`, `= {0}`) so that fields a newer header adds read as "not set".
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
 pub struct shmring_config {
@@ -33,6 +34,13 @@ pub struct shmring_config {
     /// History for late joiners (0..=slots; 0: none): a gating or skip-on-lag subscriber that
     /// joins starts up to this many messages back, as far as the ring still holds them.
     pub history: u32,
+    /// Never-stall (0: an ordinary ring): the publisher writes each message into a slot no
+    /// subscriber pins, so the pins of latest-only and skip-on-lag subscribers never make it
+    /// wait; gating subscribers and groups still hold it back. The value is the most messages
+    /// those subscribers pin at once, all together, and the ring needs `slots >= never_stall +
+    /// 2` (else `SHMRING_E_INVALID_ARGUMENT`). For open: a non-zero value requires a
+    /// never-stall ring (else `SHMRING_E_MISMATCH`) with that many slots.
+    pub never_stall: u32,
 }
 
 /// What `shmring_ring_get_info` reports.
@@ -47,6 +55,8 @@ pub struct shmring_ring_info {
     pub consumers: u32,
     /// 1 for a pin-only ring.
     pub pin_only: u32,
+    /// 1 for a never-stall ring (`shmring_config.never_stall`).
+    pub never_stall: u32,
 }
 
 fn builder(b: RingBuilder, cfg: Option<&shmring_config>) -> RingBuilder {
@@ -66,6 +76,9 @@ fn builder(b: RingBuilder, cfg: Option<&shmring_config>) -> RingBuilder {
     }
     if cfg.history != 0 {
         b = b.history(cfg.history);
+    }
+    if cfg.never_stall != 0 {
+        b = b.never_stall(cfg.never_stall);
     }
     b
 }
@@ -284,6 +297,7 @@ pub unsafe extern "C" fn shmring_ring_get_info(
             slot_size: u32::try_from(geometry.slot_capacity()).unwrap_or(u32::MAX),
             consumers: cfg.consumers,
             pin_only: u32::from(cfg.pin_only),
+            never_stall: u32::from(cfg.never_stall),
         };
         // SAFETY: non-null and writable (header contract).
         unsafe { put(info, value) };

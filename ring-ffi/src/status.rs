@@ -102,9 +102,10 @@ fn claim_code(e: ClaimError) -> c_int {
 
 fn os_code(e: &Error) -> c_int {
     match e {
-        Error::InvalidName { .. } | Error::BadLength { .. } | Error::Layout(_) => {
-            SHMRING_E_INVALID_ARGUMENT
-        }
+        Error::InvalidName { .. }
+        | Error::BadLength { .. }
+        | Error::Layout(_)
+        | Error::NeverStallPins { .. } => SHMRING_E_INVALID_ARGUMENT,
         Error::AlreadyExists { .. } => SHMRING_E_EXISTS,
         Error::NotFound { .. } => SHMRING_E_NOT_FOUND,
         Error::PermissionDenied { .. } | Error::Insecure { .. } | Error::ForeignPeer { .. } => {

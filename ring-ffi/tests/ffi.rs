@@ -202,6 +202,15 @@ fn error_paths_give_the_documented_codes_and_messages() {
 }
 
 #[test]
+fn a_c_pin_on_a_never_stall_ring_never_stalls_the_publisher() {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        let out = run(peer, &["never-stall", &name(&format!("nostall{i}")), "20"]);
+        assert!(out.status.success(), "{}: {}", peer.display(), out.status);
+        assert!(String::from_utf8_lossy(&out.stdout).contains("never-stall: ok"));
+    }
+}
+
+#[test]
 fn the_sanitizer_reports_a_leaked_handle() {
     // The leak check above is only worth something if it can fail.
     for peer in [&peers().c_asan, &peers().cpp_asan] {

@@ -14,6 +14,10 @@
  *                             then sleeps until killed
  *   peer memfd <name> <n>     serves a memfd ring on the abstract socket, publishes n messages
  *                             once a subscriber is there, closes and waits for it to drain
+ *   peer never-stall <name>   creates never-stall rings: a latest-only subscriber pins a
+ *                             message while the publisher goes round the ring n laps without
+ *                             waiting; a gating one still holds it back; the geometry rule
+ *                             (slots >= never_stall + 2) and the open checks
  *
  * Messages are "msg <i>" with metadata {i, 7}.
  *
@@ -523,9 +527,96 @@ static int group_member(shmring_ring *ring) {
   return failures == 0 ? 0 : 1;
 }
 
+/* A never-stall ring (3 slots, one pin): a latest-only subscriber pins message 0 while the
+ * publisher goes `laps` times round the ring, every send without waiting (timeout 0: a wait
+ * would be SHMRING_E_FULL); the pinned bytes stay message 0 and the newest is always there. */
+static int never_stall(const char *base, long laps) {
+  char name[200], text[64];
+  uint8_t buf[64];
+  shmring_ring *ring = NULL, *again = NULL;
+  shmring_publisher *pub = NULL;
+  shmring_subscriber *grabber = NULL, *gating = NULL;
+  shmring_pinned *pin = NULL, *newest = NULL;
+  shmring_message held, msg;
+  shmring_ring_info info;
+  memset(buf, 0, sizeof buf);
+  snprintf(name, sizeof name, "%s-ns", base);
+
+  /* The rule: slots >= never_stall + 2. */
+  shmring_config small = config(3, 64, 0);
+  small.never_stall = 2;
+  EXPECT(shmring_ring_create_memfd(&small, &ring), SHMRING_E_INVALID_ARGUMENT,
+         "slots >= max_pins + 2");
+  small.slots = 2;
+  small.never_stall = 1;
+  EXPECT(shmring_ring_create_memfd(&small, &ring), SHMRING_E_INVALID_ARGUMENT, "never-stall");
+
+  shmring_config cfg = config(3, 64, 0);
+  cfg.never_stall = 1;
+  OK(shmring_ring_create(name, &cfg, &ring));
+  OK(shmring_ring_get_info(ring, &info));
+  CHECK(info.slots == 3 && info.never_stall == 1);
+  /* Open: a never-stall ring too small for two pins; an ordinary ring asked to be one. */
+  shmring_config two = config(0, 0, 0);
+  two.never_stall = 2;
+  EXPECT(shmring_ring_open(name, &two, &again), SHMRING_E_INVALID_ARGUMENT, "never-stall");
+  shmring_config one = config(0, 0, 0);
+  one.never_stall = 1;
+  OK(shmring_ring_open(name, &one, &again));
+  OK(shmring_ring_free(again));
+
+  OK(shmring_ring_publisher(ring, &pub));
+  OK(shmring_ring_subscriber(ring, SHMRING_LATEST_ONLY, &grabber));
+  OK(shmring_publisher_send(pub, (const uint8_t *)"msg 0", 5, NULL, 0, NULL));
+  OK(shmring_subscriber_pin(grabber, 1000, &pin, &held));
+  CHECK(held.seq == 0 && held.len == 5 && memcmp(held.data, "msg 0", 5) == 0);
+  long n = 3 * laps;
+  for (long i = 1; i <= n; i++) {
+    int len = snprintf(text, sizeof text, "msg %ld", i);
+    uint64_t seq = 0;
+    int rc = shmring_publisher_send(pub, (const uint8_t *)text, (size_t)len, NULL, 0, &seq);
+    if (rc != SHMRING_OK) {
+      fprintf(stderr, "message %ld waited for the pin: %s: %s\n", i, shmring_code_name(rc),
+              shmring_last_error());
+      failures++;
+      break;
+    }
+    CHECK(seq == (uint64_t)i);
+  }
+  CHECK(held.len == 5 && memcmp(held.data, "msg 0", 5) == 0);
+  OK(shmring_pinned_release(pin));
+  /* The newest is there for the grabber. */
+  OK(shmring_subscriber_pin(grabber, 1000, &newest, &msg));
+  int len = snprintf(text, sizeof text, "msg %ld", n);
+  CHECK(msg.seq == (uint64_t)n && msg.len == (size_t)len && memcmp(msg.data, text, msg.len) == 0);
+  OK(shmring_pinned_release(newest));
+
+  /* A gating subscriber still holds the publisher back: at most 3 unread. */
+  OK(shmring_ring_subscriber(ring, SHMRING_GATING, &gating));
+  int sent = 0;
+  while (sent < 10 && shmring_publisher_send(pub, buf, 8, NULL, 0, NULL) == SHMRING_OK) sent++;
+  CHECK(sent <= 3);
+  EXPECT(shmring_publisher_send(pub, buf, 8, NULL, 0, NULL), SHMRING_E_FULL, "full");
+  OK(shmring_subscriber_free(gating));
+  OK(shmring_subscriber_free(grabber));
+  OK(shmring_publisher_free(pub));
+  OK(shmring_ring_free(ring));
+
+  /* An ordinary ring is not a never-stall one. */
+  snprintf(name, sizeof name, "%s-plain", base);
+  shmring_config plain = config(3, 64, 0);
+  OK(shmring_ring_create(name, &plain, &ring));
+  OK(shmring_ring_get_info(ring, &info));
+  CHECK(info.never_stall == 0);
+  EXPECT(shmring_ring_open(name, &one, &again), SHMRING_E_MISMATCH, "never_stall");
+  OK(shmring_ring_free(ring));
+  if (failures == 0) printf("never-stall: ok\n");
+  return failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
-    fprintf(stderr, "usage: peer errors|pub|create-pub|loan-pub|sub|pin-hold|memfd <name> [n]\n");
+    fprintf(stderr, "usage: peer errors|pub|create-pub|loan-pub|sub|pin-hold|memfd|never-stall <name> [n]\n");
     return 2;
   }
   const char *mode = argv[1], *name = argv[2];
@@ -568,6 +659,7 @@ int main(int argc, char **argv) {
   }
   if (strcmp(mode, "memfd") == 0) return memfd_pub(name, n);
   if (strcmp(mode, "lost-pub") == 0) return lost_pub(name);
+  if (strcmp(mode, "never-stall") == 0) return never_stall(name, n > 0 ? n : 20);
   fprintf(stderr, "unknown mode %s\n", mode);
   return 2;
 }

@@ -245,14 +245,39 @@ static int group_member(const std::string &name) {
   return failures == 0 ? 0 : 1;
 }
 
+// A never-stall ring through the C++ layer: a latest-only pin of message 0 while the publisher
+// goes `laps` times round 3 slots, never waiting; the pinned bytes stay message 0.
+static int never_stall(long laps) {
+  auto c = cfg(3, 64, false);
+  c.never_stall = 1;
+  auto ring = shmring::Ring::memfd(c);
+  CHECK(ring.info().never_stall == 1);
+  auto pub = ring.publisher();
+  auto grabber = ring.subscriber(shmring::delivery::latest_only);
+  CHECK(pub.send(shmring::as_bytes(text(0)), 0ms));
+  auto held = grabber.pin(1000ms);
+  CHECK(held && held->seq() == 0);
+  for (long i = 1; i <= 3 * laps; i++) {
+    auto seq = pub.send(shmring::as_bytes(text(i)), 0ms);
+    CHECK(seq && *seq == static_cast<uint64_t>(i));
+  }
+  CHECK(held && held->data().str() == text(0));
+  auto too_small = cfg(3, 64, false);
+  too_small.never_stall = 2;
+  EXPECT_THROW(shmring::Ring::memfd(too_small), SHMRING_E_INVALID_ARGUMENT, "never-stall");
+  if (failures == 0) std::printf("never-stall: ok\n");
+  return failures == 0 ? 0 : 1;
+}
+
 static int run(int argc, char **argv) {
   if (argc < 3) {
-    std::fprintf(stderr, "usage: peer-cpp errors|pub|loan-pub|sub|pin-sub|pin-hold|memfd <name> [n]\n");
+    std::fprintf(stderr, "usage: peer-cpp errors|pub|loan-pub|sub|pin-sub|pin-hold|memfd|never-stall <name> [n]\n");
     return 2;
   }
   std::string mode = argv[1], name = argv[2];
   long n = argc > 3 ? std::strtol(argv[3], nullptr, 10) : 0;
   if (mode == "errors") return errors(name);
+  if (mode == "never-stall") return never_stall(n > 0 ? n : 20);
   if (mode == "group-member") return group_member(name);
   if (mode == "pub") return publish(name, n, false);
   if (mode == "loan-pub") return publish(name, n, true);

@@ -56,8 +56,8 @@ pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
 pub use error::{Error, ShmReadError};
 pub use front::{
-    prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder,
-    SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,
+    check_never_stall, prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring,
+    RingBuilder, SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,
 };
 pub use mapping::Mapping;
 pub use name::{SegmentName, MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX};

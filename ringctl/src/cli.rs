@@ -203,6 +203,12 @@ pub struct DemoArgs {
     /// processing it in place); with --kill-consumer-every, kills then land on held pins.
     #[arg(long, value_name = "US", default_value_t = 0)]
     pub hold_us: u64,
+    /// Make the ring never-stall: the producer writes each frame into a slot nobody pins, so
+    /// the pins of latest and skip consumers never make it wait (gating ones still do).
+    /// PINS: the most frames those consumers pin at once, all together (default: one per
+    /// latest or skip consumer); the ring needs --slots >= PINS + 2.
+    #[arg(long, value_name = "PINS", num_args = 0..=1)]
+    pub never_stall: Option<Option<u32>>,
     /// Segment name in /dev/shm (default: demo-PID, this process's id); removed at the end.
     #[arg(long)]
     pub name: Option<String>,
@@ -291,6 +297,12 @@ pub struct PubArgs {
     /// directory) instead of the abstract namespace.
     #[arg(long, value_name = "DIR", requires = "memfd")]
     pub socket_dir: Option<std::path::PathBuf>,
+    /// Create the ring never-stall: the producer writes each message into a slot nobody pins,
+    /// so the pins of latest and skip readers never make it wait (gating ones and groups still
+    /// do). PINS: the most messages those readers pin at once, all together (default 1); the
+    /// ring needs --slots >= PINS + 2. Refused for a ring that exists and is not never-stall.
+    #[arg(long, value_name = "PINS", num_args = 0..=1)]
+    pub never_stall: Option<Option<u32>>,
     /// Create group G before the first message (`ringctl sub --group G` workers share the
     /// stream: each message to exactly one of them; the group gates like one gating reader).
     #[arg(long, value_name = "G")]

@@ -119,6 +119,9 @@ struct View {
     slot_capacity: usize,
     consumer_entries: usize,
     segment_bytes: usize,
+    /// A never-stall ring (`ringctl pub --never-stall`): latest and skip pins never make the
+    /// producer wait.
+    never_stall: bool,
     producer: Option<Owner>,
     head: u64,
     closed: bool,
@@ -208,6 +211,7 @@ fn snapshot(ring: &Ring) -> Result<View> {
         slot_capacity: g.slot_capacity(),
         consumer_entries: g.consumers(),
         segment_bytes: g.total_len(),
+        never_stall: g.config().never_stall,
         producer: Owner::of(ring, Role::Producer, p.owner),
         head: p.head,
         closed: p.closed,
@@ -269,11 +273,16 @@ fn render(v: &View) -> String {
     );
     let _ = writeln!(
         o,
-        "geometry: {} slots x {} bytes, {} consumer entries, {} in all",
+        "geometry: {} slots x {} bytes, {} consumer entries, {} in all{}",
         v.slots,
         v.slot_capacity,
         v.consumer_entries,
-        table::bytes(v.segment_bytes)
+        table::bytes(v.segment_bytes),
+        if v.never_stall {
+            ", never-stall (pins of latest and skip readers never hold the producer back)"
+        } else {
+            ""
+        }
     );
     let _ = writeln!(
         o,

@@ -33,27 +33,41 @@ fn seconds(value: f64, what: &str) -> Result<Duration> {
 }
 
 /// The configuration of a ring `pub` creates.
-fn config_of(args: &PubArgs) -> Config {
+fn config_of(args: &PubArgs) -> Result<Config> {
     let capacity = u32::try_from(args.frame_size.bytes).unwrap_or(u32::MAX);
-    Config::new(args.slots, capacity).with_consumers(args.max_consumers)
+    let config = Config::new(args.slots, capacity).with_consumers(args.max_consumers);
+    match never_stall_pins(args) {
+        Some(pins) => ring::never_stall(config, pins),
+        None => Ok(config),
+    }
 }
 
-/// Opens the ring, or creates it for `args` when it does not exist. True when created.
+/// `--never-stall [PINS]`: the pins asked for (1 without a value).
+fn never_stall_pins(args: &PubArgs) -> Option<u32> {
+    args.never_stall.map(|pins| pins.unwrap_or(1))
+}
+
+/// Opens the ring, or creates it for `args` when it does not exist. True when created. A ring
+/// that exists must be never-stall enough when `--never-stall` asks for it.
 fn open_or_create(args: &PubArgs) -> Result<(Ring, bool)> {
     let name = ring::segment_name(&args.name)?;
-    match ring::open(&name) {
-        Ok(r) => return Ok((r, false)),
-        Err(CliError::Os(ring_os::Error::NotFound { .. })) => {}
+    let config = config_of(args)?;
+    let (ring, created) = match ring::open(&name) {
+        Ok(r) => (r, false),
+        Err(CliError::Os(ring_os::Error::NotFound { .. })) => match ring::create(&name, &config) {
+            Ok(r) => (r, true),
+            // Someone else created it meanwhile: use theirs.
+            Err(CliError::Os(ring_os::Error::AlreadyExists { .. })) => {
+                (ring::open_wait(&name, Duration::from_secs(5))?, false)
+            }
+            Err(e) => return Err(e),
+        },
         Err(e) => return Err(e),
+    };
+    if let (Some(pins), false) = (never_stall_pins(args), created) {
+        ring::check_never_stall(&ring, pins)?;
     }
-    match ring::create(&name, &config_of(args)) {
-        Ok(r) => Ok((r, true)),
-        // Someone else created it meanwhile: use theirs.
-        Err(CliError::Os(ring_os::Error::AlreadyExists { .. })) => {
-            Ok((ring::open_wait(&name, Duration::from_secs(5))?, false))
-        }
-        Err(e) => Err(e),
-    }
+    Ok((ring, created))
 }
 
 /// Runs `ringctl pub`: `Ok(false)` when the stream was delivered but a gating reader died with
@@ -74,7 +88,7 @@ pub fn publish(args: &PubArgs) -> Result<bool> {
         {
             let name = ring::segment_name(&args.name)?;
             let rdv = ring::rendezvous(&name, args.socket_dir.as_deref());
-            let (ring, server) = rdv.create(&config_of(args), ring_os::CreateOptions::new())?;
+            let (ring, server) = rdv.create(&config_of(args)?, ring_os::CreateOptions::new())?;
             (ring, false, Some(server))
         }
     } else {

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ring_core::{AttachError, Config};
+use ring_core::{AttachError, Config, Memory as _};
 use ring_os::lock::{Liveness, Role};
 #[cfg(unix)]
 pub use ring_os::rendezvous::Server;
@@ -46,6 +46,26 @@ fn with_name(name: &SegmentName, e: ring_os::Error) -> CliError {
 /// Creates the named ring for `config`.
 pub fn create(name: &SegmentName, config: &Config) -> Result<Ring> {
     ShmRing::create_named(name, config, CreateOptions::new()).map_err(|e| with_name(name, e))
+}
+
+/// `config` made never-stall for readers that pin up to `max_pins` messages at once (the rule
+/// of `RingBuilder::never_stall`: `slots >= max_pins + 2`).
+pub fn never_stall(config: Config, max_pins: u32) -> Result<Config> {
+    ring_os::check_never_stall(config.slots, max_pins)?;
+    Ok(config.with_never_stall(true))
+}
+
+/// Refuses an existing ring that is not never-stall, or too small for `max_pins` pins.
+pub fn check_never_stall(ring: &Ring, max_pins: u32) -> Result<()> {
+    let config = ring.geometry().config();
+    if !config.never_stall {
+        return Err(CliError::Os(ring_os::Error::ConfigMismatch {
+            field: "never_stall",
+            found: 0,
+            expected: 1,
+        }));
+    }
+    Ok(ring_os::check_never_stall(config.slots, max_pins)?)
 }
 
 /// Opens an existing named ring, validating the file and its header as untrusted input.

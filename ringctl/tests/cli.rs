@@ -1131,3 +1131,76 @@ fn a_spill_of_a_live_queue_is_kept_and_cleaned_once_its_owners_died() {
     assert!(run(&["clean", &queue]).status.success());
     assert!(!shm_path(&queue).exists());
 }
+
+#[test]
+fn never_stall_rings_are_created_checked_and_shown() {
+    // The rule: slots >= PINS + 2, refused before anything is created.
+    let small = unique("nostall-small");
+    let _c = Cleanup(small.clone());
+    let out = run(&[
+        "pub",
+        &small,
+        "--frame-size",
+        "64",
+        "--slots",
+        "5",
+        "--never-stall",
+        "4",
+        "--wait-consumers",
+        "0",
+    ]);
+    let err = one_line_error(&out);
+    assert!(err.contains("slots >= max_pins + 2"), "{err}");
+    assert!(!shm_path(&small).exists(), "a refused ring was left behind");
+
+    // A never-stall ring shows as one in inspect (JSON and table); a plain one does not.
+    let name = unique("nostall");
+    let _cleanup = Cleanup(name.clone());
+    let publ = Command::new(BIN)
+        .args(["pub", &name, "--frame-size", "128", "--slots", "4"])
+        .args(["--never-stall", "2", "--wait-consumers", "0"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawning pub");
+    let ready = eventually(Duration::from_secs(20), || {
+        run(&["inspect", &name, "--json"]).status.success()
+    });
+    assert!(ready, "pub never created its ring");
+    let v = last_json(&run(&["inspect", &name, "--json"]));
+    assert_eq!(v["never_stall"], true, "{v}");
+    let table = text(&run(&["inspect", &name]).stdout);
+    assert!(table.contains("never-stall"), "{table}");
+    drop(finish(publ, Duration::from_secs(30)));
+
+    let plain = unique("nostall-plain");
+    let _cleanup_plain = Cleanup(plain.clone());
+    let idle = idle_pub(&plain);
+    let v = last_json(&run(&["inspect", &plain, "--json"]));
+    assert_eq!(v["never_stall"], false, "{v}");
+    assert!(!text(&run(&["inspect", &plain]).stdout).contains("never-stall"));
+    drop(finish(idle, Duration::from_secs(30)));
+
+    // The demo: on a never-stall ring, and refused with too few slots.
+    let out = run(&[
+        "demo",
+        "--never-stall",
+        "--classes",
+        "latest,skip",
+        "--read",
+        "pin",
+        "--frame-size",
+        "4096",
+        "--messages",
+        "200",
+        "--fps",
+        "0",
+        "--json",
+    ]);
+    let v = last_json(&out);
+    assert_eq!(v["never_stall"], true, "{v}");
+    assert_eq!(v["ok"], true, "{v}");
+    let err = one_line_error(&run(&["demo", "--never-stall", "3", "--slots", "4"]));
+    assert!(err.contains("never-stall"), "{err}");
+}

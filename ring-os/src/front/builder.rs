@@ -309,10 +309,30 @@ impl RingBuilder {
     /// Refuses a never-stall ring of `slots` slots too small for the pins asked for.
     fn check_pins(&self, slots: u32) -> Result<(), Error> {
         match self.never_stall_pins {
-            Some(max_pins) if slots < max_pins.saturating_add(2).max(3) => {
-                Err(Error::NeverStallPins { slots, max_pins })
-            }
-            _ => Ok(()),
+            Some(max_pins) => check_never_stall(slots, max_pins),
+            None => Ok(()),
         }
     }
+}
+
+/// The rule of [`RingBuilder::never_stall`] for callers that build a
+/// [`Config`](ring_core::Config) themselves: a never-stall ring of `slots` slots whose readers
+/// pin up to `max_pins` messages at once needs `slots >= max_pins + 2` (and at least 3).
+///
+/// ```
+/// assert!(ring_os::check_never_stall(6, 4).is_ok());
+/// assert!(matches!(
+///     ring_os::check_never_stall(5, 4),
+///     Err(ring_os::Error::NeverStallPins { slots: 5, max_pins: 4 })
+/// ));
+/// ```
+///
+/// # Errors
+///
+/// [`Error::NeverStallPins`] when the rule does not hold.
+pub fn check_never_stall(slots: u32, max_pins: u32) -> Result<(), Error> {
+    if slots < max_pins.saturating_add(2).max(3) {
+        return Err(Error::NeverStallPins { slots, max_pins });
+    }
+    Ok(())
 }

@@ -27,7 +27,7 @@ mod errors;
 mod publisher;
 mod subscriber;
 
-pub use builder::RingBuilder;
+pub use builder::{check_never_stall, RingBuilder};
 pub use errors::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };

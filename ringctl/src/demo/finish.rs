@@ -172,6 +172,7 @@ pub(super) fn summarise(
         duration_s: producer.elapsed_s,
         frame_bytes: args.frame_size.bytes,
         slots: args.slots,
+        never_stall: args.never_stall.is_some(),
         stalls: producer.stalls,
         ok: failures.is_empty(),
         failures,

@@ -83,9 +83,15 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
         None => ring::segment_name(&format!("demo-{}", std::process::id()))?,
     };
     let entries = (classes.len() as u32 + 8).min(MAX_CONSUMERS);
-    let config = Config::new(args.slots, bytes as u32)
+    let mut config = Config::new(args.slots, bytes as u32)
         .with_consumers(entries)
         .with_allocator(ARENA_BYTES, MAX_LIVE);
+    if let Some(pins) = args.never_stall {
+        // By default one pin per latest or skip consumer (each pins one frame at a time).
+        let readers = classes.iter().filter(|c| **c != Class::Gating).count();
+        let pins = pins.unwrap_or(u32::try_from(readers).unwrap_or(u32::MAX));
+        config = ring::never_stall(config, pins)?;
+    }
     // Ctrl-C (or SIGTERM) sets the flag; the loops below notice it, and the guards kill the
     // children and remove the ring on the way out.
     let stop = Arc::new(AtomicBool::new(false));
@@ -188,10 +194,15 @@ pub fn run(args: &DemoArgs) -> Result<bool> {
         println!("{line}");
     } else {
         let title = format!(
-            "ringctl demo: {} frames of {}, {} slots, {} consumers, ring {:?} ({})",
+            "ringctl demo: {} frames of {}, {} slots{}, {} consumers, ring {:?} ({})",
             summary.messages,
             args.frame_size.describe(),
             args.slots,
+            if summary.never_stall {
+                " (never-stall)"
+            } else {
+                ""
+            },
             classes.len(),
             name.as_str(),
             crate::table::bytes(ring.segment().len())

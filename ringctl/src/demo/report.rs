@@ -115,6 +115,8 @@ pub struct Summary {
     pub frame_bytes: usize,
     /// Slots in the ring.
     pub slots: u32,
+    /// Whether the ring was never-stall (`--never-stall`).
+    pub never_stall: bool,
     /// Producer claims that waited.
     pub stalls: u64,
     /// Whether every integrity check passed.

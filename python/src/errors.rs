@@ -135,7 +135,9 @@ pub(crate) fn os(e: Error) -> Fail {
         Error::ConfigMismatch { .. } => "ConfigMismatch",
         Error::Full => "Full",
         Error::TimedOut => "Timeout",
-        Error::Layout(_) | Error::BadLength { .. } => "InvalidConfig",
+        Error::Layout(_) | Error::BadLength { .. } | Error::NeverStallPins { .. } => {
+            "InvalidConfig"
+        }
         Error::Attach(_)
         | Error::SizeMismatch { .. }
         | Error::NotRegularFile { .. }

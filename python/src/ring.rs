@@ -104,6 +104,17 @@ fn geometry(
     Ok(b)
 }
 
+/// A builder made never-stall for `max_pins` pins (`None`: left ordinary).
+fn never_stall_arg(
+    b: ring_os::RingBuilder,
+    max_pins: Option<u64>,
+) -> PyResult<ring_os::RingBuilder> {
+    Ok(match max_pins {
+        Some(n) => b.never_stall(geometry_arg("never_stall", n)?),
+        None => b,
+    })
+}
+
 /// A u32 geometry argument, refusing what does not fit.
 fn geometry_arg(what: &str, v: u64) -> PyResult<u32> {
     u32::try_from(v).map_err(|_| PyValueError::new_err(format!("{what}={v} is too large")))
@@ -163,8 +174,13 @@ impl Ring {
     /// `history` (0 to `slots`) is the history for late joiners: every gating or skip
     /// consumer that registers starts up to that many messages back, as far as the ring still
     /// holds them (a latest consumer starts at the newest message present anyway).
+    /// `never_stall` (an int: the most messages latest and skip consumers pin at once, all
+    /// together; None: an ordinary ring) makes a never-stall ring: the producer writes each
+    /// message into a slot nobody pins, so those pins never make it wait (gating consumers
+    /// and groups still hold it back). It needs `slots >= never_stall + 2`; fewer raise
+    /// `InvalidConfig`.
     #[staticmethod]
-    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0, history = 0))]
+    #[pyo3(signature = (name, *, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, keep_name = false, arena = 0, max_live = 0, history = 0, never_stall = None))]
     #[allow(
         clippy::too_many_arguments,
         reason = "keyword arguments of a Python constructor"
@@ -179,6 +195,7 @@ impl Ring {
         arena: u64,
         max_live: u64,
         history: u64,
+        never_stall: Option<u64>,
     ) -> PyResult<Self> {
         let builder = geometry(
             ring_os::Ring::builder(name),
@@ -186,6 +203,7 @@ impl Ring {
             (arena, max_live),
         )?
         .history(geometry_arg("history", history)?);
+        let builder = never_stall_arg(builder, never_stall)?;
         let ring = builder.keep_name(keep_name).create().map_err(os_err)?;
         Ok(Self::wrap(ring, name.to_owned(), None))
     }
@@ -195,9 +213,9 @@ impl Ring {
     /// `fileno()` to another process (`Ring.from_fd`), or with `serve="name"`: a background
     /// thread then hands the descriptor to every process of this user that calls
     /// `Ring.connect("name")` (an abstract Unix socket; ring-os's rendezvous), until this
-    /// handle is closed.
+    /// handle is closed. `never_stall` as in `Ring.create`.
     #[staticmethod]
-    #[pyo3(signature = (*, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, arena = 0, max_live = 0, serve = None))]
+    #[pyo3(signature = (*, slots = 8, slot_size = 65536, consumers = 8, pin_only = false, arena = 0, max_live = 0, serve = None, never_stall = None))]
     #[allow(
         clippy::too_many_arguments,
         reason = "keyword arguments of a Python constructor"
@@ -210,12 +228,14 @@ impl Ring {
         arena: u64,
         max_live: u64,
         serve: Option<&str>,
+        never_stall: Option<u64>,
     ) -> PyResult<Self> {
         let builder = geometry(
             ring_os::Ring::memfd(),
             (slots, slot_size, consumers, pin_only),
             (arena, max_live),
         )?;
+        let builder = never_stall_arg(builder, never_stall)?;
         let ring = builder.create().map_err(os_err)?;
         #[cfg(windows)]
         let server: Option<Server> = match serve {
@@ -432,6 +452,13 @@ impl Ring {
         self.mapping.geometry().config().pin_only
     }
 
+    /// Whether the ring is never-stall (`Ring.create(..., never_stall=n)`): latest and skip
+    /// consumers' pins never make the producer wait.
+    #[getter]
+    fn never_stall(&self) -> bool {
+        self.mapping.geometry().config().never_stall
+    }
+
     /// Whether this handle is closed.
     #[getter]
     fn closed(&self) -> bool {
@@ -468,6 +495,7 @@ impl Ring {
         d.set_item("slot_capacity", g.slot_capacity())?;
         d.set_item("consumer_entries", g.consumers())?;
         d.set_item("pin_only", g.config().pin_only)?;
+        d.set_item("never_stall", g.config().never_stall)?;
         d.set_item("head", p.head)?;
         d.set_item("producer", owner(Role::Producer, p.owner)?)?;
         d.set_item("closed", p.closed)?;
@@ -552,12 +580,17 @@ impl Ring {
     fn __repr__(&self) -> String {
         let g = self.mapping.geometry();
         format!(
-            "Ring(name={:?}, slots={}, slot_size={}, consumers={}, pin_only={}{})",
+            "Ring(name={:?}, slots={}, slot_size={}, consumers={}, pin_only={}{}{})",
             self.name,
             g.slots(),
             g.slot_capacity(),
             g.consumers(),
             if g.config().pin_only { "True" } else { "False" },
+            if g.config().never_stall {
+                ", never_stall=True"
+            } else {
+                ""
+            },
             if self.inner.is_none() { ", closed" } else { "" }
         )
     }

@@ -66,6 +66,9 @@ pub struct Consumer<M: Memory> {
     /// at. Messages below it are read like a skip-on-lag reader's (pinned by the reader bit,
     /// lost ones counted as missed): the producer's cached gate may cover them. 0 otherwise.
     gate_from: u64,
+    /// Whether the ring is never-stall (its geometry says so; cached for the read path): reads
+    /// find a message's slot through its home slot's route.
+    never_stall: bool,
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -267,11 +270,13 @@ impl<M: Memory> Consumer<M> {
         owner: OwnerId,
         generation: u64,
     ) -> Self {
+        let never_stall = mem.geometry().config().never_stall;
         Self {
             mem,
             index,
             owner,
             class,
+            never_stall,
             next: 0,
             received: 0,
             missed_total: 0,
@@ -429,7 +434,23 @@ impl<M: Memory> Consumer<M> {
     /// a small message too) and never the producer's `head` line. `head` is read only by
     /// latest-only consumers and by a consumer whose slot already holds a later message (it
     /// must learn how far behind it is).
+    #[inline]
     fn target(&self) -> Result<(u64, u64), ReadError> {
+        if self.never_stall {
+            return self.target_routed();
+        }
+        self.target_with(|c, seq| c.stamp_at_home(seq))
+    }
+
+    /// [`target`](Self::target) on a never-stall ring: the stamp of the slot the route names.
+    /// Out of line, and the default ring's path calls nothing, so it keeps its small frame.
+    #[inline(never)]
+    fn target_routed(&self) -> Result<(u64, u64), ReadError> {
+        self.target_with(Self::stamp_of)
+    }
+
+    #[inline(always)]
+    fn target_with(&self, stamp_of: impl Fn(&Self, u64) -> u64) -> Result<(u64, u64), ReadError> {
         match self.class {
             DeliveryClass::LatestOnly => self.target_by_head(),
             DeliveryClass::Gating | DeliveryClass::SkipOnLag => {
@@ -441,7 +462,7 @@ impl<M: Memory> Consumer<M> {
                     ));
                 }
                 let want = 2 * seq + 2;
-                let stamp = self.stamp_of(seq);
+                let stamp = stamp_of(self, seq);
                 if stamp == want {
                     Ok((seq, 0))
                 } else if stamp < want {
@@ -605,8 +626,24 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// Pins slot `seq % n` if it holds message `seq`; returns the slot and the length.
+    #[inline]
     fn pin_seq(&self, seq: u64) -> Result<(usize, usize), Miss> {
+        if self.never_stall {
+            return self.pin_routed(seq);
+        }
+        self.pin_slot(seq, self.mem.geometry().slot_of(seq))
+    }
+
+    /// [`pin_seq`](Self::pin_seq) on a never-stall ring (out of line, as `target_routed`).
+    #[inline(never)]
+    fn pin_routed(&self, seq: u64) -> Result<(usize, usize), Miss> {
         let slot = self.slot_for(seq)?;
+        self.pin_slot(seq, slot)
+    }
+
+    /// Pins `slot` if it holds message `seq`.
+    #[inline(always)]
+    fn pin_slot(&self, seq: u64, slot: usize) -> Result<(usize, usize), Miss> {
         let hdr = self.mem.slot_header(slot);
         if self.holds.holds_slot(slot) {
             // A held message keeps the producer off its slot, so no later message can be
@@ -822,8 +859,24 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// One seqlock read of message `seq` into `buf`.
+    #[inline]
     fn copy_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
+        if self.never_stall {
+            return self.copy_routed(seq, buf);
+        }
+        self.copy_slot(seq, self.mem.geometry().slot_of(seq), buf)
+    }
+
+    /// [`copy_seq`](Self::copy_seq) on a never-stall ring (out of line, as `target_routed`).
+    #[inline(never)]
+    fn copy_routed(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
         let slot = self.slot_for(seq)?;
+        self.copy_slot(seq, slot, buf)
+    }
+
+    /// One seqlock read of message `seq` from `slot` into `buf`.
+    #[inline(always)]
+    fn copy_slot(&self, seq: u64, slot: usize, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
         let hdr = self.mem.slot_header(slot);
         let want = 2 * seq + 2;
         // Acquire: pairs with the producer's Release stamp store that completed message `seq`.

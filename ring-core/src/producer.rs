@@ -55,6 +55,8 @@ pub struct Producer<M: Memory> {
     /// On a never-stall ring, the slot of the newest published message (`usize::MAX`: none
     /// known): the producer never claims it, so a latest-only reader always finds the newest.
     newest_slot: usize,
+    /// Whether the ring is never-stall (cached from the geometry for the claim and publish).
+    never_stall: bool,
     /// The producer line's epoch this producer started with (its fencing token).
     epoch: u32,
     /// The consumers this producer reclaimed (readers that died without leaving).
@@ -291,7 +293,8 @@ impl<M: Memory> Producer<M> {
         }
         // Relaxed: ordered after the owner CAS (Acquire) above.
         let stored = line.head.load(Ordering::Relaxed);
-        let (head, newest_slot) = if mem.geometry().config().never_stall {
+        let mem_never_stall = mem.geometry().config().never_stall;
+        let (head, newest_slot) = if mem_never_stall {
             never_stall::start_head(&mem, stored)
         } else {
             (Self::start_head(&mem, stored), never_stall::NO_SLOT)
@@ -308,6 +311,7 @@ impl<M: Memory> Producer<M> {
             gate_ok_below: 0,
             fenced: false,
             newest_slot,
+            never_stall: mem_never_stall,
             epoch,
             lost: LostReaders::default(),
         }
@@ -412,7 +416,7 @@ impl<M: Memory> Producer<M> {
                 "the published head is beyond the sequence range",
             ));
         }
-        if self.mem.geometry().config().never_stall {
+        if self.never_stall {
             return self.claim_never_stall(seq, n);
         }
         if seq >= self.gate_ok_below {
@@ -420,8 +424,7 @@ impl<M: Memory> Producer<M> {
             self.gate_ok_below = self.gate(seq, n)?;
         }
         let slot = self.mem.geometry().slot_of(seq);
-        self.claim_cas(slot)?;
-        self.open_seqlock(slot, seq);
+        self.claim_cas(slot, seq)?;
         Ok(slot)
     }
 
@@ -451,9 +454,10 @@ impl<M: Memory> Producer<M> {
         }
     }
 
-    /// The claim CAS on `slot` (0 → `WRITER`); on failure, clears bits nobody owns and
-    /// reports the readers that hold it.
-    fn claim_cas(&self, slot: usize) -> Result<(), ClaimError> {
+    /// Claims `slot` for message `seq`: the claim CAS (0 → `WRITER`), then the seqlock's odd
+    /// stamp. On failure, clears bits nobody owns and reports the readers that hold it.
+    #[inline]
+    fn claim_cas(&self, slot: usize, seq: u64) -> Result<(), ClaimError> {
         let hdr = self.mem.slot_header(slot);
         // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
         // reads of the old message happen before our writes. Failure Acquire: synchronises with
@@ -466,6 +470,11 @@ impl<M: Memory> Producer<M> {
             let readers = self.clear_stale_bits(slot, cur);
             return Err(ClaimError::Pinned { slot, readers });
         }
+        // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
+        // payload word we write after the fence, and then runs its Acquire fence, loads this odd
+        // stamp (or later) in its re-check, so it refuses the copy.
+        hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
+        fence(Ordering::Release);
         Ok(())
     }
 
@@ -484,16 +493,6 @@ impl<M: Memory> Producer<M> {
                 .fetch_and(valid, Ordering::Relaxed);
         }
         self.sweep_free_bits(slot, cur & valid)
-    }
-
-    /// Opens the seqlock write window of claimed `slot` for message `seq`.
-    fn open_seqlock(&self, slot: usize, seq: u64) {
-        let hdr = self.mem.slot_header(slot);
-        // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
-        // payload word we write after the fence, and then runs its Acquire fence, loads this odd
-        // stamp (or later) in its re-check, so it refuses the copy.
-        hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
-        fence(Ordering::Release);
     }
 
     /// Clears, in slot `slot`, the reader bits among `bits` whose consumer-table entry is free
@@ -694,7 +693,7 @@ impl<M: Memory> Producer<M> {
     /// a corrupt peer can set the other bits). It may be false a moment before the claim would
     /// succeed, and `try_claim` may still fail for another reason (`Closed`, `Displaced`).
     pub fn is_claimable(&self) -> bool {
-        if self.mem.geometry().config().never_stall {
+        if self.never_stall {
             return self.is_claimable_never_stall();
         }
         let n = self.mem.geometry().slots() as u64;
@@ -1262,7 +1261,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);
-        if p.mem.geometry().config().never_stall {
+        if p.never_stall {
             p.route_published(seq, self.slot);
         }
         p.head = seq + 1;

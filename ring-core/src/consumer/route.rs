@@ -51,6 +51,7 @@ pub(crate) fn decode(word: u64, seq: u64, slots: usize) -> Route {
 impl<M: Memory> Consumer<M> {
     /// The route of `seq` on a never-stall ring. Relaxed: a hint; the caller validates it with
     /// the named slot's stamp (Acquire), the only word that publishes a message.
+    #[inline]
     fn route(&self, seq: u64) -> Route {
         let g = self.mem.geometry();
         let word = self
@@ -64,9 +65,8 @@ impl<M: Memory> Consumer<M> {
     /// The slot message `seq` is in, for a read that already knows it is published (its
     /// stamp or route was seen, or `head` is past it). On a never-stall ring the route may say
     /// it was overwritten since (an overrun); "not yet" after that is a scribble.
-    #[inline]
     pub(super) fn slot_for(&self, seq: u64) -> Result<usize, Miss> {
-        if !self.mem.geometry().config().never_stall {
+        if !self.never_stall {
             return Ok(self.mem.geometry().slot_of(seq));
         }
         match self.route(seq) {
@@ -87,16 +87,22 @@ impl<M: Memory> Consumer<M> {
     /// yet") and a route to a later one (or a scribbled one) as `u64::MAX` (an overrun; the
     /// read that follows reports a scribble as corruption).
     pub(super) fn stamp_of(&self, seq: u64) -> u64 {
-        let g = self.mem.geometry();
-        let slot = if g.config().never_stall {
-            match self.route(seq) {
-                Route::At(slot) => slot,
-                Route::NotYet => return 0,
-                Route::Later | Route::Corrupt => return u64::MAX,
-            }
-        } else {
-            g.slot_of(seq)
-        };
+        if !self.never_stall {
+            return self.stamp_at_home(seq);
+        }
+        match self.route(seq) {
+            // Acquire: as above.
+            Route::At(slot) => self.mem.slot_header(slot).stamp.load(Ordering::Acquire),
+            Route::NotYet => 0,
+            Route::Later | Route::Corrupt => u64::MAX,
+        }
+    }
+
+    /// The stamp of slot `seq % slots` (a default ring's slot of `seq`). Acquire: as in
+    /// [`stamp_of`](Self::stamp_of).
+    #[inline(always)]
+    pub(super) fn stamp_at_home(&self, seq: u64) -> u64 {
+        let slot = self.mem.geometry().slot_of(seq);
         self.mem.slot_header(slot).stamp.load(Ordering::Acquire)
     }
 }

@@ -62,7 +62,9 @@ impl<M: Memory> Producer<M> {
         m < self.gate_ok_below.saturating_sub(n)
     }
 
-    /// The claim of `seq` on a never-stall ring; returns the claimed slot.
+    /// The claim of `seq` on a never-stall ring; returns the claimed slot. Out of line: the
+    /// default ring's claim stays as small as it was.
+    #[inline(never)]
     pub(super) fn claim_never_stall(&mut self, seq: u64, n: u64) -> Result<usize, ClaimError> {
         let home = self.mem.geometry().slot_of(seq);
         let mut scan = None;
@@ -70,9 +72,8 @@ impl<M: Memory> Producer<M> {
             let m = self.message_in(home, seq);
             if m.is_none_or(|m| m.saturating_add(n) <= seq)
                 && self.gating_done(m, seq, &mut scan)
-                && self.claim_cas(home).is_ok()
+                && self.claim_cas(home, seq).is_ok()
             {
-                self.open_seqlock(home, seq);
                 return Ok(home);
             }
         }
@@ -85,8 +86,7 @@ impl<M: Memory> Producer<M> {
                 let (cursor, consumer) = scan.unwrap_or((0, 0));
                 return Err(ClaimError::Full { consumer, cursor });
             }
-            if self.claim_cas(slot).is_ok() {
-                self.open_seqlock(slot, seq);
+            if self.claim_cas(slot, seq).is_ok() {
                 return Ok(slot);
             }
         }
@@ -173,6 +173,7 @@ impl<M: Memory> Producer<M> {
     }
 
     /// After the final stamp of `seq` in `slot`: routes the home slot to it.
+    #[inline(never)]
     pub(super) fn route_published(&mut self, seq: u64, slot: usize) {
         let g = self.mem.geometry();
         // Relaxed: a hint readers validate with the slot's stamp, stored (Release) before.

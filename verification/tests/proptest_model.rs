@@ -468,3 +468,33 @@ fn groups_redeliver_exactly_the_unfinished_messages_of_dead_members() {
         }
     );
 }
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: cases(), failure_persistence: None, ..ProptestConfig::default() })]
+
+    /// The fuzz oracles' own model (`ring_oracles::ops`, a second, independently written one)
+    /// on never-stall rings: `arbitrary` inputs whose shape byte asks for one (the `ops`
+    /// target reaches them by coverage; here every case is one).
+    #[test]
+    fn never_stall_ring_matches_the_oracle_model(
+        slots in 2u8..8,
+        cap_words in any::<u8>(),
+        consumers in 0xE0u8..=0xFF,
+        bytes in prop::collection::vec(any::<u8>(), 64..2048),
+    ) {
+        use ring_oracles::arbitrary::Unstructured;
+        use ring_oracles::ops::{run, Op, OpsInput, Shape};
+        // One op after another until the bytes run out (a decoded `Vec` is mostly short).
+        let mut u = Unstructured::new(&bytes);
+        let mut ops = Vec::new();
+        while let (false, Ok(op)) = (u.is_empty(), u.arbitrary::<Op>()) {
+            ops.push(op);
+        }
+        let shape = Shape { slots, cap_words, consumers };
+        prop_assert!(shape.never_stall());
+        let input = OpsInput { shape, ops };
+        if let Err(e) = run(&input) {
+            prop_assert!(false, "{}", e);
+        }
+    }
+}

@@ -7,6 +7,7 @@ use super::model::{ReaderModel, RingModel};
 use super::ops::{Finish, Op, Write};
 use super::{displays, Outcome};
 use ring_core::inspect::{consumer_info, producer_info, total_pins, ConsumerInfo, EntryState};
+use ring_core::layout::route_word;
 use ring_core::{Consumer, DeliveryClass, HeapSegment, Memory, Overflow, OwnerId, Producer, Spin};
 
 /// A live consumer and the model's view of it.
@@ -50,7 +51,10 @@ impl<'s> Harness<'s> {
         let g = *seg.geometry();
         Self {
             seg,
-            model: checked.then(|| RingModel::new(g.slots(), g.slot_capacity(), g.consumers())),
+            model: checked.then(|| {
+                RingModel::new(g.slots(), g.slot_capacity(), g.consumers())
+                    .with_never_stall(g.config().never_stall)
+            }),
             producer: None,
             readers: Vec::new(),
             next_owner: 100,
@@ -212,7 +216,12 @@ impl<'s> Harness<'s> {
             (Ok(slot), _) => slot,
         };
         let seq = slot.seq();
-        let index = (seq % self.slots as u64) as usize;
+        // The slot the model chose (a never-stall ring's need not be the home slot); without a
+        // model the index is not used.
+        let index = match want {
+            Some(Ok(index)) => index,
+            _ => (seq % self.slots as u64) as usize,
+        };
         ensure!(
             slot.capacity() == cap,
             "WriteSlot capacity {} != {cap}",
@@ -437,7 +446,10 @@ impl<'s> Harness<'s> {
         let want = self.model.as_ref().map(|m| m.claim());
         match p.try_claim() {
             Ok(mut slot) => {
-                let index = (slot.seq() % self.slots as u64) as usize;
+                let index = match want {
+                    Some(Ok(index)) => index,
+                    _ => (slot.seq() % self.slots as u64) as usize,
+                };
                 let data = vec![fill; len];
                 let ok = len <= self.cap;
                 check_write(slot.write(&data), ok, self.cap, len)?;
@@ -501,7 +513,7 @@ impl<'s> Harness<'s> {
                 .consumer_entry(i)
                 .claims
                 .iter()
-                .map(|w| w.load(core::sync::atomic::Ordering::Relaxed))
+                .map(|w| w.load(ring_core::sync::Ordering::Relaxed))
                 .collect();
             ensure!(
                 words == e.claims,
@@ -521,6 +533,21 @@ impl<'s> Harness<'s> {
             (p.head, p.owner, p.closed, p.epoch, p.writing) == want,
             "producer line: got {p:?}, model (head, owner, closed, epoch, writing) = {want:?}"
         );
+        // Each slot's stamp (which message the producer put where: a never-stall ring's choice
+        // of slot) and route word (where each home slot says its newest message went; 0 on a
+        // plain ring).
+        for (i, ms) in m.slots.iter().enumerate() {
+            let h = self.seg.slot_header(i);
+            let stamp = h.stamp.load(ring_core::sync::Ordering::Relaxed);
+            let route = h.route.load(ring_core::sync::Ordering::Relaxed);
+            let want_route = m.routes[i].map_or(0, |(seq, slot)| route_word(seq, slot));
+            ensure!(
+                stamp == ms.stamp && route == want_route,
+                "slot {i}: stamp {stamp}, route {route:#x}; model {} and {want_route:#x} ({:?})",
+                ms.stamp,
+                m.routes[i]
+            );
+        }
         let pins: u32 = m.slots.iter().map(|s| s.readers.count_ones()).sum();
         ensure!(
             total_pins(self.seg) == pins,

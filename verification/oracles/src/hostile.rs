@@ -78,7 +78,10 @@ pub enum Target {
         /// Field number.
         field: u8,
     },
-    /// Slot header `index % slots`, field `field % 5`.
+    /// Slot header `index % slots`, field `field % 5`; `field` in `0xF0..` names the route
+    /// word (the pin line's, read only on a never-stall ring: a scribbled route must give a
+    /// clear error, an overrun or the right message). (A carved-out range: saved inputs keep
+    /// their meaning on every ring that has no routes.)
     Slot {
         /// Slot.
         index: u8,
@@ -193,6 +196,9 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
         }
         Target::Slot { index, field } => {
             let s = mem.slot_header(usize::from(index) % g.slots());
+            if field >= 0xF0 {
+                return poke_route(&s.route, field, value, g.slots());
+            }
             match field % 5 {
                 0 => poke64(&s.state, value),
                 1 => poke64(&s.stamp, value),
@@ -219,6 +225,25 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
             }
         }
     }
+}
+
+/// A route word scribble: mostly a well-formed route (`field` bit 0: the value's low bits
+/// as its sequence tag and `field / 2` modulo a little more than the slot count as its slot,
+/// so it names a real slot for a message that is not there, a later or an earlier one, or a
+/// slot beyond the table), else the raw value.
+fn poke_route(word: &AtomicU64, field: u8, value: Value, slots: usize) {
+    if field % 2 == 0 {
+        return poke64(word, value);
+    }
+    // Relaxed: as `poke64`.
+    let cur = word.load(core::sync::atomic::Ordering::Relaxed);
+    let tag = value.apply64(cur >> ring_core::layout::ROUTE_SLOT_BITS);
+    let slot = usize::from(field / 2) % (slots + 2);
+    let seq = tag.wrapping_sub(1);
+    word.store(
+        ring_core::layout::route_word(seq, slot),
+        core::sync::atomic::Ordering::Relaxed,
+    );
 }
 
 /// Runs one `hostile_peer` input.

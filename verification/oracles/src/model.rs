@@ -194,6 +194,14 @@ pub struct RingModel {
     pub entries: Vec<EntryModel>,
     /// Each group's ledger, by its record's table index.
     pub ledgers: BTreeMap<usize, Ledger>,
+    /// A never-stall ring: the producer writes each message into a slot nobody pins and
+    /// routes it from its home slot (see [`claim`](Self::claim)).
+    pub never_stall: bool,
+    /// Never-stall: each home slot's route, `(seq, slot)` of the newest message published
+    /// whose home it is.
+    pub routes: Vec<Option<(u64, usize)>>,
+    /// Never-stall: the newest message's slot, which the producer never claims.
+    pub newest: Option<usize>,
 }
 
 impl RingModel {
@@ -230,12 +238,90 @@ impl RingModel {
                 })
                 .collect(),
             ledgers: BTreeMap::new(),
+            never_stall: false,
+            routes: vec![None; slots],
+            newest: None,
         }
     }
 
-    /// Slot of sequence `seq`.
+    /// This ring as a never-stall one (or not).
+    #[must_use]
+    pub fn with_never_stall(mut self, never_stall: bool) -> Self {
+        self.never_stall = never_stall;
+        self
+    }
+
+    /// The home slot of sequence `seq`: where it lives on a plain ring.
     pub fn slot_of(&self, seq: u64) -> usize {
         (seq % self.n) as usize
+    }
+
+    /// Where published message `seq` is, as a reader finds it: its home slot, or on a
+    /// never-stall ring the slot its home slot's route names (`None`: the route names a later
+    /// message, an overrun).
+    pub fn locate(&self, seq: u64) -> Option<usize> {
+        let home = self.slot_of(seq);
+        if !self.never_stall {
+            return Some(home);
+        }
+        match self.routes[home] {
+            Some((s, slot)) if s == seq => Some(slot),
+            _ => None,
+        }
+    }
+
+    /// The stamp a reader finds for `seq` (0: not yet, `u64::MAX`: overwritten).
+    fn stamp_of(&self, seq: u64) -> u64 {
+        match (self.never_stall, self.routes[self.slot_of(seq)]) {
+            (false, _) => self.slots[self.slot_of(seq)].stamp,
+            (true, Some((s, slot))) if s == seq => self.slots[slot].stamp,
+            (true, Some((s, _))) if s > seq => u64::MAX,
+            _ => 0,
+        }
+    }
+
+    /// The never-stall claim: the home slot when it is not the newest message's, is free, holds
+    /// no message or one a lap old that no gating consumer or group needs; else the free slot
+    /// (not the newest's) with the oldest message (none first, lowest index on ties), `Full`
+    /// when a gating consumer or group still needs it, `Pinned` when there is none (naming the
+    /// home slot when it is busy and not the newest's, else the first busy one).
+    fn claim_never_stall(&self) -> Result<usize, ClaimError> {
+        let seq = self.head;
+        let home = self.slot_of(seq);
+        let (cursor, consumer) = self.gating_floor();
+        let bound = cursor.min(seq);
+        let message = |slot: usize| {
+            let stamp = self.slots[slot].stamp;
+            (stamp != 0 && stamp % 2 == 0)
+                .then(|| stamp / 2 - 1)
+                .filter(|&m| m < seq)
+        };
+        let done = |m: Option<u64>| m.is_none_or(|m| m < bound);
+        let free = |slot: usize| !self.slots[slot].writer && self.slots[slot].readers == 0;
+        let other = |slot: usize| self.newest != Some(slot);
+        let m = message(home);
+        if other(home) && free(home) && done(m) && m.is_none_or(|m| m + self.n <= seq) {
+            return Ok(home);
+        }
+        // Oldest first: no message sorts before any message; `min_by_key` keeps the first.
+        let best = (0..self.slots.len())
+            .filter(|&s| other(s) && free(s))
+            .min_by_key(|&s| message(s).map_or(0, |m| m + 1));
+        match best {
+            Some(slot) if done(message(slot)) => Ok(slot),
+            Some(_) => Err(ClaimError::Full { consumer, cursor }),
+            None => {
+                let slot = if other(home) {
+                    home
+                } else {
+                    (0..self.slots.len()).find(|&s| other(s)).unwrap_or(home)
+                };
+                Err(ClaimError::Pinned {
+                    slot,
+                    readers: self.slots[slot].readers,
+                })
+            }
+        }
     }
 
     /// `Consumer::new`: the first free entry, starting at the current head.
@@ -383,6 +469,9 @@ impl RingModel {
         if self.closed {
             return Err(ClaimError::Closed);
         }
+        if self.never_stall {
+            return self.claim_never_stall();
+        }
         let need = (self.head + 1).saturating_sub(self.n);
         let (cursor, consumer) = self.gating_floor();
         if cursor < need {
@@ -428,6 +517,11 @@ impl RingModel {
         s.stamp = 2 * seq + 2;
         s.writer = false;
         self.head = seq + 1;
+        if self.never_stall {
+            let home = self.slot_of(seq);
+            self.routes[home] = Some((seq, slot));
+            self.newest = Some(slot);
+        }
         seq
     }
 
@@ -502,10 +596,11 @@ impl RingModel {
                     return Err(e);
                 }
             };
-            let slot = self.slot_of(seq);
+            let located = self.locate(seq);
+            let slot = located.unwrap_or(self.slot_of(seq));
             let s = &self.slots[slot];
             let want = 2 * seq + 2;
-            if s.writer || s.stamp > want {
+            if located.is_none() || s.writer || s.stamp > want {
                 // Overwritten (or being overwritten): gone for good.
                 lost += skipped + 1;
                 r.next = seq + 1;
@@ -561,7 +656,7 @@ impl RingModel {
             return m.pending.is_some()
                 || g.claims.iter().any(|&v| v != 0)
                 || (self.closed && !others_hold)
-                || self.slots[self.slot_of(g.cursor)].stamp >= 2 * g.cursor + 2;
+                || self.stamp_of(g.cursor) >= 2 * g.cursor + 2;
         }
         self.closed
             || match r.class {
@@ -703,7 +798,7 @@ impl RingModel {
                 (core::mem::take(&mut queue[q]) - 1, true)
             } else {
                 let seq = self.entries[m.record].cursor;
-                let stamp = self.slots[self.slot_of(seq)].stamp;
+                let stamp = self.stamp_of(seq);
                 if stamp < 2 * seq + 2 {
                     // The group's stream ends for this member only when no other member (alive,
                     // or dead and not yet reclaimed) holds an unfinished message.
@@ -740,7 +835,7 @@ impl RingModel {
                 l.handed.insert(seq);
             }
         }
-        let slot = self.slot_of(seq);
+        let slot = self.locate(seq).unwrap_or(self.slot_of(seq));
         let s = &self.slots[slot];
         Ok(Taken {
             seq,

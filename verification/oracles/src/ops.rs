@@ -32,7 +32,9 @@ pub struct Shape {
     /// (A carved-out range no saved input uses, not a wider modulus: saved inputs keep their
     /// meaning.)
     pub cap_words: u8,
-    /// Consumer-table entries: `1 + consumers % 5`.
+    /// Consumer-table entries: `1 + consumers % 5`. The top values (`0xE0..`) also make the
+    /// ring never-stall when it has at least 3 slots (a carved-out range no saved seed uses:
+    /// `Config::with_never_stall`, the producer writes around pinned slots).
     pub consumers: u8,
 }
 
@@ -41,6 +43,12 @@ impl Shape {
     pub fn config(self) -> Config {
         Config::new(self.slot_count(), self.capacity())
             .with_consumers(1 + u32::from(self.consumers % 5))
+            .with_never_stall(self.never_stall())
+    }
+
+    /// Whether the ring is never-stall: `consumers` in `0xE0..` and at least 3 slots.
+    pub fn never_stall(self) -> bool {
+        self.consumers >= 0xE0 && self.slot_count() >= 3
     }
 
     /// The slot count.

@@ -969,3 +969,157 @@ fn groups_random_schedules() {
 fn groups_pct_schedules() {
     shuttle::check_pct(groups_whole_ring, iterations(), 3);
 }
+
+/// Never-stall rings: slots, and the most messages the latest-only reader holds at once. With
+/// the skip-on-lag reader's one pin that is 3 pinned slots at most, so `NS_SLOTS >= 3 + 2`: the
+/// producer must never be refused for a pin.
+const NS_SLOTS: u32 = 5;
+const NS_HOLDS: usize = 2;
+
+/// The latest-only frame grabber of a never-stall ring: holds up to [`NS_HOLDS`] messages,
+/// releases a random one, checks each whole when taken and again before its release.
+fn ns_grabber(mut c: Consumer<Seg>) -> Vec<u64> {
+    c.set_max_holds(NS_HOLDS).expect("holds");
+    let mut rng = thread_rng();
+    let (mut held, mut seqs) = (Vec::new(), Vec::new());
+    for _ in 0..400 {
+        if held.len() == NS_HOLDS || (!held.is_empty() && rng.gen_range(0..3) == 0) {
+            let h = held.remove(rng.gen_range(0..held.len()));
+            check_held(&c, &h);
+            c.release(h).expect("release");
+            continue;
+        }
+        match c.try_hold() {
+            Ok(h) => {
+                check_held(&c, &h);
+                assert!(seqs.last().is_none_or(|&l| h.seq() > l), "went backwards");
+                seqs.push(h.seq());
+                held.push(h);
+            }
+            Err(ReadError::Closed) => break,
+            Err(ReadError::Empty) => thread::yield_now(),
+            Err(e) => panic!("latest-only: {e}"),
+        }
+    }
+    for h in held {
+        check_held(&c, &h);
+        c.release(h).expect("release");
+    }
+    seqs
+}
+
+/// A skip-on-lag (`pin`) or gating reader of a never-stall ring: every message whole, in order,
+/// and `missed` exactly the sequences stepped over. Returns what it read, its `missed`, and
+/// whether it read to the end (it gives up after a bounded number of tries).
+fn ns_reader(mut c: Consumer<Seg>) -> (Vec<u64>, u64, bool) {
+    let class = c.class();
+    let mut seqs: Vec<u64> = Vec::new();
+    let mut buf = [0u8; 16];
+    let mut ended = false;
+    for _ in 0..2000 {
+        let next = c.cursor();
+        let got = if class == DeliveryClass::SkipOnLag {
+            c.try_pin().map(|m| {
+                let mut out = [0u8; 16];
+                assert_eq!(m.copy_to(&mut out), 16);
+                assert_eq!(out, msg(m.seq()), "pinned message {} torn", m.seq());
+                (m.seq(), m.missed())
+            })
+        } else {
+            c.try_copy(&mut buf).map(|got| {
+                assert_eq!(buf, msg(got.seq), "copied message {} torn", got.seq);
+                (got.seq, got.missed)
+            })
+        };
+        match got {
+            Ok((seq, missed)) => {
+                assert!(seq >= next, "{class:?} went backwards");
+                assert_eq!(seq - next, missed, "{class:?}: missed must be exact");
+                seqs.push(seq);
+            }
+            Err(ReadError::Closed) => {
+                ended = true;
+                break;
+            }
+            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
+            Err(e) => panic!("{class:?}: {e}"),
+        }
+    }
+    assert_eq!(
+        c.received() + c.missed(),
+        c.cursor(),
+        "{class:?}: received + missed"
+    );
+    (seqs, c.missed(), ended)
+}
+
+/// A never-stall ring under random schedules: a latest-only reader holding up to two messages,
+/// a skip-on-lag reader that pins, a gating reader that copies. No read is torn or of the wrong
+/// message, the gating reader loses nothing, the skip-on-lag reader counts what it loses
+/// exactly, and the producer is never refused for a pin (`slots >= pinned + 2`), only made to
+/// wait for the gating reader (`Full`).
+fn never_stall_whole_ring() {
+    let seg: Seg = Arc::new(
+        OwnedSegment::new(
+            &Config::new(NS_SLOTS, 16)
+                .with_consumers(3)
+                .with_never_stall(true),
+            id(1),
+        )
+        .expect("config"),
+    );
+    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    // The readers register before the first message: the gating one then must get them all.
+    let reader = |class, owner| Consumer::new(seg.clone(), class, id(owner)).expect("room");
+    let grabber = reader(DeliveryClass::LatestOnly, 10);
+    let grabber = thread::spawn(move || ns_grabber(grabber));
+    let readers: Vec<_> = [DeliveryClass::SkipOnLag, DeliveryClass::Gating]
+        .into_iter()
+        .enumerate()
+        .map(|(k, class)| {
+            let c = reader(class, 20 + k as u64);
+            thread::spawn(move || ns_reader(c))
+        })
+        .collect();
+    let mut seq = 0;
+    while seq < MESSAGES {
+        match p.try_publish(&msg(seq)) {
+            Ok(s) => {
+                assert_eq!(s, seq);
+                seq += 1;
+            }
+            Err(ClaimError::Full { .. }) => thread::yield_now(),
+            Err(e) => panic!("message {seq}: {e:?} (never-stall: slots >= pinned + 2)"),
+        }
+    }
+    p.close();
+    let latest = grabber.join().expect("latest-only reader");
+    assert!(latest.iter().all(|&s| s < MESSAGES));
+    let mut reports = readers.into_iter().map(|h| h.join().expect("reader"));
+    let (skip, _, _) = reports.next().expect("skip-on-lag");
+    let (gating, missed, ended) = reports.next().expect("gating");
+    assert!(skip.last().is_none_or(|&s| s < MESSAGES));
+    assert_eq!(missed, 0, "the gating reader missed messages");
+    // Lossless and in order: everything so far, and all of it if it read to the end.
+    assert_eq!(
+        gating,
+        (0..gating.len() as u64).collect::<Vec<_>>(),
+        "gating: in order"
+    );
+    assert!(
+        !ended || gating.len() as u64 == MESSAGES,
+        "gating: lost messages"
+    );
+    drop(p);
+    assert_eq!(total_pins(&*seg), 0, "pins left behind");
+}
+
+#[test]
+fn never_stall_random_schedules() {
+    shuttle::check_random(never_stall_whole_ring, iterations());
+}
+
+#[test]
+fn never_stall_pct_schedules() {
+    shuttle::check_pct(never_stall_whole_ring, iterations(), 3);
+}

@@ -889,9 +889,13 @@ impl<M: Memory> Producer<M> {
     /// released.
     ///
     /// # Safety
-    /// The consumer registered in entry `index` is not inside a call on this ring and holds no
-    /// [`Pinned`](crate::Pinned) (a dead process holds none). Clearing a live pin would let
-    /// the next claim rewrite bytes behind its `&[u8]`.
+    /// The consumer registered in entry `index` is not inside a call on this ring, holds no
+    /// [`Pinned`](crate::Pinned) and no borrow of a held message's bytes
+    /// ([`Consumer::held_bytes`](crate::Consumer::held_bytes), `held_words`) (a dead process
+    /// holds none). Clearing a live pin would let the next claim rewrite bytes behind its
+    /// `&[u8]`. A consumer reclaimed while it was alive (a wrong verdict that keeps to this
+    /// contract) is fenced: every later call is refused with `Evicted` and its holds lend no
+    /// bytes any more.
     ///
     /// Safe code cannot reach it (the old safe `reclaim` let a live `Pinned`'s bytes be
     /// rewritten):

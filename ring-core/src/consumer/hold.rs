@@ -264,14 +264,16 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// The words a held message lies in (the last one zero-padded past its length); `None`
-    /// when `hold` is not one of this consumer's holds.
+    /// when `hold` is not one of this consumer's holds, or when this consumer was reclaimed (a
+    /// reclaim took its holds back: the producer may rewrite their slots).
     pub fn held_words(&self, hold: &Hold) -> Option<&[AtomicU64]> {
         self.hold_position(hold)?;
+        self.check_registered().ok()?;
         Some(&self.message_words(hold.slot, hold.len)[..hold.len.div_ceil(8)])
     }
 
     /// A held message's bytes, zero-copy; `None` when `hold` is not one of this consumer's
-    /// holds (released, or another consumer's).
+    /// holds (released, or another consumer's), or when this consumer was reclaimed.
     #[cfg(not(any(ring_loom, ring_shuttle)))]
     pub fn held_bytes(&self, hold: &Hold) -> Option<&[u8]> {
         let words = self.held_words(hold)?;
@@ -282,7 +284,9 @@ impl<M: Memory> Consumer<M> {
         // - the message is held (it is in `holds`: checked above), so the producer cannot claim
         //   its slot: our reader bit is set (non-gating), or our shared cursor is at most its
         //   sequence (gating, `shared_cursor`); only `release`, `release_all` and the drop end
-        //   a hold, and they take `&mut self`, which this borrow excludes. A hostile process
+        //   a hold, and they take `&mut self`, which this borrow excludes; a reclaim (which
+        //   clears holds behind our back) happened before the check in `held_words` or, by
+        //   `Producer::reclaim`'s contract, not while this borrow lives. A hostile process
         //   could still write the bytes, which the threat model accepts for pinned reads, as
         //   for `Pinned::bytes`.
         Some(unsafe { core::slice::from_raw_parts(words.as_ptr().cast::<u8>(), hold.len) })
@@ -293,12 +297,13 @@ impl<M: Memory> Consumer<M> {
     ///
     /// # Errors
     /// [`ReadError::NotHeld`] when `hold` is not one of this consumer's holds (nothing
-    /// changes).
+    /// changes); [`ReadError::Evicted`] when this consumer was reclaimed (the hold is gone, and
+    /// nothing was written: a reclaim already took it back).
     pub fn release(&mut self, hold: Hold) -> Result<(), ReadError> {
         let i = self.hold_position(&hold).ok_or(ReadError::NotHeld)?;
         self.holds.remove(i);
         self.unhold(hold.seq, hold.slot);
-        Ok(())
+        self.check_registered()
     }
 
     /// Releases every held message (the ones whose [`Hold`] was dropped included); returns

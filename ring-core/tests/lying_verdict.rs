@@ -1,0 +1,111 @@
+//! A liveness oracle that lies: `Producer::reclaim` of a consumer that is still alive (inside
+//! no call and borrowing no bytes, as the contract asks). The reclaimed consumer must be fenced
+//! — every later call refused with `Evicted`, its holds lending no bytes, its drop writing
+//! nothing — and what it held must go to others exactly as a dead one's would. Run under Miri by
+//! `ci/miri.sh`, which reports a data race if a fenced consumer still reads a rewritten slot.
+#![cfg(not(any(ring_loom, ring_shuttle)))]
+
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, ReadError,
+};
+
+fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap()
+}
+
+fn msg(i: u8) -> [u8; 150] {
+    [i; 150]
+}
+
+#[test]
+fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
+    for class in [
+        DeliveryClass::Gating,
+        DeliveryClass::SkipOnLag,
+        DeliveryClass::LatestOnly,
+    ] {
+        let s = HeapSegment::new(&Config::new(4, 200), id(1)).unwrap();
+        let mut p = Producer::new(&s, id(1)).unwrap();
+        let mut victim = Consumer::new(&s, class, id(2)).unwrap();
+        for i in 0..4u8 {
+            p.try_publish(&msg(i)).unwrap();
+        }
+        let held = victim.try_hold().unwrap();
+        assert_eq!(victim.held_bytes(&held), Some(&msg(held.seq() as u8)[..]));
+        // The oracle says "dead"; the consumer is alive, inside no call, borrowing no bytes.
+        // SAFETY: no call of `victim` runs and no borrow of its held bytes is alive.
+        let r = unsafe { p.reclaim(victim.index(), id(2)) }.unwrap();
+        assert!(r.was_registered);
+        // Fenced: its holds lend nothing, every call is refused.
+        assert_eq!(
+            victim.held_bytes(&held),
+            None,
+            "{class:?}: a reclaimed hold lent bytes"
+        );
+        assert!(victim.held_words(&held).is_none());
+        let mut buf = [0u8; 200];
+        assert_eq!(victim.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
+        assert!(matches!(victim.try_hold(), Err(ReadError::Evicted)));
+        // The producer reuses every slot, the held one included, a lap and more.
+        for i in 4..12u8 {
+            p.try_publish(&msg(i)).unwrap();
+        }
+        // The fenced consumer's release and drop write nothing: a reader that registers into
+        // the same entry meanwhile keeps its pins.
+        let mut next = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+        assert_eq!(next.index(), r.index, "the entry is reused");
+        p.try_publish(&msg(12)).unwrap();
+        let keep = next.try_hold().unwrap();
+        assert_eq!(victim.release(held), Err(ReadError::Evicted));
+        drop(victim);
+        assert_eq!(next.held_bytes(&keep), Some(&msg(keep.seq() as u8)[..]));
+        assert!(
+            matches!(
+                p.try_publish(&msg(99)),
+                Ok(_) | Err(ClaimError::Pinned { .. })
+            ),
+            "the new reader's pin still holds"
+        );
+        assert_eq!(next.held_bytes(&keep), Some(&msg(keep.seq() as u8)[..]));
+    }
+}
+
+#[test]
+fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_others() {
+    let s = HeapSegment::new(&Config::new(8, 200).with_consumers(4), id(1)).unwrap();
+    let mut p = Producer::new(&s, id(1)).unwrap();
+    p.create_group("q").unwrap();
+    for i in 0..4u8 {
+        p.try_publish(&msg(i)).unwrap();
+    }
+    let mut victim = Consumer::join_group(&s, "q", id(2)).unwrap();
+    let mut other = Consumer::join_group(&s, "q", id(3)).unwrap();
+    let h = victim.try_hold().unwrap();
+    assert_eq!(h.seq(), 0);
+    // SAFETY: no call of `victim` runs and no borrow of its held bytes is alive.
+    let r = unsafe { p.reclaim(victim.index(), id(2)) }.unwrap();
+    assert!(r.was_registered);
+    assert_eq!(victim.held_bytes(&h), None);
+    let mut buf = [0u8; 200];
+    assert_eq!(victim.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
+    // Message 0 goes to the other member, flagged; nothing is taken twice unflagged.
+    let c = other.try_copy(&mut buf).unwrap();
+    assert_eq!(
+        (c.seq, c.redelivered, &buf[..c.len]),
+        (0, true, &msg(0)[..])
+    );
+    let mut seen = vec![0];
+    while let Ok(c) = other.try_copy(&mut buf) {
+        assert!(!c.redelivered);
+        seen.push(c.seq);
+    }
+    assert_eq!(seen, [0, 1, 2, 3]);
+    // The fenced member's release and drop neither finish nor requeue anything.
+    assert_eq!(victim.release(h), Err(ReadError::Evicted));
+    drop(victim);
+    for i in 4..20u8 {
+        p.try_publish(&msg(i)).unwrap();
+        let c = other.try_copy(&mut buf).unwrap();
+        assert_eq!((c.seq, c.redelivered), (u64::from(i), false));
+    }
+}

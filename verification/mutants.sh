@@ -70,7 +70,7 @@ run_layer() {
             RUSTFLAGS="--cfg ring_loom" LOOM_MAX_PREEMPTIONS=2 CARGO_TARGET_DIR="$work/t-loom" \
                 cargo test -q -j "$jobs" -p ring-verification --release \
                 --test loom_ring --test loom_alloc_wait --test loom_ownership --test loom_fastpath \
-                --test loom_groups \
+                --test loom_groups --test loom_never_stall \
                 -- ${arg:+"$arg"} ;;
         shuttle)
             RUSTFLAGS="--cfg ring_shuttle" SHUTTLE_SILENCE_WARNINGS=1 SHUTTLE_ITERATIONS=300 \

@@ -21,7 +21,10 @@ use crate::memory::Memory;
 use crate::sync::Ordering;
 
 /// How many times a claim picks another slot after a pin won the race for the one it chose.
-const PICKS: usize = 4;
+/// Racing pins can still win every pick: `try_claim` then reports `Pinned` although a slot is
+/// free (a retry succeeds); the waiting `claim` retries at once, since `is_claimable` sees the
+/// free slot and it does not sleep.
+const PICKS: usize = 8;
 
 /// No slot known (the newest message's slot before the first publish).
 pub(super) const NO_SLOT: usize = usize::MAX;

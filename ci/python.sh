@@ -24,3 +24,6 @@ rm -rf "$VENV"
 cd python/tests
 ../../"$VENV"/bin/python -m mypy.stubtest shmring._shmring
 ../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider .
+# The asyncio client example checks its own result (frames in order, checksums, the other task
+# kept running) and exits non-zero otherwise.
+../../"$VENV"/bin/python ../examples/asyncio_frames.py

@@ -29,7 +29,10 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use ring_core::inspect::{consumer_info, producer_info};
 use ring_core::{DeliveryClass, Hold, ReadError};
-use ring_os::{ConsumerExt as _, Mapping, RecvTimeoutError, ShmReadError, Subscriber};
+use ring_os::asyncio::ReadyWait;
+use ring_os::{ConsumerExt as _, Mapping, RecvError, RecvTimeoutError, ShmReadError, Subscriber};
+
+use crate::aio::{Notifier, Waiters, BUSY, PENDING, READY};
 
 use crate::errors::{self, exported_fail, Fail};
 use crate::export;
@@ -43,6 +46,9 @@ pub(crate) use message::Message;
 
 /// What the lease holder owns: the subscriber and the holds of the pinned messages.
 struct Held {
+    /// The asyncio coroutines' wait (see `aio`). Declared before `sub`, so it is dropped
+    /// first: it gives its waiter count back while the subscriber still holds its entry.
+    ready: ReadyWait,
     sub: Subscriber,
     /// The holds of pinned messages, by message id (at most `MAX_HOLDS`).
     holds: Vec<(u64, Hold)>,
@@ -140,6 +146,8 @@ pub(crate) struct Consumer {
     max_pins: usize,
     /// Its consumer-table entry (for `pending`).
     index: usize,
+    /// The asyncio coroutines waiting on this consumer: the waker of `Held::ready`.
+    aio: Arc<Waiters>,
     /// Relaxed: statistics, written only by the lease holder.
     received: AtomicU64,
     /// Relaxed: as `received`.
@@ -190,6 +198,7 @@ impl Consumer {
             .map_err(|e| PyErr::from(errors::read(e)))?;
         let index = sub.inner().index();
         let held = Held {
+            ready: ReadyWait::new(),
             sub,
             holds: Vec::new(),
             last_id: 0,
@@ -201,6 +210,7 @@ impl Consumer {
             class,
             max_pins,
             index,
+            aio: Arc::default(),
             received: AtomicU64::new(0),
             missed: AtomicU64::new(0),
             mapping: Arc::clone(mapping),
@@ -654,6 +664,70 @@ impl Consumer {
         Ok(len)
     }
 
+    /// `await consumer.recv_async()`: `recv` for asyncio (see `shmring._aio`): waits without a
+    /// thread and without blocking the event loop, woken through the loop's readiness fd.
+    /// Cancel-safe: a cancelled await reads nothing. Raises as `recv`.
+    fn recv_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("shmring._aio")?.getattr("recv")?.call1((slf,))
+    }
+
+    /// `await consumer.pin_async()`: `pin` for asyncio (as `recv_async`).
+    fn pin_async<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        py.import("shmring._aio")?.getattr("pin")?.call1((slf,))
+    }
+
+    /// One poll of an asyncio wait (see `aio`): adds the coroutine `token` of `notifier`'s
+    /// loop to the waiters, then `READY` when a non-blocking read would find a message or the
+    /// stream's end, `PENDING` after registering with the reactor, `BUSY` while a blocking
+    /// call of another thread has the consumer. Raises `Disconnected` (the publisher's process
+    /// died), `Closed`, `Evicted`, `Corrupt`/`Truncated` as the blocking calls do.
+    fn _poll_ready(&self, py: Python<'_>, notifier: &Notifier, token: u64) -> PyResult<u8> {
+        self.aio.add(&notifier.signal, token);
+        let now = Some(Instant::now());
+        let pins = &self.pins;
+        let Some(lease) = self.held.lease(py, now, |h| {
+            h.settle(pins);
+            Ok(())
+        })?
+        else {
+            return Ok(BUSY);
+        };
+        let mut turn = Turn { lease, me: self };
+        let h = turn.held()?;
+        let waker = core::task::Waker::from(Arc::clone(&self.aio));
+        let mut cx = core::task::Context::from_waker(&waker);
+        match h.sub.poll_ready(&mut h.ready, &mut cx) {
+            core::task::Poll::Ready(Ok(())) => Ok(READY),
+            core::task::Poll::Pending => Ok(PENDING),
+            core::task::Poll::Ready(Err(e)) => Err(errors::recv(match e {
+                RecvError::Disconnected => RecvTimeoutError::Disconnected,
+                RecvError::Failed(e) => RecvTimeoutError::Failed(e),
+            })
+            .into_py(py)),
+        }
+    }
+
+    /// The coroutine `token` of `notifier`'s loop stops waiting (it read, failed or was
+    /// cancelled): when it was the last, the wait's registration and waiter count go back now
+    /// (if a blocking call has the consumer, at the next poll or when the consumer goes).
+    fn _cancel_ready(&self, notifier: &Notifier, token: u64) {
+        if self.aio.remove(&notifier.signal, token) {
+            self.held.with(|h| h.sub.cancel_ready(&mut h.ready));
+        }
+    }
+
+    /// This ring's `consumer_waiters` (consumers counted as parked now; tests).
+    fn _waiters(&self) -> u32 {
+        use ring_core::Memory as _;
+        // Relaxed: a snapshot for tests.
+        self.mapping
+            .producer_line()
+            .consumer_waiters
+            .load(Ordering::Relaxed)
+    }
+
     /// The delivery mode: `"gating"`, `"latest"` or `"skip"`.
     #[getter]
     fn mode(&self) -> &'static str {
@@ -738,6 +812,8 @@ impl Consumer {
         })?;
         // Dropping the subscriber now leaves the ring now, not at collection.
         drop(closed);
+        // Coroutines awaiting this consumer try again and raise `Closed`.
+        self.aio.wake_all();
         for name in spills.into_inner() {
             crate::spill::remove(&name);
         }

@@ -8,6 +8,7 @@
     reason = "std crate"
 )]
 
+mod aio;
 mod arena;
 mod consumer;
 mod dlpack;
@@ -37,6 +38,8 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arena::Allocations>()?;
     m.add_class::<arena::Block>()?;
     m.add_class::<recycle::Buffer>()?;
+    m.add_class::<aio::Notifier>()?;
+    m.add_function(wrap_pyfunction!(aio::_async_pending, m)?)?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;
     m.add_function(wrap_pyfunction!(sweep::_sweep_stale_queues, m)?)?;

@@ -1,6 +1,7 @@
 """Type stubs for the native module (see the docstrings in shmring for the full rules)."""
 
 from types import TracebackType
+from collections.abc import Coroutine
 from typing import Any, Iterator, Literal
 
 import sys
@@ -14,7 +15,7 @@ else:  # the package supports 3.11; type checkers know typing_extensions without
 __all__ = [
     "Ring", "Producer", "Claim", "Consumer", "Message", "Part", "Allocator", "Allocations",
     "Block", "RecvBuffer", "SLICE_SECONDS", "_interpreter_exiting", "_sweep_stale_queues",
-    "_remove_idle_spills",
+    "_remove_idle_spills", "_Notifier", "_async_pending",
 ]
 
 SLICE_SECONDS: float
@@ -30,6 +31,17 @@ def _sweep_stale_queues(budget: float = 1.0) -> tuple[list[str], str | None]:
     (``None`` when it could). Never raises for a segment it cannot remove. Also removes
     spill segments (``<queue>.s<seq>-<16 hex>``) whose queue is gone or was just removed and
     that no process holds."""
+
+def _async_pending() -> int:
+    """Registrations ring-os's async reactor holds now (asyncio waits pending; tests)."""
+
+@final
+class _Notifier:
+    """An event loop's doorbell for asyncio waits (``shmring._aio``): an eventfd (Linux) or a
+    pipe that the loop watches with ``add_reader``; ``NotImplementedError`` on Windows."""
+    def __init__(self) -> None: ...
+    def fileno(self) -> int: ...
+    def drain(self) -> list[int]: ...
 
 def _remove_idle_spills(name: str) -> list[str]:
     """Removes the spill segments of the queue ``name`` once no producer or consumer is alive
@@ -146,6 +158,15 @@ class Consumer:
         Raises ``TooManyPins`` at once when ``max_pins`` are pinned."""
     def recv(self, timeout: float | None = None) -> bytes: ...
     def recv_into(self, buffer: Buffer, timeout: float | None = None) -> int: ...
+    def recv_async(self) -> Coroutine[Any, Any, bytes]:
+        """``await consumer.recv_async()``: ``recv`` for asyncio, without a thread per wait or
+        an executor (woken through ring-os's reactor thread and the loop's readiness fd).
+        Cancel-safe; raises as ``recv``; ``NotImplementedError`` on Windows."""
+    def pin_async(self) -> Coroutine[Any, Any, Message]:
+        """``await consumer.pin_async()``: ``pin`` for asyncio (as ``recv_async``)."""
+    def _poll_ready(self, notifier: _Notifier, token: int) -> int: ...
+    def _cancel_ready(self, notifier: _Notifier, token: int) -> None: ...
+    def _waiters(self) -> int: ...
     def _get_parts(
         self, timeout: float | None = None, zero_copy: bool = False,
     ) -> tuple[list[bytes | bytearray | RecvBuffer | Part], bool]: ...

@@ -54,6 +54,7 @@ simply left behind (it never runs Python again), as one blocked in ``time.sleep`
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 import pickle
@@ -391,13 +392,28 @@ class Receiver:
             parts, self._last.redelivered = consumer._get_parts(wait, zero_copy)
         except errors.Timeout:
             raise errors.Empty("nothing came within the timeout") from None
-        head = parts[0]
-        if len(head) <= 1 and len(parts) == 2:  # a raw bytes / bytearray payload
-            body = parts[1]
-            if zero_copy:
-                return memoryview(body)
-            return body  # copied as bytes (empty head) or bytearray (one-byte head)
-        return pickle.loads(head, buffers=parts[1:])
+        return _decode(parts, zero_copy)
+
+    async def get_async(self, *, zero_copy: bool = False) -> Any:
+        """``await receiver.get_async()``: ``get`` for asyncio, waiting as long as it takes
+        without a thread and without blocking the event loop (bound it with
+        ``asyncio.timeout``). Woken through ring-os's one reactor thread per process and the
+        loop's readiness fd (see ``Consumer.recv_async``). Cancel-safe: a cancelled await has
+        taken nothing, so the object stays for the next get (this receiver's or another's).
+        Raises as ``get`` (``Disconnected``, ``Closed``...); ``NotImplementedError`` on
+        Windows."""
+        from . import _aio
+
+        pause = 0.001
+        consumer = self._ensure(0.0)
+        while consumer is None:  # the sender has not put anything yet
+            await asyncio.sleep(pause)
+            pause = min(2 * pause, 0.02)
+            consumer = self._ensure(0.0)
+        parts, redelivered = await _aio.wait_then(
+            consumer, lambda: consumer._get_parts(0.0, zero_copy))
+        self._last.redelivered = redelivered
+        return _decode(parts, zero_copy)
 
     def get_nowait(self) -> Any:
         """``get(block=False)``."""
@@ -454,6 +470,17 @@ class Receiver:
                 raise errors.Closed("a closed receiver cannot be pickled")
             # The copy is one more member of the group; this end keeps reading if it reads.
             return (_attach_receiver, (self._ring.name,))
+
+
+def _decode(parts: list[Any], zero_copy: bool) -> Any:
+    """The object a get returns from its message's parts."""
+    head = parts[0]
+    if len(head) <= 1 and len(parts) == 2:  # a raw bytes / bytearray payload
+        body = parts[1]
+        if zero_copy:
+            return memoryview(body)
+        return body  # copied as bytes (empty head) or bytearray (one-byte head)
+    return pickle.loads(head, buffers=parts[1:])
 
 
 def _attach_sender(name: str) -> Sender:

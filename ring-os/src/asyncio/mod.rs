@@ -9,6 +9,7 @@
 //! | [`Subscriber::recv_pinned_async`] | a message to pin | nothing pinned, no message lost |
 //! | [`Subscriber::recv_held_async`] | a message to hold | nothing held, no message lost |
 //! | [`Subscriber::stream`] | each message (`poll_next`) | as `recv_async`, per item |
+//! | [`Subscriber::poll_ready`] with a [`ReadyWait`] | a message to read (reads nothing; borrows nothing between polls) | nothing to lose; the wait's drop gives its count back |
 //! | [`Publisher::send_async`] | room in the ring (gating subscribers, pins) | nothing sent |
 //! | [`Publisher::loan_async`] | room, then claims a slot to write in place | nothing claimed |
 //! | [`Publisher::sink`] | room, for the item given to `start_send` | the item is sent by the next `poll_ready`/`poll_flush`/`poll_close` |
@@ -95,7 +96,7 @@ mod subscriber;
 mod wait;
 
 pub use publisher::{LoanAsync, MessageSink, Send};
-pub use subscriber::{MessageStream, Recv, RecvHeld, RecvPinned};
+pub use subscriber::{MessageStream, ReadyWait, Recv, RecvHeld, RecvPinned};
 
 use crate::{Publisher, Subscriber};
 

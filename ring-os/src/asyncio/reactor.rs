@@ -409,13 +409,13 @@ impl Reactor {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use std::sync::atomic::AtomicBool;
     use std::task::Wake;
 
     /// A waker that records that it was woken.
-    struct Flag(AtomicBool);
+    pub(in crate::asyncio) struct Flag(pub(in crate::asyncio) AtomicBool);
     impl Wake for Flag {
         fn wake(self: Arc<Self>) {
             // Relaxed: the test reads it after a bounded wait, nothing else is published.
@@ -425,7 +425,7 @@ mod tests {
 
     /// Waits (boundedly) for `f`. The flags it reads are Relaxed: each is a value the test
     /// checks, not a publication of other memory.
-    fn until(what: &str, f: impl Fn() -> bool) {
+    pub(in crate::asyncio) fn until(what: &str, f: impl Fn() -> bool) {
         let end = Instant::now() + Duration::from_secs(10);
         while !f() {
             assert!(Instant::now() < end, "never: {what}");

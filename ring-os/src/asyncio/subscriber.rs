@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
 
-use super::wait::SubWait;
+use super::wait::{EntryRef, SubWait};
 use crate::sigbus::memory_truncated;
 use crate::{
     Mapping, Message, RecvError, RecvTimeoutError, ShmConsumer, ShmReadError, Subscriber, TRUNCATED,
@@ -225,10 +225,119 @@ impl Drop for MessageStream<'_> {
     }
 }
 
+/// A subscriber's wait for its next message that borrows nothing between polls: what
+/// [`Subscriber::recv_async`]'s future does before it reads, for callers that cannot keep a
+/// future borrowing the subscriber across awaits (a foreign event loop: the Python binding
+/// keeps one next to its subscriber and polls it from its own tasks).
+///
+/// [`Subscriber::poll_ready`] runs the `wait_ready` handshake (count the consumer in
+/// `consumer_waiters` and its entry's `parked`, SeqCst fence, re-check the ring); where the
+/// blocking `recv` would sleep it registers (the publish word, the value seen, the waker) with
+/// the process's reactor and returns `Pending`, keeping the count, so the next publish wakes
+/// the waker. The count and the registration go back at the next `poll_ready`, at
+/// [`Subscriber::cancel_ready`], or when the `ReadyWait` is dropped (which needs no
+/// subscriber: it remembers the consumer-table entry, and gives nothing back to an entry that
+/// was reclaimed since, whose reclaimer did).
+///
+/// It reads nothing: `Ready(Ok(()))` says a non-blocking read (`try_recv`, `recv_timeout`
+/// with a zero timeout, a pin) would find a message or the stream's end now; that read may
+/// still find nothing (a group member took it first, a latest-only message was overwritten):
+/// poll again.
+///
+/// # Examples
+///
+/// ```
+/// use core::task::{Context, Poll, Waker};
+/// use ring_os::asyncio::ReadyWait;
+/// use ring_os::prelude::*;
+/// let ring = Ring::memfd().slots(4).slot_size(64).create()?;
+/// let mut subscriber = ring.subscriber(DeliveryClass::Gating)?;
+/// let mut publisher = ring.publisher()?;
+/// let mut wait = ReadyWait::new();
+/// let mut cx = Context::from_waker(Waker::noop());
+/// assert!(subscriber.poll_ready(&mut wait, &mut cx).is_pending());
+/// assert!(wait.is_pending()); // counted as a parked consumer: the publish wakes it
+/// publisher.send(b"hi")?;
+/// assert!(matches!(subscriber.poll_ready(&mut wait, &mut cx), Poll::Ready(Ok(()))));
+/// let mut buf = [0u8; 64];
+/// let got = subscriber.try_recv(&mut buf)?;
+/// assert_eq!(&buf[..got.len], b"hi");
+/// assert!(!wait.is_pending());
+/// # Ok::<(), Error>(())
+/// ```
+#[derive(Debug, Default)]
+pub struct ReadyWait {
+    wait: SubWait,
+    /// The entry the held count was taken for (set while pending).
+    entry: Option<EntryRef>,
+}
+
+impl ReadyWait {
+    /// A wait that holds nothing yet.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Whether the last [`Subscriber::poll_ready`] returned `Pending` and its registration and
+    /// waiter count are still held.
+    #[must_use]
+    pub fn is_pending(&self) -> bool {
+        self.wait.is_parked()
+    }
+
+    /// Gives back the registration and the waiter count (nothing once given back).
+    fn release(&mut self) {
+        if let Some(entry) = self.entry.take() {
+            self.wait.unpark_entry(&entry);
+        }
+    }
+}
+
+impl Drop for ReadyWait {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// Futures and a stream (feature `async`): wake-ups come from the ring's futex words through
 /// one helper thread per process (see [`crate::asyncio`]), so any number of subscribers wait
 /// without a thread each, on any executor.
 impl Subscriber {
+    /// Polls `wait` for this subscriber's next message (see [`ReadyWait`]): `Ready(Ok(()))`
+    /// once a non-blocking read would find a message or the stream's end, `Pending` after
+    /// registering `cx`'s waker with the process's reactor (woken by the next publish, by the
+    /// stream's end, or by the publisher's death, noticed within about
+    /// [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD)). Reads nothing.
+    ///
+    /// **Cancel safety**: nothing to cancel but the wait itself: drop `wait` or call
+    /// [`cancel_ready`](Self::cancel_ready).
+    ///
+    /// # Errors
+    ///
+    /// As [`recv_async`](Self::recv_async): [`RecvError::Disconnected`] when the publisher's
+    /// process died; `Failed(Evicted)`, `Failed(Corrupt)` (a truncated segment too).
+    pub fn poll_ready(
+        &mut self,
+        wait: &mut ReadyWait,
+        cx: &mut Context<'_>,
+    ) -> Poll<Result<(), RecvError>> {
+        wait.release();
+        let c = self.inner();
+        let polled = wait.wait.poll_ready(c, cx);
+        if wait.wait.is_parked() {
+            wait.entry = Some(EntryRef::of(c));
+        }
+        polled.map_err(recv_error)
+    }
+
+    /// Gives back what a pending [`poll_ready`](Self::poll_ready) holds (its registration
+    /// with the reactor and its waiter count); the waker is not woken. Does nothing when
+    /// `wait` holds nothing.
+    pub fn cancel_ready(&mut self, wait: &mut ReadyWait) {
+        wait.release();
+    }
+
     /// Copies the next message into `buf`, waiting as long as it takes, without blocking the
     /// thread: the future is woken by the publisher's next message (or its end).
     ///
@@ -319,5 +428,66 @@ impl Subscriber {
             wait: SubWait::default(),
             done: false,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use core::task::{Context, Poll, Waker};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::Arc;
+
+    use ring_core::Memory as _;
+
+    use super::super::reactor::tests::{until, Flag};
+    use super::ReadyWait;
+    use crate::prelude::*;
+
+    fn waiters(s: &mut Subscriber) -> u32 {
+        // Relaxed: a snapshot for the test.
+        s.inner()
+            .memory()
+            .producer_line()
+            .consumer_waiters
+            .load(Ordering::Relaxed)
+    }
+
+    /// A `ReadyWait` holds one waiter count while pending (however often it is polled), is
+    /// woken by a publish, and gives the count back on `cancel_ready` and on drop alike.
+    #[test]
+    fn ready_wait_counts_once_wakes_and_gives_back_on_cancel_and_drop() {
+        let ring = Ring::memfd().slots(4).slot_size(64).create().unwrap();
+        let mut sub = ring.subscriber(DeliveryClass::Gating).unwrap();
+        let mut publisher = ring.publisher().unwrap();
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(Arc::clone(&flag));
+        let mut cx = Context::from_waker(&waker);
+
+        let mut wait = ReadyWait::new();
+        assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+        assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+        assert_eq!(waiters(&mut sub), 1, "a re-poll must not count twice");
+        sub.cancel_ready(&mut wait);
+        assert!(!wait.is_pending());
+        assert_eq!(waiters(&mut sub), 0, "cancel_ready kept the count");
+
+        assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+        drop(wait);
+        assert_eq!(waiters(&mut sub), 0, "a dropped wait kept the count");
+
+        let mut wait = ReadyWait::new();
+        assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+        publisher.send(b"x").unwrap();
+        // Relaxed: the flag is the value checked, nothing is published through it.
+        until("the publish woke the wait", || {
+            flag.0.load(Ordering::Relaxed)
+        });
+        assert!(matches!(
+            sub.poll_ready(&mut wait, &mut cx),
+            Poll::Ready(Ok(()))
+        ));
+        assert_eq!(waiters(&mut sub), 0);
+        let mut buf = [0u8; 64];
+        assert_eq!(sub.try_recv(&mut buf).unwrap().len, 1);
     }
 }

@@ -139,6 +139,31 @@ impl SubWait {
         }
     }
 
+    /// Whether a reactor entry and a waiter count are held (the last poll was `Pending`).
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.is_some()
+    }
+
+    /// [`unpark`](Self::unpark) without the consumer, for a wait that outlives its borrow
+    /// (`ReadyWait`): `entry` names the consumer-table entry the count was taken for, as it
+    /// was when the count was taken.
+    pub(crate) fn unpark_entry(&mut self, entry: &EntryRef) {
+        let Some(token) = self.parked.take() else {
+            return;
+        };
+        reactor().cancel(token);
+        if entry.still_ours() {
+            let e = entry.mapping.consumer_entry(entry.index);
+            // Relaxed, `parked` before the count: as `unpark`.
+            e.parked.store(0, Ordering::Relaxed);
+            entry
+                .mapping
+                .producer_line()
+                .consumer_waiters
+                .fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// Forgets the reactor entry and gives the waiter count back, as `wait_ready` does after
     /// its sleep (not when the entry was reclaimed meanwhile: the reclaimer gave it back).
     pub(crate) fn unpark(&mut self, c: &ShmConsumer) {
@@ -157,6 +182,42 @@ impl SubWait {
                 .consumer_waiters
                 .fetch_sub(1, Ordering::Relaxed);
         }
+    }
+}
+
+/// A consumer-table entry as it was when a wait took its count: what ring-core's
+/// `Consumer::is_registered` compares (generation, owner, state), so that the count can be given
+/// back without the consumer, and not to an entry that was reclaimed (and maybe reused) since.
+#[derive(Debug)]
+pub(crate) struct EntryRef {
+    mapping: Arc<Mapping>,
+    index: usize,
+    generation: u64,
+    owner: u64,
+}
+
+impl EntryRef {
+    /// `c`'s entry now (call while `c` is registered).
+    pub(crate) fn of(c: &ShmConsumer) -> Self {
+        let e = c.memory().consumer_entry(c.index());
+        Self {
+            mapping: Arc::clone(c.memory()),
+            index: c.index(),
+            generation: c.generation(),
+            // Relaxed: our own entry's owner, written before our registration completed (the
+            // same load `Consumer::is_registered` makes).
+            owner: e.owner.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Whether the entry still belongs to the consumer it was taken from (as
+    /// `Consumer::is_registered`: a reclaim changes the generation first).
+    fn still_ours(&self) -> bool {
+        let e = self.mapping.consumer_entry(self.index);
+        // Relaxed: as `Consumer::is_registered`'s loads of its own entry.
+        e.generation.load(Ordering::Relaxed) == self.generation
+            && e.owner.load(Ordering::Relaxed) == self.owner
+            && e.state.load(Ordering::Relaxed) == ring_core::layout::CONSUMER_ACTIVE
     }
 }
 

@@ -1,0 +1,109 @@
+"""asyncio waits: ``Consumer.recv_async``/``pin_async`` and ``Receiver.get_async``.
+
+No thread per wait and no executor: a waiting coroutine registers its consumer with ring-os's
+reactor (one helper thread per process, asleep in ``futex_waitv`` on the rings' futex words).
+The reactor's waker never takes the GIL: it writes the coroutine's token to its event loop's
+``_Notifier`` (an eventfd on Linux, a pipe on other Unixes), which the loop watches with
+``loop.add_reader``; the callback resolves the coroutine's future, and the coroutine tries a
+non-blocking read. See ``python/src/aio.rs``.
+
+Cancel safety: a read happens only in the synchronous step after a poll said "ready", never
+across an ``await``, so a cancelled wait has read, pinned and lost nothing; its ``finally``
+gives back what the wait holds in the ring (its reactor registration, its waiter count).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import sys
+import weakref
+from typing import Any, Callable, TypeVar
+
+from . import errors
+from ._shmring import Consumer, _Notifier
+
+T = TypeVar("T")
+
+# Consumer._poll_ready's answers (python/src/aio.rs).
+_READY, _PENDING, _BUSY = 0, 1, 2
+
+
+class _Hub:
+    """One event loop's doorbell and the futures of its waiting coroutines, by token."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.notifier = _Notifier()
+        self.futures: dict[int, asyncio.Future[None]] = {}
+        self.tokens = itertools.count(1)
+        # The loop holds this callback (and so the hub); the hub holds no loop.
+        loop.add_reader(self.notifier.fileno(), self._on_ready)
+
+    def _on_ready(self) -> None:
+        for token in self.notifier.drain():
+            fut = self.futures.get(token)
+            if fut is not None and not fut.done():
+                fut.set_result(None)
+
+
+_HUBS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()
+# Loops that cannot be weakly referenced (some third-party loops): kept for the process.
+_STRONG: dict[int, tuple[asyncio.AbstractEventLoop, _Hub]] = {}
+
+
+def _hub(loop: asyncio.AbstractEventLoop) -> _Hub:
+    try:
+        hub = _HUBS.get(loop)
+    except TypeError:
+        kept = _STRONG.get(id(loop))
+        hub = kept[1] if kept is not None and kept[0] is loop else None
+    if hub is not None:
+        return hub
+    if sys.platform == "win32":
+        raise NotImplementedError(
+            "shmring's asyncio waits need a readiness file descriptor, which Windows event "
+            "loops cannot watch; use loop.run_in_executor(None, consumer.recv) there")
+    hub = _Hub(loop)
+    try:
+        _HUBS[loop] = hub
+    except TypeError:
+        _STRONG[id(loop)] = (loop, hub)
+    return hub
+
+
+async def wait_then(consumer: Consumer, read: Callable[[], T]) -> T:
+    """Waits until ``consumer`` has a message (or its stream ended), then returns ``read()``
+    (a non-blocking read that raises ``Timeout`` when another reader was first: the wait goes
+    on). Raises what the consumer's wait raises (``Disconnected``, ``Closed``...)."""
+    loop = asyncio.get_running_loop()
+    hub = _hub(loop)
+    token = next(hub.tokens)
+    pause = 0.001
+    try:
+        while True:
+            fut = loop.create_future()
+            hub.futures[token] = fut
+            state = consumer._poll_ready(hub.notifier, token)
+            if state == _READY:
+                try:
+                    return read()
+                except errors.Timeout:
+                    # Taken by another reader (a group member, another coroutine) or
+                    # overwritten (latest, skip): wait again, letting the others run.
+                    await asyncio.sleep(0)
+            elif state == _PENDING:
+                await fut
+            else:  # a blocking call of another thread has the consumer
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, 0.05)
+    finally:
+        hub.futures.pop(token, None)
+        consumer._cancel_ready(hub.notifier, token)
+
+
+async def recv(consumer: Consumer) -> bytes:
+    return await wait_then(consumer, lambda: consumer.recv(0.0))
+
+
+async def pin(consumer: Consumer) -> Any:
+    return await wait_then(consumer, lambda: consumer.pin(0.0))

@@ -268,7 +268,18 @@ impl<M: Memory> Consumer<M> {
     /// reclaim took its holds back: the producer may rewrite their slots).
     pub fn held_words(&self, hold: &Hold) -> Option<&[AtomicU64]> {
         self.hold_position(hold)?;
-        self.check_registered().ok()?;
+        // Relaxed: our own entry's generation; a reclaim moves it on first (and a later
+        // registration into the entry moves it again), and the reclaimer promised no borrow of
+        // held bytes is alive across it, so this is a check, not a synchronisation.
+        if self
+            .mem
+            .consumer_entry(self.index)
+            .generation
+            .load(Ordering::Relaxed)
+            != self.generation
+        {
+            return None;
+        }
         Some(&self.message_words(hold.slot, hold.len)[..hold.len.div_ceil(8)])
     }
 
@@ -302,8 +313,7 @@ impl<M: Memory> Consumer<M> {
     pub fn release(&mut self, hold: Hold) -> Result<(), ReadError> {
         let i = self.hold_position(&hold).ok_or(ReadError::NotHeld)?;
         self.holds.remove(i);
-        self.unhold(hold.seq, hold.slot);
-        self.check_registered()
+        self.unhold(hold.seq, hold.slot)
     }
 
     /// Releases every held message (the ones whose [`Hold`] was dropped included); returns
@@ -316,21 +326,21 @@ impl<M: Memory> Consumer<M> {
                 self.holds.slots[self.holds.len - 1],
             );
             self.holds.len -= 1;
-            self.unhold(seq, slot);
+            // A reclaimed consumer's holds are gone already: nothing to report per hold.
+            let _ = self.unhold(seq, slot);
         }
         n
     }
 
     /// Ends the hold of `slot` (already removed from the set) in shared memory.
-    fn unhold(&mut self, seq: u64, slot: usize) {
+    /// `Evicted` (and nothing written) when this consumer was reclaimed.
+    fn unhold(&mut self, seq: u64, slot: usize) -> Result<(), ReadError> {
         if let Some(word) = self.claim_word(seq) {
             self.finish(word); // A member's hold is a claim.
-            return;
+            return self.check_registered();
         }
-        if self.check_registered().is_err() {
-            // Reclaimed: the bit and the cursor are no longer ours; write nothing.
-            return;
-        }
+        // Reclaimed: the bit and the cursor are no longer ours; write nothing.
+        self.check_registered()?;
         if self.pins(seq) {
             // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
             // the message happen before its next writes to the slot.
@@ -342,6 +352,7 @@ impl<M: Memory> Consumer<M> {
         // Stores the cursor (a gating consumer's may move past the released message) and
         // wakes a parked producer.
         self.publish_progress(true);
+        Ok(())
     }
 
     /// The cursor the entry shows the producer: a gating consumer's is its pin, so it stays at

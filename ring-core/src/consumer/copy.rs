@@ -1,0 +1,189 @@
+//! Copying reads: the seqlock copy-out, a pin-only ring's pinned copy, and batch reads.
+
+use super::{BatchItem, Consumer, Copied, Miss};
+use crate::error::ReadError;
+use crate::memory::Memory;
+use crate::sync::{fence, Ordering};
+
+impl<M: Memory> Consumer<M> {
+    /// Copies the next message (by delivery class) into `buf` with the seqlock, without
+    /// pinning: the producer is never held back by a copy reader (except a gating one, by its
+    /// cursor).
+    ///
+    /// # Errors
+    /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
+    /// advance: retry with a larger buffer).
+    pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
+        if self.member.is_some() {
+            return self.member_copy(buf);
+        }
+        let pin_only = self.mem.geometry().config().pin_only;
+        let (seq, missed, (len, meta)) = self.read_next(|c, seq| {
+            if pin_only {
+                c.copy_pinned_seq(seq, buf)
+            } else {
+                c.copy_seq(seq, buf)
+            }
+        })?;
+        self.advance(seq, false);
+        Ok(Copied {
+            seq,
+            len,
+            missed,
+            meta,
+            redelivered: false,
+        })
+    }
+
+    /// Reads up to `max` ready messages (by delivery class), handing each to `f` while it is
+    /// pinned, then publishes the cursor once and checks for a parked producer once for the
+    /// whole batch. Returns how many were read.
+    ///
+    /// If `f` panics, the message it was given stays unconsumed: the next read takes its pin
+    /// back and reads it again. `max == 0` reads nothing and returns `Ok(0)` without looking
+    /// at the ring's state (an eviction or the stream's end shows on the next read).
+    ///
+    /// # Errors
+    /// When not even one message could be read, the error the first read gave (as
+    /// [`try_pin`](Self::try_pin)); an error after the first message ends the batch and comes
+    /// back from the next call.
+    pub fn try_read_batch(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(BatchItem<'_>),
+    ) -> Result<usize, ReadError> {
+        if self.member.is_some() {
+            return self.member_batch(max, f);
+        }
+        let bit = 1u64 << self.index;
+        let mut count = 0;
+        while count < max {
+            let (seq, missed, (slot, len)) = match self.read_next(|c, seq| c.pin_seq(seq)) {
+                Ok(got) => got,
+                Err(e) if count == 0 => return Err(e),
+                Err(_) => break,
+            };
+            // Should `f` unwind, the next read takes the pin back (a leaked pin).
+            self.held = Some(slot);
+            let hdr = self.mem.slot_header(slot);
+            // Relaxed: stable while pinned; ordered by the pin's Acquire.
+            let meta = [
+                hdr.meta[0].load(Ordering::Relaxed),
+                hdr.meta[1].load(Ordering::Relaxed),
+            ];
+            f(BatchItem {
+                words: &self.message_words(slot, len)[..len.div_ceil(8)],
+                seq,
+                len,
+                missed,
+                meta,
+            });
+            self.held = None;
+            if self.pins(seq) {
+                // Release: the unpin; pairs with the producer's Acquire claim CAS, so our
+                // reads happen before its next writes to the slot. (The wake-up check is the
+                // batch's.) A gating read's pin is its cursor, stored once below.
+                hdr.state.fetch_and(!bit, Ordering::Release);
+            }
+            self.next = seq + 1;
+            self.received += 1;
+            count += 1;
+        }
+        self.publish_progress(true);
+        Ok(count)
+    }
+
+    /// A copy read in a pin-only ring: pin message `seq`, copy it, unpin. The producer cannot
+    /// claim the slot meanwhile, so its in-place writes never race with this read.
+    pub(super) fn copy_pinned_seq(
+        &self,
+        seq: u64,
+        buf: &mut [u8],
+    ) -> Result<(usize, [u64; 2]), Miss> {
+        let (slot, len) = self.pin_seq(seq)?;
+        let hdr = self.mem.slot_header(slot);
+        let bit = 1u64 << self.index;
+        if len > buf.len() {
+            // Release: an unpin (see `refuse_pin`).
+            self.refuse_pin(hdr, bit, self.pins(seq));
+            return Err(Miss::Fatal(ReadError::BufferTooSmall { needed: len }));
+        }
+        // Relaxed: stable while pinned; ordered by the pin's Acquire.
+        let meta = [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ];
+        crate::words::read(self.message_words(slot, len), &mut buf[..len]);
+        // Release: the unpin, pairing with the producer's claim CAS: our reads happen before
+        // its next writes. (Wakes a producer parked on the pin.)
+        self.refuse_pin(hdr, bit, self.pins(seq));
+        Ok((len, meta))
+    }
+
+    /// One seqlock read of message `seq` into `buf`.
+    #[inline]
+    pub(super) fn copy_seq(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
+        if self.never_stall {
+            return self.copy_routed(seq, buf);
+        }
+        self.copy_slot(seq, self.mem.geometry().slot_of(seq), buf)
+    }
+
+    /// [`copy_seq`](Self::copy_seq) on a never-stall ring (out of line, as `target_routed`).
+    #[inline(never)]
+    pub(super) fn copy_routed(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
+        let slot = self.slot_for(seq)?;
+        self.copy_slot(seq, slot, buf)
+    }
+
+    /// One seqlock read of message `seq` from `slot` into `buf`.
+    #[inline(always)]
+    pub(super) fn copy_slot(
+        &self,
+        seq: u64,
+        slot: usize,
+        buf: &mut [u8],
+    ) -> Result<(usize, [u64; 2]), Miss> {
+        let hdr = self.mem.slot_header(slot);
+        let want = 2 * seq + 2;
+        // Acquire: pairs with the producer's Release stamp store that completed message `seq`.
+        let s1 = hdr.stamp.load(Ordering::Acquire);
+        if s1 != want {
+            return Err(Miss::of_stamp(s1, want));
+        }
+        // Relaxed: inside the seqlock read window; validated by the re-check below.
+        let len = hdr.len.load(Ordering::Relaxed);
+        let meta = [
+            hdr.meta[0].load(Ordering::Relaxed),
+            hdr.meta[1].load(Ordering::Relaxed),
+        ];
+        let cap = self.mem.geometry().slot_capacity() as u64;
+        let early = if len > cap {
+            Some(Miss::Fatal(ReadError::Corrupt(
+                "message length exceeds the slot capacity",
+            )))
+        } else if len > buf.len() as u64 {
+            Some(Miss::Fatal(ReadError::BufferTooSmall {
+                needed: len as usize,
+            }))
+        } else {
+            crate::words::read(
+                self.message_words(slot, len as usize),
+                &mut buf[..len as usize],
+            );
+            None
+        };
+        // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
+        // any word read above was written after that fence, the load below sees the odd stamp.
+        fence(Ordering::Acquire);
+        // Relaxed: ordered by the fence.
+        let s2 = hdr.stamp.load(Ordering::Relaxed);
+        if s2 != s1 {
+            return Err(Miss::Overrun);
+        }
+        match early {
+            Some(e) => Err(e),
+            None => Ok((len as usize, meta)),
+        }
+    }
+}

@@ -1,0 +1,170 @@
+//! Publishing: one message or a batch, the announce that wakes parked readers, and the end of
+//! the stream (close, abort, drop).
+
+use super::Producer;
+use crate::error::ClaimError;
+use crate::layout::{ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
+use crate::memory::Memory;
+use crate::sync::{fence, Ordering};
+
+impl<M: Memory> Producer<M> {
+    /// Claims, writes `data` and publishes it in one call. Returns the message's sequence.
+    ///
+    /// # Errors
+    /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
+    /// `data` does not fit in a slot.
+    pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+        self.check_fits(data.len())?;
+        let mut slot = self.try_claim()?;
+        slot.fill(data);
+        slot.publish()
+    }
+
+    pub(super) fn check_fits(&self, len: usize) -> Result<(), ClaimError> {
+        let capacity = self.mem.geometry().slot_capacity();
+        if len > capacity {
+            return Err(ClaimError::TooLarge { len, capacity });
+        }
+        Ok(())
+    }
+
+    /// Publishes `msgs` in order, one slot each, with one `head` store and one wake-up check
+    /// for the whole batch. Returns how many were published: all of them, or the prefix that
+    /// fit before a claim failed (a gating consumer or a pin holds the next slot).
+    ///
+    /// Consumers that follow the slots see each message as soon as its stamp is final, before
+    /// the batch ends.
+    ///
+    /// # Errors
+    /// [`ClaimError::TooLarge`] (nothing published) when any message does not fit in a slot;
+    /// the error of the first claim when not even one message could be published;
+    /// [`ClaimError::Displaced`] when another producer took over meanwhile.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let seg = HeapSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
+    /// let mut tx = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut rx = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// // Four slots and a gating reader: the fifth message does not fit yet.
+    /// assert_eq!(tx.try_publish_batch(&[b"a", b"b", b"c", b"d", b"e"]).unwrap(), 4);
+    /// let mut seen = Vec::new();
+    /// assert_eq!(rx.try_read_batch(8, |m| seen.push(m.bytes().to_vec())).unwrap(), 4);
+    /// assert_eq!(seen, [b"a", b"b", b"c", b"d"]);
+    /// ```
+    pub fn try_publish_batch<T: AsRef<[u8]>>(&mut self, msgs: &[T]) -> Result<usize, ClaimError> {
+        for m in msgs {
+            self.check_fits(m.as_ref().len())?;
+        }
+        let mut published = 0;
+        for m in msgs {
+            let slot = match self.claim_slot() {
+                Ok(slot) => slot,
+                Err(e) if published == 0 => return Err(e),
+                Err(_) => break,
+            };
+            let mut w = self.write_slot(slot);
+            w.fill(m.as_ref());
+            w.finish()?;
+            published += 1;
+        }
+        if published > 0 {
+            self.announce();
+        }
+        Ok(published)
+    }
+
+    /// Makes every finished message visible to `head` readers and wakes parked consumers: one
+    /// `head` store, one SeqCst fence and one load of the waiter count, for one message or a
+    /// batch.
+    pub(super) fn announce(&mut self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with consumers' Acquire `head` loads (latest-only reads, lagging
+        // readers, registration): every message below it is complete.
+        line.head.store(self.head, Ordering::Release);
+        self.stored_head = self.head;
+        // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
+        // fence, then re-check their slot's stamp or `head`): either they see our stamps and
+        // `head` now, or we see them counted below and wake them. Also the registration
+        // handshake of the next claim.
+        fence(Ordering::SeqCst);
+        self.fenced = true;
+        // Relaxed: ordered by the fence above.
+        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+            // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a
+            // store of a value derived from `head`: the word only moves forward (see the
+            // layout). Only when someone parks, so the control line stays unwritten while
+            // consumers poll.
+            line.publish_futex.fetch_add(1, Ordering::Release);
+            self.mem.notify(&line.publish_futex);
+        }
+    }
+}
+
+impl<M: Memory> Producer<M> {
+    /// Closes the ring: no more messages. Consumers read what is still readable, then get
+    /// [`ReadError::Closed`](crate::ReadError::Closed). Unread messages of latest-only and
+    /// skip-on-lag consumers may still be overwritten by nothing (no more writes), so they stay
+    /// readable until the segment is destroyed.
+    ///
+    /// A displaced producer (see [`take_over`](Self::take_over)) closes nothing: the ring is
+    /// its successor's. Closing marks the stream *finished*; a producer dropped without closing
+    /// marks it aborted (see [`abort`](Self::abort)). The first close or abort wins.
+    pub fn close(&mut self) {
+        self.end(FLAG_CLOSED);
+    }
+
+    /// Closes the ring as *aborted* with `code`: consumers read what is there, then get
+    /// [`ReadError::Aborted`](crate::ReadError::Aborted) instead of `Closed`, so nobody
+    /// downstream mistakes a failed stream for a complete one. Dropping the producer without
+    /// closing aborts with code 0.
+    pub fn abort(&mut self, code: u16) {
+        self.end(FLAG_CLOSED | FLAG_ABORTED | (u32::from(code) << ABORT_CODE_SHIFT));
+    }
+
+    /// True once this producer closed or aborted the ring.
+    pub fn is_closed(&self) -> bool {
+        // Relaxed: only the producer writes `flags`.
+        self.mem.producer_line().flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0
+    }
+
+    pub(super) fn end(&mut self, flags: u32) {
+        if self.is_displaced() || self.is_closed() {
+            return;
+        }
+        let line = self.mem.producer_line();
+        // Release: pairs with consumers' Acquire load of `flags`, after which they re-load `head`
+        // and see every message published before the close.
+        line.flags.fetch_or(flags, Ordering::Release);
+        self.wake_consumers();
+    }
+
+    pub(super) fn wake_consumers(&self) {
+        let line = self.mem.producer_line();
+        // Release: pairs with a waiter's Acquire load of the futex word.
+        line.publish_futex.fetch_add(1, Ordering::Release);
+        fence(Ordering::SeqCst);
+        // Relaxed: ordered by the fence (Dekker handshake with `Consumer::wait_ready`).
+        if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
+            self.mem.notify(&line.publish_futex);
+        }
+    }
+}
+
+/// Dropping the producer ends the stream — as *aborted* (code 0) unless [`Producer::close`] ran
+/// first, so a producer that unwinds or bails out early is never mistaken for one that finished
+/// — and releases the producer line, so a new producer may start (which reopens it).
+impl<M: Memory> Drop for Producer<M> {
+    fn drop(&mut self) {
+        if self.is_displaced() {
+            return; // The ring is the successor's: leave its owner word alone.
+        }
+        self.abort(0);
+        let line = self.mem.producer_line();
+        // Release: pairs with the next producer's Acquire owner CAS, which then sees our head.
+        let _ =
+            line.owner
+                .compare_exchange(self.owner.get(), 0, Ordering::Release, Ordering::Relaxed);
+    }
+}

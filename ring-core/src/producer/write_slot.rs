@@ -1,0 +1,245 @@
+//! A claimed slot: writing the message (copy, at an offset, or in place) and publishing it.
+
+use super::{LoanError, Overflow, WriteSlot};
+use crate::error::ClaimError;
+use crate::layout::{INLINE_CAPACITY, WRITER};
+use crate::memory::Memory;
+use crate::sync::{AtomicU64, Ordering};
+
+impl<M: Memory> WriteSlot<'_, M> {
+    /// The memory of the ring this slot belongs to (for the payload binding in `arena`).
+    #[cfg(feature = "alloc")]
+    pub(crate) fn memory(&self) -> &M {
+        &self.producer.mem
+    }
+
+    /// Payload capacity of the slot in bytes.
+    pub fn capacity(&self) -> usize {
+        self.producer.mem.geometry().slot_capacity()
+    }
+
+    /// The sequence number this message will have.
+    pub fn seq(&self) -> u64 {
+        self.seq
+    }
+
+    /// Writes `data` as the whole message (length `data.len()`).
+    ///
+    /// # Errors
+    /// [`Overflow`] (and nothing written) when `data` is longer than the slot.
+    pub fn write(&mut self, data: &[u8]) -> Result<(), Overflow> {
+        // Every message is written into the payload area, small ones too: the payload area then
+        // always holds what the slot held (what `set_len` past the written bytes shows), and
+        // `finish` copies a small message into the message line. (Writing small messages only
+        // inline left the payload area without them; the `ops` fuzz oracle found the
+        // difference through a later `set_len`.)
+        self.write_at(0, data)?;
+        self.len = data.len();
+        Ok(())
+    }
+
+    /// Writes `data` at byte `offset`; the message length grows to cover it.
+    ///
+    /// # Errors
+    /// [`Overflow`] (and nothing written) when the write would pass the slot's end.
+    pub fn write_at(&mut self, offset: usize, data: &[u8]) -> Result<(), Overflow> {
+        let words = self.producer.mem.payload(self.slot);
+        // Atomic word stores from here on: `publish` pads the last word atomically again.
+        self.loaned = false;
+        if !crate::words::write(words, offset, data) {
+            return Err(Overflow {
+                reserved: words.len() * 8,
+                attempted: offset.saturating_add(data.len()),
+            });
+        }
+        self.len = self.len.max(offset + data.len());
+        Ok(())
+    }
+
+    /// Lends the first `len` bytes of the claimed slot for writing in place (zero-copy: render
+    /// or decode straight into shared memory), and sets the message length to `len`.
+    ///
+    /// Only in a pin-only ring ([`Config::with_pin_only`](crate::Config::with_pin_only)): there
+    /// every reader pins before it reads, and no pin succeeds while the slot is claimed, so
+    /// nothing reads these bytes while the loan lives — `&mut` is sound. In a ring with
+    /// optimistic (seqlock) copy readers the bytes may be read at any moment, so a `&mut [u8]`
+    /// would race with them: use [`write_at`](Self::write_at) in chunks instead (no staging
+    /// buffer needed either).
+    ///
+    /// # Errors
+    /// [`LoanError::NotPinOnly`] in a ring with copy readers; [`LoanError::TooLarge`] when
+    /// `len` exceeds the slot.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let config = Config::new(2, 64).with_pin_only(true);
+    /// let seg = HeapSegment::new(&config, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut tx = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut rx = Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// let mut slot = tx.try_claim().unwrap();
+    /// slot.loan(5).unwrap().copy_from_slice(b"drawn");
+    /// slot.publish().unwrap();
+    /// assert_eq!(rx.try_pin().unwrap().bytes(), b"drawn");
+    /// ```
+    #[cfg(not(any(ring_loom, ring_shuttle)))]
+    pub fn loan(&mut self, len: usize) -> Result<&mut [u8], LoanError> {
+        let geometry = self.producer.mem.geometry();
+        if !geometry.config().pin_only {
+            return Err(LoanError::NotPinOnly);
+        }
+        let capacity = geometry.slot_capacity();
+        if len > capacity {
+            return Err(LoanError::TooLarge { len, capacity });
+        }
+        self.len = len;
+        self.loaned = true;
+        let words = self.producer.mem.payload(self.slot);
+        // The bytes past `len` up to the next word boundary, zeroed now so that `Pinned::words`
+        // shows a padded last word (what `publish` does for `write`).
+        let padded = len.next_multiple_of(8).min(capacity);
+        // SAFETY:
+        // - the words span `capacity ≥ padded ≥ len` bytes of the slot's payload area, valid for the
+        //   memory's life (`Memory` contract), which outlives `&mut self`;
+        // - `AtomicU64` is an `UnsafeCell`, so writing through a pointer derived from the
+        //   shared slice is allowed, and it has the layout of `u64` (bytes may be viewed as u8);
+        // - exclusivity for the borrow's life: we hold the slot's WRITER bit (claimed), so no
+        //   pin succeeds, and in a pin-only ring no consumer reads a payload without a pin;
+        //   the borrow of `self` keeps `publish` (which hands the slot to readers) after it. A
+        //   hostile process that ignores the protocol can still write or read these bytes:
+        //   shared memory cannot stop it (threat model), but it cannot make this process's
+        //   accesses a data race under the protocol.
+        let whole = unsafe {
+            core::slice::from_raw_parts_mut(words.as_ptr().cast::<u8>().cast_mut(), padded)
+        };
+        whole[len..].fill(0);
+        Ok(&mut whole[..len])
+    }
+
+    /// Sets the message length (bytes beyond what was written read as whatever the slot held).
+    ///
+    /// # Errors
+    /// [`Overflow`] when `len` exceeds the capacity.
+    pub fn set_len(&mut self, len: usize) -> Result<(), Overflow> {
+        if len > self.capacity() {
+            return Err(Overflow {
+                reserved: self.capacity(),
+                attempted: len,
+            });
+        }
+        self.len = len;
+        Ok(())
+    }
+
+    /// Sets the message's two metadata words.
+    pub fn set_meta(&mut self, meta: [u64; 2]) {
+        self.meta = meta;
+    }
+
+    /// Publishes the message and returns its sequence number.
+    ///
+    /// # Errors
+    /// [`ClaimError::Displaced`] when another producer took the ring over since the claim:
+    /// nothing is published, and the slot (now the successor's) is left alone.
+    pub fn publish(mut self) -> Result<u64, ClaimError> {
+        let seq = self.finish()?;
+        self.producer.announce();
+        Ok(seq)
+    }
+
+    /// Writes `data` as the whole message: into the header's inline words when it fits there,
+    /// else into the payload area (the caller checked it fits the slot).
+    pub(super) fn fill(&mut self, data: &[u8]) {
+        let ok = self.write(data);
+        debug_assert!(ok.is_ok(), "the caller checked the length");
+    }
+
+    /// Completes the message in its slot (the stamp is its publication) without storing
+    /// `head`; returns its sequence.
+    pub(super) fn finish(&mut self) -> Result<u64, ClaimError> {
+        self.done = true;
+        let p = &mut *self.producer;
+        p.check_epoch()?;
+        let seq = self.seq;
+        let hdr = p.mem.slot_header(self.slot);
+        let len = self.len;
+        if !self.loaned {
+            // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
+            // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
+            pad_last_word(p.mem.payload(self.slot), len);
+        }
+        if len <= INLINE_CAPACITY {
+            // A small message travels in the message line: the reader then touches only that
+            // line. (The padded last word comes along.)
+            copy_words(p.mem.payload(self.slot), &hdr.inline, len);
+        }
+        // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
+        hdr.len.store(len as u64, Ordering::Relaxed);
+        hdr.meta[0].store(self.meta[0], Ordering::Relaxed);
+        hdr.meta[1].store(self.meta[1], Ordering::Relaxed);
+        // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
+        // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
+        // knows a *later* claim is under way (an overrun), never this message's own.
+        // An RMW, not a store of 0: a plain store here (tried) let the loom model
+        // `sweep_of_free_bits_races_a_registering_pinner` end with WRITER set after the
+        // publish, next to a refused pin's `fetch_and` of its transient bit.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
+        // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
+        // of consumers that follow the slot and of copy readers.
+        hdr.stamp.store(2 * seq + 2, Ordering::Release);
+        if p.never_stall {
+            p.route_published(seq, self.slot);
+        }
+        p.head = seq + 1;
+        Ok(seq)
+    }
+
+    /// Gives the slot back without publishing; the sequence number is reused.
+    pub fn abort(mut self) {
+        self.release();
+    }
+
+    pub(super) fn release(&mut self) {
+        if self.done {
+            return;
+        }
+        self.done = true;
+        if self.producer.is_displaced() {
+            return; // The slot's WRITER bit, if set, is the successor's now.
+        }
+        let hdr = self.producer.mem.slot_header(self.slot);
+        // Release: hands the slot back to pinning readers (their Acquire `fetch_or`). The stamp
+        // stays odd: the old message may be partly overwritten, and readers of it see an overrun.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
+    }
+}
+
+impl<M: Memory> Drop for WriteSlot<'_, M> {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// Zeroes the bytes of the word holding byte `len` that lie past `len` (nothing when `len` is a
+/// multiple of 8 or beyond `words`). Relaxed: inside the seqlock write window.
+fn pad_last_word(words: &[AtomicU64], len: usize) {
+    if len % 8 == 0 {
+        return;
+    }
+    if let Some(w) = words.get(len / 8) {
+        let mut bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+        bytes[len % 8..].fill(0);
+        w.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+    }
+}
+
+/// Copies the words covering the first `len` bytes of `from` into `to` (both at least that
+/// long), zeroing the last word past `len`. Relaxed: the producer's own words, inside the
+/// seqlock write window.
+fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize) {
+    for (f, t) in from.iter().zip(to).take(len.div_ceil(8)) {
+        t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    pad_last_word(to, len);
+}

@@ -1,0 +1,124 @@
+"""Wake-up latency of a parked Python reader, three ways, in one run (docs/benchmarks.md,
+"Async subscribers"):
+
+- ``blocking``: ``consumer.recv()`` in a plain thread;
+- ``recv_async``: ``await consumer.recv_async()`` on an asyncio loop (ring-os's reactor thread
+  wakes the loop through its eventfd);
+- ``executor``: ``await loop.run_in_executor(None, consumer.recv)`` (the usual work-around).
+
+A publisher process (spawned by ``subprocess``) pauses ``--pause`` seconds before each of ``-n``
+messages, so every reader is parked, and stamps ``time.monotonic_ns()`` (CLOCK_MONOTONIC,
+shared by the processes) into each; the reader records publish -> received. Rounds alternate
+the three ways; the table gives p50/p99 over all rounds and the ratios of the p50s to the
+blocking reader's.
+
+    python python/bench_async.py            # --quick: a smoke run
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import struct
+import subprocess
+import sys
+import threading
+import time
+import uuid
+
+import shmring
+
+PUBLISHER = """
+import struct, sys, time, shmring
+name, n, pause = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+ring = shmring.Ring.open(name)
+with ring.producer() as p:
+    p.wait_for_consumers(1, timeout=10)
+    time.sleep(0.05)
+    for _ in range(n):
+        time.sleep(pause)
+        p.publish(struct.pack("<Q", time.monotonic_ns()))
+"""
+
+
+def stamp(data: bytes) -> float:
+    """Microseconds from the publisher's stamp in ``data`` to now."""
+    return (time.monotonic_ns() - struct.unpack("<Q", data)[0]) / 1000
+
+
+def blocking(c: shmring.Consumer, out: list[float]) -> None:
+    def reader():
+        try:
+            while True:
+                out.append(stamp(c.recv()))
+        except shmring.Disconnected:
+            pass
+    t = threading.Thread(target=reader)
+    t.start()
+    t.join()
+
+
+async def recv_async(c: shmring.Consumer, out: list[float]) -> None:
+    try:
+        while True:
+            out.append(stamp(await c.recv_async()))
+    except shmring.Disconnected:
+        pass
+
+
+async def executor(c: shmring.Consumer, out: list[float]) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            out.append(stamp(await loop.run_in_executor(None, c.recv)))
+    except shmring.Disconnected:
+        pass
+
+
+def round_of(way: str, n: int, pause: float) -> list[float]:
+    name = f"bench-async-{uuid.uuid4().hex[:10]}"
+    ring = shmring.Ring.create(name, slots=8, slot_size=64)
+    c = ring.consumer("gating")
+    pub = subprocess.Popen([sys.executable, "-c", PUBLISHER, name, str(n), str(pause)])
+    out: list[float] = []
+    try:
+        if way == "blocking":
+            blocking(c, out)
+        else:
+            asyncio.run({"recv_async": recv_async, "executor": executor}[way](c, out))
+    finally:
+        pub.wait(60)
+        c.close()
+        ring.close()
+    if len(out) != n:
+        raise SystemExit(f"{way}: {len(out)} of {n} messages arrived")
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("-n", type=int, default=1000, help="messages per round")
+    ap.add_argument("--pause", type=float, default=0.0005, help="seconds before each message")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--quick", action="store_true", help="a smoke run (100 messages, 1 round)")
+    args = ap.parse_args()
+    if args.quick:
+        args.n, args.rounds = 100, 1
+    ways = ["blocking", "recv_async", "executor"]
+    lat: dict[str, list[float]] = {w: [] for w in ways}
+    for r in range(args.rounds):
+        for w in ways if r % 2 == 0 else ways[::-1]:
+            lat[w] += round_of(w, args.n, args.pause)
+    base = statistics.median(lat["blocking"])
+    print(f"{args.rounds} rounds x {args.n} messages, {args.pause * 1e6:.0f} µs apart")
+    print("| reader | wake-up p50 | p99 | p50 vs blocking |")
+    print("|---|---|---|---|")
+    for w in ways:
+        v = sorted(lat[w])
+        p50, p99 = statistics.median(v), v[int(0.99 * (len(v) - 1))]
+        print(f"| {w} | {p50:.1f} µs | {p99:.1f} µs | {p50 / base:.2f}x |")
+
+
+if __name__ == "__main__":
+    main()

@@ -6,7 +6,7 @@ use super::harness::{owner, Harness, Reader};
 use super::model::ReaderModel;
 use super::{displays, Outcome};
 use ring_core::inspect::total_pins;
-use ring_core::{Consumer, DeliveryClass, Spin};
+use ring_core::{Consumer, DeliveryClass, ReadError, Spin};
 
 impl<'s> Harness<'s> {
     pub(super) fn register(&mut self, class: DeliveryClass) -> Outcome {
@@ -267,24 +267,36 @@ impl<'s> Harness<'s> {
         let k = usize::from(which) % r.holds.len();
         let h = r.holds.remove(k);
         let bytes = r.consumer.held_bytes(&h).map(<[u8]>::to_vec);
+        // Without a model (a scribbled segment), whatever the entry says decides.
+        let mut registered = r.consumer.is_registered();
         if let Some(m) = model.as_mut() {
             let (seq, slot) = r.model.holds[k];
             ensure!(seq == h.seq(), "hold {k} is seq {}, model {seq}", h.seq());
             // Reclaimed (a right-owner reclaim of a live reader): the hold is gone with the
-            // entry; otherwise the bytes are still the message's.
-            if m.registered(&r.model) {
+            // entry and lends no bytes; otherwise the bytes are still the message's.
+            registered = m.registered(&r.model);
+            if registered {
                 ensure!(
                     m.slots[slot].stamp == 2 * seq + 2
                         && bytes.as_deref() == Some(&m.slots[slot].bytes[..h.len()]),
                     "held message {seq} changed before its release"
                 );
+            } else {
+                ensure!(bytes.is_none(), "a reclaimed reader's hold lent bytes");
             }
             m.release(&mut r.model, k);
         } else {
             r.model.holds.remove(k);
         }
         let got = r.consumer.release(h);
-        ensure!(got.is_ok(), "release of a hold it has: {got:?}");
+        if registered {
+            ensure!(got.is_ok(), "release of a hold it has: {got:?}");
+        } else {
+            ensure!(
+                got == Err(ReadError::Evicted),
+                "release by a reclaimed reader: {got:?}"
+            );
+        }
         Ok(())
     }
 

@@ -462,7 +462,12 @@ impl Producer {
             )
             .into());
         };
-        let index = usize::try_from(seq % slots).unwrap_or(0);
+        // The slot the ring chose (a never-stall ring's is not `seq % slots`).
+        let index = loan.slot().min(
+            usize::try_from(slots)
+                .unwrap_or(usize::MAX)
+                .saturating_sub(1),
+        );
         let lent = lease.get()?;
         let state = lent
             .queue

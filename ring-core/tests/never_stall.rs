@@ -264,8 +264,12 @@ fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
     for i in 4..7 {
         p.try_publish(&big(i)).unwrap();
     }
-    // Message 7's home (slot 3) is pinned: it goes to the slot of the oldest message (4, slot 0).
-    p.try_publish(&big(7)).unwrap();
+    // Message 7's home (slot 3) is pinned: it goes to the slot of the oldest message (4, slot 0),
+    // and the claim says so (per-slot bookkeeping keys on it, not on `seq % slots`).
+    let mut w = p.try_claim().unwrap();
+    assert_eq!((w.seq(), w.slot()), (7, 0));
+    w.write(&big(7)).unwrap();
+    w.publish().unwrap();
     assert_eq!(route(7), route_word(7, 0));
     r.release(h).unwrap();
     // Message 8's home (slot 0) holds message 7, not a lap old: the oldest is message 3, in

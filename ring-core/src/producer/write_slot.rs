@@ -18,6 +18,13 @@ impl<M: Memory> WriteSlot<'_, M> {
         self.producer.mem.geometry().slot_capacity()
     }
 
+    /// The slot this message is written into: `seq % slots` on a default ring; any slot no
+    /// reader pins on a never-stall ring (per-slot bookkeeping must use this, not the
+    /// sequence).
+    pub fn slot(&self) -> usize {
+        self.slot
+    }
+
     /// The sequence number this message will have.
     pub fn seq(&self) -> u64 {
         self.seq

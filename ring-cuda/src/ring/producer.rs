@@ -428,7 +428,8 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
         let stream = self.stream.ok_or(RingError::NotReady)?;
         self.serve_departures()?;
         let mut slot = self.ring.try_claim()?;
-        let s = (slot.seq() % self.slots as u64) as usize;
+        // The slot the ring chose (on a never-stall ring not `seq % slots`).
+        let s = slot.slot();
         let t = Table::new(self.table.table(), self.slots, self.consumers)
             .ok_or(RingError::Corrupt("the device table shrank"))?;
         // Wait (on the device) for every registered consumer's last read of this slot. A read

@@ -213,6 +213,17 @@ impl Publisher {
 }
 
 impl Loan<'_> {
+    /// The slot the message goes to: `seq % slots` on a default ring, any slot no reader pins
+    /// on a never-stall ring. Per-slot bookkeeping (an allocation per slot, say) keys on this.
+    pub fn slot(&self) -> usize {
+        self.slot.slot()
+    }
+
+    /// The sequence number the message will have.
+    pub fn seq(&self) -> u64 {
+        self.slot.seq()
+    }
+
     /// The lent bytes, to fill in place.
     pub fn bytes(&mut self) -> &mut [u8] {
         // The length was accepted when the loan was made; a second loan of the same slot and

@@ -41,9 +41,10 @@ impl Writer<'_> {
     /// publishes it.
     fn write(&mut self, mut slot: WriteSlot<'_, std::sync::Arc<Mapping>>) -> Result<u64> {
         let seq = slot.seq();
-        let index = (seq % self.descriptors.len() as u64) as usize;
-        // The slot's previous message is gone (we hold the slot, so no one pins it, and no
-        // gating consumer needs it): free its descriptor.
+        // The slot the ring chose: `seq % slots` on a default ring, any free one on a
+        // never-stall ring. Its previous message is gone (we hold the slot, so no one pins it,
+        // and no gating consumer needs it): free its descriptor.
+        let index = slot.slot();
         let leak = self.fault == Some(Fault::Leak) && seq % 5 == 0;
         if let Some(old) = self.descriptors.get_mut(index) {
             if *old != 0 {

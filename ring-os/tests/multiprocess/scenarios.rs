@@ -458,6 +458,17 @@ pub fn history_across_processes() {
         let want = if *class == "latest" { 9 } else { 7 };
         assert_eq!(field(&joined, "cursor"), want, "{class} starts {want}");
     }
+    // The latest-only reader's first read, before anything newer is published (a read after a
+    // later publish would rightly get that one): the message published before it joined.
+    let first_latest = readers
+        .iter()
+        .find(|(class, _)| *class == "latest")
+        .map(|(_, c)| field(&c.expect_line("M ", SECS(20)), "seq"));
+    assert_eq!(
+        first_latest,
+        Some(9),
+        "latest-only gets the newest present when it joined"
+    );
     for seq in 10..14 {
         make_payload(seq, 4000, &mut buf);
         p.publish(&buf, SECS(10)).expect("publish");
@@ -472,7 +483,15 @@ pub fn history_across_processes() {
             .collect();
         let done = lines.last().expect("a last line");
         if class == "latest" {
-            assert_eq!(seqs.first(), Some(&9), "latest-only gets the newest first");
+            // After its first (9): newer ones only, ending at the newest.
+            assert!(
+                seqs.iter().all(|&s| s > 9),
+                "latest-only went back: {seqs:?}"
+            );
+            assert!(
+                seqs.windows(2).all(|w| w[0] < w[1]),
+                "latest-only out of order: {seqs:?}"
+            );
         } else {
             assert_eq!(
                 seqs,

@@ -24,6 +24,26 @@ pub fn bytes_of(words: &[ring_core::AtomicU64], len: usize) -> Vec<u8> {
     out
 }
 
+/// The 16 bytes of message `seq` in the loom and shuttle models: one repeated byte, so a torn
+/// read (words of two messages) shows as mixed bytes.
+#[must_use]
+pub fn msg16(seq: u64) -> [u8; 16] {
+    [0xA0 + seq as u8; 16]
+}
+
+/// Asserts `bytes` is exactly [`msg16`]`(seq)`: whole, and the message asked for.
+///
+/// # Panics
+///
+/// When it is not (a torn or wrong read: the model failed).
+pub fn assert_whole16(bytes: &[u8], seq: u64) {
+    assert_eq!(
+        bytes,
+        msg16(seq),
+        "message {seq} read torn or wrong: {bytes:?}"
+    );
+}
+
 /// `loom::model` with room for the allocator's and the segment's initialisation (thousands of
 /// single-threaded atomic steps count as branches); `LOOM_MAX_PREEMPTIONS` etc. still apply.
 /// Prints (shown with `--nocapture`) how many executions loom explored.

@@ -9,17 +9,13 @@
 
 use loom::thread;
 use ring_core::{ClaimError, Config, Consumer, OwnedSegment, Producer, ReadError};
-use ring_verification::support::{id, model};
+use ring_verification::support::{id, model, msg16 as msg};
 use std::sync::Arc;
 
 type Seg = Arc<OwnedSegment>;
 
 fn seg() -> Seg {
     Arc::new(OwnedSegment::new(&Config::new(1, 16).with_consumers(3), id(1)).expect("valid"))
-}
-
-fn msg(seq: u64) -> [u8; 16] {
-    [0xA0 + seq as u8; 16]
 }
 
 /// Tries to publish `seq` twice; true when it went in.

@@ -12,7 +12,9 @@
 
 use loom::thread;
 use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
-use ring_verification::support::{bytes_of, id, model};
+use ring_verification::support::{
+    assert_whole16 as assert_whole, bytes_of, id, model, msg16 as msg,
+};
 use std::sync::Arc;
 
 fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
@@ -20,18 +22,6 @@ fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
         .with_consumers(consumers)
         .with_never_stall(true);
     Arc::new(OwnedSegment::new(&config, id(1)).expect("valid config"))
-}
-
-fn msg(seq: u64) -> [u8; 16] {
-    [0xA0 + seq as u8; 16]
-}
-
-fn assert_whole(bytes: &[u8], seq: u64) {
-    assert_eq!(
-        bytes,
-        msg(seq),
-        "message {seq} read torn or wrong: {bytes:?}"
-    );
 }
 
 fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimError> {

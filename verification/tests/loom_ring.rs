@@ -11,7 +11,9 @@
 
 use loom::thread;
 use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
-use ring_verification::support::{bytes_of, id, model};
+use ring_verification::support::{
+    assert_whole16 as assert_whole, bytes_of, id, model, msg16 as msg,
+};
 use std::sync::Arc;
 
 fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
@@ -19,24 +21,6 @@ fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
         OwnedSegment::new(&Config::new(slots, 16).with_consumers(consumers), id(1))
             .expect("valid config"),
     )
-}
-
-/// The byte every payload byte of message `seq` holds.
-fn fill(seq: u64) -> u8 {
-    0xA0 + seq as u8
-}
-
-fn msg(seq: u64) -> [u8; 16] {
-    [fill(seq); 16]
-}
-
-/// Asserts `bytes` is exactly message `seq` (invariants 2 and 3: whole, and the one asked for).
-fn assert_whole(bytes: &[u8], seq: u64) {
-    assert_eq!(
-        bytes,
-        msg(seq),
-        "message {seq} read torn or wrong: {bytes:?}"
-    );
 }
 
 fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimError> {

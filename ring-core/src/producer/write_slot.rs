@@ -1,6 +1,8 @@
 //! A claimed slot: writing the message (copy, at an offset, or in place) and publishing it.
 
-use super::{LoanError, Overflow, WriteSlot};
+#[cfg(not(any(ring_loom, ring_shuttle)))]
+use super::LoanError;
+use super::{Overflow, WriteSlot};
 use crate::error::ClaimError;
 use crate::layout::{INLINE_CAPACITY, WRITER};
 use crate::memory::Memory;

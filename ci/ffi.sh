@@ -46,6 +46,7 @@ cmake --build "$tmp/build" >/dev/null
 "$tmp/build/hello-cpp"
 cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
 cmake --build "$tmp/build-fs" >/dev/null
+"$tmp/build-fs/render-check"
 
 echo "--- frame server: ringctl grab on its line protocol, ucv-client (C) on its UnrealCV port"
 cargo build --quiet -p ringctl

@@ -33,12 +33,14 @@
 // check every byte. SIGINT/SIGTERM stop the server cleanly (the ring's name is removed).
 #include <shmring.hpp>
 
+#include <chrono>
 #include <csignal>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "encode.hpp"
@@ -119,9 +121,11 @@ bool serve_ucv(Conn &c, unrealcv::Handler &handler, frames::Buf &reply) {
       break;
     }
     if (c.in.size() - at - 8 < len) break;
-    handler.answer(c.in.substr(at + 8, len), reply);
+    const auto t0 = std::chrono::steady_clock::now();
+    handler.answer(std::string_view(c.in).substr(at + 8, len), reply);
     at += 8 + static_cast<size_t>(len);
     ok = net::send_all(c.fd, reply.data(), reply.size());
+    handler.account(std::chrono::steady_clock::now() - t0);
   }
   c.in.erase(0, at);
   return ok;
@@ -203,9 +207,11 @@ int main(int argc, char **argv) try {
 
   frames::Buf reply;
   std::vector<Conn> conns;
+  std::vector<net::PollFd> fds;  // reused: the loop allocates nothing once they have grown
+  std::vector<bool> drop;
   bool running = true;
   while (running && g_stop == 0) {
-    std::vector<net::PollFd> fds = listeners;
+    fds.assign(listeners.begin(), listeners.end());
     for (const Conn &c : conns) fds.push_back({c.fd, POLLIN, 0});
     if (net::poll_all(fds.data(), fds.size()) < 0) {
       if (net::interrupted()) continue;
@@ -229,7 +235,7 @@ int main(int argc, char **argv) try {
       }
       conns.push_back({cfd, is_tcp, {}});
     }
-    std::vector<bool> drop(conns.size(), false);
+    drop.assign(conns.size(), false);
     for (size_t i = 0; i < polled && running; i++) {
       if (fds[listeners.size() + i].revents == 0) continue;
       Conn &c = conns[i];
@@ -254,15 +260,16 @@ int main(int argc, char **argv) try {
       }
       if (close_conn || c.in.size() > 4096) drop[i] = true;
     }
-    std::vector<Conn> kept;
+    size_t kept = 0;
     for (size_t i = 0; i < conns.size(); i++) {
       if (drop[i]) {
         net::close_socket(conns[i].fd);
       } else {
-        kept.push_back(std::move(conns[i]));
+        if (kept != i) conns[kept] = std::move(conns[i]);
+        kept++;
       }
     }
-    conns = std::move(kept);
+    conns.resize(kept);
   }
   for (const Conn &c : conns) net::close_socket(c.fd);
   for (const net::PollFd &l : listeners) net::close_socket(l.fd);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "render.hpp"
 
@@ -45,7 +46,9 @@ class Studio {
   const Frame &last() const { return last_; }
   bool have_frame() const { return have_; }
   uint64_t published() { return pub_.published(); }
-  Cost render_cost;
+  Cost render_cost;   // the render, its checksum included
+  Cost loan_cost;     // waiting for a free slot (a reader pinning every slot shows here)
+  Cost publish_cost;  // length, metadata and the publish
 
   /// Renders the next frame of `cam` (w x h, `view`) into a loan, runs `encode(pixels, frame)`
   /// while the slot is still ours (an encoding copies from it), publishes it. Returns false
@@ -67,7 +70,9 @@ class Studio {
     f.h = h;
     f.stamp = pub_.published();  // the next sequence number (asked before the loan: a
                                  // publisher with a loan out takes no other call)
+    const auto t_loan = clock::now();
     auto loan = pub_.loan(std::chrono::seconds(2));
+    loan_cost.add(clock::now() - t_loan);
     if (!loan) {
       err = "error the ring stayed full for 2 s (a reader holds every slot pinned)";
       return false;
@@ -75,12 +80,14 @@ class Studio {
     auto out = loan->data();
     auto *p = reinterpret_cast<uint8_t *>(out.data);
     const auto t0 = clock::now();
-    f.sum = render(view, p, w, h, f.stamp, cam);
+    f.sum = render(view, p, w, h, f.stamp, cam, cols_);
     render_cost.add(clock::now() - t0);
     if (encode) encode(p, f);
+    const auto t1 = clock::now();
     loan->set_len(f.bytes());
     loan->set_meta(f.stamp, static_cast<uint64_t>(w) << 32 | h);
     f.seq = loan->send();
+    publish_cost.add(clock::now() - t1);
     last_ = f;
     have_ = true;
     return true;
@@ -88,16 +95,28 @@ class Studio {
 
   /// The frame's descriptor: the fields UnrealCV's client reads for a shared-memory frame
   /// (`name`, `num_bytes`, `shape`, `dtype`) and the ring's own (`ring`, `seq`, `stamp`, `sum`).
-  std::string descriptor(const Frame &f) const {
-    std::string s = "{\"name\":\"" + name_ + "\",\"num_bytes\":" + std::to_string(f.bytes()) +
-                    ",\"shape\":[" + std::to_string(f.h) + "," + std::to_string(f.w) +
-                    ",4],\"dtype\":\"uint8\",\"ring\":\"" + name_ +
-                    "\",\"seq\":" + std::to_string(f.seq) +
-                    ",\"stamp\":" + std::to_string(f.stamp) +
-                    ",\"sum\":" + std::to_string(f.sum);
-    s += ",\"width\":" + std::to_string(f.w) + ",\"height\":" + std::to_string(f.h) +
-         ",\"format\":\"BGRA8\",\"camera\":" + std::to_string(f.cam) + ",\"view\":\"" +
-         (f.view == View::lit ? "lit" : "panoramic") + "\"}";
+  /// Made in a buffer the Studio reuses (valid until the next call).
+  const std::string &descriptor(const Frame &f) {
+    std::string &s = desc_;
+    s.clear();
+    const auto num = [&s](const char *key, uint64_t v) {
+      s += key;
+      s += std::to_string(v);
+    };
+    s += "{\"name\":\"";
+    s += name_;
+    num("\",\"num_bytes\":", f.bytes());
+    num(",\"shape\":[", f.h);
+    num(",", f.w);
+    s += ",4],\"dtype\":\"uint8\",\"ring\":\"";
+    s += name_;
+    num("\",\"seq\":", f.seq);
+    num(",\"stamp\":", f.stamp);
+    num(",\"sum\":", f.sum);
+    num(",\"width\":", f.w);
+    num(",\"height\":", f.h);
+    num(",\"format\":\"BGRA8\",\"camera\":", f.cam);
+    s += f.view == View::lit ? ",\"view\":\"lit\"}" : ",\"view\":\"panoramic\"}";
     return s;
   }
 
@@ -109,6 +128,8 @@ class Studio {
   uint32_t slot_size_;
   Frame last_;
   bool have_ = false;
+  std::vector<uint32_t> cols_;  // render's per-frame column table
+  std::string desc_;            // descriptor's buffer
 };
 
 }  // namespace frames

@@ -25,8 +25,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "encode.hpp"
@@ -69,6 +69,9 @@ class Handler {
 
   uint16_t port = 0;
   frames::Cost bmp_cost, png_cost, npy_cost;
+  /// The server's whole time for a request, from its parse to its answer sent (the caller
+  /// adds it with `account`): a `_shared` one, and one answered with an image file.
+  frames::Cost shared_request_cost, image_request_cost;
 
   /// The greeting sent on connect.
   void greeting(frames::Buf &out) const {
@@ -77,26 +80,41 @@ class Handler {
     finish(out);
   }
 
-  /// Answers `payload` ("<id>:<command>") into `out`, framed.
-  void answer(const std::string &payload, frames::Buf &out) {
+  /// Answers `payload` ("<id>:<command>") into `out`, framed. Nothing here allocates once the
+  /// buffers have grown (the words and the reply are reused).
+  void answer(std::string_view payload, frames::Buf &out) {
     begin(out);
+    kind_ = Kind::other;
     const size_t colon = payload.find(':');
-    const bool has_id = colon != std::string::npos && colon > 0 &&
+    const bool has_id = colon != std::string_view::npos && colon > 0 &&
                         payload.find_first_not_of("0123456789") == colon;
     // A request without an id is answered without one (the client would reject it anyway).
-    const std::string cmd = has_id ? payload.substr(colon + 1) : payload;
-    if (has_id) out.append(payload.substr(0, colon + 1));
-    std::istringstream in(cmd);
-    std::vector<std::string> words;
-    for (std::string w; in >> w;) words.push_back(w);
+    const std::string_view cmd = has_id ? payload.substr(colon + 1) : payload;
+    if (has_id) out.append(payload.data(), colon + 1);
+    words_n_ = 0;
+    for (size_t at = 0; at < cmd.size();) {
+      const size_t start = cmd.find_first_not_of(" \t\r\n", at);
+      if (start == std::string_view::npos) break;
+      size_t end = cmd.find_first_of(" \t\r\n", start);
+      if (end == std::string_view::npos) end = cmd.size();
+      if (words_n_ == words_.size()) words_.emplace_back();
+      words_[words_n_++].assign(cmd.data() + start, end - start);
+      at = end;
+    }
     std::string err;
-    if (!command(words, out, err)) {
+    if (!command(out, err)) {
       out.clear();
       out.grow(8);
-      if (has_id) out.append(payload.substr(0, colon + 1));
+      if (has_id) out.append(payload.data(), colon + 1);
       out.append(err);
     }
     finish(out);
+  }
+
+  /// Adds `d`, the whole time of the request `answer` last answered, to its kind's cost.
+  void account(std::chrono::steady_clock::duration d) {
+    if (kind_ == Kind::shared) shared_request_cost.add(d);
+    if (kind_ == Kind::image) image_request_cost.add(d);
   }
 
  private:
@@ -105,11 +123,15 @@ class Handler {
   std::string save_dir_;
   frames::Crc32 crc_;
   frames::Buf file_;  // a saved file's bytes
+  std::vector<std::string> words_;  // the request's words: the first words_n_ of them
+  size_t words_n_ = 0;
+  enum class Kind { other, shared, image } kind_ = Kind::other;
 
-  static bool parse_u32(const std::string &s, uint32_t &v) {
-    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+  static bool parse_u32(std::string_view s, uint32_t &v) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string_view::npos)
       return false;
-    v = static_cast<uint32_t>(std::strtoul(s.c_str(), nullptr, 10));
+    v = 0;
+    for (char ch : s) v = v * 10 + static_cast<uint32_t>(ch - '0');
     return true;
   }
 
@@ -136,6 +158,7 @@ class Handler {
   /// A frame encoded as `fmt` into the reply, or saved to `path` (non-empty) and named.
   bool image(frames::View view, uint32_t cam, uint32_t w, uint32_t h, const std::string &fmt,
              std::string path, frames::Buf &out, std::string &err) {
+    kind_ = Kind::image;
     const bool to_file = !path.empty();
     frames::Buf &dst = to_file ? file_ : out;
     file_.clear();
@@ -163,6 +186,7 @@ class Handler {
 
   bool shared(frames::View view, uint32_t cam, uint32_t w, uint32_t h, frames::Buf &out,
               std::string &err) {
+    kind_ = Kind::shared;
     if (!studio_.frame(view, cam, w, h, nullptr, err)) return false;
     out.append(studio_.descriptor(studio_.last()));
     return true;
@@ -180,9 +204,13 @@ class Handler {
          std::to_string(studio_.published()) + "\n";
     const std::pair<const char *, const frames::Cost *> costs[] = {
         {"Render", &studio_.render_cost},
+        {"Loan", &studio_.loan_cost},
+        {"Publish", &studio_.publish_cost},
         {"EncodeBmp", &bmp_cost},
         {"EncodePng", &png_cost},
-        {"EncodeNpy", &npy_cost}};
+        {"EncodeNpy", &npy_cost},
+        {"SharedRequest", &shared_request_cost},
+        {"ImageRequest", &image_request_cost}};
     for (const auto &[what, c] : costs) {
       std::snprintf(buf, sizeof buf, "%sMs: %.3f mean of %llu\n", what, c->mean_ms(),
                     static_cast<unsigned long long>(c->count));
@@ -192,38 +220,40 @@ class Handler {
   }
 
   /// Runs one command; false with `err` set (an "error ..." body) when it fails.
-  bool command(const std::vector<std::string> &words, frames::Buf &out, std::string &err) {
-    if (words.size() < 2 || words[0] != "vget") {
+  bool command(frames::Buf &out, std::string &err) {
+    const std::vector<std::string> &words = words_;
+    const size_t nwords = words_n_;
+    if (nwords < 2 || words[0] != "vget") {
       err = "error Can not find a handler for this request (this frame server answers vget "
             "only: vget /unrealcv/commands lists them)";
       return false;
     }
     const std::string &path = words[1];
-    if (path == "/unrealcv/status" && words.size() == 2) {
+    if (path == "/unrealcv/status" && nwords == 2) {
       out.append(status());
       return true;
     }
-    if (path == "/unrealcv/commands" && words.size() == 2) {
+    if (path == "/unrealcv/commands" && nwords == 2) {
       for (const char *c : kCommands) out.append(std::string(c) + "\n");
       return true;
     }
-    if (path == "/unrealcv/version" && words.size() == 2) {
+    if (path == "/unrealcv/version" && nwords == 2) {
       out.append(std::string("1.1.0 (shmring frame-server)"));
       return true;
     }
     // /camera/N/<what>
-    const std::string prefix = "/camera/";
+    constexpr std::string_view prefix = "/camera/";
     const size_t slash = path.find('/', prefix.size());
     uint32_t cam = 0;
     if (path.compare(0, prefix.size(), prefix) != 0 || slash == std::string::npos ||
-        !parse_u32(path.substr(prefix.size(), slash - prefix.size()), cam) || cam > 7) {
+        !parse_u32(std::string_view(path).substr(prefix.size(), slash - prefix.size()), cam) || cam > 7) {
       err = "error Can not find a handler for this request: " + path;
       return false;
     }
-    const std::string what = path.substr(slash + 1);
+    const std::string_view what = std::string_view(path).substr(slash + 1);
     const auto is_fmt = [](const std::string &f) { return f == "bmp" || f == "png" || f == "npy"; };
-    if (what == "lit" && words.size() <= 3) {
-      if (words.size() == 2) return image(frames::View::lit, cam, w_, h_, "png", "*", out, err);
+    if (what == "lit" && nwords <= 3) {
+      if (nwords == 2) return image(frames::View::lit, cam, w_, h_, "png", "*", out, err);
       const std::string &arg = words[2];
       if (is_fmt(arg)) return image(frames::View::lit, cam, w_, h_, arg, "", out, err);
       for (const char *ext : {".bmp", ".png", ".npy"}) {
@@ -233,15 +263,15 @@ class Handler {
       err = "error lit takes bmp, png, npy or a file name ending in one of them: " + arg;
       return false;
     }
-    if (what == "lit_shared" && words.size() == 2)
+    if (what == "lit_shared" && nwords == 2)
       return shared(frames::View::lit, cam, w_, h_, out, err);
     uint32_t pw = kPanoW, ph = kPanoH;
-    if (what == "panoramic" && words.size() == 5 && is_fmt(words[2]) &&
+    if (what == "panoramic" && nwords == 5 && is_fmt(words[2]) &&
         parse_u32(words[3], pw) && parse_u32(words[4], ph))
       return image(frames::View::panoramic, cam, pw, ph, words[2], "", out, err);
     if (what == "panoramic_shared" &&
-        (words.size() == 2 ||
-         (words.size() == 4 && parse_u32(words[2], pw) && parse_u32(words[3], ph))))
+        (nwords == 2 ||
+         (nwords == 4 && parse_u32(words[2], pw) && parse_u32(words[3], ph))))
       return shared(frames::View::panoramic, cam, pw, ph, out, err);
     err = "error Can not find a handler for this request (vget /unrealcv/commands lists the "
           "commands this frame server answers)";

@@ -3,7 +3,7 @@
 # libshmring.a (x86_64-pc-windows-gnu) and run under Wine. TCP on loopback (UnrealCV's
 # protocol), the ring through a named section: ucv-client checks a shared frame against the
 # server's checksum and the pattern, and a BMP received over TCP against the frame in the ring,
-# byte for byte.
+# byte for byte; render-check holds the renderer (its SSE2 stores) to its definition.
 #   bash examples/frame-server/wine.sh            (the toolchain: as ci/windows.sh installs it)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -30,6 +30,9 @@ x86_64-w64-mingw32-g++ -std=c++17 -O2 -Wall -Wextra -Werror -static -Iinclude \
   examples/frame-server/frame_server.cpp "$lib" "${syslibs[@]}" -o "$work/frame-server.exe"
 x86_64-w64-mingw32-gcc -std=c11 -O2 -Wall -Wextra -Werror -static -Iinclude \
   examples/frame-server/ucv_client.c "$lib" "${syslibs[@]}" -o "$work/ucv-client.exe"
+x86_64-w64-mingw32-g++ -std=c++17 -O2 -Wall -Wextra -Werror -static \
+  examples/frame-server/render_check.cpp -o "$work/render-check.exe"
+ci/wine/run.sh "$work/render-check.exe" | tr -d '\r'
 
 w=320 h=240
 ring="fs-wine-$$"

@@ -33,7 +33,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use ring_core::arena::{AllocError, Allocator as Core, MAX_OWNERS};
-use ring_os::Mapping;
+use ring_os::raw::Mapping;
 
 use crate::errors::Fail;
 use crate::export;

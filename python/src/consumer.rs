@@ -30,7 +30,10 @@ use pyo3::types::PyBytes;
 use ring_core::inspect::{consumer_info, producer_info};
 use ring_core::{DeliveryClass, Hold, ReadError};
 use ring_os::asyncio::ReadyWait;
-use ring_os::{ConsumerExt as _, Mapping, RecvError, RecvTimeoutError, ShmReadError, Subscriber};
+use ring_os::{
+    raw::{ConsumerExt as _, Mapping, ShmReadError},
+    RecvError, RecvTimeoutError, Subscriber,
+};
 
 use crate::aio::{Notifier, Waiters, BUSY, PENDING, READY};
 
@@ -334,12 +337,12 @@ impl Consumer {
 impl Consumer {
     /// Maps the spill segment of the message in `slot`, if it is a spilled one: the segment
     /// and its name. Only a spill name of this very queue is opened (see `spill`).
-    fn open_spill(&self, slot: &[u8]) -> Result<Option<(ring_os::Segment, String)>, Fail> {
+    fn open_spill(&self, slot: &[u8]) -> Result<Option<(ring_os::raw::Segment, String)>, Fail> {
         let Some((len, name)) = q::spill_of(slot)? else {
             return Ok(None);
         };
         let ours = match self.mapping.segment().kind() {
-            ring_os::SegmentKind::Named(q) => crate::spill::is_spill_of(name, q.as_str()),
+            ring_os::raw::SegmentKind::Named(q) => crate::spill::is_spill_of(name, q.as_str()),
             _ => false,
         };
         if !ours {
@@ -363,7 +366,7 @@ impl Consumer {
             .mapping
             .participants()
             .iter()
-            .filter(|p| matches!(p.role, ring_os::lock::Role::Consumer(_)))
+            .filter(|p| matches!(p.role, ring_os::raw::lock::Role::Consumer(_)))
             .count();
         if readers <= 1 {
             crate::spill::remove(name);
@@ -553,7 +556,7 @@ impl Consumer {
                 out.push(obj);
             }
         }
-        let faults = ring_os::sigbus::repaired_faults();
+        let faults = ring_os::raw::sigbus::repaired_faults();
         let copy = move || {
             for (src, dst, len) in jobs {
                 // SAFETY: `src..src + len` lies in the held slot or its allocation (`parse`),
@@ -588,7 +591,7 @@ impl Consumer {
         let mut turn = self.turn(py, end, |_| Ok(()))?;
         loop {
             self.wait_message(py, end, &mut turn)?;
-            let faults = ring_os::sigbus::repaired_faults();
+            let faults = ring_os::raw::sigbus::repaired_faults();
             // The message is there: pin it without waiting, and copy it with the GIL held.
             let out = match turn.held()?.sub.recv_pinned_timeout(Duration::ZERO) {
                 Ok(pin) => {
@@ -623,7 +626,7 @@ impl Consumer {
         let end = deadline(timeout)?;
         let mut turn = self.turn(py, end, |_| Ok(()))?;
         let pins = &self.pins;
-        let faults = ring_os::sigbus::repaired_faults();
+        let faults = ring_os::raw::sigbus::repaired_faults();
         // Waits, pins and copies in one go, the GIL released throughout.
         let got = sliced(py, end, &mut turn.lease, |lease, slice| {
             lease.check_open()?;
@@ -847,7 +850,7 @@ impl Consumer {
 /// `Truncated` when a peer shrank the segment under a copy made since `faults` was read
 /// (the SIGBUS guard replaced the missing pages, so the copy holds zeros, not the message).
 fn truncated_since(faults: u64) -> PyResult<()> {
-    if ring_os::sigbus::repaired_faults() != faults {
+    if ring_os::raw::sigbus::repaired_faults() != faults {
         return Err(Fail::new(
             "Truncated",
             "the segment was truncated while the message was copied",

@@ -66,7 +66,7 @@ pub(crate) fn read(e: ReadError) -> Fail {
         }
         ReadError::Lagging => "Lagging",
         ReadError::BufferTooSmall { .. } => "TooLarge",
-        ReadError::Corrupt(why) if why == ring_os::TRUNCATED => "Truncated",
+        ReadError::Corrupt(why) if why == ring_os::raw::TRUNCATED => "Truncated",
         ReadError::Corrupt(_) => "Corrupt",
         ReadError::Evicted => "Evicted",
         ReadError::Timeout => "Timeout",
@@ -91,7 +91,7 @@ pub(crate) fn claim(e: ClaimError) -> Fail {
     let kind = match e {
         ClaimError::Full { .. } | ClaimError::Pinned { .. } => "Full",
         ClaimError::Closed => "Closed",
-        ClaimError::Corrupt(why) if why == ring_os::TRUNCATED => "Truncated",
+        ClaimError::Corrupt(why) if why == ring_os::raw::TRUNCATED => "Truncated",
         ClaimError::Corrupt(_) => "Corrupt",
         ClaimError::Displaced { .. } => "Displaced",
         ClaimError::TooLarge { .. } => "TooLarge",

@@ -21,7 +21,10 @@ use pyo3::exceptions::PyTypeError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::Memory as _;
-use ring_os::{Loan, Mapping, ProducerExt as _, Publisher, SendTimeoutError};
+use ring_os::{
+    raw::{Mapping, ProducerExt as _},
+    Loan, Publisher, SendTimeoutError,
+};
 use std::time::Instant;
 
 use crate::errors::{self, exported_fail, Fail};

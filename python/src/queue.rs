@@ -20,7 +20,7 @@
 //!
 //! # Allocation lifetime
 //!
-//! As in `ring_os::alloc`: the allocation belongs to the producer (owner
+//! As in `ring_os::raw::alloc`: the allocation belongs to the producer (owner
 //! [`PRODUCER_ALLOC_OWNER`]) and is freed when its slot is claimed for a later message — a claim
 //! succeeds only when no reader pins the slot and no gating consumer still needs it — so a
 //! receiver that dies cannot leak it. A producer that takes over frees what a dead one
@@ -46,8 +46,8 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::arena::{AllocError, Allocation, Allocator};
 use ring_core::Memory as _;
-use ring_os::alloc::PRODUCER_ALLOC_OWNER;
-use ring_os::Mapping;
+use ring_os::raw::alloc::PRODUCER_ALLOC_OWNER;
+use ring_os::raw::Mapping;
 
 use crate::consumer::Consumer;
 use crate::errors::Fail;
@@ -265,7 +265,7 @@ impl SendState {
             max_alloc = a.bytes() / (slots.min(8) + 1) / ALIGN * ALIGN;
         }
         let name = match mapping.segment().kind() {
-            ring_os::SegmentKind::Named(n) => Some(n.as_str().to_owned()),
+            ring_os::raw::SegmentKind::Named(n) => Some(n.as_str().to_owned()),
             _ => None,
         };
         Ok(Self {
@@ -483,7 +483,7 @@ pub(crate) struct Part {
     pub(crate) len: usize,
     /// A spilled message's segment, mapped while any of its parts lives (only kept, never
     /// read: `addr` points into it).
-    pub(crate) _spill: Option<Arc<ring_os::Segment>>,
+    pub(crate) _spill: Option<Arc<ring_os::raw::Segment>>,
 }
 
 impl Drop for Part {

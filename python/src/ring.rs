@@ -7,9 +7,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{DeliveryClass, Memory as _, OwnerId};
-use ring_os::lock::Role;
-use ring_os::owner::Liveness;
-use ring_os::Mapping;
+use ring_os::raw::lock::Role;
+use ring_os::raw::owner::Liveness;
+use ring_os::raw::Mapping;
 
 use crate::consumer::Consumer;
 use crate::errors::{os_err, Fail};
@@ -32,7 +32,7 @@ pub(crate) struct Ring {
 
 /// What serves a memfd ring's descriptor (nothing on Windows: no descriptor passing there).
 #[cfg(unix)]
-type Server = ring_os::rendezvous::Server;
+type Server = ring_os::raw::rendezvous::Server;
 /// What serves a memfd ring's descriptor (nothing on Windows: no descriptor passing there).
 #[cfg(windows)]
 type Server = ();
@@ -138,9 +138,11 @@ impl Ring {
     }
 
     fn connect_unix(py: Python<'_>, name: &str, timeout: f64) -> PyResult<Self> {
-        let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
-        let place =
-            ring_os::rendezvous::Rendezvous::new(&seg, ring_os::rendezvous::SocketPlace::Abstract);
+        let seg = ring_os::raw::SegmentName::new(name).map_err(os_err)?;
+        let place = ring_os::raw::rendezvous::Rendezvous::new(
+            &seg,
+            ring_os::raw::rendezvous::SocketPlace::Abstract,
+        );
         let end = deadline(Some(timeout))?;
         let found = sliced(py, end, &mut (), |(), slice| match place.connect(slice) {
             Ok(m) => Ok(Some(m)),
@@ -245,10 +247,10 @@ impl Ring {
         #[cfg(unix)]
         let server = match serve {
             Some(name) => {
-                let seg = ring_os::SegmentName::new(name).map_err(os_err)?;
-                let place = ring_os::rendezvous::Rendezvous::new(
+                let seg = ring_os::raw::SegmentName::new(name).map_err(os_err)?;
+                let place = ring_os::raw::rendezvous::Rendezvous::new(
                     &seg,
-                    ring_os::rendezvous::SocketPlace::Abstract,
+                    ring_os::raw::rendezvous::SocketPlace::Abstract,
                 );
                 Some(place.serve(ring.mapping()).map_err(os_err)?)
             }
@@ -304,8 +306,8 @@ impl Ring {
     #[getter]
     fn kind(&self) -> &'static str {
         match self.mapping.segment().kind() {
-            ring_os::SegmentKind::Memfd => "memfd",
-            ring_os::SegmentKind::File(_) => "file",
+            ring_os::raw::SegmentKind::Memfd => "memfd",
+            ring_os::raw::SegmentKind::File(_) => "file",
             _ => "named",
         }
     }
@@ -483,7 +485,7 @@ impl Ring {
             };
             let d = PyDict::new(py);
             d.set_item("id", id)?;
-            d.set_item("pid", ring_os::owner::pid_of(nz))?;
+            d.set_item("pid", ring_os::raw::owner::pid_of(nz))?;
             d.set_item("alive", seg.probe(role) == Liveness::Alive)?;
             Ok(Some(d))
         };

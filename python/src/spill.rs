@@ -23,7 +23,7 @@
 
 use std::hash::{BuildHasher as _, Hasher as _};
 
-use ring_os::{CreateOptions, Segment, SegmentName, SizeCheck};
+use ring_os::raw::{CreateOptions, Segment, SegmentName, SizeCheck};
 
 use crate::errors::Fail;
 
@@ -41,12 +41,12 @@ pub(crate) fn name(queue: &str, seq: u64) -> String {
 /// Whether `name` is a spill name of queue `queue` (see [`name`]; the rule is ring-os's, which
 /// `ringctl list`/`clean` share).
 pub(crate) fn is_spill_of(name: &str, queue: &str) -> bool {
-    ring_os::stale::is_spill_of(name, queue)
+    ring_os::raw::stale::is_spill_of(name, queue)
 }
 
 /// The queue a spill name belongs to (the part before `.s`), if it is one.
 pub(crate) fn queue_of(name: &str) -> Option<&str> {
-    ring_os::stale::spill_queue(name)
+    ring_os::raw::stale::spill_queue(name)
 }
 
 /// The record's length for `name` (rounded to 8 bytes).
@@ -75,7 +75,7 @@ pub(crate) fn read_record(bytes: &[u8]) -> Result<(u64, &str, usize), Fail> {
     let len = word(0);
     let n = usize::try_from(word(8))
         .ok()
-        .filter(|&n| n <= ring_os::MAX_NAME_LEN && RECORD_HEAD + n <= bytes.len())
+        .filter(|&n| n <= ring_os::raw::MAX_NAME_LEN && RECORD_HEAD + n <= bytes.len())
         .ok_or_else(|| corrupt("name length"))?;
     let name = core::str::from_utf8(&bytes[RECORD_HEAD..RECORD_HEAD + n])
         .map_err(|_| corrupt("name is not UTF-8"))?;

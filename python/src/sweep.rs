@@ -49,7 +49,7 @@ pub(crate) fn _sweep_stale_queues(py: Python<'_>, budget: f64) -> (Vec<String>, 
 /// The sweep itself (Unix: named segments live in `/dev/shm`).
 #[cfg(unix)]
 fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
-    use ring_os::stale;
+    use ring_os::raw::stale;
     let end = std::time::Instant::now() + budget;
     let listed = match stale::list() {
         Ok(l) => l,
@@ -63,7 +63,7 @@ fn sweep(budget: core::time::Duration) -> (Vec<String>, Option<String>) {
         .collect();
     let spills: Vec<String> = listed
         .iter()
-        .filter(|i| i.locks == ring_os::lock::Liveness::Dead)
+        .filter(|i| i.locks == ring_os::raw::lock::Liveness::Dead)
         .filter_map(|i| {
             let q = crate::spill::queue_of(i.name.as_str())?;
             is_queue_name(q).then(|| i.name.as_str().to_owned())
@@ -115,14 +115,15 @@ pub(crate) fn _remove_idle_spills(py: Python<'_>, name: &str) -> Vec<String> {
 /// locks; the creator's does not count).
 #[cfg(unix)]
 fn queue_is_idle(name: &str) -> bool {
-    use ring_os::lock::{Liveness, Role};
-    let Ok(seg_name) = ring_os::SegmentName::new(name) else {
+    use ring_os::raw::lock::{Liveness, Role};
+    let Ok(seg_name) = ring_os::raw::SegmentName::new(name) else {
         return false;
     };
-    let Ok(seg) = ring_os::Segment::open_named(&seg_name, ring_os::SizeCheck::AtLeast(1)) else {
+    let Ok(seg) = ring_os::raw::Segment::open_named(&seg_name, ring_os::raw::SizeCheck::AtLeast(1))
+    else {
         return false;
     };
-    ring_os::stale::ring_participants(&seg).is_ok_and(|ps| {
+    ring_os::raw::stale::ring_participants(&seg).is_ok_and(|ps| {
         ps.iter()
             .all(|p| p.role == Role::Creator || p.liveness == Liveness::Dead)
     })
@@ -137,12 +138,12 @@ fn queue_is_idle(_name: &str) -> bool {
 /// The spill names of queue `queue` in `/dev/shm`.
 #[cfg(unix)]
 fn spills_in_dir(queue: &str) -> Vec<String> {
-    let Ok(dir) = std::fs::read_dir(ring_os::stale::SHM_DIR) else {
+    let Ok(dir) = std::fs::read_dir(ring_os::raw::stale::SHM_DIR) else {
         return Vec::new();
     };
     dir.filter_map(|e| {
         let file = e.ok()?.file_name();
-        let name = file.to_str()?.strip_prefix(ring_os::NAME_PREFIX)?;
+        let name = file.to_str()?.strip_prefix(ring_os::raw::NAME_PREFIX)?;
         crate::spill::is_spill_of(name, queue).then(|| name.to_owned())
     })
     .collect()
@@ -164,10 +165,11 @@ fn remove_unheld(_name: &str) -> bool {
 /// all, as `stale::clean_listed` does); whether it did.
 #[cfg(unix)]
 fn remove_unheld(name: &str) -> bool {
-    let Ok(seg_name) = ring_os::SegmentName::new(name) else {
+    let Ok(seg_name) = ring_os::raw::SegmentName::new(name) else {
         return false;
     };
-    let Ok(seg) = ring_os::Segment::open_named(&seg_name, ring_os::SizeCheck::AtLeast(1)) else {
+    let Ok(seg) = ring_os::raw::Segment::open_named(&seg_name, ring_os::raw::SizeCheck::AtLeast(1))
+    else {
         return false;
     };
     match seg.lock_all_roles() {

@@ -41,7 +41,7 @@ fn create(test: &str, slots: u32, consumers: u32) -> (Ring, String) {
 }
 
 fn producer(ring: &Ring, delay_us: u64, kind: ExportKind) -> Producer {
-    let owner = ring_os::owner::current().unwrap();
+    let owner = ring_os::raw::owner::current().unwrap();
     let dev = Arc::new(device(delay_us));
     DeviceProducer::with_export(dev, Arc::clone(ring), Arc::clone(ring), owner, LEN, kind).unwrap()
 }
@@ -64,7 +64,7 @@ fn consumer() -> Consumer {
         Arc::clone(&ring),
         ring,
         DeliveryClass::Gating,
-        ring_os::owner::current().unwrap(),
+        ring_os::raw::owner::current().unwrap(),
         T,
     )
     .unwrap();
@@ -649,7 +649,7 @@ fn no_producer_is_not_ready_within_the_timeout() {
         Arc::clone(&ring),
         Arc::clone(&ring),
         DeliveryClass::LatestOnly,
-        ring_os::owner::current().unwrap(),
+        ring_os::raw::owner::current().unwrap(),
         Duration::from_millis(50),
     );
     assert!(matches!(r, Err(RingError::NotReady)), "{r:?}");
@@ -665,7 +665,7 @@ fn a_second_producer_is_refused_while_the_first_lives() {
         Arc::new(EmulatedDevice::new()),
         Arc::clone(&ring),
         Arc::clone(&ring),
-        ring_os::owner::current().unwrap(),
+        ring_os::raw::owner::current().unwrap(),
         LEN,
     );
     assert!(

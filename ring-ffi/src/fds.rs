@@ -5,8 +5,8 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 
 use ring_os::prelude::*;
-use ring_os::rendezvous::{Rendezvous, SocketPlace};
-use ring_os::SegmentName;
+use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
+use ring_os::raw::SegmentName;
 
 use crate::args::{millis, put, text};
 use crate::handles::{new_ring, shmring_ring};

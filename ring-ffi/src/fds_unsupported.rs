@@ -3,7 +3,7 @@
 
 use core::ffi::{c_char, c_int};
 
-use ring_os::SegmentName;
+use ring_os::raw::SegmentName;
 
 use crate::handles::shmring_ring;
 use crate::status::{fail, Fail, Res};

@@ -8,8 +8,8 @@ use std::sync::Mutex;
 use ring_core::{Pinned, WriteSlot};
 use ring_os::prelude::*;
 #[cfg(unix)]
-use ring_os::rendezvous::Server;
-use ring_os::Mapping;
+use ring_os::raw::rendezvous::Server;
+use ring_os::raw::Mapping;
 
 use crate::status::{fail, Res};
 use crate::{SHMRING_E_BUSY, SHMRING_E_INVALID_ARGUMENT};

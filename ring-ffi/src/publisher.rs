@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use ring_core::{ClaimError, Memory as _, WriteSlot};
 use ring_os::prelude::*;
-use ring_os::{Mapping, ProducerExt as _, TRUNCATED};
+use ring_os::raw::{Mapping, ProducerExt as _, TRUNCATED};
 
 use crate::args::{arg, arg_mut, bytes, free_handle, millis, out_handle, put, text};
 use crate::handles::{shmring_loan, shmring_publisher, shmring_ring, Lender};

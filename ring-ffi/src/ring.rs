@@ -4,7 +4,7 @@ use core::ffi::{c_char, c_int};
 
 use ring_core::Memory as _;
 use ring_os::prelude::*;
-use ring_os::SegmentName;
+use ring_os::raw::SegmentName;
 
 use crate::args::{arg, arg_mut, free_handle, millis, out_handle, put, text};
 use crate::fds;

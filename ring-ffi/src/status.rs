@@ -9,7 +9,7 @@ use std::panic::catch_unwind;
 
 use ring_core::{ClaimError, ReadError};
 use ring_os::prelude::*;
-use ring_os::TRUNCATED;
+use ring_os::raw::TRUNCATED;
 
 use crate::{
     SHMRING_E_ABORTED, SHMRING_E_BUFFER_TOO_SMALL, SHMRING_E_BUSY, SHMRING_E_CLOSED,

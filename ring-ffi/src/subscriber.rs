@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use ring_core::{Copied, DeliveryClass, Pinned};
 use ring_os::prelude::*;
-use ring_os::Mapping;
+use ring_os::raw::Mapping;
 
 use crate::args::{arg, arg_mut, free_handle, millis, out_handle, put, text};
 use crate::handles::{shmring_pinned, shmring_ring, shmring_subscriber, Lender};

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Output, Stdio};
 use std::sync::OnceLock;
 
 use ring_os::prelude::*;
-use ring_os::ProducerExt as _;
+use ring_os::raw::ProducerExt as _;
 
 /// `target/debug` (or the profile's directory): the test binary lives in its `deps/`.
 fn target_dir() -> PathBuf {
@@ -406,13 +406,13 @@ fn a_c_subscriber_learns_the_abort_code_of_a_rust_publisher() {
 
 #[test]
 fn a_memfd_ring_served_by_c_reaches_rust() {
-    use ring_os::rendezvous::{Rendezvous, SocketPlace};
+    use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
     for (i, peer) in all_peers().into_iter().enumerate() {
         let name = name(&format!("memfd{i}"));
         let (child, mut out) = spawn(peer, &["memfd", &name, "100"]);
         assert_eq!(line(&mut out), "serving");
         let place = Rendezvous::new(
-            &ring_os::SegmentName::new(&name).unwrap(),
+            &ring_os::raw::SegmentName::new(&name).unwrap(),
             SocketPlace::Abstract,
         );
         let mapping = place.connect(Duration::from_secs(10)).expect("connect");

@@ -10,7 +10,7 @@ use std::io;
 #[derive(Debug)]
 #[non_exhaustive]
 pub enum Error {
-    /// A segment name broke one of the naming rules (see [`SegmentName`](crate::SegmentName)).
+    /// A segment name broke one of the naming rules (see [`SegmentName`](crate::raw::SegmentName)).
     InvalidName {
         /// The name as given.
         name: String,
@@ -133,7 +133,7 @@ pub enum Error {
         /// Its owner id.
         owner: u64,
     },
-    /// A role lock (the kernel-held liveness lock, see [`lock`](crate::lock)) could not be taken
+    /// A role lock (the kernel-held liveness lock, see [`lock`](crate::raw::lock)) could not be taken
     /// or checked: the file system or platform may not support OFD locks.
     Lock {
         /// Which role (`"producer"`, `"consumer 3"`, ...).
@@ -363,7 +363,7 @@ impl std::error::Error for Error {
     }
 }
 
-/// Why a blocking read ([`ConsumerExt`](crate::ConsumerExt)) returned no message: one of
+/// Why a blocking read ([`ConsumerExt`](crate::raw::ConsumerExt)) returned no message: one of
 /// ring-core's reasons, or the one only the OS can tell (the producer's role lock is free).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ShmReadError {

@@ -49,7 +49,7 @@ fn a_hundred_waiting_subscribers_use_at_most_two_extra_threads() {
         // Five liveness periods with nothing published: the reactor checks the publishers
         // itself, so no subscriber is woken (a wake-up per subscriber and period otherwise).
         let woken = ring_os::asyncio::wakeups();
-        std::thread::sleep(5 * ring_os::LIVENESS_PERIOD);
+        std::thread::sleep(5 * ring_os::raw::LIVENESS_PERIOD);
         assert_eq!(
             ring_os::asyncio::wakeups() - woken,
             0,

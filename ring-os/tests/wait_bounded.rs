@@ -4,7 +4,7 @@
 
 use core::time::Duration;
 use ring_core::{AtomicU32, WaitStrategy};
-use ring_os::FutexWait;
+use ring_os::raw::FutexWait;
 
 #[test]
 fn a_changed_word_does_not_outlive_the_deadline() {

@@ -15,7 +15,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ring_core::ClaimError;
 use ring_os::prelude::{Publisher, Ring};
-use ring_os::ProducerExt as _;
+use ring_os::raw::ProducerExt as _;
 use zenoh::sample::Sample;
 use zenoh::Wait as _;
 

@@ -7,7 +7,7 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ring_core::{DeliveryClass, ReadError};
 use ring_os::prelude::{Ring, Subscriber};
-use ring_os::{ConsumerExt as _, ShmReadError};
+use ring_os::raw::{ConsumerExt as _, ShmReadError};
 use zenoh::Wait as _;
 
 use crate::error::zenoh;

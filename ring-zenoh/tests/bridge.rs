@@ -10,7 +10,7 @@ use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use ring_os::prelude::*;
-use ring_os::ProducerExt as _;
+use ring_os::raw::ProducerExt as _;
 use ring_zenoh::wire::{Header, WireError};
 use ring_zenoh::zenoh::Wait as _;
 use ring_zenoh::{BridgeIn, BridgeOut, End, InStats, ZenohOptions};

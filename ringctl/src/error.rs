@@ -22,7 +22,7 @@ pub enum CliError {
     /// Claiming a slot failed for good.
     Claim(ring_core::ClaimError),
     /// A read failed for good (ring-core's reason, or the producer's process died).
-    Read(ring_os::ShmReadError),
+    Read(ring_os::raw::ShmReadError),
     /// The segment's allocator region is not valid.
     Alloc(ring_core::arena::AllocError),
     /// A command-line value was refused (the message says which and why).
@@ -101,8 +101,8 @@ impl From<ring_core::ReadError> for CliError {
     }
 }
 
-impl From<ring_os::ShmReadError> for CliError {
-    fn from(e: ring_os::ShmReadError) -> Self {
+impl From<ring_os::raw::ShmReadError> for CliError {
+    fn from(e: ring_os::raw::ShmReadError) -> Self {
         Self::Read(e)
     }
 }

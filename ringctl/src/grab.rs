@@ -6,7 +6,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
-use ring_os::{ConsumerExt as _, ShmReadError, ShmRing};
+use ring_os::raw::{ConsumerExt as _, ShmReadError, ShmRing};
 
 use crate::cli::{GrabArgs, GrabRequest};
 use crate::error::{CliError, Result};

@@ -8,7 +8,7 @@ use std::time::Duration;
 use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{DeliveryClass, Memory, OwnerId};
-use ring_os::lock::Role;
+use ring_os::raw::lock::Role;
 use serde::Serialize;
 
 use crate::cli::InspectArgs;
@@ -28,7 +28,7 @@ pub struct Owner {
     pub pid: u32,
     /// Whether a process holds the role's lock (the kernel's word, valid across pid namespaces).
     pub alive: bool,
-    /// Where `pid` names that process (`ring_os::owner::PidPlace`): "here", "another pid
+    /// Where `pid` names that process (`ring_os::raw::owner::PidPlace`): "here", "another pid
     /// namespace", "gone" or "unknown".
     pub pid_namespace: &'static str,
 }
@@ -40,16 +40,16 @@ impl Owner {
         let alive = ring::alive(ring, role, id).unwrap_or(false);
         Some(Self {
             id,
-            pid: ring_os::owner::pid_of(nz),
+            pid: ring_os::raw::owner::pid_of(nz),
             alive,
-            pid_namespace: ring_os::owner::pid_place(nz, alive).as_str(),
+            pid_namespace: ring_os::raw::owner::pid_place(nz, alive).as_str(),
         })
     }
 
     /// `pid N`, or `pid N in another pid namespace` (a pid the viewer cannot use).
     fn pid_text(&self) -> String {
         match OwnerId::new(self.id) {
-            Some(id) => ring_os::owner::shown_pid(id, self.alive),
+            Some(id) => ring_os::raw::owner::shown_pid(id, self.alive),
             None => format!("pid {}", self.pid),
         }
     }
@@ -306,7 +306,7 @@ fn render(v: &View) -> String {
         );
         for c in &v.consumers {
             let (pid, alive) = c.owner.as_ref().map_or(("-".to_owned(), "-"), |w| {
-                let other = ring_os::owner::PidPlace::OtherNamespace.as_str();
+                let other = ring_os::raw::owner::PidPlace::OtherNamespace.as_str();
                 let pid = if w.pid_namespace == other {
                     format!("{} (other pid ns)", w.pid)
                 } else {

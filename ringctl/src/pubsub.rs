@@ -4,7 +4,7 @@ use std::io::{BufWriter, ErrorKind, Read, Write};
 use std::time::{Duration, Instant};
 
 use ring_core::{ClaimError, Config, Memory, ReadError, MAX_SLOT_CAPACITY};
-use ring_os::{ConsumerExt as _, ProducerExt as _, ShmReadError, ShmRing};
+use ring_os::raw::{ConsumerExt as _, ProducerExt as _, ShmReadError, ShmRing};
 
 use crate::cli::{PubArgs, SubArgs};
 use crate::error::{CliError, Result};
@@ -88,7 +88,8 @@ pub fn publish(args: &PubArgs) -> Result<bool> {
         {
             let name = ring::segment_name(&args.name)?;
             let rdv = ring::rendezvous(&name, args.socket_dir.as_deref());
-            let (ring, server) = rdv.create(&config_of(args)?, ring_os::CreateOptions::new())?;
+            let (ring, server) =
+                rdv.create(&config_of(args)?, ring_os::raw::CreateOptions::new())?;
             (ring, false, Some(server))
         }
     } else {
@@ -142,7 +143,7 @@ fn report_lost_readers(lost: &ring_core::LostReaders) -> bool {
             ring_core::DeliveryClass::SkipOnLag => "skip-on-lag",
         });
         let owner = ring_core::OwnerId::new(l.reclaimed.owner)
-            .map_or_else(|| "no owner".to_owned(), ring_os::owner::describe);
+            .map_or_else(|| "no owner".to_owned(), ring_os::raw::owner::describe);
         format!("{class} reader in entry {} ({owner})", l.reclaimed.index)
     };
     match &lost.first_gating_unread {
@@ -175,7 +176,7 @@ fn report_lost_readers(lost: &ring_core::LostReaders) -> bool {
 fn stream(
     args: &PubArgs,
     ring: &Ring,
-    producer: &mut ring_os::ShmProducer,
+    producer: &mut ring_os::raw::ShmProducer,
     timeout: Duration,
 ) -> Result<()> {
     let frame = args.frame_size.bytes;
@@ -227,13 +228,13 @@ fn fill(input: &mut impl Read, buf: &mut [u8]) -> Result<usize> {
 /// `ready` handshake): a consumer half way through registering is not counted, so a gating
 /// consumer receives every message published after this returns.
 fn wait_for_consumers(
-    producer: &mut ring_os::ShmProducer,
+    producer: &mut ring_os::raw::ShmProducer,
     ring: &Ring,
     n: u32,
     timeout: Duration,
 ) -> Result<()> {
     let n = n as usize;
-    if producer.wait_for_consumers(n, &mut ring_os::FutexWait::new(timeout)) {
+    if producer.wait_for_consumers(n, &mut ring_os::raw::FutexWait::new(timeout)) {
         return Ok(());
     }
     Err(CliError::Timeout(format!(
@@ -264,10 +265,10 @@ impl Stop {
 
 /// Joins `group`, waiting up to `timeout` for the publisher to create it.
 fn join_group_wait(
-    ring: &std::sync::Arc<ring_os::Mapping>,
+    ring: &std::sync::Arc<ring_os::raw::Mapping>,
     group: &str,
     timeout: Duration,
-) -> Result<ring_os::ShmConsumer> {
+) -> Result<ring_os::raw::ShmConsumer> {
     let deadline = std::time::Instant::now() + timeout;
     loop {
         match ShmRing::group_member(ring, group) {

@@ -5,16 +5,16 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ring_core::{AttachError, Config, Memory as _};
-use ring_os::lock::{Liveness, Role};
+use ring_os::raw::lock::{Liveness, Role};
 #[cfg(unix)]
-pub use ring_os::rendezvous::Server;
+pub use ring_os::raw::rendezvous::Server;
 #[cfg(unix)]
-use ring_os::rendezvous::{Rendezvous, SocketPlace};
+use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
 
 /// Windows: no rendezvous server (memfd rings are Unix-only), so nothing to hold.
 #[cfg(windows)]
 pub type Server = ();
-use ring_os::{CreateOptions, Mapping, SegmentKind, SegmentName, ShmRing};
+use ring_os::raw::{CreateOptions, Mapping, SegmentKind, SegmentName, ShmRing};
 
 use crate::error::{CliError, Result};
 
@@ -26,7 +26,7 @@ pub fn segment_name(name: &str) -> Result<SegmentName> {
     Ok(SegmentName::new(name)?)
 }
 
-/// Whether a process holds `role`'s lock on the ring (the kernel's word, see `ring_os::lock`);
+/// Whether a process holds `role`'s lock on the ring (the kernel's word, see `ring_os::raw::lock`);
 /// `None` when the header records no owner for it (`owner` 0).
 pub fn alive(ring: &Ring, role: Role, owner: u64) -> Option<bool> {
     (owner != 0).then(|| ring.segment().probe(role) == Liveness::Alive)

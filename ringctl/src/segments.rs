@@ -1,6 +1,6 @@
 //! `ringctl list` and `ringctl clean`: our rings in /dev/shm and their owners' liveness, and
 //! the Python queue's spill segments (`<queue>.s<seq>-<16 hex>`, a message too large for its
-//! ring; see `ring_os::stale::spill_queue`), judged by their queue's ring.
+//! ring; see `ring_os::raw::stale::spill_queue`), judged by their queue's ring.
 //!
 //! A file with a spill's name is classified by that name, whatever its bytes: it is removed
 //! only when its queue's ring is gone or no process holds any role lock of it, and no process
@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use ring_os::owner::Liveness;
-use ring_os::stale::{self, Owners, SegmentInfo, SHM_DIR};
+use ring_os::raw::owner::Liveness;
+use ring_os::raw::stale::{self, Owners, SegmentInfo, SHM_DIR};
 use serde::Serialize;
 
 use crate::cli::{CleanArgs, ListArgs};
@@ -26,7 +26,7 @@ struct Listed {
     bytes: u64,
     /// "ring", or "spill" (a Python queue's message in a segment of its own).
     kind: &'static str,
-    /// A ring: `ring_os::stale::SegmentInfo::status` ("live", "stale", "creating", "abandoned",
+    /// A ring: `ring_os::raw::stale::SegmentInfo::status` ("live", "stale", "creating", "abandoned",
     /// "unreadable"). A spill: "orphaned" (its queue is gone or all its owners are dead, and
     /// no process holds the spill: `clean` removes it) or "in use".
     status: &'static str,
@@ -77,7 +77,7 @@ fn spill_of<'a>(info: &'a SegmentInfo, all: &[SegmentInfo]) -> Option<(&'a str, 
     let queue = stale::spill_queue(info.name.as_str())?;
     let state = match all.iter().find(|i| i.name.as_str() == queue) {
         None => QueueState::Missing,
-        Some(q) if q.locks == ring_os::lock::Liveness::Dead => QueueState::Dead,
+        Some(q) if q.locks == ring_os::raw::lock::Liveness::Dead => QueueState::Dead,
         Some(_) => QueueState::Live,
     };
     Some((queue, state))
@@ -85,7 +85,7 @@ fn spill_of<'a>(info: &'a SegmentInfo, all: &[SegmentInfo]) -> Option<(&'a str, 
 
 /// Whether `clean` removes spill `info` whose queue is in `state` (re-checked at removal).
 fn spill_orphaned(info: &SegmentInfo, state: QueueState) -> bool {
-    state != QueueState::Live && info.locks == ring_os::lock::Liveness::Dead
+    state != QueueState::Live && info.locks == ring_os::raw::lock::Liveness::Dead
 }
 
 /// One participant of a listed ring: its role, the pid recorded for it (diagnostic) and whether
@@ -95,7 +95,7 @@ struct ListedOwner {
     role: String,
     /// The pid recorded in the owner id (usable only where `pid_namespace` is "here").
     pid: u32,
-    /// `ring_os::owner::PidPlace`: "here", "another pid namespace", "gone", "unknown".
+    /// `ring_os::raw::owner::PidPlace`: "here", "another pid namespace", "gone", "unknown".
     pid_namespace: &'static str,
     alive: bool,
 }
@@ -115,7 +115,7 @@ fn listed(info: &SegmentInfo, all: &[SegmentInfo]) -> Listed {
             kind: "spill",
             status: if orphaned { "orphaned" } else { "in use" },
             owners: Vec::new(),
-            note: (info.locks == ring_os::lock::Liveness::Alive)
+            note: (info.locks == ring_os::raw::lock::Liveness::Alive)
                 .then(|| "a process holds it (being written)".to_owned()),
             queue: Some(queue.to_owned()),
             queue_status: Some(state.as_str()),
@@ -131,9 +131,9 @@ fn listed(info: &SegmentInfo, all: &[SegmentInfo]) -> Listed {
                     let id = ring_core::OwnerId::new(p.owner);
                     ListedOwner {
                         role: p.role.to_string(),
-                        pid: id.map_or(0, ring_os::owner::pid_of),
+                        pid: id.map_or(0, ring_os::raw::owner::pid_of),
                         pid_namespace: id.map_or("unknown", |id| {
-                            ring_os::owner::pid_place(id, alive).as_str()
+                            ring_os::raw::owner::pid_place(id, alive).as_str()
                         }),
                         alive,
                     }
@@ -186,7 +186,7 @@ pub fn list(args: &ListArgs) -> Result<()> {
                 .iter()
                 .map(|o| {
                     let state = if o.alive { "alive" } else { "dead" };
-                    let other = ring_os::owner::PidPlace::OtherNamespace.as_str();
+                    let other = ring_os::raw::owner::PidPlace::OtherNamespace.as_str();
                     let elsewhere = if o.pid_namespace == other {
                         " in another pid namespace"
                     } else {

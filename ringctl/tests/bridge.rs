@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::ReadError;
 use ring_os::prelude::*;
-use ring_os::{ConsumerExt as _, ProducerExt as _, ShmReadError};
+use ring_os::raw::{ConsumerExt as _, ProducerExt as _, ShmReadError};
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_ringctl");

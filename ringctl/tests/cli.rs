@@ -565,11 +565,11 @@ fn list_inspect_and_clean_report_half_created_zero_length_truncated_and_foreign_
     write(&half, &[0; 8192]);
     write(&foreign, &[0xA5; 8192]);
     // A valid ring cut to a third of its size by a peer.
-    let name = ring_os::SegmentName::new(&trunc).expect("name");
-    let ring = ring_os::ShmRing::create_named(
+    let name = ring_os::raw::SegmentName::new(&trunc).expect("name");
+    let ring = ring_os::raw::ShmRing::create_named(
         &name,
         &ring_core::Config::new(8, 1024),
-        ring_os::CreateOptions::new(),
+        ring_os::raw::CreateOptions::new(),
     )
     .expect("create");
     let len = ring.segment().len() as u64;

@@ -26,9 +26,9 @@ impl Backend for Heap {
 /// A sealed memfd mapping from ring-os (real shared memory, futex notify).
 struct OsMemfd;
 impl Backend for OsMemfd {
-    type Mem = Arc<ring_os::Mapping>;
+    type Mem = Arc<ring_os::raw::Mapping>;
     fn create(&self, config: &Config) -> Result<Self::Mem, Failure> {
-        ring_os::ShmRing::create_memfd(config, ring_os::CreateOptions::new())
+        ring_os::raw::ShmRing::create_memfd(config, ring_os::raw::CreateOptions::new())
             .map_err(|e| Failure(e.to_string()))
     }
 }

@@ -5,7 +5,7 @@
 //! parent reads up to [`BATCH_READ`] at a time with `try_read_batch`, zero-copy; the parent's
 //! one request per sample goes down the single-message `ring-pinned` path).
 //!
-//! Each direction is its own ring (`ring_os::ShmRing` in a file of the case directory, pages
+//! Each direction is its own ring (`ring_os::raw::ShmRing` in a file of the case directory, pages
 //! reserved and pre-faulted; its `Mapping` wakes futex waiters across processes): parent → children (one producer, one gating consumer per child) and
 //! child → parent (one per child). The producer writes the message into a claimed slot before the
 //! timed publish, as a renderer that draws into the slot would.
@@ -16,7 +16,7 @@ use crate::ctl::Setup;
 use crate::wait::spin_until;
 use crate::BenchError;
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
-use ring_os::{
+use ring_os::raw::{
     ConsumerExt as _, CreateOptions, FutexWait, ShmConsumer, ShmProducer, ShmReadError, ShmRing,
 };
 use std::path::PathBuf;
@@ -301,7 +301,7 @@ fn config(case_bytes: usize, depth: usize, consumers: usize) -> Result<Config, B
 fn create(
     path: &std::path::Path,
     config: &Config,
-) -> Result<std::sync::Arc<ring_os::Mapping>, BenchError> {
+) -> Result<std::sync::Arc<ring_os::raw::Mapping>, BenchError> {
     ShmRing::create_file(path, config, CreateOptions::new().populate(true)).map_err(err)
 }
 

@@ -120,7 +120,7 @@ fn consumer<D: Device + 'static>(dev: Arc<D>, args: &Args) -> Result<(), String>
         .name
         .as_deref()
         .ok_or("--name is required for a consumer")?;
-    let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
+    let owner = ring_os::raw::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let ring = Arc::new(SharedRing::open(name).map_err(|e| e.to_string())?);
     let frames = args.leak_cycles.unwrap_or(args.frames);
     let mem_before = warm_up(&*dev, frame_len(args), export_kind(args))?;
@@ -228,7 +228,7 @@ fn kill_all(children: &mut [Child]) {
 }
 
 /// Accepts `n` consumer connections (at most `t` in all) and sends each the slot buffers' fds.
-fn send_buffers<D: Device, M: ring_os::RoleFile, T: ring_cuda::ring::TableMemory>(
+fn send_buffers<D: Device, M: ring_os::raw::RoleFile, T: ring_cuda::ring::TableMemory>(
     p: &DeviceProducer<D, M, T>,
     listener: &UnixListener,
     n: usize,
@@ -306,7 +306,7 @@ fn pipeline_once<D: Device + 'static>(
     let mem_before = warm_up(&*dev, len, kind)?;
     let slack = leak_slack(len, kind);
     let base = dev.ledger().totals();
-    let owner = ring_os::owner::current().map_err(|e| format!("owner id: {e}"))?;
+    let owner = ring_os::raw::owner::current().map_err(|e| format!("owner id: {e}"))?;
     let name = format!(
         "ring-cuda-pipe-{}-{}",
         std::process::id(),

@@ -13,7 +13,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use ring_cuda::ring::{monotonic_ns, DeviceConsumer, DeviceProducer, RingError, TableMemory};
 use ring_cuda::{Device, Error, ExportKind, Mem, Owner};
-use ring_os::RoleFile;
+use ring_os::raw::RoleFile;
 
 /// The fill byte of frame `seq`.
 #[must_use]

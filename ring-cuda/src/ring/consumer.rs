@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ring_core::{Consumer, DeliveryClass, OwnerId};
-use ring_os::lock::{Liveness, Role, RoleLock};
-use ring_os::RoleFile;
+use ring_os::raw::lock::{Liveness, Role, RoleLock};
+use ring_os::raw::RoleFile;
 
 use super::producer::TEARDOWN_TIMEOUT;
 use super::table::{Table, TableHeader, TableMemory};
@@ -154,7 +154,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
         }
         // Published before the first pin: the producer's scan after claiming a slot this
         // consumer has read is ordered after this (pin, unpin, claim), so it sees the row.
-        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        let me = ring_os::raw::owner::current().map_or(0, OwnerId::get);
         t.publish_consumer(this.ring.index(), this.token, me, &handles);
         Ok(this)
     }
@@ -213,7 +213,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
     ) -> Result<(), RingError> {
         for _ in 0..self.slots {
             let mut note = [0u8; 24];
-            let (fd, n) = ring_os::fdpass::recv_fd(&socket, &mut note, timeout)
+            let (fd, n) = ring_os::raw::fdpass::recv_fd(&socket, &mut note, timeout)
                 .map_err(RingError::Segment)?;
             let word = |i: usize| {
                 let mut b = [0u8; 8];
@@ -356,7 +356,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
 
     /// [`try_read_with`](Self::try_read_with), waiting while the ring is empty, for at most
     /// `timeout`: parked on the ring's futex word (ring-core `wait_ready` with ring-os
-    /// [`FutexWait`](ring_os::FutexWait)) when the ring wakes waiters
+    /// [`FutexWait`](ring_os::raw::FutexWait)) when the ring wakes waiters
     /// ([`TableMemory::wakes_waiters`]: a [`SharedRing`](super::SharedRing)), with a short
     /// back-off otherwise (in-process heap rings).
     ///
@@ -367,7 +367,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
         timeout: Duration,
         mut read: impl FnMut(&D, StreamId, Mem, u64) -> Result<R, Error>,
     ) -> Result<Frame<R>, RingError> {
-        let deadline = ring_os::deadline_after(timeout);
+        let deadline = ring_os::raw::deadline_after(timeout);
         let mut round = 0;
         loop {
             match self.try_read_with(&mut read) {
@@ -379,7 +379,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
                     // is reported by the next `try_read_with`.
                     let _ = self
                         .ring
-                        .wait_ready(&mut ring_os::FutexWait::until(deadline));
+                        .wait_ready(&mut ring_os::raw::FutexWait::until(deadline));
                 }
                 Err(e) if e.is_transient() && Instant::now() < deadline => backoff(&mut round),
                 other => return other,
@@ -489,7 +489,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceConsumer<D, M, T> {
             released = loop {
                 // A producer whose role lock is free is dead (its stream went with it).
                 let gone = t.header().is_none_or(|h| h.token != ptoken)
-                    || ring_os::lock::probe(self.ring.memory().role_file(), Role::Producer)
+                    || ring_os::raw::lock::probe(self.ring.memory().role_file(), Role::Producer)
                         == Liveness::Dead;
                 if t.leave_acked(c, token) || t.producer_stopped(ptoken) || gone {
                     break true;

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use ring_core::{OwnerId, Producer};
-use ring_os::lock::{Liveness, Role, RoleLock};
-use ring_os::RoleFile;
+use ring_os::raw::lock::{Liveness, Role, RoleLock};
+use ring_os::raw::RoleFile;
 
 use super::table::{Table, TableMemory};
 use super::{backoff, monotonic_ns, new_token, RingError};
@@ -201,7 +201,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
         let t = Table::new(this.table.table(), slots, consumers).ok_or(RingError::Corrupt(
             "the device table is smaller than the geometry needs",
         ))?;
-        let me = ring_os::owner::current().map_or(0, OwnerId::get);
+        let me = ring_os::raw::owner::current().map_or(0, OwnerId::get);
         t.init_header(kind, buffer_len, me);
         for s in 0..slots {
             let b = this.dev.alloc(this.owner, buffer_len, kind)?;
@@ -244,7 +244,8 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
             note[..8].copy_from_slice(&self.token.to_le_bytes());
             note[8..16].copy_from_slice(&(s as u64).to_le_bytes());
             note[16..].copy_from_slice(&len.to_le_bytes());
-            ring_os::fdpass::send_fd(&socket, fd.as_fd(), &note).map_err(RingError::Segment)?;
+            ring_os::raw::fdpass::send_fd(&socket, fd.as_fd(), &note)
+                .map_err(RingError::Segment)?;
         }
         Ok(())
     }
@@ -327,8 +328,8 @@ impl<D: Device, M: RoleFile, T: TableMemory> DeviceProducer<D, M, T> {
             return Ok(false);
         }
         let mem = self.ring.memory();
-        if !ring_os::lock::SUPPORTED
-            || ring_os::lock::probe(mem.role_file(), Role::Consumer(c)) == Liveness::Alive
+        if !ring_os::raw::lock::SUPPORTED
+            || ring_os::raw::lock::probe(mem.role_file(), Role::Consumer(c)) == Liveness::Alive
         {
             return Ok(false);
         }
@@ -536,7 +537,7 @@ impl<D: Device, M: RoleFile, T: TableMemory> Drop for DeviceProducer<D, M, T> {
                 (0..self.consumers)
                     .filter(|&c| {
                         t.consumer_token(c) != 0
-                            && ring_os::lock::probe(mem.role_file(), Role::Consumer(c))
+                            && ring_os::raw::lock::probe(mem.role_file(), Role::Consumer(c))
                                 == Liveness::Alive
                     })
                     .count()
@@ -581,7 +582,7 @@ fn become_producer<M: RoleFile>(
     };
     let ring = match OwnerId::new(registered(&mem)) {
         // Without OFD locks a free lock proves nothing: never displace anyone there.
-        Some(dead) if ring_os::lock::SUPPORTED => {
+        Some(dead) if ring_os::raw::lock::SUPPORTED => {
             // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock. Every
             // producer on this memory holds that lock for its whole life (it is not `OpenJoin`:
             // producers on it are made here, by ring-os, or by `unsafe` code that promised the

@@ -1,14 +1,14 @@
 //! A device ring's host side in one ring-os segment: the ring-core segment, then (at the next
 //! cache line) the device table. Peers in different processes open it by name.
 //!
-//! The ring part is a [`ring_os::Mapping`] (ring-os validation, futex wake-ups on publish); the
+//! The ring part is a [`ring_os::raw::Mapping`] (ring-os validation, futex wake-ups on publish); the
 //! table lies past the ring's `total_len`, where ring-core never reads or writes.
 
 use core::sync::atomic::AtomicU64;
 use std::ptr::NonNull;
 
 use ring_core::{Config, Geometry, Memory};
-use ring_os::{CreateOptions, Mapping, Segment, SegmentName, SizeCheck};
+use ring_os::raw::{CreateOptions, Mapping, Segment, SegmentName, SizeCheck};
 
 use super::table::{table_words, TableMemory};
 use super::RingError;
@@ -86,21 +86,21 @@ unsafe impl Memory for SharedRing {
 
 /// The role locks (ring-os, kernel-held) live on the segment's file: the producer and each
 /// consumer hold theirs for as long as they live, and their liveness is probed through it.
-impl ring_os::RoleFile for SharedRing {
+impl ring_os::raw::RoleFile for SharedRing {
     fn role_file(&self) -> std::os::fd::BorrowedFd<'_> {
         self.map.role_file()
     }
 
     fn lock_role(
         &self,
-        role: ring_os::lock::Role,
-    ) -> Result<Option<ring_os::lock::RoleLock>, ring_os::Error> {
+        role: ring_os::raw::lock::Role,
+    ) -> Result<Option<ring_os::raw::lock::RoleLock>, ring_os::Error> {
         self.map.lock_role(role)
     }
 }
 
 impl TableMemory for SharedRing {
-    /// The ring is a [`ring_os::Mapping`]: every publish wakes the futex waiters.
+    /// The ring is a [`ring_os::raw::Mapping`]: every publish wakes the futex waiters.
     fn wakes_waiters(&self) -> bool {
         true
     }

@@ -40,7 +40,7 @@
 //!   platforms, or with `SHMRING_ASYNC_POLL=1`, it polls the words instead (50 µs doubling to
 //!   1 ms), on the same one thread.
 //! - Peers' liveness: every entry also has a deadline one
-//!   [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD) away. For a subscriber's entry the reactor
+//!   [`LIVENESS_PERIOD`](crate::raw::LIVENESS_PERIOD) away. For a subscriber's entry the reactor
 //!   then asks the kernel whether the publisher's role lock is held (once per ring, however
 //!   many subscribers wait on it) and checks the segment's length, and wakes the future only
 //!   when one of them reports an ending (a dead publisher is

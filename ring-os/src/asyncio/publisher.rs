@@ -12,7 +12,8 @@ use core::time::Duration;
 use ring_core::{ClaimError, Memory as _, WriteSlot};
 
 use super::wait::PubWait;
-use crate::{Loan, Publisher, SendError, SendTimeoutError, LIVENESS_PERIOD};
+use crate::raw::LIVENESS_PERIOD;
+use crate::{Loan, Publisher, SendError, SendTimeoutError};
 
 /// The blocking `send`'s error for a claim that failed for good.
 fn send_error(e: ClaimError) -> SendError {

@@ -32,10 +32,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Instant;
 
-use crate::blocking::LIVENESS_PERIOD;
-use crate::lock::{Liveness, Role};
-use crate::sigbus::memory_truncated;
-use crate::Mapping;
+use crate::liveness::lock::{Liveness, Role};
+use crate::raw::{Mapping, LIVENESS_PERIOD};
+use crate::segment::sigbus::memory_truncated;
 
 /// Words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
 #[cfg(any(target_os = "linux", target_os = "android"))]
@@ -91,7 +90,7 @@ fn publisher_gone(ring: &Mapping) -> bool {
         .owner
         .load(ring_core::sync::Ordering::Relaxed);
     memory_truncated(ring, true)
-        || (owner != 0 && crate::roles::liveness(ring, Role::Producer) == Liveness::Dead)
+        || (owner != 0 && crate::liveness::roles::liveness(ring, Role::Producer) == Liveness::Dead)
 }
 
 /// Wakes the helper sleeping in `futex_waitv` on its kick word (a plain futex wake, whatever
@@ -457,14 +456,14 @@ pub(super) mod tests {
         for i in [5, 150] {
             // Release: pairs with the reactor's Acquire load.
             words[i].fetch_add(1, Ordering::Release);
-            let _ = crate::futex::wake_all(&words[i]);
+            let _ = crate::wait::futex::wake_all(&words[i]);
             until("changed word woken", || flags[i].0.load(Ordering::Relaxed));
         }
         // A cancelled entry is not woken by a change.
         assert!(r.cancel(tokens[7]));
         // Release: as a producer's bump.
         words[7].fetch_add(1, Ordering::Release);
-        let _ = crate::futex::wake_all(&words[7]);
+        let _ = crate::wait::futex::wake_all(&words[7]);
         // A deadline wakes without a change.
         let flag = Arc::new(Flag(AtomicBool::new(false)));
         let keep: Arc<dyn Send + Sync> = words[9].clone();

@@ -12,10 +12,9 @@ use std::sync::Arc;
 use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
 
 use super::wait::{EntryRef, SubWait};
-use crate::sigbus::memory_truncated;
-use crate::{
-    Mapping, Message, RecvError, RecvTimeoutError, ShmConsumer, ShmReadError, Subscriber, TRUNCATED,
-};
+use crate::raw::{Mapping, ShmConsumer, TRUNCATED};
+use crate::segment::sigbus::memory_truncated;
+use crate::{Message, RecvError, RecvTimeoutError, ShmReadError, Subscriber};
 
 /// Reads per poll before a future yields (each overrun by the producer: `Lagging`).
 const READS: usize = 8;
@@ -308,7 +307,7 @@ impl Subscriber {
     /// once a non-blocking read would find a message or the stream's end, `Pending` after
     /// registering `cx`'s waker with the process's reactor (woken by the next publish, by the
     /// stream's end, or by the publisher's death, noticed within about
-    /// [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD)). Reads nothing.
+    /// [`LIVENESS_PERIOD`](crate::raw::LIVENESS_PERIOD)). Reads nothing.
     ///
     /// **Cancel safety**: nothing to cancel but the wait itself: drop `wait` or call
     /// [`cancel_ready`](Self::cancel_ready).
@@ -348,7 +347,7 @@ impl Subscriber {
     ///
     /// As [`recv`](Self::recv): [`RecvError::Disconnected`] once the ring was closed and
     /// drained or its publisher's process died (noticed within about
-    /// [`LIVENESS_PERIOD`](crate::LIVENESS_PERIOD)); `Failed(ReadError::Aborted { code })` for
+    /// [`LIVENESS_PERIOD`](crate::raw::LIVENESS_PERIOD)); `Failed(ReadError::Aborted { code })` for
     /// an aborted stream; `Failed` for the rest (`BufferTooSmall`, `Evicted`, `Corrupt`).
     ///
     /// # Examples

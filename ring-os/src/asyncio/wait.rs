@@ -12,11 +12,11 @@ use ring_core::sync::{fence, Ordering};
 use ring_core::{AtomicU32, ClaimError, Memory as _, ReadError, WaitStrategy};
 
 use super::reactor::{reactor, Token};
-use crate::blocking::{LIVENESS_PERIOD, TRUNCATED};
-use crate::futex::as_futex;
-use crate::lock::{Liveness, Role};
-use crate::sigbus::memory_truncated;
-use crate::{Mapping, ProducerExt as _, ShmConsumer, ShmProducer, ShmReadError};
+use crate::liveness::lock::{Liveness, Role};
+use crate::raw::{Mapping, ProducerExt as _, ShmConsumer, ShmProducer, LIVENESS_PERIOD, TRUNCATED};
+use crate::segment::sigbus::memory_truncated;
+use crate::wait::futex::as_futex;
+use crate::ShmReadError;
 
 /// When the next liveness probe of a wait is due (set at its first `Pending`).
 fn probe_due(at: &mut Option<Instant>, now: Instant) -> (Instant, bool) {
@@ -111,7 +111,8 @@ impl SubWait {
                 // A wait slice passed with nothing to read: is anyone still writing?
                 if probe
                     && c.producer_owner() != 0
-                    && crate::roles::liveness(c.memory(), Role::Producer) == Liveness::Dead
+                    && crate::liveness::roles::liveness(c.memory(), Role::Producer)
+                        == Liveness::Dead
                 {
                     self.unpark(c);
                     return Poll::Ready(Err(ShmReadError::ProducerGone));

@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use ring_core::{Config, Memory as _};
 
 use super::Ring;
-use crate::{CreateOptions, Error, SegmentName, ShmRing};
+use crate::raw::ShmRing;
+use crate::segment::{CreateOptions, SegmentName};
+use crate::Error;
 
 /// Where the ring lives.
 #[derive(Clone, Debug)]

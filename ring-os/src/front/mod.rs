@@ -41,7 +41,11 @@ use std::sync::Arc;
 
 use ring_core::{DeliveryClass, Memory as _};
 
-use crate::{Error, Mapping, ShmRing};
+use crate::Error;
+
+use crate::raw::Mapping;
+
+use crate::raw::ShmRing;
 
 /// A ring in OS shared memory: named (`/dev/shm`), a sealed memfd, or a file.
 ///
@@ -62,7 +66,7 @@ impl Ring {
     }
 
     /// A builder for a ring in a new sealed memfd (no name; share it with
-    /// [`fd`](Self::fd) over a Unix socket, see [`crate::fdpass`]).
+    /// [`fd`](Self::fd) over a Unix socket, see [`crate::raw::fdpass`]).
     pub fn memfd() -> RingBuilder {
         RingBuilder::memfd()
     }
@@ -149,7 +153,7 @@ impl Ring {
         self.mapping.segment().unlink()
     }
 
-    /// The mapping: for the allocator ([`AllocReader`](crate::AllocReader)), inspection
+    /// The mapping: for the allocator ([`AllocReader`](crate::raw::AllocReader)), inspection
     /// (`ring_core::inspect`) and the segment's descriptor.
     ///
     /// It makes no participant by safe code: a producer or consumer on it would hold no role
@@ -157,7 +161,7 @@ impl Ring {
     /// pins (or take its ring over while it writes). [`Mapping`] is not
     /// [`ring_core::OpenJoin`], so ring-core's safe constructors refuse it; participants come
     /// from [`publisher`](Self::publisher) and [`subscriber`](Self::subscriber) (or
-    /// [`ShmRing`](crate::ShmRing)'s, for ring-core's lower-level API), which hold their locks.
+    /// [`ShmRing`](crate::raw::ShmRing)'s, for ring-core's lower-level API), which hold their locks.
     ///
     /// ```compile_fail,E0277
     /// #![forbid(unsafe_code)]
@@ -179,7 +183,7 @@ impl Ring {
     ///
     /// ```compile_fail,E0277
     /// #![forbid(unsafe_code)]
-    /// use ring_os::{Mapping, Segment, SizeCheck};
+    /// use ring_os::raw::{Mapping, Segment, SizeCheck};
     /// // Any other mapping of the segment is no different.
     /// let ring = ring_os::prelude::Ring::memfd().slots(2).slot_size(64).create().unwrap();
     /// let seg = Segment::from_fd(ring.fd().try_clone_to_owned().unwrap(), SizeCheck::AtLeast(64));
@@ -240,5 +244,8 @@ pub mod prelude {
         SendTimeoutError, Subscriber, TryRecvError, TrySendError,
     };
     pub use crate::Error;
-    pub use ring_core::{abort_code, DeliveryClass, Hold, LostReader, LostReaders};
+    pub use ring_core::{
+        abort_code, ClaimError, Copied, DeliveryClass, Hold, LostReader, LostReaders, Pinned,
+        ReadError,
+    };
 }

@@ -5,8 +5,8 @@ use core::time::Duration;
 use ring_core::{ClaimError, LoanError, LostReaders, Memory as _, WriteSlot};
 
 use super::errors::{SendError, SendTimeoutError, TrySendError};
-use crate::blocking::LIVENESS_PERIOD;
-use crate::{FutexWait, Mapping, ProducerExt as _, ShmProducer};
+use crate::raw::{Mapping, ProducerExt as _, ShmProducer, LIVENESS_PERIOD};
+use crate::wait::FutexWait;
 
 /// The ring's one writer. [`close`](Self::close) ends the stream as complete: subscribers drain
 /// what is there, then see `Disconnected`. Dropping it without `close` (an error, a panic, an

@@ -8,8 +8,7 @@ use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
 use crate::ShmReadError;
 
 use super::errors::{RecvError, RecvTimeoutError, TryRecvError};
-use crate::blocking::LIVENESS_PERIOD;
-use crate::{ConsumerExt as _, Mapping, ShmConsumer};
+use crate::raw::{ConsumerExt as _, Mapping, ShmConsumer, LIVENESS_PERIOD};
 
 /// How long one round of a wait without timeout waits before it starts another.
 const ROUND: Duration = Duration::from_secs(1);
@@ -95,7 +94,7 @@ impl Subscriber {
         buf: &mut [u8],
         timeout: Duration,
     ) -> Result<Copied, RecvTimeoutError> {
-        let deadline = crate::deadline_after(timeout);
+        let deadline = crate::wait::deadline_after(timeout);
         loop {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             match self.inner.recv(buf, left) {
@@ -294,7 +293,8 @@ impl Subscriber {
             }
         }
         let owner = self.inner.producer_owner();
-        let dead = owner != 0 && self.inner.producer_liveness() == crate::owner::Liveness::Dead;
+        let dead =
+            owner != 0 && self.inner.producer_liveness() == crate::liveness::owner::Liveness::Dead;
         self.probed.set(Some((now, dead)));
         dead
     }

@@ -3,7 +3,9 @@
 
 use std::path::PathBuf;
 
-use crate::{Error, SegmentName};
+use crate::Error;
+
+use crate::segment::SegmentName;
 
 /// Options for creating a segment.
 #[derive(Clone, Copy, Debug, Default)]

@@ -7,12 +7,15 @@ use std::os::unix::process::ExitStatusExt as _;
 use std::time::Duration;
 
 use ring_core::{Config, DeliveryClass};
-use ring_os::rendezvous::{Rendezvous, SocketPlace};
+use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
 #[cfg_attr(
     target_os = "macos",
     allow(unused_imports, reason = "memfd tests are not built on macOS")
 )]
-use ring_os::{ConsumerExt as _, CreateOptions, Error, SegmentName, ShmRing};
+use ring_os::{
+    raw::{ConsumerExt as _, CreateOptions, SegmentName, ShmRing},
+    Error,
+};
 
 #[cfg_attr(
     target_os = "macos",
@@ -275,8 +278,8 @@ pub fn unbacked_role() -> i32 {
     let _ = filler.flush();
     let mut p = ShmRing::producer(&ring).expect("producer");
     for _ in 0..64 {
-        if let Err(e) = ring_os::ProducerExt::publish(&mut *p, &[7; 16384], SECS(1)) {
-            let clear = e.to_string().contains(ring_os::TRUNCATED) && ring.is_truncated();
+        if let Err(e) = ring_os::raw::ProducerExt::publish(&mut *p, &[7; 16384], SECS(1)) {
+            let clear = e.to_string().contains(ring_os::raw::TRUNCATED) && ring.is_truncated();
             say(&format!("UNBACKED clear={} {e}", u8::from(clear)));
             return if clear { 0 } else { 2 };
         }

@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 use ring_core::inspect::{consumer_info, EntryState};
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 use ring_os::{
-    ConsumerExt as _, CreateOptions, Error, ProducerExt as _, SegmentName, ShmReadError, ShmRing,
-    LIVENESS_PERIOD,
+    raw::{
+        ConsumerExt as _, CreateOptions, ProducerExt as _, SegmentName, ShmReadError, ShmRing,
+        LIVENESS_PERIOD,
+    },
+    Error,
 };
 
 use crate::support::{field, unique_name, Child, Unlink};
@@ -74,7 +77,7 @@ fn within(timeout: Duration, what: &str, mut done: impl FnMut() -> bool) -> Dura
 }
 
 /// Checks for a few liveness periods that `p` reclaims nobody and entry `index` keeps `owner`.
-fn never_reclaimed(p: &mut ring_os::ShmProducer, index: usize, what: &str) {
+fn never_reclaimed(p: &mut ring_os::raw::ShmProducer, index: usize, what: &str) {
     let owner = consumer_info(p.memory(), index).expect("entry").owner;
     for _ in 0..5 {
         assert!(p.reclaim_dead().is_empty(), "{what} was reclaimed");
@@ -371,14 +374,14 @@ pub fn half_created() {
     let mut c = Child::spawn("half-creator", &[("RING_NAME", name.as_str().to_owned())]);
     c.expect_line("CREATING", SECS(20));
     let status = || {
-        ring_os::stale::list()
+        ring_os::raw::stale::list()
             .expect("list")
             .into_iter()
             .find(|i| i.name == name)
             .map(|i| i.status())
     };
     assert_eq!(status(), Some("creating"));
-    let report = ring_os::stale::clean().expect("clean");
+    let report = ring_os::raw::stale::clean().expect("clean");
     assert!(
         !report.removed.contains(&name),
         "removed while being created"
@@ -387,7 +390,7 @@ pub fn half_created() {
     within(SECS(5), "never reported abandoned", || {
         status() == Some("abandoned")
     });
-    let report = ring_os::stale::clean().expect("clean");
+    let report = ring_os::raw::stale::clean().expect("clean");
     assert!(report.removed.contains(&name), "{report:?}");
     let ring = ShmRing::create_named(&name, &Config::new(4, 64), CreateOptions::new())
         .expect("the name is free again");
@@ -397,7 +400,7 @@ pub fn half_created() {
 
 /// Creates a named segment (taking the creator lock) and never formats it.
 fn half_creator() -> i32 {
-    let seg = ring_os::Segment::create_named(&ring_name(), 1 << 16, CreateOptions::new())
+    let seg = ring_os::raw::Segment::create_named(&ring_name(), 1 << 16, CreateOptions::new())
         .expect("create");
     say!("CREATING len={}", seg.len());
     std::thread::sleep(SECS(60));

@@ -11,7 +11,10 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use ring_core::{ClaimError, DeliveryClass, Memory as _, ReadError};
-use ring_os::{Ring, SegmentName, ShmRing};
+use ring_os::{
+    raw::{SegmentName, ShmRing},
+    Ring,
+};
 
 use crate::support::{field, unique_name, Child};
 
@@ -226,7 +229,7 @@ pub fn grabber_role() -> i32 {
     let (mut frames, mut torn, mut stale) = (0u64, 0u64, 0u64);
     let mut next = 0u64;
     // Holds the next frame: the newest (latest-only) or the next in order (gating).
-    let mut hold = |c: &mut ring_os::ShmConsumer, stale: &mut u64| loop {
+    let mut hold = |c: &mut ring_os::raw::ShmConsumer, stale: &mut u64| loop {
         // Acquire: the head is stored after the newest frame's stamp (and route).
         let head = ring.producer_line().head.load(Ordering::Acquire);
         match c.try_hold() {

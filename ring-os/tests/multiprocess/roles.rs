@@ -6,10 +6,10 @@ use std::time::{Duration, Instant};
 
 use ring_core::{DeliveryClass, ReadError};
 #[cfg(unix)]
-use ring_os::fdpass;
+use ring_os::raw::fdpass;
+use ring_os::raw::{alloc, ConsumerExt as _, SegmentName, ShmReadError, ShmRing};
 #[cfg(unix)]
 use ring_os::Error;
-use ring_os::{alloc, ConsumerExt as _, SegmentName, ShmReadError, ShmRing};
 
 use crate::support::{check_payload, make_payload};
 
@@ -300,7 +300,7 @@ fn slow_producer() -> i32 {
     while Instant::now() < deadline {
         make_payload(seq, 48, &mut buf);
         // Non-gating consumers only: never blocks for long.
-        if ring_os::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(1)).is_ok() {
+        if ring_os::raw::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(1)).is_ok() {
             if seq == 0 {
                 say!("PRODUCING");
             }
@@ -315,7 +315,7 @@ fn slow_producer() -> i32 {
 /// operation fails; says `READY` first and `GOT` after the first message. Returns how many it
 /// read and the error, or `None` after saying `torn` for a message whose checksum failed.
 fn read_until_error(
-    ring: &std::sync::Arc<ring_os::Mapping>,
+    ring: &std::sync::Arc<ring_os::raw::Mapping>,
     torn: &str,
     timeout: Duration,
 ) -> Option<(u64, ShmReadError)> {
@@ -358,7 +358,8 @@ fn gone_consumer() -> i32 {
 
 /// Scribbles over a named segment: `RING_WHAT` = `header`, `slots` or `truncate`.
 fn corrupt_peer() -> i32 {
-    let seg = ring_os::Segment::open_named(&name(), ring_os::SizeCheck::AtLeast(1)).expect("open");
+    let seg = ring_os::raw::Segment::open_named(&name(), ring_os::raw::SizeCheck::AtLeast(1))
+        .expect("open");
     let base = seg.as_ptr().as_ptr();
     let seed: u64 = env("RING_SEED").parse().unwrap_or(1);
     let mut x = seed;
@@ -448,8 +449,8 @@ fn memfd_consumer() -> i32 {
 #[cfg(unix)]
 fn creator() -> i32 {
     let config = ring_core::Config::new(4, 64).with_consumers(1);
-    let ring =
-        ShmRing::create_named(&name(), &config, ring_os::CreateOptions::new()).expect("create");
+    let ring = ShmRing::create_named(&name(), &config, ring_os::raw::CreateOptions::new())
+        .expect("create");
     let _p = ShmRing::producer(&ring).expect("producer");
     let _c = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("consumer");
     say!("CREATED");
@@ -459,7 +460,7 @@ fn creator() -> i32 {
 
 /// The ring the parent made: the file at `RING_PATH` when set, else the named `RING_NAME`.
 #[cfg(unix)]
-fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
+fn open_ring() -> Result<std::sync::Arc<ring_os::raw::Mapping>, Error> {
     match std::env::var("RING_PATH") {
         Ok(path) => ShmRing::open_file(std::path::Path::new(&path)),
         Err(_) => ShmRing::open_named(&name()),
@@ -469,9 +470,9 @@ fn open_ring() -> Result<std::sync::Arc<ring_os::Mapping>, Error> {
 /// Prints how an endpoint ended (`END truncated=0|1 ...`); exit 0 when the truncation was
 /// reported clearly, 2 otherwise.
 #[cfg(unix)]
-fn ended(ring: &ring_os::Mapping, what: &str, sent: u64) -> i32 {
+fn ended(ring: &ring_os::raw::Mapping, what: &str, sent: u64) -> i32 {
     let truncated = ring.is_truncated();
-    let clear = what.contains(ring_os::TRUNCATED)
+    let clear = what.contains(ring_os::raw::TRUNCATED)
         && matches!(ring.check_len(), Err(Error::Truncated { .. }));
     say!(
         "END truncated={} clear={} n={sent} {what}",
@@ -495,7 +496,7 @@ fn stream_producer() -> i32 {
     let mut seq = 0u64;
     while Instant::now() < deadline {
         make_payload(seq, 200, &mut buf);
-        match ring_os::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(3)) {
+        match ring_os::raw::ProducerExt::publish(&mut *p, &buf, Duration::from_secs(3)) {
             Ok(_) => {
                 if seq == 0 {
                     say!("PRODUCING");

@@ -5,7 +5,8 @@ use std::time::{Duration, Instant};
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::{Config, DeliveryClass};
 use ring_os::{
-    alloc, AllocProducer, ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing,
+    raw::{alloc, AllocProducer, ConsumerExt as _, CreateOptions, ProducerExt as _, ShmRing},
+    Error,
 };
 
 use crate::support::{field, make_payload, unique_name, Child, Unlink};
@@ -247,7 +248,7 @@ pub fn holds_across_processes() {
         }
         let mut child = Child::spawn("holder", &env);
         child.expect_line("REGISTERED", SECS(20));
-        assert!(p.wait_for_consumers(1, &mut ring_os::FutexWait::new(SECS(20))));
+        assert!(p.wait_for_consumers(1, &mut ring_os::raw::FutexWait::new(SECS(20))));
         let first = seq;
         // Sixteen messages for sixteen slots: the 8 it holds, the 9th it reads, 7 more.
         for _ in 0..16 {

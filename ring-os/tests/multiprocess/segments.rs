@@ -16,8 +16,11 @@ use ring_core::{Config, DeliveryClass};
     target_os = "macos",
     allow(unused_imports, reason = "memfd tests are not built on macOS")
 )]
-use ring_os::fdpass;
-use ring_os::{ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing};
+use ring_os::raw::fdpass;
+use ring_os::{
+    raw::{ConsumerExt as _, CreateOptions, ProducerExt as _, ShmRing},
+    Error,
+};
 
 #[cfg(unix)]
 #[cfg_attr(
@@ -138,7 +141,7 @@ fn truncation(config: &Config) {
 }
 
 /// Runs the corrupt-peer role against `name`.
-fn peer(name: &ring_os::SegmentName, what: &str, seed: u64) {
+fn peer(name: &ring_os::raw::SegmentName, what: &str, seed: u64) {
     let mut c = Child::spawn(
         "corrupt-peer",
         &[
@@ -231,7 +234,7 @@ pub fn memfd() {
         "{line}"
     );
     // Sealed but too small to hold even a header.
-    let small = ring_os::Segment::create_memfd(64, CreateOptions::new()).expect("small memfd");
+    let small = ring_os::raw::Segment::create_memfd(64, CreateOptions::new()).expect("small memfd");
     fdpass::send_fd(&conn, small.fd(), b"x").expect("send small");
     let line = child.expect_line("", SECS(20));
     assert!(line.starts_with("REFUSED small"), "{line}");
@@ -252,27 +255,27 @@ pub fn stale() {
         .expect("create live");
     let mut child = Child::spawn("creator", &[("RING_NAME", dead_name.as_str().to_owned())]);
     child.expect_line("CREATED", SECS(20));
-    let listed = ring_os::stale::list().expect("list");
-    let find = |list: &[ring_os::stale::SegmentInfo], n: &ring_os::SegmentName| {
+    let listed = ring_os::raw::stale::list().expect("list");
+    let find = |list: &[ring_os::raw::stale::SegmentInfo], n: &ring_os::raw::SegmentName| {
         list.iter().find(|i| &i.name == n).cloned()
     };
     let info = find(&listed, &dead_name).expect("listed");
     assert!(!info.is_stale(), "owner still alive: {info:?}");
-    let ring_os::stale::Owners::Known(owners) = &info.owners else {
+    let ring_os::raw::stale::Owners::Known(owners) = &info.owners else {
         panic!("{info:?}")
     };
     assert_eq!(owners.len(), 3, "creator, producer, consumer: {owners:?}");
     for p in owners {
         let id = ring_core::OwnerId::new(p.owner).expect("recorded");
-        assert_eq!(ring_os::owner::pid_of(id), child.pid(), "{p:?}");
-        assert_eq!(p.liveness, ring_os::lock::Liveness::Alive, "{p:?}");
+        assert_eq!(ring_os::raw::owner::pid_of(id), child.pid(), "{p:?}");
+        assert_eq!(p.liveness, ring_os::raw::lock::Liveness::Alive, "{p:?}");
     }
     child.sigkill();
     assert!(!child.wait(SECS(5)), "a SIGKILLed child cannot succeed");
-    let listed = ring_os::stale::list().expect("list");
+    let listed = ring_os::raw::stale::list().expect("list");
     assert!(find(&listed, &dead_name).expect("listed").is_stale());
     assert!(!find(&listed, &live_name).expect("listed").is_stale());
-    let report = ring_os::stale::clean().expect("clean");
+    let report = ring_os::raw::stale::clean().expect("clean");
     assert!(report.removed.contains(&dead_name), "{report:?}");
     assert!(!report.removed.contains(&live_name), "{report:?}");
     assert!(matches!(

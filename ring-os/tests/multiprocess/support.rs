@@ -5,7 +5,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use ring_os::SegmentName;
+use ring_os::raw::SegmentName;
 
 /// The environment variable that selects a child role.
 pub const ROLE: &str = "RING_OS_TEST_ROLE";
@@ -195,11 +195,12 @@ pub fn make_payload(seq: u64, max: usize, buf: &mut Vec<u8>) {
     target_os = "macos",
     allow(dead_code, reason = "memfd scenarios are not built on macOS")
 )]
-pub fn publish_payloads(p: &mut ring_os::ShmProducer, n: u64) {
+pub fn publish_payloads(p: &mut ring_os::raw::ShmProducer, n: u64) {
     let mut buf = Vec::new();
     for i in 0..n {
         make_payload(i, 200, &mut buf);
-        ring_os::ProducerExt::publish(&mut **p, &buf, Duration::from_secs(10)).expect("publish");
+        ring_os::raw::ProducerExt::publish(&mut **p, &buf, Duration::from_secs(10))
+            .expect("publish");
     }
 }
 

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use ring_core::Config;
-use ring_os::{CreateOptions, Error, ShmRing};
+use ring_os::{
+    raw::{CreateOptions, ShmRing},
+    Error,
+};
 
 use crate::support::{unique_name, Child, Unlink};
 

@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use ring_core::inspect::producer_info;
 use ring_core::Config;
-use ring_os::lock::{Role, State};
-use ring_os::{CreateOptions, Segment, SegmentName, ShmRing, SizeCheck};
+use ring_os::raw::lock::{Role, State};
+use ring_os::raw::{CreateOptions, Segment, SegmentName, ShmRing, SizeCheck};
 
 use crate::support::{unique_name, Child};
 
@@ -62,7 +62,7 @@ pub fn cross_process_wake() {
         let t0 = Instant::now();
         // Release: pairs with the waiter's Acquire re-check.
         word(&seg).store(round + 1, Ordering::Release);
-        let _ = ring_os::futex::wake_all(word(&seg));
+        let _ = ring_os::raw::futex::wake_all(word(&seg));
         let line = c.expect_line("WOKEN", SECS(10));
         worst = worst.max(t0.elapsed());
         assert!(line.contains("Woken") || line.contains("Changed"), "{line}");
@@ -100,7 +100,7 @@ pub fn park_word() -> i32 {
     println!("PARKING");
     let _ = std::io::stdout().flush();
     let t0 = Instant::now();
-    let outcome = ring_os::futex::wait(word(&seg), expect, SECS(20));
+    let outcome = ring_os::raw::futex::wait(word(&seg), expect, SECS(20));
     println!("WOKEN {outcome:?} after {:?}", t0.elapsed());
     let _ = std::io::stdout().flush();
     0

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use ring_core::arena::Allocator;
 use ring_core::{Consumer, Memory, ReadError};
-use ring_os::{ConsumerExt as _, ShmReadError, ShmRing};
+use ring_os::raw::{ConsumerExt as _, ShmReadError, ShmRing};
 
 use super::report::{histogram, ConsumerReport};
 use crate::cli::{ConsumerArgs, ReadMode};
@@ -97,7 +97,7 @@ pub fn run(args: &ConsumerArgs) -> Result<()> {
 }
 
 /// Pins the next message and verifies it in place.
-fn read_pinned<M: ring_os::RoleFile>(
+fn read_pinned<M: ring_os::raw::RoleFile>(
     consumer: &mut Consumer<M>,
     alloc: &Allocator<'_>,
     wait: Duration,
@@ -136,7 +136,7 @@ fn read_pinned<M: ring_os::RoleFile>(
 }
 
 /// Copies the next message out (seqlock) and verifies the copy.
-fn read_copy<M: ring_os::RoleFile>(
+fn read_copy<M: ring_os::raw::RoleFile>(
     consumer: &mut Consumer<M>,
     buf: &mut [u8],
     wait: Duration,

@@ -4,7 +4,7 @@
 use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, total_pins, EntryState};
 use ring_core::Memory;
-use ring_os::{ProducerExt as _, ShmRing};
+use ring_os::raw::{ProducerExt as _, ShmRing};
 
 use super::producer::DESCRIPTOR_OWNER;
 use super::report::{histogram, lost, merge, percentile_us, ProducerReport, Row, Summary};

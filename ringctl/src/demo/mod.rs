@@ -338,7 +338,7 @@ fn wait_for_a_pin(ring: &Ring, pid: u32) {
             .any(|c| {
                 c.state == EntryState::Active
                     && ring_core::OwnerId::new(c.owner)
-                        .is_some_and(|o| ring_os::owner::pid_of(o) == pid)
+                        .is_some_and(|o| ring_os::raw::owner::pid_of(o) == pid)
                     && c.pins > 0
             });
         if pinned {

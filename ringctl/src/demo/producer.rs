@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use ring_core::arena::Allocator;
 use ring_core::{ClaimError, Memory, WriteSlot};
-use ring_os::{FutexWait, Mapping, ProducerExt as _, ShmProducer, ShmRing, LIVENESS_PERIOD};
+use ring_os::raw::{FutexWait, Mapping, ProducerExt as _, ShmProducer, ShmRing, LIVENESS_PERIOD};
 
 use super::report::ProducerReport;
 use crate::cli::{Fault, ProducerArgs};

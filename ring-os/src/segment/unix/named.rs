@@ -8,7 +8,8 @@ use rustix::shm;
 
 use super::check::{self, SizeCheck};
 use super::{CreateOptions, Segment, SegmentKind};
-use crate::{Error, SegmentName};
+use crate::segment::SegmentName;
+use crate::Error;
 
 /// `O_NOFOLLOW` as an `shm_open` flag: rustix's Linux `shm_open` is an `open` under `/dev/shm`,
 /// so the flag keeps a planted symlink from redirecting us.
@@ -112,7 +113,7 @@ impl Segment {
 /// The file behind a named segment, where POSIX shared memory is a directory (Linux).
 #[cfg(target_os = "linux")]
 pub(super) fn path(name: &SegmentName) -> Option<std::path::PathBuf> {
-    Some(std::path::Path::new(crate::stale::SHM_DIR).join(name.file_name()))
+    Some(std::path::Path::new(crate::segment::stale::SHM_DIR).join(name.file_name()))
 }
 
 /// Elsewhere shared-memory objects have no path to check.

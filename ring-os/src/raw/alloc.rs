@@ -4,7 +4,7 @@
 //! claimed again, sweeping a dead producer's orphans) is ring-core's `arena` module
 //! ([`PayloadProducer`], [`PayloadReader`]); this module adds what is the OS's: the wall clock
 //! that stamps allocations (milliseconds since the Unix epoch, comparable across processes), the
-//! waiting claim of [`ProducerExt::claim_with`](crate::ProducerExt::claim_with), and the SIGBUS
+//! waiting claim of [`ProducerExt::claim_with`](crate::raw::ProducerExt::claim_with), and the SIGBUS
 //! guard's verdict on a copy that touched truncated pages.
 //!
 //! [`AllocProducer`] wraps a producer: each message's bytes go into an allocation in the
@@ -21,7 +21,13 @@ use std::sync::Arc;
 use ring_core::arena::{self, Leak, LeakTotals, PayloadProducer, PayloadReader, Stats};
 use ring_core::{Memory, Pinned, Producer};
 
-use crate::{Error, ProducerExt as _, RoleFile, ShmProducer};
+use crate::Error;
+
+use crate::raw::ProducerExt as _;
+
+use crate::liveness::roles::RoleFile;
+
+use crate::raw::ShmProducer;
 
 /// The allocator owner id under which the producer's payload allocations are accounted.
 pub const PRODUCER_ALLOC_OWNER: u16 = arena::PRODUCER_OWNER;
@@ -114,7 +120,7 @@ impl<T: Memory> AllocReader<T> {
             .read_pinned(pinned, out, max_len, |mem, failed| {
                 // The copy touched the allocation's pages: a lost one faulted into zeros and the
                 // SIGBUS guard's mark.
-                if crate::sigbus::memory_truncated(mem, failed) {
+                if crate::segment::sigbus::memory_truncated(mem, failed) {
                     return Err(Error::Truncated {
                         mapped: mem.geometry().total_len() as u64,
                         actual: None,
@@ -168,7 +174,7 @@ impl<T: RoleFile> AllocProducer<T> {
     }
 
     /// Publishes `data` in a fresh allocation, waiting at most `timeout` for a slot (reclaiming
-    /// dead consumers, see [`ProducerExt::claim_with`](crate::ProducerExt::claim_with)). Frees the
+    /// dead consumers, see [`ProducerExt::claim_with`](crate::raw::ProducerExt::claim_with)). Frees the
     /// allocation of the message the slot held before.
     ///
     /// # Errors
@@ -210,7 +216,8 @@ impl<T: RoleFile> AllocProducer<T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{ConsumerExt as _, CreateOptions, ShmRing};
+    use crate::raw::{ConsumerExt as _, ShmRing};
+    use crate::segment::CreateOptions;
     use ring_core::arena::AllocError;
     use ring_core::{Config, DeliveryClass};
 
@@ -308,7 +315,7 @@ mod tests {
             .unwrap();
         let dead_pid = child.id();
         child.wait().unwrap();
-        let dead = crate::owner::pack(dead_pid, 1).unwrap();
+        let dead = crate::liveness::owner::pack(dead_pid, 1).unwrap();
         let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
         // SAFETY: `old` stands for a process that died: it is forgotten below, before anyone
         // could take it over, and never used again.

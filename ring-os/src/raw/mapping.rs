@@ -3,8 +3,10 @@
 use ring_core::layout::SegmentHeader;
 use ring_core::{AtomicU32, Config, Memory, RawMemory};
 
-use crate::lock::Role;
-use crate::{futex, owner, Error, Segment, SizeCheck};
+use crate::liveness::owner;
+use crate::segment::{Segment, SizeCheck};
+use crate::wait::futex;
+use crate::Error;
 
 /// A ring segment in OS shared memory: the mapped [`Segment`] plus ring-core's validated view of
 /// it. Make producers and consumers from an `Arc<Mapping>` (ring-core implements `Memory` for
@@ -87,15 +89,8 @@ impl Mapping {
     /// Every role the segment records, with its owner id (diagnostic) and whether its role lock
     /// is held: creator, producer, registered consumers.
     #[must_use]
-    pub fn participants(&self) -> Vec<crate::stale::Participant> {
-        roles_of(&self.raw)
-            .into_iter()
-            .map(|(role, owner)| crate::stale::Participant {
-                role,
-                owner,
-                liveness: self.segment.probe(role),
-            })
-            .collect()
+    pub fn participants(&self) -> Vec<crate::liveness::Participant> {
+        crate::liveness::participants(&self.raw, &self.segment)
     }
 
     /// How many futex wake system calls this process made through this mapping: the producer
@@ -134,30 +129,6 @@ impl Mapping {
     }
 }
 
-/// The roles a validated segment records, with their owner ids: the creator, the producer (when
-/// registered) and every consumer entry that is not free.
-pub(crate) fn roles_of<M: Memory + ?Sized>(mem: &M) -> Vec<(Role, u64)> {
-    use ring_core::inspect::{consumer_info, producer_info, EntryState};
-    // Relaxed: an identity to show, not a synchronisation point.
-    let creator = mem
-        .header()
-        .creator
-        .load(ring_core::sync::Ordering::Relaxed);
-    let mut roles = vec![(Role::Creator, creator)];
-    let producer = producer_info(mem).owner;
-    if producer != 0 {
-        roles.push((Role::Producer, producer));
-    }
-    for i in 0..mem.geometry().consumers() {
-        if let Some(info) = consumer_info(mem, i) {
-            if info.state != EntryState::Free || info.owner != 0 {
-                roles.push((Role::Consumer(i), info.owner));
-            }
-        }
-    }
-    roles
-}
-
 // SAFETY: forwards to `RawMemory`, whose promises hold because `segment` keeps the bytes mapped
 // for as long as `self`, and `geometry` is the validated local copy.
 unsafe impl Memory for Mapping {
@@ -176,7 +147,9 @@ mod tests {
 
     use ring_core::{Config, DeliveryClass};
 
-    use crate::{CreateOptions, ShmRing};
+    use crate::segment::CreateOptions;
+
+    use crate::raw::ShmRing;
 
     #[test]
     fn no_wake_syscall_unless_someone_is_parked() {
@@ -192,7 +165,7 @@ mod tests {
         // A parked consumer is woken by the next publish.
         let reader = std::thread::spawn(move || {
             // One park of up to 10 s (no liveness slices), so the publish below finds it parked.
-            c.wait_ready(&mut crate::FutexWait::new(Duration::from_secs(10)))?;
+            c.wait_ready(&mut crate::wait::FutexWait::new(Duration::from_secs(10)))?;
             let mut buf = [0u8; 64];
             c.try_copy(&mut buf).map(|m| m.len)
         });

@@ -41,10 +41,11 @@ use std::time::Duration;
 use rustix::fs::{FlockOperation, Mode, OFlags};
 use rustix::io::Errno;
 
-pub(crate) use crate::ident::{identity, path_identity};
-use crate::{Error, SegmentName};
+pub(crate) use crate::liveness::ident::{identity, path_identity};
+use crate::segment::SegmentName;
+use crate::Error;
 
-pub use crate::role::{Liveness, Role};
+pub use crate::liveness::role::{Liveness, Role};
 
 /// Role locks work here: a free role is reported dead, so reclaim and take-over run.
 pub const SUPPORTED: bool = true;
@@ -66,7 +67,7 @@ pub struct Roles {
     base: PathBuf,
 }
 
-/// What [`RoleFile::role_file`](crate::RoleFile::role_file) hands out with this backend.
+/// What [`RoleFile::role_file`](crate::raw::RoleFile::role_file) hands out with this backend.
 pub type RoleFileRef<'a> = &'a Roles;
 
 impl Roles {
@@ -171,7 +172,7 @@ fn is_role_suffix(suffix: &[u8]) -> bool {
 /// # Examples
 ///
 /// ```
-/// use ring_os::lock::{probe, Liveness, Role, RoleLock, Roles};
+/// use ring_os::raw::lock::{probe, Liveness, Role, RoleLock, Roles};
 /// let dir = std::env::temp_dir().join(format!("shmring-lock-doc.{}", std::process::id()));
 /// std::fs::create_dir_all(&dir).unwrap();
 /// let roles = Roles::in_dir(&dir, "ring");
@@ -467,5 +468,5 @@ fn contended(
 }
 
 #[cfg(test)]
-#[path = "lock/tests.rs"]
+#[path = "flock/tests.rs"]
 mod tests;

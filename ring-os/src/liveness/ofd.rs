@@ -26,14 +26,14 @@
 use std::os::fd::{AsFd as _, BorrowedFd, OwnedFd};
 use std::path::Path;
 
-pub(crate) use crate::ident::{identity, path_identity};
+pub(crate) use crate::liveness::ident::{identity, path_identity};
 use crate::Error;
 
 /// Whether this platform has OFD locks (Linux, Android). Where it has not, role locks hold
 /// nothing and every probe answers "alive", so nothing is reclaimed, taken over or cleaned.
 pub const SUPPORTED: bool = cfg!(any(target_os = "linux", target_os = "android"));
 
-pub use crate::role::{Liveness, Role};
+pub use crate::liveness::role::{Liveness, Role};
 
 impl Role {
     /// The byte offset of this role's lock; `None` when it does not fit a file offset.
@@ -53,8 +53,8 @@ impl Role {
 /// # Examples
 ///
 /// ```
-/// use ring_os::lock::{probe, Liveness, Role, RoleLock};
-/// use ring_os::{CreateOptions, Segment};
+/// use ring_os::raw::lock::{probe, Liveness, Role, RoleLock};
+/// use ring_os::raw::{CreateOptions, Segment};
 /// let seg = Segment::create_memfd(4096, CreateOptions::new())?;
 /// let held = RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.expect("free");
 /// // Seen through the segment's own descriptor, even from this process...
@@ -285,4 +285,5 @@ mod sys {
 }
 
 #[cfg(test)]
+#[path = "ofd/tests.rs"]
 mod tests;

@@ -1,7 +1,7 @@
 //! Validated names of POSIX shared-memory segments.
 //!
 //! Every segment this crate creates in `/dev/shm` is called [`PREFIX`]` + name`, so that listing
-//! and cleaning ([`stale`](crate::stale)) can tell ours from everybody else's without opening
+//! and cleaning ([`stale`](crate::raw::stale)) can tell ours from everybody else's without opening
 //! foreign files.
 
 use core::fmt;
@@ -20,7 +20,7 @@ pub const MAX_LEN: usize = 200;
 /// # Examples
 ///
 /// ```
-/// use ring_os::SegmentName;
+/// use ring_os::raw::SegmentName;
 /// let name = SegmentName::new("camera-0").unwrap();
 /// assert_eq!(name.file_name(), "shmring.camera-0");
 /// assert!(SegmentName::new("../etc/passwd").is_err());

@@ -8,7 +8,7 @@ use rustix::io::Errno;
 
 use crate::Error;
 
-pub use super::options::SizeCheck;
+pub(crate) use crate::segment::SizeCheck;
 
 /// The file's current size.
 pub(crate) fn file_len(fd: BorrowedFd<'_>) -> Result<u64, Error> {

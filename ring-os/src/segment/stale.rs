@@ -2,9 +2,9 @@
 //!
 //! A named segment outlives its processes: if every process that used it died without unlinking
 //! it, its memory stays in `/dev/shm` until reboot. [`list`] finds ours (file names starting with
-//! [`PREFIX`](crate::NAME_PREFIX)), reads the participants recorded in each (creator, producer,
+//! [`PREFIX`](crate::raw::NAME_PREFIX)), reads the participants recorded in each (creator, producer,
 //! registered consumers) as diagnostic text, and asks the kernel whether any role lock of the
-//! file is held (see [`crate::lock`]). [`clean`] removes a segment only when no role lock is held
+//! file is held (see [`crate::raw::lock`]). [`clean`] removes a segment only when no role lock is held
 //! *and* it is one of ours: a valid ring, or a half-created one whose creator died before it
 //! opened the init barrier. Foreign, corrupt or truncated files are reported and left alone.
 //!
@@ -19,23 +19,14 @@ use std::path::Path;
 
 use ring_core::AttachError;
 
-use crate::lock::{self, AllRoles, Liveness, Role};
-pub use crate::name::{is_spill_of, spill_queue};
-use crate::{Error, Segment, SegmentName, SizeCheck};
+use crate::liveness::lock::{self, AllRoles, Liveness};
+pub use crate::liveness::Participant;
+pub use crate::segment::name::{is_spill_of, spill_queue};
+use crate::segment::{Segment, SegmentName, SizeCheck};
+use crate::Error;
 
 /// The directory POSIX shared memory lives in on Linux.
 pub const SHM_DIR: &str = "/dev/shm";
-
-/// One role recorded in a ring's header, and what its lock says.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Participant {
-    /// The role.
-    pub role: Role,
-    /// The owner id recorded for it (diagnostic: pid and start-time hash; see [`crate::owner`]).
-    pub owner: u64,
-    /// Whether its role lock is held.
-    pub liveness: Liveness,
-}
 
 /// What a segment file is, as far as its bytes tell.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -246,14 +237,7 @@ pub fn ring_participants(seg: &Segment) -> Result<Vec<Participant>, AttachError>
     // SAFETY: the mapping is `seg.len()` bytes, readable and writable, and stays mapped while
     // `seg` is borrowed, which outlives the `RawMemory` made here.
     let raw = unsafe { ring_core::RawMemory::attach(seg.as_ptr(), seg.len()) }?;
-    Ok(crate::mapping::roles_of(&raw)
-        .into_iter()
-        .map(|(role, owner)| Participant {
-            role,
-            owner,
-            liveness: seg.probe(role),
-        })
-        .collect())
+    Ok(crate::liveness::participants(&raw, seg))
 }
 
 /// Removes the stale segments among `list` (see [`SegmentInfo::is_stale`]) from `dir`, each only
@@ -356,9 +340,9 @@ fn all_roles(
 #[cfg(ring_portable)]
 fn listed_roles(dir: &Path, name: &SegmentName, fd: BorrowedFd<'_>) -> Result<lock::Roles, Error> {
     let kind = if dir == Path::new(SHM_DIR) {
-        crate::SegmentKind::Named(name.clone())
+        crate::segment::SegmentKind::Named(name.clone())
     } else {
-        crate::SegmentKind::File(dir.join(name.file_name()))
+        crate::segment::SegmentKind::File(dir.join(name.file_name()))
     };
     crate::segment::roles_of(&kind, fd)
 }

@@ -29,8 +29,8 @@ use windows_sys::Win32::System::Threading::{
     CreateSemaphoreW, ReleaseSemaphore, WaitForSingleObject,
 };
 
-use crate::futex::WaitOutcome;
-use crate::win::sys::{self, Handle, OwnerOnly};
+use crate::wait::futex::WaitOutcome;
+use crate::windows::sys::{self, Handle, OwnerOnly};
 
 /// Counter/semaphore pairs per segment.
 pub(crate) const BUCKETS: usize = 8;
@@ -237,7 +237,7 @@ mod tests {
     use std::time::Instant;
 
     use super::*;
-    use crate::{CreateOptions, Segment, SegmentName, SizeCheck};
+    use crate::segment::{CreateOptions, Segment, SegmentName, SizeCheck};
 
     /// Two views of one named section at different addresses, as two processes have them: a
     /// wait through one is ended by a wake through the other, long before its timeout (without

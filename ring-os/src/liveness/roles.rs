@@ -1,5 +1,5 @@
 //! Every ring-core call that registers a participant, takes a producer over or reclaims a
-//! consumer entry, each backed by the kernel-held role lock (see [`crate::lock`]). They are kept
+//! consumer entry, each backed by the kernel-held role lock (see [`crate::raw::lock`]). They are kept
 //! together so the proofs they hand ring-core sit in one place.
 //!
 //! The rules: a producer holds [`Role::Producer`] before it claims the producer line, so a take-over
@@ -8,7 +8,7 @@
 //! itself (which it can only get when no live process holds it).
 
 #[cfg(any(windows, ring_portable))]
-use crate::lock::RoleFileRef;
+use crate::liveness::lock::RoleFileRef;
 #[cfg(all(unix, not(ring_portable)))]
 use std::os::fd::BorrowedFd as RoleFileRef;
 use std::sync::Arc;
@@ -16,8 +16,10 @@ use std::sync::Arc;
 use ring_core::inspect::consumer_info;
 use ring_core::{Consumer, DeliveryClass, Memory, OwnerId, Producer, Reclaimed};
 
-use crate::lock::{self, Liveness, Role, RoleLock};
-use crate::{owner, Error, Mapping};
+use crate::liveness::lock::{self, Liveness, Role, RoleLock};
+use crate::liveness::owner;
+use crate::raw::Mapping;
+use crate::Error;
 
 /// A memory whose segment file carries the role locks: what the liveness checks probe.
 pub trait RoleFile: Memory {
@@ -126,7 +128,7 @@ pub(crate) fn register_consumer<T: RoleFile>(
     join: Join<'_>,
 ) -> Result<(Consumer<Arc<T>>, RoleLock), Error> {
     let me = owner::current()?;
-    let delay = crate::ring::join_delay();
+    let delay = join_delay();
     let n = ring.geometry().consumers();
     for _ in 0..REGISTER_ATTEMPTS {
         let mut any_free = false;
@@ -199,4 +201,17 @@ pub(crate) fn reclaim_if_dead<M: RoleFile>(p: &mut Producer<M>, index: usize) ->
     unsafe { p.reclaim(index, owner) }
         .ok()
         .filter(|r| r.was_registered)
+}
+
+/// Test hook: `SHMRING_TEST_JOIN_DELAY_MS` makes every registration pause that long between
+/// becoming ACTIVE and fixing its start point — the window a preemption opens. Tests set it to
+/// show that a publisher waiting for subscribers loses nothing to a slow registration.
+pub(crate) fn join_delay() -> Option<core::time::Duration> {
+    static DELAY: std::sync::OnceLock<Option<core::time::Duration>> = std::sync::OnceLock::new();
+    *DELAY.get_or_init(|| {
+        std::env::var("SHMRING_TEST_JOIN_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(core::time::Duration::from_millis)
+    })
 }

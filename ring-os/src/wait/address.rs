@@ -1,7 +1,7 @@
 //! Address waits across processes where there is no futex: macOS's `os_sync_wait_on_address`
 //! (macOS 14.4) or `__ulock_wait`, FreeBSD's `_umtx_op`, each in its *shared* form (keyed by the
 //! backing object, so a wake in one process reaches a waiter in another that maps the segment at
-//! another address). Where none is found, [`crate::futex`]'s polling fallback runs.
+//! another address). Where none is found, [`crate::raw::futex`]'s polling fallback runs.
 //!
 //! # References
 //! - macOS: `<os/os_sync_wait_on_address.h>` (`OS_SYNC_WAIT_ON_ADDRESS_SHARED`); XNU
@@ -13,7 +13,7 @@
 use core::sync::atomic::AtomicU32;
 use core::time::Duration;
 
-use crate::futex::WaitOutcome;
+use crate::wait::futex::WaitOutcome;
 
 /// Sleeps on `word` while it holds `expected`, for at most `timeout`; `None` where this platform
 /// offers no address wait (the caller polls).
@@ -45,7 +45,7 @@ mod imp {
     use core::time::Duration;
     use std::sync::OnceLock;
 
-    use crate::futex::WaitOutcome;
+    use crate::wait::futex::WaitOutcome;
 
     /// `os_sync_wait_on_address_with_timeout`.
     type OsWait = unsafe extern "C" fn(*mut c_void, u64, usize, u32, u32, u64) -> c_int;
@@ -171,7 +171,7 @@ mod imp {
     use core::sync::atomic::AtomicU32;
     use core::time::Duration;
 
-    use crate::futex::WaitOutcome;
+    use crate::wait::futex::WaitOutcome;
 
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Option<WaitOutcome> {
         let mut time = libc::_umtx_time {
@@ -226,7 +226,7 @@ mod imp {
     use core::sync::atomic::AtomicU32;
     use core::time::Duration;
 
-    use crate::futex::WaitOutcome;
+    use crate::wait::futex::WaitOutcome;
 
     pub(super) fn wait(_: &AtomicU32, _: u32, _: Duration) -> Option<WaitOutcome> {
         None

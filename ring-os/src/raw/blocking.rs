@@ -3,7 +3,7 @@
 //!
 //! Every blocking call waits in slices of at most [`LIVENESS_PERIOD`] on the futex; when a slice
 //! ends with no progress it asks the kernel whether the peers' role locks are held (one `fcntl`,
-//! see [`crate::lock`]) before waiting again, so a dead peer is detected within about one period
+//! see [`crate::raw::lock`]) before waiting again, so a dead peer is detected within about one period
 //! and the fast path makes no extra system call.
 
 use core::time::Duration;
@@ -14,11 +14,10 @@ use ring_core::{ClaimError, Consumer, Copied, Hold, Memory, Pinned, Producer, Re
 use crate::ShmReadError;
 use ring_core::{Reclaimed, WriteSlot};
 
-use crate::lock::{Liveness, Role};
-use crate::roles::{self, reclaim_if_dead, RoleFile};
-use crate::sigbus::memory_truncated;
-use crate::wait::deadline_after;
-use crate::FutexWait;
+use crate::liveness::lock::{Liveness, Role};
+use crate::liveness::roles::{self, reclaim_if_dead, RoleFile};
+use crate::segment::sigbus::memory_truncated;
+use crate::wait::{deadline_after, FutexWait};
 
 /// The `Corrupt` reason the blocking helpers report once the SIGBUS guard found the segment
 /// truncated under its mapping (`Mapping::check_len` then says by how much).
@@ -171,7 +170,7 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
                 // The caller reads the bytes later: check now whether the segment was cut (see
                 // `recv`; a truncation after this point can still zero what the caller reads).
                 // SAFETY: the pin borrows the consumer, which keeps its memory mapped.
-                if unsafe { crate::sigbus::probe_at(segment) } {
+                if unsafe { crate::segment::sigbus::probe_at(segment) } {
                     return Err(ReadError::Corrupt(TRUNCATED).into());
                 }
                 Ok(pin)
@@ -179,7 +178,7 @@ impl<M: RoleFile> ConsumerExt<M> for Consumer<M> {
             // `Closed` or `Corrupt` may be read from zeros the guard mapped, or written by a
             // producer that gave up on the truncated segment: report the truncation.
             // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
-            Err(_) if unsafe { crate::sigbus::probe_at(segment) } => {
+            Err(_) if unsafe { crate::segment::sigbus::probe_at(segment) } => {
                 Err(ReadError::Corrupt(TRUNCATED).into())
             }
             Err(e) => Err(e.into()),
@@ -238,7 +237,7 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
         let segment = core::ptr::from_ref(self.memory().header()) as usize;
         let written = |r: R| {
             // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
-            if unsafe { crate::sigbus::probe_at(segment) } {
+            if unsafe { crate::segment::sigbus::probe_at(segment) } {
                 Err(ClaimError::Corrupt(TRUNCATED))
             } else {
                 Ok(r)
@@ -338,7 +337,9 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{owner, CreateOptions, ShmRing};
+    use crate::liveness::owner;
+    use crate::raw::ShmRing;
+    use crate::segment::CreateOptions;
     use ring_core::inspect::EntryState;
     use ring_core::{Config, DeliveryClass, OwnerId};
 

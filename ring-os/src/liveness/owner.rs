@@ -6,7 +6,7 @@
 //! header's `creator`, and `ringctl` shows it.
 //!
 //! It decides nothing. Whether a role is alive is what the kernel says about its role lock
-//! ([`crate::lock`]): a pid means nothing in another pid namespace, a zombie leader with live
+//! ([`crate::raw::lock`]): a pid means nothing in another pid namespace, a zombie leader with live
 //! threads looks dead in `/proc`, and `hidepid=2` hides other users' processes. [`seen`] tells
 //! what this process can see of an owner id, for messages and `ringctl inspect`.
 
@@ -19,10 +19,10 @@ use rustix::process::{getpid, Pid};
 
 use crate::Error;
 
-pub use crate::lock::Liveness;
+pub use crate::liveness::lock::Liveness;
 
 /// What this process can see of the process behind an owner id (diagnostic only: liveness is
-/// the role lock's, see [`crate::lock`]).
+/// the role lock's, see [`crate::raw::lock`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Seen {
     /// A process with that pid and start time runs in this pid namespace.
@@ -210,7 +210,7 @@ fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
 /// `Ok(None)` when no running process has that id.
 #[cfg(windows)]
 fn start_ticks(pid: u32) -> Result<Option<Option<u64>>, Error> {
-    Ok(crate::win::sys::process_start(pid).map(Some))
+    Ok(crate::windows::sys::process_start(pid).map(Some))
 }
 
 /// Reads a process's start time: not available here, so only existence is checked.

@@ -1,5 +1,17 @@
-//! [`FutexWait`]: ring-core's [`WaitStrategy`] for processes sharing a mapping — spin a little,
-//! then park on the futex word until woken or the deadline passes.
+//! OS waits: a 32-bit word in shared memory that a thread in one process sleeps on until a
+//! thread in another changes it and wakes it, always with a deadline.
+//!
+//! - [`futex`]: wait and wake on a shared word: the Linux futex; elsewhere `address.rs` (the
+//!   portable backend's address waits: macOS, FreeBSD) or `windows.rs` (a segment's named
+//!   semaphores), with a polling fallback where the platform offers none;
+//! - [`FutexWait`] (this file): ring-core's [`WaitStrategy`] over it, spinning a little first;
+//!   [`deadline_after`] for deadlines that cannot overflow.
+
+#[cfg(ring_portable)]
+mod address;
+pub mod futex;
+#[cfg(windows)]
+pub(crate) mod windows;
 
 use core::time::Duration;
 use std::time::Instant;
@@ -7,8 +19,7 @@ use std::time::Instant;
 use ring_core::sync::Ordering;
 use ring_core::{AtomicU32, WaitStrategy};
 
-use crate::futex::wait_word;
-use crate::futex::WaitOutcome;
+use futex::{wait_word, WaitOutcome};
 
 /// Spin for a budget, then park on the futex with a deadline.
 ///
@@ -20,7 +31,7 @@ use crate::futex::WaitOutcome;
 /// ```
 /// use core::time::Duration;
 /// use ring_core::{AtomicU32, WaitStrategy};
-/// use ring_os::FutexWait;
+/// use ring_os::raw::FutexWait;
 /// let word = AtomicU32::new(0);
 /// let mut wait = FutexWait::new(Duration::from_millis(5));
 /// // Nobody changes the word: the wait ends at the deadline and says so.
@@ -131,7 +142,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(20));
             // Release: pairs with the waiter's Acquire.
             w2.store(1, Ordering::Release);
-            let _ = crate::futex::wake_all(crate::futex::as_futex(&w2));
+            let _ = crate::wait::futex::wake_all(crate::wait::futex::as_futex(&w2));
         });
         let mut wait = FutexWait::new(Duration::from_secs(10)).spins(0);
         let start = Instant::now();

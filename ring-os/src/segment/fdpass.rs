@@ -8,7 +8,7 @@
 //! ```
 //! use core::time::Duration;
 //! use std::os::unix::net::UnixStream;
-//! use ring_os::{fdpass, CreateOptions, Segment, SizeCheck};
+//! use ring_os::raw::{fdpass, CreateOptions, Segment, SizeCheck};
 //! let (a, b) = UnixStream::pair().unwrap();
 //! let seg = Segment::create_memfd(4096, CreateOptions::new())?;
 //! fdpass::send_fd(&a, seg.fd(), b"ring")?;

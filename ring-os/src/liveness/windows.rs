@@ -24,10 +24,10 @@ use std::sync::{Mutex, OnceLock};
 use windows_sys::Win32::Foundation::{WAIT_ABANDONED, WAIT_OBJECT_0, WAIT_TIMEOUT};
 use windows_sys::Win32::System::Threading::{CreateMutexW, ReleaseMutex, WaitForSingleObject};
 
-use crate::win::sys::{self, Handle, OwnerOnly};
+use crate::windows::sys::{self, Handle, OwnerOnly};
 use crate::Error;
 
-pub use crate::role::{Liveness, Role};
+pub use crate::liveness::role::{Liveness, Role};
 
 /// Windows has kernel-vouched role locks (abandoned mutexes): reclaim and take-over work.
 pub const SUPPORTED: bool = true;
@@ -58,7 +58,7 @@ pub struct Roles {
     probes: Mutex<HashMap<Role, Handle>>,
 }
 
-/// What [`RoleFile::role_file`](crate::RoleFile::role_file) hands out on Windows.
+/// What [`RoleFile::role_file`](crate::raw::RoleFile::role_file) hands out on Windows.
 pub type RoleFileRef<'a> = &'a Roles;
 
 impl Roles {
@@ -134,7 +134,7 @@ impl Roles {
 /// # Examples
 ///
 /// ```
-/// use ring_os::lock::{probe, Liveness, Role, RoleLock, Roles};
+/// use ring_os::raw::lock::{probe, Liveness, Role, RoleLock, Roles};
 /// let roles = Roles::new(format!("shmring-doc.{}", std::process::id()));
 /// let held = RoleLock::try_acquire(&roles, Role::Consumer(3))?.expect("free");
 /// assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Alive);

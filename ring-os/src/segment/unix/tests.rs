@@ -9,7 +9,8 @@ use std::os::fd::{AsFd as _, OwnedFd};
 use std::path::PathBuf;
 
 use super::*;
-use crate::{fdpass, SegmentName};
+use crate::segment::SizeCheck;
+use crate::segment::{fdpass, SegmentName};
 
 /// A name unique to this process and call site.
 fn unique(tag: &str) -> SegmentName {

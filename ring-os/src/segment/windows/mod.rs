@@ -15,9 +15,6 @@
 //! `SIGBUS` counterpart to guard against. A section has no name to remove: it vanishes with its
 //! last handle (see `docs/OS.md`, Windows).
 
-#[path = "../segment/options.rs"]
-mod options;
-
 use core::ptr::NonNull;
 use std::os::windows::io::AsRawHandle as _;
 use std::path::{Path, PathBuf};
@@ -39,12 +36,13 @@ use windows_sys::Win32::System::Memory::{
 };
 use windows_sys::Win32::System::SystemInformation::{GetSystemInfo, SYSTEM_INFO};
 
-pub use options::{CreateOptions, SegmentKind, SizeCheck};
+use super::{CreateOptions, SegmentKind, SizeCheck};
 
-use crate::lock::{self, Liveness, Role, RoleLock, Roles};
-use crate::win::futex::{self as wait_objects, Registration, Waits};
-use crate::win::sys::{self, Handle, OwnerOnly};
-use crate::{Error, SegmentName};
+use crate::liveness::lock::{self, Liveness, Role, RoleLock, Roles};
+use crate::segment::SegmentName;
+use crate::wait::windows::{self as wait_objects, Registration, Waits};
+use crate::windows::sys::{self, Handle, OwnerOnly};
+use crate::Error;
 
 /// An open, mapped shared-memory segment (Windows: a section and a view of it).
 ///
@@ -55,7 +53,7 @@ use crate::{Error, SegmentName};
 /// # Examples
 ///
 /// ```
-/// use ring_os::{CreateOptions, Error, Segment, SegmentName, SizeCheck};
+/// use ring_os::{Error, raw::{CreateOptions, Segment, SegmentName, SizeCheck}};
 /// let name = SegmentName::new(&format!("doc-seg-{}", std::process::id()))?;
 /// let seg = Segment::create_named(&name, 4096, CreateOptions::new())?;
 /// // A second creation under the same name is an error, never a silent reuse.

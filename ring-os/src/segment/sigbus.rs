@@ -371,7 +371,17 @@ mod tests {
 
     use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 
-    use crate::{ConsumerExt as _, CreateOptions, Error, ProducerExt as _, ShmRing, TRUNCATED};
+    use crate::Error;
+
+    use crate::raw::ConsumerExt as _;
+
+    use crate::segment::CreateOptions;
+
+    use crate::raw::ProducerExt as _;
+
+    use crate::raw::ShmRing;
+
+    use crate::raw::TRUNCATED;
 
     #[test]
     fn a_truncated_file_ring_is_a_clear_error_in_this_process() {

@@ -84,12 +84,12 @@ mod imp {
     use super::WaitOutcome;
 
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
-        crate::posix::wait::wait(word, expected, timeout)
+        crate::wait::address::wait(word, expected, timeout)
             .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
     }
 
     pub(super) fn wake_all(word: &AtomicU32) -> usize {
-        crate::posix::wait::wake_all(word)
+        crate::wait::address::wake_all(word)
     }
 }
 
@@ -103,13 +103,13 @@ mod imp {
 
     /// Sleeps on the segment's semaphore, or polls a word outside every segment.
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
-        crate::win::futex::wait(word, expected, timeout)
+        crate::wait::windows::wait(word, expected, timeout)
             .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
     }
 
     /// Releases the segment's semaphore for every announced waiter.
     pub(super) fn wake_all(word: &AtomicU32) -> usize {
-        crate::win::futex::wake_all(word)
+        crate::wait::windows::wake_all(word)
     }
 }
 

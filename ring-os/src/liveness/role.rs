@@ -1,5 +1,5 @@
 //! The roles a participant holds a kernel-vouched lock for, and what a probe of one says;
-//! shared by every platform's [`lock`](crate::lock) module.
+//! shared by every platform's [`lock`](crate::raw::lock) module.
 
 /// A participant's role: what its role lock vouches for.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

@@ -6,11 +6,14 @@ use std::sync::Arc;
 
 use ring_core::{AttachError, Config, Consumer, DeliveryClass, Geometry, Memory, Producer};
 
-use crate::lock::RoleLock;
-use crate::{roles, CreateOptions, Error, Mapping, Segment, SegmentName};
+use crate::liveness::lock::RoleLock;
+use crate::liveness::roles;
+use crate::raw::Mapping;
+use crate::segment::{CreateOptions, Segment, SegmentName};
+use crate::Error;
 
-/// A producer over an OS mapping, holding the kernel-held [`Role::Producer`](crate::lock::Role)
-/// lock for as long as it lives (see [`crate::lock`]). Dereferences to the ring-core producer.
+/// A producer over an OS mapping, holding the kernel-held [`Role::Producer`](crate::raw::lock::Role)
+/// lock for as long as it lives (see [`crate::raw::lock`]). Dereferences to the ring-core producer.
 #[derive(Debug)]
 pub struct ShmProducer<T: Memory = Mapping> {
     /// The ring-core producer; declared first, so it closes the ring and leaves the producer
@@ -52,7 +55,7 @@ impl<T: Memory> core::ops::DerefMut for ShmProducer<T> {
     }
 }
 
-/// A consumer over an OS mapping, holding the [`Role::Consumer`](crate::lock::Role) lock of its
+/// A consumer over an OS mapping, holding the [`Role::Consumer`](crate::raw::lock::Role) lock of its
 /// entry for as long as it lives. Dereferences to the ring-core consumer.
 #[derive(Debug)]
 pub struct ShmConsumer<T: Memory = Mapping> {
@@ -97,7 +100,7 @@ impl<T: Memory> core::ops::DerefMut for ShmConsumer<T> {
 /// ```
 /// use core::time::Duration;
 /// use ring_core::{Config, DeliveryClass};
-/// use ring_os::{ConsumerExt as _, CreateOptions, ShmRing};
+/// use ring_os::raw::{ConsumerExt as _, CreateOptions, ShmRing};
 /// let ring = ShmRing::create_memfd(&Config::new(8, 256), CreateOptions::new())?;
 /// let mut producer = ShmRing::producer(&ring)?;
 /// let mut consumer = ShmRing::consumer(&ring, DeliveryClass::Gating)?;
@@ -152,7 +155,7 @@ impl ShmRing {
         name: &SegmentName,
         timeout: core::time::Duration,
     ) -> Result<Arc<Mapping>, Error> {
-        let deadline = crate::deadline_after(timeout);
+        let deadline = crate::wait::deadline_after(timeout);
         loop {
             match Self::open_named(name) {
                 // What a segment looks like while its creator makes it: no file yet, a file not
@@ -172,7 +175,7 @@ impl ShmRing {
     }
 
     /// Creates an anonymous ring in a sealed memfd; pass `ring.segment().fd()` to peers with
-    /// [`fdpass::send_fd`](crate::fdpass::send_fd).
+    /// [`fdpass::send_fd`](crate::raw::fdpass::send_fd).
     ///
     /// # Errors
     ///
@@ -226,7 +229,7 @@ impl ShmRing {
         Ok(Arc::new(mapping))
     }
 
-    /// Becomes the ring's producer as this process, holding [`Role::Producer`](crate::lock::Role)'s
+    /// Becomes the ring's producer as this process, holding [`Role::Producer`](crate::raw::lock::Role)'s
     /// lock. If another producer is registered and holds no lock (its process is dead), takes
     /// the ring over (see `docs/OS.md`, crash semantics).
     ///
@@ -269,19 +272,6 @@ impl ShmRing {
         let (consumer, lock) = roles::register_consumer(ring, roles::Join::Group(name))?;
         Ok(ShmConsumer { consumer, lock })
     }
-}
-
-/// Test hook: `SHMRING_TEST_JOIN_DELAY_MS` makes every registration pause that long between
-/// becoming ACTIVE and fixing its start point — the window a preemption opens. Tests set it to
-/// show that a publisher waiting for subscribers loses nothing to a slow registration.
-pub(crate) fn join_delay() -> Option<core::time::Duration> {
-    static DELAY: std::sync::OnceLock<Option<core::time::Duration>> = std::sync::OnceLock::new();
-    *DELAY.get_or_init(|| {
-        std::env::var("SHMRING_TEST_JOIN_DELAY_MS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .map(core::time::Duration::from_millis)
-    })
 }
 
 #[cfg(test)]

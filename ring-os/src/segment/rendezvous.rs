@@ -6,7 +6,7 @@
 //! `<dir>/shmring.<name>.sock` in a directory the user chooses, for containers that share a
 //! directory but not a network namespace. A subscriber connects, checks that the server runs as
 //! the same user (`SO_PEERCRED`), receives the descriptor ([`fdpass`]), checks
-//! its seals ([`Segment::from_fd`](crate::Segment::from_fd)) and maps it. The server likewise
+//! its seals ([`Segment::from_fd`](crate::raw::Segment::from_fd)) and maps it. The server likewise
 //! serves only peers of its own user. Nothing is ever written to `/dev/shm`: the kernel frees
 //! the memfd with its last descriptor or mapping.
 //!
@@ -15,8 +15,8 @@
 //! ```
 //! use core::time::Duration;
 //! use ring_core::{Config, DeliveryClass};
-//! use ring_os::rendezvous::{Rendezvous, SocketPlace};
-//! use ring_os::{ConsumerExt as _, CreateOptions, SegmentName, ShmRing};
+//! use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
+//! use ring_os::raw::{ConsumerExt as _, CreateOptions, SegmentName, ShmRing};
 //! let name = SegmentName::new(&format!("doc-rendezvous-{}", std::process::id()))?;
 //! let place = Rendezvous::new(&name, SocketPlace::Abstract);
 //! let (ring, _server) = place.create(&Config::new(8, 64), CreateOptions::new())?;
@@ -40,7 +40,18 @@ use std::time::Instant;
 use ring_core::Config;
 use rustix::event::{poll, PollFd, PollFlags};
 
-use crate::{fdpass, CreateOptions, Error, Mapping, SegmentKind, SegmentName, ShmRing};
+use crate::segment::fdpass;
+use crate::Error;
+
+use crate::segment::CreateOptions;
+
+use crate::raw::Mapping;
+
+use crate::segment::SegmentKind;
+
+use crate::segment::SegmentName;
+
+use crate::raw::ShmRing;
 
 /// The longest socket address: `sun_path` holds 108 bytes, a path needs a NUL and an abstract
 /// name a leading NUL.
@@ -223,7 +234,7 @@ impl Rendezvous {
     /// [`Error::Attach`] for a bad descriptor; [`Error::Disconnected`], [`Error::TimedOut`].
     pub fn connect(&self, timeout: Duration) -> Result<Arc<Mapping>, Error> {
         self.check_fits()?;
-        let deadline = crate::deadline_after(timeout);
+        let deadline = crate::wait::deadline_after(timeout);
         let stream = loop {
             match self.connect_once() {
                 Ok(s) => break s,

@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 use ring_core::{Config, Consumer, DeliveryClass, OwnerId, Producer};
 
 use super::*;
-use crate::{CreateOptions, ShmRing};
+use crate::liveness::lock::Role;
+use crate::raw::ShmRing;
+use crate::segment::CreateOptions;
 
 /// A scratch directory removed on drop.
 struct Scratch(PathBuf);
@@ -24,7 +26,7 @@ impl Scratch {
     }
 
     fn path(&self, name: &str) -> PathBuf {
-        self.0.join(format!("{}{name}", crate::NAME_PREFIX))
+        self.0.join(format!("{}{name}", crate::raw::NAME_PREFIX))
     }
 }
 
@@ -263,7 +265,8 @@ fn spill_names_parse_and_an_unheld_spill_is_removed_a_held_one_kept() {
     let dir = Scratch::new("spill");
     let name = "gone.s3-0123456789abcdef";
     // Its creator writing it: the creator lock is held.
-    let seg = crate::Segment::create_file(&dir.path(name), 4096, CreateOptions::new()).unwrap();
+    let seg =
+        crate::segment::Segment::create_file(&dir.path(name), 4096, CreateOptions::new()).unwrap();
     // SAFETY: the mapping is 4096 bytes and this is its only user.
     unsafe { core::ptr::write_bytes(seg.as_ptr().as_ptr(), 0x5a, 4096) };
     let listed = || {

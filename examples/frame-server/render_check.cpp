@@ -1,8 +1,9 @@
 // Holds render.hpp's frames to their per-pixel definition (its header comment): every byte of
 // frames of odd and even sizes, both views, several cameras and frame numbers, written at
 // destinations of every alignment (the 16-byte stores of a row's middle, streamed and not, and
-// its plain head and tail), with one column table reused across sizes as the server does; and each returned
-// checksum against word_sum over the bytes written. Prints the first difference and exits 1.
+// its plain head and tail), with one column table reused across sizes as the server does; and
+// each returned checksum against word_sum over the bytes written. Prints the first difference
+// and exits 1.
 //   render-check            (built by CMakeLists.txt; run by ci/ffi.sh and wine.sh)
 #include <cstddef>
 #include <cstdint>

@@ -245,12 +245,13 @@ class Handler {
     constexpr std::string_view prefix = "/camera/";
     const size_t slash = path.find('/', prefix.size());
     uint32_t cam = 0;
-    if (path.compare(0, prefix.size(), prefix) != 0 || slash == std::string::npos ||
-        !parse_u32(std::string_view(path).substr(prefix.size(), slash - prefix.size()), cam) || cam > 7) {
+    const std::string_view path_v = path;
+    if (path_v.substr(0, prefix.size()) != prefix || slash == std::string::npos ||
+        !parse_u32(path_v.substr(prefix.size(), slash - prefix.size()), cam) || cam > 7) {
       err = "error Can not find a handler for this request: " + path;
       return false;
     }
-    const std::string_view what = std::string_view(path).substr(slash + 1);
+    const std::string_view what = path_v.substr(slash + 1);
     const auto is_fmt = [](const std::string &f) { return f == "bmp" || f == "png" || f == "npy"; };
     if (what == "lit" && nwords <= 3) {
       if (nwords == 2) return image(frames::View::lit, cam, w_, h_, "png", "*", out, err);

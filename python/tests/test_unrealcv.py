@@ -26,6 +26,9 @@ unrealcv = pytest.importorskip("unrealcv", reason="pip install unrealcv==1.3.2")
 
 ROOT = Path(__file__).resolve().parents[2]
 W, H = 320, 240
+# Slots of 16 MiB: room for a 2048 x 2048 panorama, which the server writes with non-temporal
+# stores (render.hpp's kStreamFrom), smaller frames with plain ones.
+SLOT_BYTES = 16 << 20
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +60,8 @@ def server(server_exe, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("frames")
     ring = f"pytest-ucv-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     proc = subprocess.Popen([str(server_exe), ring, str(tmp / "fs.sock"), str(W), str(H),
-                             "--tcp", "0", "--save-dir", str(tmp)],
+                             "--tcp", "0", "--save-dir", str(tmp),
+                             "--slot-bytes", str(SLOT_BYTES)],
                             stdout=subprocess.PIPE, text=True)
     try:
         first = proc.stdout.readline()
@@ -231,7 +235,19 @@ def test_panoramic(client):
     frame = su.frame_view(odd)
     assert su.word_sum(frame) == odd["sum"] and frame.shape == (111, 333, 4)
     del frame
-    too_big = client.request("vget /camera/0/panoramic_shared 8192 8192")
+    # A frame of the slot's whole 16 MiB, streamed past the cache and fenced before the publish:
+    # every byte as the checksum says, and the pattern (B along x, G along y) in two rows.
+    big = json.loads(client.request("vget /camera/1/panoramic_shared 2048 2048"))
+    frame = su.frame_view(big)
+    assert frame.nbytes == SLOT_BYTES and stamp(frame.reshape(-1)) == big["stamp"]
+    assert su.word_sum(frame) == big["sum"], "a streamed frame does not match its checksum"
+    n, x = big["stamp"], np.arange(2048)
+    for y in (1, 2047):
+        want = np.stack([(x // 8 + n) & 255, np.full(2048, y // 8), np.full(2048, (n + 32) & 255),
+                         np.full(2048, 128)], axis=1).astype(np.uint8)
+        assert np.array_equal(frame[y], want), f"row {y} of the streamed panorama"
+    del frame
+    too_big = client.request("vget /camera/0/panoramic_shared 4096 2048")
     assert too_big.startswith("error ") and "does not fit" in too_big
 
 

@@ -76,8 +76,8 @@ impl Held {
             }
             // After the release: had this member died holding the message, the message would
             // have been redelivered with its spill still there.
-            if let Some(name) = spill {
-                crate::spill::remove(&name);
+            if let Some(spill) = spill {
+                spill.done();
             }
         }
     }
@@ -94,9 +94,9 @@ struct PinRecord {
     /// Live buffer exports of this message (shared with its `Message` or queue `Part`s, so a
     /// view can be released without the consumer).
     exports: Arc<AtomicUsize>,
-    /// A group member's zero-copy spilled queue message: its spill's name, removed once the
-    /// message is given back (see `Consumer::spill_done`).
-    spill: Option<String>,
+    /// A zero-copy spilled queue message that is this reader's alone: its spill segment,
+    /// acknowledged once the message is given back (see `spill`).
+    spill: Option<Arc<crate::spill::Received>>,
 }
 
 /// The pinned messages of a consumer, as Python sees them. Records leave only with the GIL
@@ -105,8 +105,8 @@ struct PinRecord {
 struct Pins {
     live: Vec<PinRecord>,
     /// Ids of messages let go whose holds [`Held::settle`] has not given back yet, with the
-    /// spill name to remove after that.
-    let_go: Vec<(u64, Option<String>)>,
+    /// spill segment to acknowledge after that.
+    let_go: Vec<(u64, Option<Arc<crate::spill::Received>>)>,
     /// The zero-copy queue message, let go by the next `_get_parts` (the queue's rule).
     queue: Option<u64>,
 }
@@ -318,7 +318,7 @@ impl Consumer {
         &self,
         turn: &mut Turn<'_>,
         taken: Taken,
-        spill: Option<String>,
+        spill: Option<Arc<crate::spill::Received>>,
     ) -> Result<(u64, Arc<AtomicUsize>), Fail> {
         let h = turn.held()?;
         h.last_id += 1;
@@ -335,9 +335,9 @@ impl Consumer {
 }
 
 impl Consumer {
-    /// Maps the spill segment of the message in `slot`, if it is a spilled one: the segment
-    /// and its name. Only a spill name of this very queue is opened (see `spill`).
-    fn open_spill(&self, slot: &[u8]) -> Result<Option<(ring_os::raw::Segment, String)>, Fail> {
+    /// Maps the spill segment of the message in `slot`, if it is a spilled one. Only a spill
+    /// name of this very queue is opened (see `spill`).
+    fn open_spill(&self, slot: &[u8]) -> Result<Option<crate::spill::Received>, Fail> {
         let Some((len, name)) = q::spill_of(slot)? else {
             return Ok(None);
         };
@@ -351,26 +351,22 @@ impl Consumer {
                 format!("the message names a spill segment {name:?} of another queue"),
             ));
         }
-        Ok(Some((crate::spill::open(name, len)?, name.to_owned())))
+        Ok(Some(crate::spill::Received::open(name, len)?))
     }
 
-    /// This reader has the spilled message `name`: remove its name when no other reader
-    /// needs it (otherwise the sender does when the slot comes round again).
-    fn spill_done(&self, name: &str) {
-        // A group member's message is its alone (each message goes to one member).
-        if self.group.is_some() {
-            crate::spill::remove(name);
-            return;
-        }
-        let readers = self
-            .mapping
-            .participants()
-            .iter()
-            .filter(|p| matches!(p.role, ring_os::raw::lock::Role::Consumer(_)))
-            .count();
-        if readers <= 1 {
-            crate::spill::remove(name);
-        }
+    /// Whether a spilled message this consumer reads is its alone, so that it acknowledges it
+    /// when done (see `spill`): a group member's is (each message goes to one member), and the
+    /// only reader's; with several broadcast readers the sender's next claim of the slot frees
+    /// the segment.
+    fn acks_spills(&self) -> bool {
+        self.group.is_some()
+            || self
+                .mapping
+                .participants()
+                .iter()
+                .filter(|p| matches!(p.role, ring_os::raw::lock::Role::Consumer(_)))
+                .count()
+                <= 1
     }
 }
 
@@ -478,9 +474,7 @@ impl Consumer {
                 return Err(f.into_py(py));
             }
         };
-        let mapped = spill
-            .as_ref()
-            .map(|(seg, _)| (seg.as_ptr().as_ptr() as usize, seg.len()));
+        let mapped = spill.as_ref().map(crate::spill::Received::data);
         let parts = match q::parse(slot, taken.hold.meta(), arena, mapped) {
             Ok(p) => p,
             Err(f) => {
@@ -488,25 +482,14 @@ impl Consumer {
                 return Err(f.into_py(py));
             }
         };
-        // The only reader removes a spill's name as soon as it has the message: at once when
-        // the zero-copy parts keep the mapping, after the copy otherwise (see `spill`).
-        let (spill, spill_name) = match spill {
-            Some((seg, name)) => (Some(Arc::new(seg)), Some(name)),
-            None => (None, None),
-        };
-        // A group member keeps the name until it gives the message back: should it die
-        // holding it, the member it is redelivered to maps the spill again.
-        let (spill_name, kept_name) = match spill_name {
-            Some(name) if zero_copy && me.group.is_some() => (None, Some(name)),
-            other => (other, None),
-        };
+        // A reader whose message it is alone acknowledges a spill once it gave the message
+        // back (after the copy, or when the last zero-copy part goes): the sender may then
+        // reuse the segment (see `spill`). Should it die first, the message is redelivered
+        // with its spill still there.
+        let spill = spill.map(Arc::new);
+        let acked = spill.as_ref().filter(|_| me.acks_spills()).cloned();
         if zero_copy {
-            if let Some(name) = &spill_name {
-                me.spill_done(name);
-            }
-        }
-        if zero_copy {
-            let (id, exports) = me.keep(&mut turn, taken, kept_name)?;
+            let (id, exports) = me.keep(&mut turn, taken, acked)?;
             lock(pins).queue = Some(id);
             drop(turn);
             let consumer = slf.clone().unbind();
@@ -523,7 +506,7 @@ impl Consumer {
                             pin_id: id,
                             addr: g.addr,
                             len: g.len,
-                            _spill: spill.clone(),
+                            _spill: spill.as_ref().map(|s| Arc::clone(&s.seg)),
                         },
                     )?
                     .into_any())
@@ -575,8 +558,8 @@ impl Consumer {
         // The hold goes back first: a member that died before this point gets its message
         // redelivered with the spill still there.
         turn.held()?.give(taken.hold)?;
-        if let Some(name) = &spill_name {
-            me.spill_done(name);
+        if let Some(spill) = acked {
+            spill.done();
         }
         truncated_since(faults)?;
         Ok((out, redelivered))
@@ -807,18 +790,18 @@ impl Consumer {
             }
             // Every message is let go; the subscriber's drop below gives their holds back.
             let p = core::mem::take(&mut *p);
-            let names = p.live.into_iter().filter_map(|r| r.spill);
+            let kept = p.live.into_iter().filter_map(|r| r.spill);
             spills
                 .borrow_mut()
-                .extend(names.chain(p.let_go.into_iter().filter_map(|(_, s)| s)));
+                .extend(kept.chain(p.let_go.into_iter().filter_map(|(_, s)| s)));
             Ok(())
         })?;
         // Dropping the subscriber now leaves the ring now, not at collection.
         drop(closed);
         // Coroutines awaiting this consumer try again and raise `Closed`.
         self.aio.wake_all();
-        for name in spills.into_inner() {
-            crate::spill::remove(&name);
+        for spill in spills.into_inner() {
+            spill.done();
         }
         Ok(())
     }

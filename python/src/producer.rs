@@ -95,8 +95,8 @@ impl Drop for Lent {
 enum Out {
     /// An allocation of the arena at this address.
     Arena(usize),
-    /// A spill segment of this name (see `spill`).
-    Spill(String),
+    /// A spill segment: a pooled one reused or a new one (see `spill`).
+    Spill(crate::spill::Target),
 }
 
 /// A loan carried out of the GIL-free closure.
@@ -489,8 +489,11 @@ impl Producer {
         let (plan, handle, spill) = match (allocated, spill_plan, &queue_name) {
             (Some((h, addr)), _, _) => (plan, h, Some(Out::Arena(addr))),
             (None, Some(sp), Some(qn)) if plan.arena_len > 0 => {
-                let name = crate::spill::name(qn, seq);
-                (sp, 0, Some(Out::Spill(name)))
+                let target = state
+                    .pool
+                    .target(qn, seq, sp.arena_len)
+                    .ok_or_else(|| Fail::new("TooLarge", "a message too large to spill"))?;
+                (sp, 0, Some(Out::Spill(target)))
             }
             (None, _, _) if plan.arena_len == 0 => (plan, 0, None),
             _ => {
@@ -505,32 +508,32 @@ impl Producer {
             }
         };
         let slot = loan.bytes();
-        let spill_name = match &spill {
-            Some(Out::Spill(n)) => Some(n.clone()),
-            _ => None,
+        let (target, arena_addr) = match spill {
+            Some(Out::Spill(t)) => (Some(t), None),
+            Some(Out::Arena(addr)) => (None, Some(addr)),
+            None => (None, None),
         };
         q::write_header(
             &plan,
             slot,
-            spill_name
-                .as_deref()
-                .map(|n| (n, plan.arena_len.max(1) as u64)),
+            target.as_ref().map(|t| (t.name.as_str(), t.len as u64)),
         );
         let slot_addr = slot.as_mut_ptr() as usize;
         // (source, destination, length) for the slot and the arena now; (source, offset in
-        // the spill segment, length) for a spill, whose segment is made in the copy below.
+        // the spill segment's data, length) for a spill, whose new segment is made in the copy
+        // below.
         let mut jobs: Vec<(usize, usize, usize)> = Vec::with_capacity(views.len());
         let mut spilled: Vec<(usize, usize, usize)> = Vec::new();
         for (p, v) in plan.places.iter().zip(&views).filter(|(p, _)| p.len > 0) {
             let src = v.bytes().as_ptr() as usize;
-            match (&spill, p.arena) {
+            match (arena_addr, p.arena) {
                 (_, false) => jobs.push((src, slot_addr + p.offset, p.len)),
-                (Some(Out::Arena(addr)), true) => jobs.push((src, addr + p.offset, p.len)),
-                (_, true) => spilled.push((src, p.offset, p.len)),
+                (Some(addr), true) => jobs.push((src, addr + p.offset, p.len)),
+                (None, true) => spilled.push((src, p.offset, p.len)),
             }
         }
-        let spill_len = plan.arena_len;
-        let copy = move || -> Result<(), Fail> {
+        let spilling = target.is_some();
+        let copy = move || -> Result<(Option<crate::spill::Target>, Option<ring_os::raw::Segment>), Fail> {
             for (src, dst, len) in jobs {
                 // SAFETY: `src` is `len` bytes of a buffer view held (in `views`) across this
                 // call; `dst` is `len` bytes inside the claimed slot or the fresh allocation
@@ -541,26 +544,30 @@ impl Producer {
                 // by no published slot. Distinct parts never overlap.
                 unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
             }
-            if let Some(name) = &spill_name {
-                let seg = crate::spill::create(name, spill_len)?;
-                let base = seg.as_ptr().as_ptr() as usize;
-                for (src, off, len) in spilled {
-                    // SAFETY: `src` is `len` bytes of a held view (as above); `off + len` lies
-                    // within the plan's out-of-slot length, the segment's length, in a segment
-                    // this call just created and no one else has opened (its name is not
-                    // published yet).
-                    unsafe {
-                        core::ptr::copy_nonoverlapping(
-                            src as *const u8,
-                            (base + off) as *mut u8,
-                            len,
-                        );
-                    };
+            let Some(target) = target else {
+                return Ok((None, None));
+            };
+            let (created, base) = match target.reused_data() {
+                Some(base) => (None, base),
+                None => {
+                    let (seg, base) = target.create()?;
+                    (Some(seg), base)
                 }
+            };
+            for (src, off, len) in spilled {
+                // SAFETY: `src` is `len` bytes of a held view (as above); `off + len` lies
+                // within the plan's out-of-slot length, at most the segment's data length
+                // (`Pool::target` chose or sized it for that many bytes). The segment is this
+                // sender's: either just created and not published yet, or a pooled one whose
+                // last message was consumed (acknowledged, or its slot claimed again), so no
+                // reader uses its data now (the untrusted-peer caveat of `spill`).
+                unsafe {
+                    core::ptr::copy_nonoverlapping(src as *const u8, (base + off) as *mut u8, len);
+                };
             }
-            Ok(())
+            Ok((Some(target), created))
         };
-        let copied = if total >= q::RELEASE_GIL_AT || spill.is_some() {
+        let copied = if total >= q::RELEASE_GIL_AT || spilling {
             // The loan rides in `Lent` meanwhile, so a thread parked at exit gives it back
             // with the lease (no `Claim` has its id).
             let lent = lease.get()?;
@@ -578,10 +585,11 @@ impl Producer {
         };
         // A failed spill (no room) drops the loan, which gives the slot back: the queue
         // stays usable.
-        copied.map_err(|f| f.into_py(py))?;
-        if let (Some(Out::Spill(name)), Some(state)) = (&spill, lease.get()?.queue.as_mut()) {
+        let (target, created) = copied.map_err(|f| f.into_py(py))?;
+        if let (Some(target), Some(state)) = (target, lease.get()?.queue.as_mut()) {
+            let outside = state.pool.sent(&target, created, index);
             if let Some(s) = state.slot_spills.get_mut(index) {
-                *s = Some(name.clone());
+                *s = outside;
             }
         }
         loan.set_meta([

@@ -191,7 +191,7 @@ impl Arena {
         let alloc = Allocator::attach(words).map_err(|e| corrupt(&e.to_string()))?;
         // Relaxed: written once by the creator before the ring was published (attach checked
         // the magic, which the creator stores last with Release, through an Acquire load).
-        let off_words = words[ARENA_OFF_WORD].load(ring_core::sync::Ordering::Relaxed);
+        let off_words = words[ARENA_OFF_WORD].load(core::sync::atomic::Ordering::Relaxed);
         let region = core::mem::size_of_val(words);
         let start = usize::try_from(off_words)
             .ok()
@@ -237,6 +237,8 @@ pub(crate) struct SendState {
     pub(crate) slot_spills: Vec<Option<String>>,
     /// The queue's name, the prefix of its spill names (`None`: not a named ring, no spills).
     pub(crate) name: Option<String>,
+    /// The spill segments kept for reuse (see `spill`).
+    pub(crate) pool: crate::spill::Pool,
 }
 
 impl SendState {
@@ -247,7 +249,7 @@ impl SendState {
         let slots = mapping.geometry().slots();
         // Relaxed: only the producer (us, now) writes slot metadata.
         let slot_handles: Vec<u64> = (0..slots)
-            .map(|i| mapping.slot_header(i).meta[0].load(ring_core::sync::Ordering::Relaxed))
+            .map(|i| mapping.slot_header(i).meta[0].load(core::sync::atomic::Ordering::Relaxed))
             .collect();
         let mut max_alloc = 0;
         if let Some(a) = arena.as_mut() {
@@ -274,12 +276,15 @@ impl SendState {
             max_alloc,
             slot_spills: vec![None; slots],
             name,
+            pool: crate::spill::Pool::default(),
         })
     }
 
-    /// Slot `index` was claimed: the message it held is consumed; free its allocation and
-    /// remove its spill segment (if its reader has not).
+    /// Slot `index` was claimed: the message it held is consumed; free its allocation, give
+    /// its pooled spill segment back to the pool, remove its spill segment of its own (if its
+    /// reader has not).
     pub(crate) fn reclaim(&mut self, index: usize) {
+        self.pool.reclaim(index);
         if let Some(name) = self.slot_spills.get_mut(index).and_then(Option::take) {
             crate::spill::remove(&name);
         }

@@ -132,11 +132,11 @@ def test_a_spilled_message_a_killed_worker_viewed_is_redelivered_whole(spawn, na
         assert not sender.wait_for_all_ack(timeout=0.5)  # reclaims it: back to the group
         again = receiver.get(timeout=10)
         assert receiver.redelivered and np.array_equal(again, big)
-        assert glob.glob(spills) == []
     finally:
         _stop([victim])
         sender.close()
         receiver.close()
+    assert glob.glob(spills) == []
 
 
 def test_late_workers_get_what_is_unread(spawn, name):

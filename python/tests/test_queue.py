@@ -114,8 +114,14 @@ def test_a_message_over_max_message_spills_into_a_segment_of_its_own(name):
         assert len(glob.glob(f"/dev/shm/shmring.{name}.s*")) == 1
         s.put(np.ones(1 << 15, np.uint8), timeout=1)  # through the arena
         assert r.get(timeout=5).sum() == 1 << 18
-        assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []  # the reader removed it
+        # Acknowledged: it stays in the sender's pool for the next spilled message.
+        spilled = glob.glob(f"/dev/shm/shmring.{name}.s*")
+        assert len(spilled) == 1
         assert r.get(timeout=5).sum() == 1 << 15
+        s.put(np.full(1 << 18, 2, np.uint8), timeout=1)
+        assert glob.glob(f"/dev/shm/shmring.{name}.s*") == spilled
+        assert r.get(timeout=5).sum() == 2 << 18
+    assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []  # closing removed it
 
 
 def test_random_sizes_never_exhaust_the_arena(name):

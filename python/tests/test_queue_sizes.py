@@ -19,55 +19,126 @@ def spills_of(sender):
     return glob.glob(f"/dev/shm/shmring.{sender._ring.name}.s*")
 
 
-def test_a_message_larger_than_the_arena_spills_and_its_segment_goes_after_get():
+def test_a_message_larger_than_the_arena_spills_into_a_segment_the_sender_reuses():
     sender, receiver = shmring.create_pair(2)
     big = np.arange(40_000_000, dtype=np.uint8)  # > the 64 MiB arena's share of one message
     sender.put(big, timeout=5)
-    assert len(spills_of(sender)) == 1
+    first = spills_of(sender)
+    assert len(first) == 1
     got = receiver.get(timeout=5)
     assert got.flags.writeable and np.array_equal(got, big)
-    assert spills_of(sender) == []
+    # Acknowledged by the get: the next spilled message reuses the segment (no new one).
+    sender.put(big[::-1].copy(), timeout=5)
+    assert spills_of(sender) == first
+    assert np.array_equal(receiver.get(timeout=5), big[::-1])
     sender.put({"a": big, "b": big[:10]}, timeout=5)
     view = receiver.get(timeout=5, zero_copy=True)
-    # The name stays while the parts hold the message (were this receiver to die, the
-    # receiver it is redelivered to maps it again); it goes with them.
-    assert len(spills_of(sender)) == 1
     assert np.array_equal(view["a"], big) and not view["a"].flags.writeable
+    # A zero-copy message keeps its segment busy while its parts live: the next spilled
+    # message gets a second one, and the view still shows its own bytes.
+    sender.put(np.zeros(40_000_000, np.uint8), timeout=5)
+    assert len(spills_of(sender)) == 2
+    assert np.array_equal(view["a"], big)
     del view
-    assert spills_of(sender) == []
+    assert not receiver.get(timeout=5).any()
     sender.put(b"x" * 70_000_000, timeout=5)
     assert receiver.get(timeout=5) == b"x" * 70_000_000
+    left = spills_of(sender)
+    assert len(left) == 1  # the two idle ones were too small for it: they went
     sender.close()
+    # Every message was acknowledged: the sender's close removes its segments.
+    assert not any(os.path.exists(p) for p in left)
     receiver.close()
 
 
-def test_the_sender_removes_an_unread_spill_when_its_slot_comes_round():
+def test_a_closed_pair_leaves_no_spill_segment():
+    sender, receiver = shmring.create_pair(2)
+    name = sender._ring.name
+    for i in range(3):
+        sender.put(np.full(40_000_000, i, np.uint8), timeout=5)
+        assert receiver.get(timeout=5)[0] == i
+    assert len(glob.glob(f"/dev/shm/shmring.{name}.s*")) == 1
+    sender.close()
+    assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []
+    receiver.close()
+
+
+def test_the_sender_reuses_a_spill_when_its_slot_comes_round():
     sender, receiver = shmring.create_pair(1)
     sender.put(np.zeros(80_000_000, np.uint8), timeout=5)
-    assert len(spills_of(sender)) == 1
+    first = spills_of(sender)
+    assert len(first) == 1
     # A member of the receivers' group that copies the slot's bytes only (as a receiver
-    # that died after reading would, it never removes the spill) consumes the message.
+    # that died after reading would, it never acknowledges the spill) consumes the message.
     raw = sender._ring.consumer(group=shmring.queue._GROUP)
     assert raw.recv(timeout=5)[:4] == b"SRQS"
     raw.close()
-    sender.put("small", timeout=5)
-    assert spills_of(sender) == []
+    sender.put("small", timeout=5)  # claims the slot again: the segment is free
     assert receiver.get(timeout=5) == "small"
+    sender.put(np.ones(80_000_000, np.uint8), timeout=5)
+    assert spills_of(sender) == first
+    assert receiver.get(timeout=5).all()
     sender.close()
     receiver.close()
 
 
-def test_closing_both_ends_removes_unread_spilled_messages():
+def test_spills_beyond_the_pool_get_segments_of_their_own_removed_after_get():
+    keep = 4  # spill.rs KEEP
+    sender, receiver = shmring.create_pair(8)
+    for i in range(keep + 2):
+        sender.put(np.full(30_000_000, i, np.uint8), timeout=5)
+    assert len(spills_of(sender)) == keep + 2
+    for i in range(keep + 2):
+        assert receiver.get(timeout=5)[0] == i
+    # The pool's segments stay for reuse; the two of their own went with their gets.
+    left = spills_of(sender)
+    assert len(left) == keep
+    sender.close()
+    receiver.close()
+    assert not any(os.path.exists(p) for p in left)
+
+
+def test_an_idle_pooled_spill_is_removed_at_a_later_put():
+    sender, receiver = shmring.create_pair(2)
+    sender.put(np.zeros(40_000_000, np.uint8), timeout=5)
+    receiver.get(timeout=5)
+    first = spills_of(sender)
+    assert len(first) == 1
+    time.sleep(2.2)  # spill.rs IDLE
+    sender.put(np.zeros(30_000_000, np.uint8), timeout=5)  # the idle one goes; a new one
+    left = spills_of(sender)
+    assert len(left) == 1 and left != first
+    receiver.get(timeout=5)
+    sender.close()
+    receiver.close()
+
+
+def _two_spilled_and_sender_closed():
+    """A receiver with two unread spilled messages (zeros, then ones) whose sender closed,
+    and the spills' paths."""
     sender, receiver = shmring.create_pair(2)
     sender.put(np.zeros(80_000_000, np.uint8), timeout=5)
-    sender.put(np.zeros(90_000_000, np.uint8), timeout=5)
+    sender.put(np.ones(90_000_000, np.uint8), timeout=5)
     left = spills_of(sender)
     assert len(left) == 2
     sender.close()
     assert all(os.path.exists(p) for p in left)  # the receiver may still drain them
+    return receiver, left
+
+
+def test_closing_both_ends_removes_unread_spilled_messages():
+    receiver, left = _two_spilled_and_sender_closed()
     with pytest.warns(RuntimeWarning, match="discarded 2"):
         receiver.close()
     assert not any(os.path.exists(p) for p in left)
+
+
+def test_a_receiver_draining_after_the_sender_closed_removes_the_spills():
+    receiver, left = _two_spilled_and_sender_closed()
+    assert not receiver.get(timeout=5).any()
+    assert receiver.get(timeout=5, zero_copy=True).all()  # its parts go at once
+    assert not any(os.path.exists(p) for p in left)
+    receiver.close()
 
 
 @pytest.mark.parametrize("capacity", [None, 0])

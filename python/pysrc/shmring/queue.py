@@ -17,9 +17,12 @@ the bytes it shows.
 Objects of any size travel without configuration: a message whose buffers do not fit its slot
 goes into the ring's arena (shared memory reserved once, at most ``_ARENA_MAX`` bytes, shrunk
 when ``/dev/shm`` has less room), and one that does not fit there, or finds the arena held by
-unread messages, into a named segment of its own (``<queue>.s<seq>-<hex>``, every page
-reserved when it is made): the receiver removes it once it has the message, the sender when
-its slot comes round again, and ``create_pair`` sweeps those of queues whose processes died.
+unread messages, into a named spill segment (``<queue>.s<seq>-<hex>``, every page reserved
+when it is made). The sender keeps up to four of them and reuses one once its receiver has
+acknowledged the message in it (or its slot comes round again); idle ones go after 2 s, at
+the next ``put``, and at ``close`` (the native ``spill`` module has the rules). A message that
+finds them all busy gets one of its own, which its receiver removes once it has the message;
+``create_pair`` sweeps the spills of queues whose processes died.
 When shared memory has no room for a message, ``put`` raises ``shmring.NoSpace`` (an
 ``OSError`` with ``errno.ENOSPC``), sends nothing, and the queue stays usable.
 

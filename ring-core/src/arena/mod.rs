@@ -41,13 +41,19 @@
 //! # Algorithm and complexity
 //!
 //! Allocations take whole 64-byte granules. `alloc` checks the ceilings (O(1)), finds a free
-//! entry by a scan from a rotating hint (O(E)), then a run of free granules by **next-fit**: a
-//! rover remembers where the last allocation ended and the search continues from there,
-//! wrapping once (O(G / 64) word steps plus the bits inspected at run boundaries). `free` is
-//! O(granules of the allocation / 64). `free_all_of` and `leak_report` scan the entry table
-//! (O(E)); `OutOfSpace` computes the largest free run (O(G / 64)). Measured (release, x86_64,
-//! 3070 live of 4094, sizes 64 B..4 KiB, 16-256 MiB arena): a free + alloc pair about 200 ns,
-//! a full leak report about 35-45 µs.
+//! entry by a scan from a rotating hint (O(E)), then a run of free granules by **next-fit with
+//! the rover moved back on free**: a rover remembers where the last allocation ended and the
+//! search continues from there, wrapping once (O(G / 64) word steps plus the bits inspected at
+//! run boundaries); a `free` of a run that starts before the rover moves the rover back to that
+//! run, and the last `free` (nothing live) puts it at granule 0. So a block freed and allocated
+//! again reuses the same bytes, still in the cache, instead of the cold stretch after the rover
+//! (measured with `shmring.vgi`, docs/benchmarks.md: a 4 MiB write about 3x slower into a cold
+//! stretch), and allocations freed in the order they were made (a FIFO, as the Python queue's)
+//! find the hole the oldest left first. The rover is the mutator's own: placement is not part
+//! of the region's protocol. `free` is O(granules of the allocation / 64). `free_all_of` and
+//! `leak_report` scan the entry table (O(E)); `OutOfSpace` computes the largest free run
+//! (O(G / 64)). Measured (release, x86_64, 3070 live of 4094, sizes 64 B..4 KiB, 16-256 MiB
+//! arena): a free + alloc pair about 200 ns, a full leak report about 35-45 µs.
 //!
 //! # Concurrency
 //!
@@ -71,11 +77,13 @@
 //!
 //! # References
 //!
-//! Next-fit: D. E. Knuth, *The Art of Computer Programming* vol. 1, §2.5 (exercise 6). Granule
-//! bitmaps: the "bitmapped" allocators of Wilson et al., *Dynamic Storage Allocation: A Survey
-//! and Critical Review* (1995), §4.3. Generation-tagged handles: the slot-map / generational
-//! index pattern. The 4094 live-allocation ceiling and the hard-bounded writer come from the RPC
-//! side-channel experience recorded in `docs/DESIGN.md`.
+//! Next-fit: D. E. Knuth, *The Art of Computer Programming* vol. 1, §2.5 (exercise 6); that a
+//! rover which never looks back scatters allocations over the arena and fragments it more than
+//! address-ordered first fit: Wilson et al. (below), on next fit. Granule bitmaps: the
+//! "bitmapped" allocators of Wilson et al., *Dynamic Storage Allocation: A Survey and Critical
+//! Review* (1995), §4.3. Generation-tagged handles: the slot-map / generational index pattern.
+//! The 4094 live-allocation ceiling and the hard-bounded writer come from the RPC side-channel
+//! experience recorded in `docs/DESIGN.md`.
 
 mod bitmap;
 mod entry;
@@ -175,7 +183,8 @@ pub struct Allocator<'a> {
     live: u32,
     /// Mutator-local sum of live requested bytes.
     live_bytes: u64,
-    /// Next-fit rover: the granule after the last allocation.
+    /// Next-fit rover: where the next search for free granules starts (the granule after
+    /// the last allocation, or the lowest granule freed since, see `release`).
     rover: u64,
     /// Where the next free-entry scan starts.
     entry_hint: u32,

@@ -223,6 +223,14 @@ impl<'a> Allocator<'a> {
         self.bitmap.mark(first, granules, false);
         self.live = self.live.saturating_sub(1);
         self.live_bytes = self.live_bytes.saturating_sub(len);
+        // Reuse what was just freed: the next search starts at the lowest granule freed since
+        // the last allocation (bytes written again at once are still in the cache, where the
+        // stretch after the rover is cold), and at the arena's start once nothing is live.
+        if self.live == 0 {
+            self.rover = 0;
+        } else if first < self.rover {
+            self.rover = first;
+        }
         self.stats.on_free(len);
         self.owner_record(meta.owner).on_free(len);
     }

@@ -295,9 +295,10 @@ fn free_all_of_reclaims_exactly_one_owner() {
     assert_eq!(al.lookup(other.handle), Ok(other));
     let s = al.owner_stats(3).unwrap();
     assert_eq!((s.live, s.live_bytes, s.frees), (0, 0, 5));
-    // Their 7 granules are free again, as are the 7 after `other`'s two.
-    assert_eq!(al.alloc(448, 5, 0).unwrap().offset, 576);
+    // Their 7 granules are free again (and used first: the rover moved back to them), as are
+    // the 7 after `other`'s two.
     assert_eq!(al.alloc(448, 5, 0).unwrap().offset, 0);
+    assert_eq!(al.alloc(448, 5, 0).unwrap().offset, 576);
 }
 
 #[test]
@@ -407,22 +408,66 @@ fn fragmentation_reports_largest_free_run() {
 fn next_fit_continues_after_the_last_allocation_and_wraps() {
     let words = region(256, 8);
     let mut al = Allocator::init(&words, config(256, 8, 256)).unwrap();
-    let a = al.alloc(64, 0, 0).unwrap();
+    let _a = al.alloc(64, 0, 0).unwrap();
     let b = al.alloc(64, 0, 0).unwrap();
+    assert_eq!(b.offset, 64);
+    let c = al.alloc(64, 0, 0).unwrap();
+    assert_eq!(c.offset, 128, "continues after the last allocation");
+    // Free the last block: the rover goes back to it (a run at the rover is not "before" it).
+    al.free(c.handle, 0).unwrap();
+    let d = al.alloc(128, 0, 0).unwrap();
+    assert_eq!(d.offset, 128);
+    al.free(b.handle, 0).unwrap();
+    // The rover moved back to b's run (64), which fits 64 bytes: no wrap needed.
+    assert_eq!(al.alloc(64, 0, 0).unwrap().offset, 64);
+}
+
+#[test]
+fn a_freed_block_is_reused_before_the_cold_rest_of_the_arena() {
+    let words = region(4096, 8);
+    let mut al = Allocator::init(&words, config(4096, 8, 4096)).unwrap();
+    // One block written, freed and written again (the side channel's echo): same bytes.
+    let a = al.alloc(1000, 0, 0).unwrap();
     al.free(a.handle, 0).unwrap();
     assert_eq!(
-        al.alloc(64, 0, 0).unwrap().offset,
-        128,
-        "next fit, not first fit"
+        al.alloc(1000, 0, 0).unwrap().offset,
+        a.offset,
+        "nothing live: back to 0"
     );
-    assert_eq!(al.alloc(64, 0, 0).unwrap().offset, 192);
-    assert_eq!(
-        al.alloc(64, 0, 0).unwrap().offset,
-        0,
-        "wraps to the hole at the start"
-    );
+    // Two blocks in turn, each freed after the next one is made: they alternate between two
+    // places instead of walking the arena.
+    let words = region(4096, 8);
+    let mut al = Allocator::init(&words, config(4096, 8, 4096)).unwrap();
+    let keep = al.alloc(64, 0, 0).unwrap();
+    let mut prev = al.alloc(512, 0, 0).unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for _ in 0..20 {
+        let next = al.alloc(512, 0, 0).unwrap();
+        al.free(prev.handle, 0).unwrap();
+        seen.insert(next.offset);
+        prev = next;
+    }
+    assert_eq!(seen.len(), 2, "two places, not a walk: {seen:?}");
+    assert!(seen.iter().all(|&o| o < 64 + 2 * 512), "{seen:?}");
+    assert_eq!(keep.offset, 0);
+}
+
+#[test]
+fn an_empty_arena_starts_again_at_its_front() {
+    let words = region(4096, 8);
+    let mut al = Allocator::init(&words, config(4096, 8, 4096)).unwrap();
+    let a = al.alloc(512, 0, 0).unwrap();
+    let b = al.alloc(512, 0, 0).unwrap();
+    let c = al.alloc(512, 0, 0).unwrap();
+    al.free(a.handle, 0).unwrap();
+    // 1 KiB does not fit a's hole: it goes after c, and the rover after it.
+    let d = al.alloc(1024, 0, 0).unwrap();
+    assert_eq!(d.offset, 1536);
     al.free(b.handle, 0).unwrap();
-    assert_eq!(al.alloc(64, 0, 0).unwrap().offset, 64);
+    al.free(c.handle, 0).unwrap();
+    // The lowest run freed since d is b's (512); d's free empties the arena: back to 0.
+    al.free(d.handle, 0).unwrap();
+    assert_eq!(al.alloc(512, 0, 0).unwrap().offset, 0);
 }
 
 #[test]

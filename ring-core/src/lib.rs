@@ -63,7 +63,9 @@ extern crate alloc;
 #[cfg(feature = "std")]
 extern crate std;
 
-pub mod sync;
+// The loom façade: crate-private. Its atomics are public (`AtomicU32`, `AtomicU64` below, the
+// types of the shared words); `Ordering` is `core`'s, so nothing outside needs the module.
+mod sync;
 
 pub mod arena;
 mod class;

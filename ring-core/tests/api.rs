@@ -362,7 +362,7 @@ fn a_consumer_that_died_while_joining_is_reclaimed() {
     // A consumer that died right after claiming entry 0's owner word: owner set, state FREE.
     s.consumer_entry(0)
         .owner
-        .store(42, ring_core::sync::Ordering::Relaxed);
+        .store(42, core::sync::atomic::Ordering::Relaxed);
     let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
     assert_eq!(c.index(), 1, "a claimed owner word keeps the entry taken");
     // SAFETY: owner 42 is no consumer handle at all: nothing can call through it.
@@ -385,7 +385,7 @@ fn stray_reader_bits_beyond_the_table_are_cleared_by_the_producer() {
     // The table has 4 entries; bit 20 and bit 40 belong to no one.
     s.slot_header(0)
         .state
-        .store((1 << 20) | (1 << 40), ring_core::sync::Ordering::Relaxed);
+        .store((1 << 20) | (1 << 40), core::sync::atomic::Ordering::Relaxed);
     assert_eq!(
         p.try_publish(b"x"),
         Err(ClaimError::Pinned {

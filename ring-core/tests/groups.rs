@@ -2,6 +2,10 @@
 //! exactly one live member; the group gates the producer; a member that dies holding messages
 //! gives them to another member, flagged as redelivered. Run under Miri by `ci/miri.sh`.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "real threads, never loom's: the spin hint is core's, not the façade's (crate-private)"
+)]
 
 use ring_core::{
     ClaimError, Config, Consumer, HeapSegment, Memory, OwnerId, Producer, ReadError, MAX_HOLDS,
@@ -266,7 +270,7 @@ fn three_member_threads_share_3000_messages_exactly_once() {
                                 assert!(!m.redelivered);
                                 mine.push(m.seq);
                             }
-                            Err(ReadError::Empty) => ring_core::sync::spin_loop(),
+                            Err(ReadError::Empty) => core::hint::spin_loop(),
                             Err(ReadError::Closed) => return mine,
                             Err(e) => panic!("{e}"),
                         }
@@ -279,7 +283,7 @@ fn three_member_threads_share_3000_messages_exactly_once() {
             m[..8].copy_from_slice(&seq.to_le_bytes());
             while let Err(e) = p.try_publish(&m) {
                 assert!(matches!(e, ClaimError::Full { .. }), "{e}");
-                ring_core::sync::spin_loop();
+                core::hint::spin_loop();
             }
         }
         p.close();
@@ -302,7 +306,9 @@ fn three_member_threads_share_3000_messages_exactly_once() {
 /// bytes as plain memory, so under Miri a weaker finish is a reported data race.
 #[test]
 fn a_members_finish_orders_its_reads_before_the_rewrite() {
-    use ring_core::sync::{AtomicU32, Ordering::Relaxed};
+    use core::sync::atomic::Ordering::Relaxed;
+
+    use ring_core::AtomicU32;
     let s = std::sync::Arc::new(
         HeapSegment::new(&Config::new(1, 200).with_consumers(2), id(1)).unwrap(),
     );
@@ -321,23 +327,23 @@ fn a_members_finish_orders_its_reads_before_the_rewrite() {
         c
     });
     while read.load(Relaxed) == 0 {
-        ring_core::sync::spin_loop();
+        core::hint::spin_loop();
     }
     // Relaxed: the claim's disappearance is the signal; the gating scan's Acquire is what
     // must order the member's reads before the write below.
     let claims = &s.consumer_entry(member).claims;
     while claims
         .iter()
-        .any(|w| w.load(ring_core::sync::Ordering::Relaxed) != 0)
+        .any(|w| w.load(core::sync::atomic::Ordering::Relaxed) != 0)
     {
-        ring_core::sync::spin_loop();
+        core::hint::spin_loop();
     }
     // The producer may still see the cursor or the claim as they were (no order yet): it
     // retries, as every producer does after `Full`.
     loop {
         match p.try_publish(&msg(8)) {
             Ok(seq) => break assert_eq!(seq, 1),
-            Err(ClaimError::Full { .. }) => ring_core::sync::spin_loop(),
+            Err(ClaimError::Full { .. }) => core::hint::spin_loop(),
             Err(e) => panic!("{e}"),
         }
     }

@@ -6,8 +6,8 @@
 //! `ci/miri.sh`.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
+use core::sync::atomic::Ordering;
 use ring_core::layout::WRITER;
-use ring_core::sync::Ordering;
 use ring_core::{
     ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
     DEFAULT_MAX_HOLDS, MAX_HOLDS,

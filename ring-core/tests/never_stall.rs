@@ -254,7 +254,7 @@ fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
     let route = |seq: u64| {
         s.slot_header((seq % 4) as usize)
             .route
-            .load(ring_core::sync::Ordering::Relaxed)
+            .load(core::sync::atomic::Ordering::Relaxed)
     };
     for i in 0..4 {
         p.try_publish(&big(i)).unwrap();
@@ -302,7 +302,7 @@ fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
         core::mem::forget(p);
         s.producer_line()
             .head
-            .store(4, ring_core::sync::Ordering::Relaxed);
+            .store(4, core::sync::atomic::Ordering::Relaxed);
         drop(r);
     }
     // SAFETY: the first producer is gone (forgotten, never called again).
@@ -330,7 +330,7 @@ fn a_scribbled_route_is_a_clear_error_or_an_overrun_never_a_wrong_message() {
         p.try_publish(&big(i)).unwrap();
     }
     // Route message 0 to slot 1 (which holds message 1), and message 1 beyond the table.
-    let relaxed = ring_core::sync::Ordering::Relaxed;
+    let relaxed = core::sync::atomic::Ordering::Relaxed;
     s.slot_header(0).route.store(route_word(0, 1), relaxed);
     s.slot_header(1).route.store(route_word(1, 77), relaxed);
     let mut buf = [0u8; 200];

@@ -3,13 +3,20 @@
 //! bounded, waiter counts that reclaim repairs. Each test reproduces a defect of the previous
 //! protocol (it fails there) and runs under Miri (`ci/miri.sh`).
 #![cfg(not(any(ring_loom, ring_shuttle)))]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "real threads, never loom's: the spin hint is core's, not the façade's (crate-private)"
+)]
 
 extern crate alloc;
 
 use alloc::sync::Arc;
 
+use core::hint::spin_loop;
+use core::sync::atomic::Ordering;
 use ring_core::inspect::{consumer_info, total_pins};
-use ring_core::sync::{spin_loop, AtomicU32, Ordering};
+
+use ring_core::AtomicU32;
 use ring_core::{
     ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
     SpinThenYield, WaitStrategy,

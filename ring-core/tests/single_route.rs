@@ -7,10 +7,17 @@
 //! every seed and schedule; with it, the run is clean. Each test names
 //! the mutant of `verification/mutants.txt` it catches. Runs under Miri (`ci/miri.sh`).
 #![cfg(not(any(ring_loom, ring_shuttle)))]
+#![allow(
+    clippy::disallowed_methods,
+    reason = "real threads, never loom's: the spin hint is core's, not the façade's (crate-private)"
+)]
 
 use std::sync::Arc;
 
-use ring_core::sync::{spin_loop, AtomicU32, Ordering};
+use core::hint::spin_loop;
+use core::sync::atomic::Ordering;
+
+use ring_core::AtomicU32;
 use ring_core::{
     ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
     INLINE_CAPACITY,

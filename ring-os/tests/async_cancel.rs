@@ -28,14 +28,14 @@ fn accounting(ring: &Ring) -> (u32, u32, u32) {
         .map(|i| {
             m.consumer_entry(i)
                 .parked
-                .load(ring_core::sync::Ordering::Relaxed)
+                .load(core::sync::atomic::Ordering::Relaxed)
         })
         .sum();
     (
         line.consumer_waiters
-            .load(ring_core::sync::Ordering::Relaxed),
+            .load(core::sync::atomic::Ordering::Relaxed),
         line.producer_waiting
-            .load(ring_core::sync::Ordering::Relaxed),
+            .load(core::sync::atomic::Ordering::Relaxed),
         parked,
     )
 }

@@ -26,7 +26,7 @@ fn a_peer_that_keeps_changing_the_word_cannot_stretch_the_wait() {
     // Each round the "peer" changes the word before the wait looks at it.
     while {
         expected += 1;
-        word.store(expected + 1, ring_core::sync::Ordering::Relaxed);
+        word.store(expected + 1, core::sync::atomic::Ordering::Relaxed);
         wait.wait(&word, expected)
     } {
         assert!(

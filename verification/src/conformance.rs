@@ -9,7 +9,7 @@ use crate::model::{Class, Failure, FreeMode, ModelConfig, Op};
 use crate::real::run_on;
 use ring_core::inspect::total_pins;
 use ring_core::layout::WRITER;
-use ring_core::sync::Ordering;
+use core::sync::atomic::Ordering;
 use ring_core::{
     ClaimError, Config, Consumer, DeliveryClass, Memory, OwnerId, Producer, ReadError, Spin,
     SpinThenYield,

@@ -119,7 +119,7 @@ fn held_bytes<M: Memory>(c: &Consumer<&M>, h: &Hold) -> Vec<u8> {
         .held_words(h)
         .unwrap_or_default()
         .iter()
-        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+        .flat_map(|w| w.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
         .collect();
     out.truncate(h.len());
     out
@@ -472,7 +472,7 @@ impl<'s, M: Memory> Real<'s, M> {
             let state = mem
                 .slot_header(slot)
                 .state
-                .load(ring_core::sync::Ordering::Relaxed);
+                .load(core::sync::atomic::Ordering::Relaxed);
             let held = if gating {
                 ring_core::inspect::consumer_info(mem, index).is_some_and(|e| e.cursor <= m.seq())
             } else {
@@ -490,7 +490,7 @@ impl<'s, M: Memory> Real<'s, M> {
             padded[..m.len()].copy_from_slice(m.bytes());
             let got: Vec<u8> = words
                 .iter()
-                .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+                .flat_map(|w| w.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
                 .collect();
             if got != padded {
                 broken.push(format!(
@@ -733,7 +733,7 @@ impl<'s, M: Memory> Real<'s, M> {
             p.writing,
             model.claim
         );
-        let order = ring_core::sync::Ordering::Relaxed;
+        let order = core::sync::atomic::Ordering::Relaxed;
         for (i, ms) in model.slots.iter().enumerate().take(n) {
             let h = mem.slot_header(i);
             let state = h.state.load(order);
@@ -841,7 +841,7 @@ impl<'s, M: Memory> Real<'s, M> {
                 .consumer_entry(i)
                 .claims
                 .iter()
-                .map(|w| w.load(ring_core::sync::Ordering::Relaxed))
+                .map(|w| w.load(core::sync::atomic::Ordering::Relaxed))
                 .collect()
         };
         if let Some(g) = &model.records[i] {
@@ -931,7 +931,7 @@ impl<'s, M: Memory> Real<'s, M> {
                 .mem
                 .slot_header(*slot)
                 .stamp
-                .load(ring_core::sync::Ordering::Relaxed);
+                .load(core::sync::atomic::Ordering::Relaxed);
             ensure!(
                 stamp == 2 * seq + 2,
                 "consumer {i} holds message {seq}, but slot {slot} has stamp {stamp}"
@@ -1032,7 +1032,7 @@ impl<'s, M: Memory> Real<'s, M> {
                 .mem
                 .slot_header(slot)
                 .stamp
-                .load(ring_core::sync::Ordering::Relaxed);
+                .load(core::sync::atomic::Ordering::Relaxed);
             ensure!(
                 stamp == 2 * seq + 2,
                 "lost message {seq}: slot {slot} stamp {stamp}"

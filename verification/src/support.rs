@@ -18,7 +18,7 @@ pub fn id(n: u64) -> OwnerId {
 pub fn bytes_of(words: &[ring_core::AtomicU64], len: usize) -> Vec<u8> {
     let mut out: Vec<u8> = words
         .iter()
-        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+        .flat_map(|w| w.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
         .collect();
     out.truncate(len);
     out
@@ -69,7 +69,7 @@ pub fn model<F: Fn() + Sync + Send + 'static>(f: F) {
 #[cfg(ring_loom)]
 pub mod futex {
     use loom::sync::{Condvar, Mutex};
-    use ring_core::sync::AtomicU32;
+    use ring_core::AtomicU32;
     use ring_core::{Config, OwnedSegment, WaitStrategy};
     use std::sync::Arc;
 
@@ -108,7 +108,7 @@ pub mod futex {
             let g = k.lock.lock().unwrap();
             // Relaxed: the futex compares under its lock; ordering comes from the callers'
             // handshake (their fences), exactly as with the kernel's futex.
-            if word.load(ring_core::sync::Ordering::Relaxed) != expected {
+            if word.load(core::sync::atomic::Ordering::Relaxed) != expected {
                 return true;
             }
             drop(k.cv.wait(g).unwrap());

@@ -676,8 +676,8 @@ fn publish_futex_never_repeats_with_a_waiter() {
         let line = s.producer_line();
         // Relaxed: single-threaded; stands for a consumer parked in `wait_ready`.
         line.consumer_waiters
-            .store(1, ring_core::sync::Ordering::Relaxed);
-        let word = || line.publish_futex.load(ring_core::sync::Ordering::Relaxed);
+            .store(1, core::sync::atomic::Ordering::Relaxed);
+        let word = || line.publish_futex.load(core::sync::atomic::Ordering::Relaxed);
         let mut seen = vec![word()];
         for round in 0..3 {
             let mut p = Producer::new(s.clone(), id(1)).unwrap();

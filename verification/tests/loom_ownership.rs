@@ -8,7 +8,7 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::sync::Ordering;
+use core::sync::atomic::Ordering;
 use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
     ReadError, Spin, INLINE_CAPACITY,

@@ -500,7 +500,7 @@ fn check_wide(
         let mut padded: Vec<u8> = words
             .iter()
             // Relaxed: the message is pinned; nothing writes it.
-            .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+            .flat_map(|w| w.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
             .collect();
         assert!(
             padded[bytes.len()..].iter().all(|&b| b == 0),
@@ -840,7 +840,7 @@ fn check_held(c: &Consumer<Seg>, h: &ring_core::Hold) {
         .held_words(h)
         .expect("a hold it has")
         .iter()
-        .flat_map(|w| w.load(ring_core::sync::Ordering::Relaxed).to_ne_bytes())
+        .flat_map(|w| w.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
         .collect();
     assert_eq!(
         bytes[..16],

@@ -88,7 +88,7 @@ fn publisher_gone(ring: &Mapping) -> bool {
     let owner = ring
         .producer_line()
         .owner
-        .load(ring_core::sync::Ordering::Relaxed);
+        .load(core::sync::atomic::Ordering::Relaxed);
     memory_truncated(ring, true)
         || (owner != 0 && crate::liveness::roles::liveness(ring, Role::Producer) == Liveness::Dead)
 }

@@ -8,7 +8,7 @@ use core::task::{Context, Poll, Waker};
 use std::sync::Arc;
 use std::time::Instant;
 
-use ring_core::sync::{fence, Ordering};
+use core::sync::atomic::{fence, Ordering};
 use ring_core::{AtomicU32, ClaimError, Memory as _, ReadError, WaitStrategy};
 
 use super::reactor::{reactor, Token};

@@ -260,7 +260,7 @@ mod tests {
         p.publish(b"honest", Duration::from_secs(5)).unwrap();
         // A hostile peer rewrites the message's length word to 1 TiB.
         // Relaxed: a peer's scribble, ordered before our pin by nothing but program order here.
-        ring.slot_header(0).meta[1].store(1 << 40, ring_core::sync::Ordering::Relaxed);
+        ring.slot_header(0).meta[1].store(1 << 40, core::sync::atomic::Ordering::Relaxed);
         let pin = c.recv_pinned(Duration::from_secs(5)).unwrap();
         let mut out = Vec::new();
         assert!(matches!(

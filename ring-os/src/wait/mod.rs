@@ -16,7 +16,7 @@ pub(crate) mod windows;
 use core::time::Duration;
 use std::time::Instant;
 
-use ring_core::sync::Ordering;
+use core::sync::atomic::Ordering;
 use ring_core::{AtomicU32, WaitStrategy};
 
 use futex::{wait_word, WaitOutcome};

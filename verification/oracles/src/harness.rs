@@ -513,7 +513,7 @@ impl<'s> Harness<'s> {
                 .consumer_entry(i)
                 .claims
                 .iter()
-                .map(|w| w.load(ring_core::sync::Ordering::Relaxed))
+                .map(|w| w.load(core::sync::atomic::Ordering::Relaxed))
                 .collect();
             ensure!(
                 words == e.claims,
@@ -538,8 +538,8 @@ impl<'s> Harness<'s> {
         // plain ring).
         for (i, ms) in m.slots.iter().enumerate() {
             let h = self.seg.slot_header(i);
-            let stamp = h.stamp.load(ring_core::sync::Ordering::Relaxed);
-            let route = h.route.load(ring_core::sync::Ordering::Relaxed);
+            let stamp = h.stamp.load(core::sync::atomic::Ordering::Relaxed);
+            let route = h.route.load(core::sync::atomic::Ordering::Relaxed);
             let want_route = m.routes[i].map_or(0, |(seq, slot)| route_word(seq, slot));
             ensure!(
                 stamp == ms.stamp && route == want_route,

@@ -6,7 +6,8 @@
 //!   creating user; "already exists" is [`Error::AlreadyExists`], never a silent reuse;
 //! - **anonymous** ([`Segment::create_memfd`]): an unnamed pagefile-backed section, for rings
 //!   used within one process (Windows has no descriptor passing over sockets here);
-//! - **file-backed** ([`Segment::create_file`], [`Segment::open_file`]): a file at a path.
+//! - **file-backed** ([`Segment::create_file`], [`Segment::open_file`]): a file at a path
+//!   (`file.rs`).
 //!
 //! A pagefile-backed section commits its whole size at creation (`SEC_COMMIT`), so exhaustion is
 //! [`Error::NoSpace`] from `create_*`, never a fault at first touch; a file segment reserves its
@@ -16,18 +17,12 @@
 //! last handle (see `docs/OS.md`, Windows).
 
 use core::ptr::NonNull;
-use std::os::windows::io::AsRawHandle as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use windows_sys::Win32::Foundation::{
     ERROR_ACCESS_DENIED, ERROR_COMMITMENT_LIMIT, ERROR_DISK_FULL, ERROR_FILE_NOT_FOUND,
     ERROR_INVALID_HANDLE, ERROR_NOT_ENOUGH_MEMORY, ERROR_OUTOFMEMORY, ERROR_PATH_NOT_FOUND,
-    GENERIC_READ, GENERIC_WRITE, HANDLE, INVALID_HANDLE_VALUE,
-};
-use windows_sys::Win32::Storage::FileSystem::{
-    CreateFileW, FileAllocationInfo, GetFileInformationByHandle, SetFileInformationByHandle,
-    BY_HANDLE_FILE_INFORMATION, CREATE_NEW, FILE_ALLOCATION_INFO, FILE_ATTRIBUTE_NORMAL,
-    FILE_SHARE_DELETE, FILE_SHARE_READ, FILE_SHARE_WRITE,
+    INVALID_HANDLE_VALUE,
 };
 use windows_sys::Win32::System::Memory::{
     CreateFileMappingW, MapViewOfFile, OpenFileMappingW, UnmapViewOfFile, VirtualQuery,
@@ -35,6 +30,8 @@ use windows_sys::Win32::System::Memory::{
     SEC_COMMIT,
 };
 use windows_sys::Win32::System::SystemInformation::{GetSystemInfo, SYSTEM_INFO};
+
+mod file;
 
 use super::{CreateOptions, SegmentKind, SizeCheck};
 
@@ -135,21 +132,6 @@ fn anonymous_key() -> String {
     format!("shmring-anon#{}.{n}.{t}", std::process::id())
 }
 
-/// The key of a file segment: its volume serial number and file index (the inode analogue), so
-/// every path to the same file finds the same role mutexes.
-fn file_key(file: &std::fs::File) -> Result<String, Error> {
-    // SAFETY: all-zero is a valid BY_HANDLE_FILE_INFORMATION (plain integers).
-    let mut info: BY_HANDLE_FILE_INFORMATION = unsafe { core::mem::zeroed() };
-    // SAFETY: the handle is open for the borrow of `file`; `info` is a valid out pointer.
-    if unsafe { GetFileInformationByHandle(file.as_raw_handle() as HANDLE, &raw mut info) } == 0 {
-        return Err(Error::io("GetFileInformationByHandle", sys::last_error()));
-    }
-    Ok(format!(
-        "shmring-file#{:08x}-{:08x}{:08x}",
-        info.dwVolumeSerialNumber, info.nFileIndexHigh, info.nFileIndexLow
-    ))
-}
-
 impl Segment {
     /// Creates the named segment `name` of `len` bytes (rounded up to a page) as a
     /// pagefile-backed section that only this user may open.
@@ -201,122 +183,6 @@ impl Segment {
     /// As [`create_named`](Self::create_named), without `AlreadyExists`.
     pub fn create_memfd(len: u64, opts: CreateOptions) -> Result<Self, Error> {
         Self::create_section(None, anonymous_key(), len, opts, SegmentKind::Memfd)
-    }
-
-    /// Creates a file segment of `len` bytes at `path` (which must not exist), reserving its
-    /// clusters first.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::AlreadyExists`], [`Error::NoSpace`] when the volume cannot hold it,
-    /// [`Error::HugePages`], [`Error::BadLength`], [`Error::Io`].
-    pub fn create_file(path: &Path, len: u64, opts: CreateOptions) -> Result<Self, Error> {
-        check_options(len, opts)?;
-        let file = open_segment_file(path, true)?;
-        let made = Self::finish_create_file(file, path, len);
-        if made.is_err() {
-            // We created the file: do not leave a half-made segment behind.
-            let _ = std::fs::remove_file(path);
-        }
-        made
-    }
-
-    /// Reserves, maps and claims a freshly created file.
-    fn finish_create_file(file: std::fs::File, path: &Path, len: u64) -> Result<Self, Error> {
-        let alloc = FILE_ALLOCATION_INFO {
-            AllocationSize: i64::try_from(len).map_err(|_| Error::BadLength { len })?,
-        };
-        let size = u32::try_from(core::mem::size_of::<FILE_ALLOCATION_INFO>()).unwrap_or(8);
-        // SAFETY: the handle is open; `alloc` is a valid FILE_ALLOCATION_INFO of `size` bytes.
-        let ok = unsafe {
-            SetFileInformationByHandle(
-                file.as_raw_handle() as HANDLE,
-                FileAllocationInfo,
-                (&raw const alloc).cast(),
-                size,
-            )
-        };
-        if ok == 0 && sys::last_code() == ERROR_DISK_FULL {
-            return Err(Error::NoSpace {
-                needed: len,
-                available: 0,
-            });
-        }
-        file.set_len(len).map_err(|e| {
-            if e.raw_os_error() == i32::try_from(ERROR_DISK_FULL).ok() {
-                Error::NoSpace {
-                    needed: len,
-                    available: 0,
-                }
-            } else {
-                Error::io("SetEndOfFile", e)
-            }
-        })?;
-        let key = file_key(&file)?;
-        let section = Self::file_section(&file, path)?;
-        let mut seg = Self::map(
-            section,
-            Some(file),
-            len,
-            key,
-            SegmentKind::File(path.to_owned()),
-        )?;
-        seg.claim_creator()?;
-        Ok(seg)
-    }
-
-    /// Opens the file segment at `path`, checking its size.
-    ///
-    /// # Errors
-    ///
-    /// [`Error::NotFound`], [`Error::PermissionDenied`], [`Error::SizeMismatch`],
-    /// [`Error::Io`].
-    pub fn open_file(path: &Path, size: SizeCheck) -> Result<Self, Error> {
-        let what = || format!("segment file {}", path.display());
-        let file = open_segment_file(path, false)?;
-        let meta = file
-            .metadata()
-            .map_err(|e| Error::io("GetFileInformation", e))?;
-        if !meta.is_file() {
-            return Err(Error::NotRegularFile { what: what() });
-        }
-        let len = meta.len();
-        size.check(len)?;
-        if len == 0 {
-            return Err(Error::BadLength { len });
-        }
-        let key = file_key(&file)?;
-        let section = Self::file_section(&file, path)?;
-        Self::map(
-            section,
-            Some(file),
-            len,
-            key,
-            SegmentKind::File(path.to_owned()),
-        )
-    }
-
-    /// An unnamed section over the whole of `file`.
-    fn file_section(file: &std::fs::File, path: &Path) -> Result<Handle, Error> {
-        // SAFETY: the file handle is open; null attributes and name: an unnamed section of the
-        // file's current size.
-        let raw = unsafe {
-            CreateFileMappingW(
-                file.as_raw_handle() as HANDLE,
-                core::ptr::null(),
-                PAGE_READWRITE,
-                0,
-                0,
-                core::ptr::null(),
-            )
-        };
-        Handle::new(raw).ok_or_else(|| {
-            os_error(
-                || format!("segment file {}", path.display()),
-                "CreateFileMapping",
-                0,
-            )
-        })
     }
 
     /// Creates a pagefile-backed section (named when `name` is), maps it and takes the creator
@@ -555,61 +421,6 @@ impl Segment {
     }
 }
 
-/// Opens (`create`: creates, failing if it exists) a segment file read-write, with read, write
-/// and delete sharing: peers map it, and a cleaner may remove it. A new file is created with the
-/// owner-only descriptor (the counterpart of mode `0600`) in the create call itself, so no other
-/// user can open it in between.
-fn open_segment_file(path: &Path, create: bool) -> Result<std::fs::File, Error> {
-    use std::os::windows::fs::OpenOptionsExt as _;
-    let what = || format!("segment file {}", path.display());
-    let opened = if create {
-        create_owner_only(path)
-    } else {
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .share_mode(7)
-            .open(path)
-    };
-    opened.map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => Error::AlreadyExists { what: what() },
-        std::io::ErrorKind::NotFound => Error::NotFound { what: what() },
-        std::io::ErrorKind::PermissionDenied => Error::PermissionDenied { what: what() },
-        _ => Error::io("CreateFile", e),
-    })
-}
-
-/// `CreateFileW(CREATE_NEW)` with [`OwnerOnly`]'s security attributes, as a `File`.
-fn create_owner_only(path: &Path) -> std::io::Result<std::fs::File> {
-    use std::os::windows::ffi::OsStrExt as _;
-    use std::os::windows::io::FromRawHandle as _;
-    let wide: Vec<u16> = path
-        .as_os_str()
-        .encode_wide()
-        .chain(core::iter::once(0))
-        .collect();
-    let sd = OwnerOnly::get()?;
-    let attributes = sd.attributes();
-    // SAFETY: `wide` is NUL-terminated and outlives the call; `attributes` points at the
-    // process-wide descriptor, which lives for the whole process; no template handle.
-    let raw = unsafe {
-        CreateFileW(
-            wide.as_ptr(),
-            GENERIC_READ | GENERIC_WRITE,
-            FILE_SHARE_READ | FILE_SHARE_WRITE | FILE_SHARE_DELETE,
-            &raw const attributes,
-            CREATE_NEW,
-            FILE_ATTRIBUTE_NORMAL,
-            core::ptr::null_mut(),
-        )
-    };
-    if raw == INVALID_HANDLE_VALUE {
-        return Err(sys::last_error());
-    }
-    // SAFETY: `raw` is a valid file handle this function owns; the `File` takes it over.
-    Ok(unsafe { std::fs::File::from_raw_handle(raw.cast()) })
-}
-
 /// Rejects what Windows sections cannot do.
 fn check_options(len: u64, opts: CreateOptions) -> Result<(), Error> {
     if opts.huge_pages {
@@ -639,168 +450,4 @@ impl Drop for Segment {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn name(tag: &str) -> SegmentName {
-        SegmentName::new(&format!("test-seg-{}-{tag}", std::process::id())).unwrap()
-    }
-
-    #[test]
-    fn named_sections_are_exclusive_shared_and_vanish_with_their_last_handle() {
-        let n = name("named");
-        let a = Segment::create_named(&n, 5000, CreateOptions::new()).unwrap();
-        assert_eq!(a.len(), 8192, "rounded up to a page");
-        assert!(matches!(
-            Segment::create_named(&n, 4096, CreateOptions::new()),
-            Err(Error::AlreadyExists { .. })
-        ));
-        let b = Segment::open_named(&n, SizeCheck::AtLeast(8192)).unwrap();
-        assert!(matches!(
-            Segment::open_named(&n, SizeCheck::Exactly(4096)),
-            Err(Error::SizeMismatch { .. })
-        ));
-        // One section, two views: a write through one is seen through the other.
-        // SAFETY: both views are 8192 bytes and live; a plain byte store/load in a test that
-        // owns both.
-        unsafe {
-            a.as_ptr().as_ptr().add(100).write_volatile(0x5a);
-            assert_eq!(b.as_ptr().as_ptr().add(100).read_volatile(), 0x5a);
-        }
-        assert_eq!(b.probe(Role::Creator), Liveness::Alive);
-        drop(a);
-        drop(b);
-        assert!(matches!(
-            Segment::open_named(&n, SizeCheck::AtLeast(1)),
-            Err(Error::NotFound { .. })
-        ));
-        // The name is free again.
-        Segment::create_named(&n, 4096, CreateOptions::new()).unwrap();
-    }
-
-    #[test]
-    fn exhausting_the_commit_limit_is_no_space_at_create() {
-        // 2^40 bytes (1 TiB) exceeds any commit limit.
-        match Segment::create_named(&name("huge"), 1 << 40, CreateOptions::new()) {
-            Err(Error::NoSpace { needed, .. }) => assert_eq!(needed, 1 << 40),
-            other => panic!("expected NoSpace, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn file_segments_round_trip_and_refuse_reuse() {
-        let dir = std::env::temp_dir();
-        let path = dir.join(format!("shmring-test-{}.ring", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let a = Segment::create_file(&path, 4096, CreateOptions::new()).unwrap();
-        assert!(matches!(
-            Segment::create_file(&path, 4096, CreateOptions::new()),
-            Err(Error::AlreadyExists { .. })
-        ));
-        let b = Segment::open_file(&path, SizeCheck::Exactly(4096)).unwrap();
-        assert_eq!(
-            a.roles().key(),
-            b.roles().key(),
-            "same file, same role mutexes"
-        );
-        b.check_len().unwrap();
-        assert_eq!(b.probe(Role::Creator), Liveness::Alive);
-        drop(b);
-        a.unlink().unwrap();
-        drop(a);
-        assert!(!path.exists());
-    }
-
-    /// The DACL of the file open as `file`, in SDDL.
-    fn dacl_of(file: &std::fs::File) -> String {
-        use windows_sys::Win32::Foundation::{LocalFree, ERROR_SUCCESS};
-        use windows_sys::Win32::Security::Authorization::{
-            ConvertSecurityDescriptorToStringSecurityDescriptorW, GetSecurityInfo, SDDL_REVISION_1,
-            SE_FILE_OBJECT,
-        };
-        use windows_sys::Win32::Security::{DACL_SECURITY_INFORMATION, PSECURITY_DESCRIPTOR};
-        let mut sd: PSECURITY_DESCRIPTOR = core::ptr::null_mut();
-        // SAFETY: a valid file handle; null for the parts not asked for; `sd` a valid out
-        // pointer, freed with LocalFree below.
-        let rc = unsafe {
-            GetSecurityInfo(
-                file.as_raw_handle().cast(),
-                SE_FILE_OBJECT,
-                DACL_SECURITY_INFORMATION,
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                core::ptr::null_mut(),
-                &raw mut sd,
-            )
-        };
-        assert_eq!(rc, ERROR_SUCCESS, "GetSecurityInfo");
-        let mut text: *mut u16 = core::ptr::null_mut();
-        // SAFETY: `sd` came from GetSecurityInfo; `text` a valid out pointer (LocalFree below).
-        let ok = unsafe {
-            ConvertSecurityDescriptorToStringSecurityDescriptorW(
-                sd,
-                SDDL_REVISION_1,
-                DACL_SECURITY_INFORMATION,
-                &raw mut text,
-                core::ptr::null_mut(),
-            )
-        };
-        assert_ne!(
-            ok, 0,
-            "ConvertSecurityDescriptorToStringSecurityDescriptorW"
-        );
-        // SAFETY: `text` is a NUL-terminated UTF-16 string from the call above.
-        let sddl = unsafe {
-            let mut n = 0;
-            while *text.add(n) != 0 {
-                n += 1;
-            }
-            String::from_utf16_lossy(core::slice::from_raw_parts(text, n))
-        };
-        // SAFETY: both were allocated by the calls above with LocalAlloc.
-        unsafe {
-            LocalFree(text.cast());
-            LocalFree(sd);
-        }
-        sddl
-    }
-
-    #[test]
-    #[ignore = "Wine does not keep a file's DACL (it reports one made from the Unix mode bits, \
-                D:(A;;FA;;;SY)(A;;FA;;;user)); run on Windows with --ignored"]
-    fn file_segments_admit_only_their_creator() {
-        let path = std::env::temp_dir().join(format!("shmring-acl-{}.ring", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let _seg = Segment::create_file(&path, 4096, CreateOptions::new()).unwrap();
-        let file = std::fs::File::open(&path).unwrap();
-        let sddl = dacl_of(&file);
-        // A protected DACL with one allow entry (for the creating user), nothing inherited
-        // from the directory: the counterpart of mode 0600.
-        assert!(sddl.starts_with("D:P"), "{sddl}");
-        assert_eq!(sddl.matches("(A;").count(), 1, "{sddl}");
-        assert!(!sddl.contains(";ID;"), "inherited entries: {sddl}");
-        drop(file);
-        // A plain file in the same directory inherits (the control: the check can fail).
-        let plain = path.with_extension("plain");
-        let control = std::fs::File::create(&plain).unwrap();
-        let control_sddl = dacl_of(&control);
-        drop(control);
-        let _ = std::fs::remove_file(&plain);
-        assert_ne!(control_sddl, sddl);
-        drop(_seg);
-        let _ = std::fs::remove_file(&path);
-    }
-
-    #[test]
-    fn huge_pages_and_zero_lengths_are_refused() {
-        assert!(matches!(
-            Segment::create_memfd(4096, CreateOptions::new().huge_pages(true)),
-            Err(Error::HugePages { .. })
-        ));
-        assert!(matches!(
-            Segment::create_memfd(0, CreateOptions::new()),
-            Err(Error::BadLength { .. })
-        ));
-    }
-}
+mod tests;

@@ -10,7 +10,7 @@
 )]
 
 use std::io::{BufRead as _, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver};
 use std::sync::Arc;
@@ -22,12 +22,11 @@ use ring_os::prelude::*;
 use ring_os::raw::{ConsumerExt as _, ProducerExt as _, ShmReadError};
 use serde_json::Value;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
-const SECS: fn(u64) -> Duration = Duration::from_secs;
+mod common;
 
-fn unique(what: &str) -> String {
-    format!("ringctl-bridge-{what}-{}", std::process::id())
-}
+use common::{eventually, finish, spawn, unique, Cleanup};
+
+const SECS: fn(u64) -> Duration = Duration::from_secs;
 
 /// A TCP port nobody listens on right now.
 fn free_port() -> u16 {
@@ -46,14 +45,8 @@ struct Bridge {
 
 impl Bridge {
     fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(BIN)
-            .arg("bridge")
-            .args(args)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawning ringctl bridge");
+        let args: Vec<&str> = ["bridge"].iter().chain(args).copied().collect();
+        let mut child = spawn(&args, Stdio::null(), Stdio::piped(), Stdio::inherit());
         let stdout = child.stdout.take().expect("stdout");
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
@@ -121,15 +114,6 @@ impl Drop for Bridge {
     }
 }
 
-/// Removes a ring's name when dropped (rings made with `keep_name`, and failed tests).
-struct Unlink(String);
-
-impl Drop for Unlink {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(format!("/dev/shm/shmring.{}", self.0));
-    }
-}
-
 fn mix(mut x: u64) -> u64 {
     x = (x ^ (x >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x = (x ^ (x >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
@@ -192,12 +176,8 @@ fn far_reader(
     })
 }
 
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "{what}: not within {timeout:?}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+fn wait_until(what: &str, timeout: Duration, cond: impl FnMut() -> bool) {
+    assert!(eventually(timeout, cond), "{what}: not within {timeout:?}");
 }
 
 /// The two rings a pair of bridges connects (an origin the test publishes into, a far ring it
@@ -210,7 +190,7 @@ struct Rings {
     ep: String,
     key: String,
     /// Declared last, so the names go after the rings are dropped.
-    _unlink: (Unlink, Unlink),
+    _unlink: (Cleanup, Cleanup),
 }
 
 impl Rings {
@@ -220,7 +200,7 @@ impl Rings {
             unique(&format!("{what}-origin")),
             unique(&format!("{what}-far")),
         );
-        let _unlink = (Unlink(origin_name.clone()), Unlink(far_name.clone()));
+        let _unlink = (Cleanup(origin_name.clone()), Cleanup(far_name.clone()));
         let ring = |name: &str| {
             Ring::builder(name)
                 .slots(slots)
@@ -533,12 +513,9 @@ fn sigkill_of_either_bridge_recovers_and_a_restarted_bridge_continues() {
 #[test]
 fn bad_bridge_arguments_are_one_line_errors() {
     let run = |args: &[&str]| {
-        let out = Command::new(BIN)
-            .arg("bridge")
-            .args(args)
-            .stdin(Stdio::null())
-            .output()
-            .expect("ringctl");
+        let args: Vec<&str> = ["bridge"].iter().chain(args).copied().collect();
+        let child = spawn(&args, Stdio::null(), Stdio::null(), Stdio::piped());
+        let out = finish(child, SECS(60));
         (
             out.status.code(),
             String::from_utf8_lossy(&out.stderr).into_owned(),
@@ -549,7 +526,7 @@ fn bad_bridge_arguments_are_one_line_errors() {
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
     let far = unique("bad-endpoint");
-    let _u = Unlink(far.clone());
+    let _u = Cleanup(far.clone());
     let (code, err) = run(&["in", "k", &far, "--slot-size", "64", "--listen", "nonsense"]);
     assert_eq!(code, Some(2), "{err}");
     assert!(err.contains("listen/endpoints"), "{err}");

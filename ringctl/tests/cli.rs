@@ -14,53 +14,14 @@
 )]
 
 use std::io::Write as _;
-use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::Value;
 
 mod common;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
-
-/// A segment name unique to this test process and `what`.
-fn unique(what: &str) -> String {
-    format!("ringctl-test-{what}-{}", std::process::id())
-}
-
-/// The file behind a named segment.
-fn shm_path(name: &str) -> PathBuf {
-    PathBuf::from(format!("/dev/shm/shmring.{name}"))
-}
-
-/// Removes a segment file when dropped (tests clean up even when they fail).
-struct Cleanup(String);
-
-impl Drop for Cleanup {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(shm_path(&self.0));
-    }
-}
-
-/// Waits for a spawned child with a deadline; kills it (and fails the test) past it.
-fn finish(child: Child, timeout: Duration) -> Output {
-    let pid = child.id();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let _ = tx.send(child.wait_with_output());
-    });
-    match rx.recv_timeout(timeout) {
-        Ok(out) => out.expect("waiting for ringctl"),
-        Err(_) => {
-            let _ = Command::new("kill")
-                .args(["-KILL", &pid.to_string()])
-                .status();
-            panic!("ringctl (pid {pid}) did not finish within {timeout:?}");
-        }
-    }
-}
+use common::{eventually, finish, shm_path, spawn, text, unique, Cleanup, BIN};
 
 /// Runs `ringctl args` with `stdin` as input, within `timeout`.
 fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
@@ -75,10 +36,6 @@ fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
 
 fn run(args: &[&str]) -> Output {
     ringctl(args, b"", Duration::from_secs(60))
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// The last line of stdout, parsed as JSON.
@@ -102,26 +59,8 @@ fn one_line_error(out: &Output) -> String {
 
 /// Spawns `ringctl sub ARGS` with no stdin and stdout/stderr piped.
 fn spawn_sub(args: &[&str]) -> Child {
-    Command::new(BIN)
-        .arg("sub")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning sub")
-}
-
-/// Polls `cond` every 10 ms for at most `timeout`.
-fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + timeout;
-    while Instant::now() < deadline {
-        if cond() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    false
+    let args: Vec<&str> = ["sub"].iter().chain(args).copied().collect();
+    spawn(&args, Stdio::null(), Stdio::piped(), Stdio::piped())
 }
 
 #[test]
@@ -310,13 +249,12 @@ fn pub_sub_round_trip(what: &str, join_delay_ms: Option<&str>) {
 fn inspect_shows_producer_and_consumers() {
     let name = unique("inspect");
     let _cleanup = Cleanup(name.clone());
-    let mut publ = Command::new(BIN)
-        .args(["pub", &name, "--frame-size", "256", "--wait-consumers", "1"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning pub");
+    let mut publ = spawn(
+        &["pub", &name, "--frame-size", "256", "--wait-consumers", "1"],
+        Stdio::piped(),
+        Stdio::null(),
+        Stdio::piped(),
+    );
     let sub = spawn_sub(&[&name, "--class", "skip"]);
     let registered = eventually(Duration::from_secs(20), || {
         let out = run(&["inspect", &name, "--json"]);
@@ -374,8 +312,8 @@ fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
     // A real header followed by too few bytes: truncated.
     let real = unique("trunc");
     let _cleanup2 = Cleanup(real.clone());
-    let publ = Command::new(BIN)
-        .args([
+    let publ = spawn(
+        &[
             "pub",
             &real,
             "--frame-size",
@@ -383,12 +321,11 @@ fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
             "--wait-consumers",
             "0",
             "--keep",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning pub");
+        ],
+        Stdio::null(),
+        Stdio::null(),
+        Stdio::piped(),
+    );
     let out = finish(publ, Duration::from_secs(30));
     assert!(out.status.success(), "{}", text(&out.stderr));
     let file = std::fs::OpenOptions::new()
@@ -419,13 +356,12 @@ fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
 /// A publisher of ring `name` that blocks on its (open, empty) stdin: the live owner of that
 /// ring, once this returns.
 fn idle_pub(name: &str) -> Child {
-    let publ = Command::new(BIN)
-        .args(["pub", name, "--frame-size", "128", "--wait-consumers", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawning pub");
+    let publ = spawn(
+        &["pub", name, "--frame-size", "128", "--wait-consumers", "0"],
+        Stdio::piped(),
+        Stdio::null(),
+        Stdio::null(),
+    );
     let ready = eventually(Duration::from_secs(20), || {
         run(&["inspect", name, "--json"]).status.success()
     });
@@ -477,8 +413,8 @@ fn list_and_clean_handle_a_dead_owner() {
 fn sigterm_ends_the_demo_and_removes_its_ring() {
     let name = unique("sigterm");
     let _cleanup = Cleanup(name.clone());
-    let demo = Command::new(BIN)
-        .args([
+    let demo = spawn(
+        &[
             "demo",
             "--frame-size",
             "4096",
@@ -486,12 +422,11 @@ fn sigterm_ends_the_demo_and_removes_its_ring() {
             "60",
             "--name",
             &name,
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning demo");
+        ],
+        Stdio::null(),
+        Stdio::piped(),
+        Stdio::piped(),
+    );
     let streaming = eventually(Duration::from_secs(20), || {
         let out = run(&["inspect", &name, "--json"]);
         out.status.success() && last_json(&out)["head"].as_u64() > Some(0)
@@ -706,13 +641,12 @@ fn an_aborted_stream_is_not_a_finished_one() {
     // A directory as stdin: the first read fails after `pub` created the ring and the
     // subscriber joined.
     let dir = std::fs::File::open("/").expect("open /");
-    let publ = Command::new(BIN)
-        .args(["pub", &name, "--frame-size", "64"])
-        .stdin(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawning pub");
+    let publ = spawn(
+        &["pub", &name, "--frame-size", "64"],
+        dir.into(),
+        Stdio::null(),
+        Stdio::piped(),
+    );
     let publ = finish(publ, Duration::from_secs(30));
     assert_eq!(publ.status.code(), Some(2), "pub: {}", text(&publ.stderr));
     let got = finish(sub, Duration::from_secs(30));
@@ -1156,14 +1090,23 @@ fn never_stall_rings_are_created_checked_and_shown() {
     // A never-stall ring shows as one in inspect (JSON and table); a plain one does not.
     let name = unique("nostall");
     let _cleanup = Cleanup(name.clone());
-    let publ = Command::new(BIN)
-        .args(["pub", &name, "--frame-size", "128", "--slots", "4"])
-        .args(["--never-stall", "2", "--wait-consumers", "0"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawning pub");
+    let publ = spawn(
+        &[
+            "pub",
+            &name,
+            "--frame-size",
+            "128",
+            "--slots",
+            "4",
+            "--never-stall",
+            "2",
+            "--wait-consumers",
+            "0",
+        ],
+        Stdio::piped(),
+        Stdio::null(),
+        Stdio::null(),
+    );
     let ready = eventually(Duration::from_secs(20), || {
         run(&["inspect", &name, "--json"]).status.success()
     });

@@ -10,14 +10,53 @@
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::os::unix::net::UnixListener;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use ring_os::prelude::*;
 
-const BIN: &str = env!("CARGO_BIN_EXE_ringctl");
+mod common;
+
+/// A pin-only ring `name` of four 1 KiB slots, its publisher, and a listening socket for the
+/// stand-in endpoint (`<tmp>/<name>.sock`); the ring's name goes when the ring drops.
+fn grab_setup(name: &str) -> (Ring, Publisher, std::path::PathBuf, UnixListener) {
+    let ring = Ring::builder(name)
+        .slots(4)
+        .slot_size(1024)
+        .pin_only(true)
+        .create()
+        .expect("create");
+    let publisher = ring.publisher().expect("publisher");
+    let socket = std::env::temp_dir().join(format!("{name}.sock"));
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).expect("bind");
+    (ring, publisher, socket, listener)
+}
+
+/// Spawns `ringctl grab` on `name` through `socket` with `extra` arguments, and reads its
+/// ready line.
+fn spawn_grab(
+    name: &str,
+    socket: &std::path::Path,
+    extra: &[&str],
+) -> (std::process::Child, BufReader<std::process::ChildStdout>) {
+    let mut args = vec![
+        "grab",
+        name,
+        "--socket",
+        socket.to_str().unwrap(),
+        "--timeout",
+        "20",
+    ];
+    args.extend_from_slice(extra);
+    let mut child = common::spawn_piped(&args);
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    assert_eq!(line.trim_end(), r#"{"ready":true}"#);
+    (child, stdout)
+}
 
 fn word_sum(bytes: &[u8]) -> u64 {
     bytes
@@ -40,16 +79,7 @@ fn frame(n: u64, stamp: u64) -> Vec<u8> {
 #[test]
 fn grab_pins_the_described_frame_and_checks_its_stamp() {
     let name = format!("ringctl-grab-{}", std::process::id());
-    let ring = Ring::builder(&name)
-        .slots(4)
-        .slot_size(1024)
-        .pin_only(true)
-        .create()
-        .expect("create");
-    let mut publisher = ring.publisher().expect("publisher");
-    let socket = std::env::temp_dir().join(format!("{name}.sock"));
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket).expect("bind");
+    let (_ring, mut publisher, socket, listener) = grab_setup(&name);
     // The endpoint: answers each "latest" with the descriptor of the last frame published
     // (seq and checksum).
     let latest = Arc::new(AtomicU64::new(0));
@@ -74,20 +104,9 @@ fn grab_pins_the_described_frame_and_checks_its_stamp() {
             .unwrap();
         }
     });
-    let mut child = Command::new(BIN)
-        .args(["grab", &name, "--socket", socket.to_str().unwrap()])
-        .args(["--timeout", "20"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ringctl");
+    let (mut child, mut stdout) = spawn_grab(&name, &socket, &[]);
     let mut stdin = child.stdin.take().unwrap();
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
     let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim_end(), r#"{"ready":true}"#);
-
     for n in 0..3u64 {
         let f = frame(n, n);
         assert_eq!(publisher.send(&f).expect("send"), n);
@@ -124,27 +143,8 @@ fn grab_pins_the_described_frame_and_checks_its_stamp() {
 #[test]
 fn grab_fails_when_the_sum_differs_from_the_announced_one() {
     let name = format!("ringctl-grab-sum-{}", std::process::id());
-    let ring = Ring::builder(&name)
-        .slots(4)
-        .slot_size(1024)
-        .pin_only(true)
-        .create()
-        .expect("create");
-    let mut publisher = ring.publisher().expect("publisher");
-    let socket = std::env::temp_dir().join(format!("{name}.sock"));
-    let _ = std::fs::remove_file(&socket);
-    let listener = UnixListener::bind(&socket).expect("bind");
-    let mut child = Command::new(BIN)
-        .args(["grab", &name, "--socket", socket.to_str().unwrap()])
-        .args(["--timeout", "20", "--count", "1"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn ringctl");
-    let mut stdout = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    stdout.read_line(&mut line).unwrap();
-    assert_eq!(line.trim_end(), r#"{"ready":true}"#);
+    let (_ring, mut publisher, socket, listener) = grab_setup(&name);
+    let (child, _stdout) = spawn_grab(&name, &socket, &["--count", "1"]);
     let f = frame(0, 0);
     publisher.send(&f).expect("send");
     let (stream, _) = listener.accept().expect("accept");

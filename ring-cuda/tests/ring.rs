@@ -154,6 +154,26 @@ fn stop(p: Producer) {
 
 /// Runs `frames` frames through a ring of `slots` slots from a producer (device delay
 /// `producer_us`) to `consumers` reader processes (device delay `consumer_us`); every child
+/// A two-slot ring for test `name`, its producer, and one registered reader process that
+/// reads one frame (see [`reader`]).
+fn one_reader(name: &str) -> (Ring, Producer, Child) {
+    let (ring, ring_name) = create(name, 2, 1);
+    let p = producer(&ring, 0, ExportKind::Ipc);
+    let mut child = Child::spawn(name, "reader", &child_env(&ring_name, 0, 1));
+    child.expect("REGISTERED");
+    (ring, p, child)
+}
+
+/// Publishes one frame, stops the producer, and checks that the reader process got it whole.
+fn reader_gets_the_last(mut p: Producer, mut child: Child) {
+    publish(&mut p).unwrap();
+    stop(p);
+    assert!(child
+        .expect("RESULT")
+        .ends_with("received=1 torn=0 skipped=0"));
+    child.finish();
+}
+
 /// must receive every frame, untorn, and leave with nothing live.
 fn run(test: &str, slots: u32, consumers: u32, frames: u64, producer_us: u64, consumer_us: u64) {
     let (ring, name) = create(test, slots, consumers);
@@ -215,10 +235,7 @@ fn an_unusable_read_event_refuses_the_publish() {
     if role().is_some() {
         return reader();
     }
-    let (ring, name) = create(NAME, 2, 1);
-    let mut p = producer(&ring, 0, ExportKind::Ipc);
-    let mut child = Child::spawn(NAME, "reader", &child_env(&name, 0, 1));
-    child.expect("REGISTERED");
+    let (ring, mut p, child) = one_reader(NAME);
     // Consumer row 0, slot 0's read-event handle: after the header (8 words) and two slot rows
     // (18 words each), skipping the row's 4 words (token, leave, ack, owner). Flipping its
     // magic makes it unopenable.
@@ -246,12 +263,7 @@ fn an_unusable_read_event_refuses_the_publish() {
         "a live consumer is not reclaimed"
     );
     ring.table()[at].fetch_xor(0xFF, Ordering::Relaxed);
-    publish(&mut p).unwrap();
-    stop(p);
-    assert!(child
-        .expect("RESULT")
-        .ends_with("received=1 torn=0 skipped=0"));
-    child.finish();
+    reader_gets_the_last(p, child);
 }
 
 /// A consumer whose read-event record fails and whose copy cannot be confirmed keeps the
@@ -372,10 +384,7 @@ fn a_consumer_waits_for_frames_on_the_futex() {
     if role().is_some() {
         return reader();
     }
-    let (ring, name) = create(NAME, 2, 1);
-    let mut p = producer(&ring, 0, ExportKind::Ipc);
-    let mut child = Child::spawn(NAME, "reader", &child_env(&name, 0, 1));
-    child.expect("REGISTERED");
+    let (ring, p, child) = one_reader(NAME);
     // Relaxed: a counter read for the check only. Polled, so a loaded machine cannot make the
     // test fail by starting the reader late; a polling reader never counts as a waiter.
     let start = Instant::now();
@@ -391,12 +400,7 @@ fn a_consumer_waits_for_frames_on_the_futex() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    publish(&mut p).unwrap();
-    stop(p);
-    assert!(child
-        .expect("RESULT")
-        .ends_with("received=1 torn=0 skipped=0"));
-    child.finish();
+    reader_gets_the_last(p, child);
 }
 
 /// Registration opens every slot's buffer and write event (milliseconds each on a GPU), so

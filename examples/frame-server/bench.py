@@ -25,9 +25,10 @@ frame into its ring and answer it, as an engine renders and encodes per `vget`:
 is the one expected; the clock runs in the client from just before the request. After the
 clock stops (untimed), every shared-memory frame is checked against the descriptor's checksum
 (all bytes) and every TCP frame's stamp and two of its rows against the pattern; a mismatch
-stops the run. The server's own mean costs (render, BMP/NPY/PNG encoding, a `lit_shared`
-request's whole time) are read from `vget /unrealcv/status` after each size. The speedup is
-printed beside seed 001's where the seed published one (640x480: 1.6x, 3840x2160: 14.7x).
+stops the run. The server's own costs (median and mean: render, BMP/NPY/PNG encoding, a
+`lit_shared` request's whole time) are read from `vget /unrealcv/status` after each size. The
+speedup is printed beside seed 001's where the seed published one (640x480: 1.6x, 3840x2160:
+14.7x).
 
     python -m venv venv && venv/bin/pip install ./python numpy unrealcv==1.3.2
     venv/bin/python examples/frame-server/bench.py            # builds libshmring + the server
@@ -222,7 +223,9 @@ def cell(server, w, h, warmup, rounds, captures, tmp):
             tcp.request("vget /camera/0/lit png", timeout=TIMEOUT)
             tcp.request("vget /camera/0/lit npy", timeout=TIMEOUT)
         status = tcp.request("vget /unrealcv/status", timeout=TIMEOUT)
-        costs = {line.split("Ms:")[0]: float(line.split()[1])
+        # "<What>Ms: <mean> mean of <count>, median <median>"
+        costs = {line.split("Ms:")[0]: {"mean": float(line.split()[1]),
+                                        "median": float(line.rsplit(" ", 1)[1])}
                  for line in status.splitlines() if "Ms:" in line}
         for c in (tcp, shm_client, copy_client):
             c.disconnect()
@@ -279,11 +282,11 @@ def main():
                       f"| {med[TCP] / med[p]:.1f}x | {seed} | {med[RAW] / med[p]:.1f}x |",
                       flush=True)
             notes.append(f"| {w}x{h} | " + " | ".join(
-                f"{costs.get(k, 0):.3f}" for k in NOTE_COSTS) + " |")
+                f"{costs[k]['median']:.3f} ({costs[k]['mean']:.3f})" for k in NOTE_COSTS) + " |")
     print()
-    print("Server mean ms per frame (vget /unrealcv/status): render (the checksum included), "
-          "encoding (BMP, NPY: a header and a copy; PNG: stored deflate, untimed requests), "
-          "a lit_shared request's whole server time (parse to descriptor sent)")
+    print("Server ms per frame, median (mean), from vget /unrealcv/status: render (the checksum "
+          "included), encoding (BMP, NPY: a header and a copy; PNG: stored deflate, untimed "
+          "requests), a lit_shared request's whole server time (parse to descriptor sent)")
     print()
     print("| size | render | BMP | NPY | PNG | lit_shared request |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -6,6 +6,7 @@
 
 #include <shmring.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -26,14 +27,33 @@ struct Frame {
   size_t bytes() const { return static_cast<size_t>(w) * h * 4; }
 };
 
-/// Nanoseconds spent and how often, per step.
+/// Nanoseconds spent and how often, per step, with the last kSamples durations kept for a
+/// median (a mean alone is moved by the times the server was descheduled on a busy machine).
 struct Cost {
+  static constexpr size_t kSamples = 4096;
   uint64_t ns = 0, count = 0;
+  std::vector<uint32_t> samples;  // ns, capped at ~4.3 s; reserved once, never reallocated
+  Cost() { samples.reserve(kSamples); }
   void add(std::chrono::steady_clock::duration d) {
-    ns += static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    const auto n =
+        static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(d).count());
+    ns += n;
+    const uint32_t kept = n > UINT32_MAX ? UINT32_MAX : static_cast<uint32_t>(n);
+    if (samples.size() < kSamples) {
+      samples.push_back(kept);
+    } else {
+      samples[count % kSamples] = kept;
+    }
     count++;
   }
   double mean_ms() const { return count ? static_cast<double>(ns) / count / 1e6 : 0.0; }
+  /// The median of the kept samples (the upper one of an even count).
+  double median_ms() const {
+    if (samples.empty()) return 0.0;
+    std::vector<uint32_t> v = samples;
+    std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
+    return v[v.size() / 2] / 1e6;
+  }
 };
 
 class Studio {

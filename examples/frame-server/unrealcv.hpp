@@ -212,8 +212,8 @@ class Handler {
         {"SharedRequest", &shared_request_cost},
         {"ImageRequest", &image_request_cost}};
     for (const auto &[what, c] : costs) {
-      std::snprintf(buf, sizeof buf, "%sMs: %.3f mean of %llu\n", what, c->mean_ms(),
-                    static_cast<unsigned long long>(c->count));
+      std::snprintf(buf, sizeof buf, "%sMs: %.3f mean of %llu, median %.3f\n", what,
+                    c->mean_ms(), static_cast<unsigned long long>(c->count), c->median_ms());
       s += buf;
     }
     return s;

@@ -193,8 +193,9 @@ pub fn human_bytes(b: usize) -> String {
     bytesize::ByteSize(b as u64).display().iec().to_string()
 }
 
-/// A duration given in nanoseconds: whole nanoseconds below 10 µs, then µs, ms (one decimal) and
-/// s (two), each from 10 of its unit, so every figure keeps at least three significant digits.
+/// A duration given in nanoseconds: whole nanoseconds (`ns`) below 10 µs, then `us` and `ms`
+/// with one decimal and `s` with two, each from 10 of its unit, so every figure keeps at least
+/// three significant digits (ASCII units: `us`, not `µs`).
 ///
 /// ```
 /// use ring_benches::stats::human_ns;

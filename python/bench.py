@@ -1,10 +1,14 @@
 """Queue and frame throughput, in one run, interleaved.
 
-Queues: shmring's queue (copying ``get`` and zero-copy ``get``), py-sharedmemory's
-``create_shared_memory_pair`` (PyPI ``py-sharedmemory``) and ``multiprocessing.Queue``; opt-in
+Queues: shmring's queue (copying ``get`` and zero-copy ``get``; ``shmring in-place``: the
+sender builds each array in the segment through ``Sender.claim`` — here it writes only a stamp,
+its first and last element, as the payload of the other kinds is built once outside the clock —
+and the receiver gets it zero-copy), py-sharedmemory's ``create_shared_memory_pair`` (PyPI
+``py-sharedmemory``) and ``multiprocessing.Queue``; opt-in
 kinds (``--kinds``) with two threads per endpoint, or one receiver shared by 3 spawned workers. Each
 measurement is one fresh pair of capacity 2 with a spawned receiver; the clock starts when the
-receiver has got a first (warm-up) message of the same size, so process start-up and attaching
+receiver has got ``WARM`` warm-up messages of the same size (capacity + 1: a queue that keeps
+segments for reuse has then made those a steady stream needs), so process start-up and attaching
 are excluded, and stops when it has got ``count`` more. Kinds alternate within each of the
 ``--runs`` rounds (the order rotates every round); the table shows the median of the rounds.
 
@@ -29,6 +33,7 @@ import numpy as np
 import shmring
 
 WORKERS = 3  # the "... 3 workers" kinds: one receiver shared by this many spawned processes
+WARM = 3  # warm-up messages before the clock starts (the "... 3 workers" kinds: one a worker)
 UNITS = {"K": 1000, "M": 1000**2, "G": 1000**3}
 WAIT = 600
 
@@ -49,8 +54,9 @@ def label(n):
 
 
 def sink_shmring(receiver, zero_copy, count, done):
-    x = receiver.get(timeout=WAIT, zero_copy=zero_copy)  # warm-up
-    del x
+    for _ in range(WARM):
+        x = receiver.get(timeout=WAIT, zero_copy=zero_copy)
+        del x
     done.put(time.monotonic())
     for _ in range(count):
         x = receiver.get(timeout=WAIT, zero_copy=zero_copy)
@@ -60,8 +66,9 @@ def sink_shmring(receiver, zero_copy, count, done):
 
 
 def sink_queue(q, count, done):
-    x = q.get(timeout=WAIT)
-    del x
+    for _ in range(WARM):
+        x = q.get(timeout=WAIT)
+        del x
     done.put(time.monotonic())
     for _ in range(count):
         x = q.get(timeout=WAIT)
@@ -74,8 +81,9 @@ def sink_queue(q, count, done):
 def sink_threads(receiver, zero_copy, count, done, threads=2):
     """``sink_shmring``/``sink_queue`` with ``threads`` threads sharing one receiver."""
     kw = {"zero_copy": True} if zero_copy else {}
-    x = receiver.get(timeout=WAIT, **kw)  # warm-up
-    del x
+    for _ in range(WARM):
+        x = receiver.get(timeout=WAIT, **kw)
+        del x
     done.put(time.monotonic())
 
     def take(n):
@@ -127,6 +135,17 @@ def put_threads(put, payload, count, threads=2):
         w.join()
 
 
+def put_in_place(sender):
+    """A ``put`` that builds the array in the segment (``Sender.claim``) instead of copying
+    ``payload`` there: it writes a stamp, the first and last element."""
+
+    def put(payload, timeout):
+        with sender.claim(payload.shape, payload.dtype, timeout=timeout) as a:
+            a.flat[0] = a.flat[-1] = 1
+
+    return put
+
+
 def queue_once(kind, payload, count, ctx):
     """GB/s of ``count`` puts of ``payload`` through ``kind``, start-up excluded."""
     size = payload.nbytes
@@ -140,10 +159,11 @@ def queue_once(kind, payload, count, ctx):
         return workers_once(kind, payload, count, ctx)
     if kind.startswith("shmring"):
         s, r = shmring.create_pair(2, max_message=size + 4096)
-        zero_copy = kind.removesuffix(" 2 threads").endswith("zero-copy")
+        in_place = kind == "shmring in-place"
+        zero_copy = in_place or kind.removesuffix(" 2 threads").endswith("zero-copy")
         sink = sink_threads if threaded else sink_shmring
         proc = ctx.Process(target=sink, args=(r, zero_copy, count, done))
-        put = s.put
+        put = put_in_place(s) if in_place else s.put
         closer = s
     elif kind.startswith("py-sharedmemory"):
         from py_sharedmemory import create_shared_memory_pair
@@ -158,7 +178,8 @@ def queue_once(kind, payload, count, ctx):
         proc = ctx.Process(target=sink_queue, args=(q, count, done))
         put = q.put
     proc.start()
-    put(payload, timeout=WAIT)
+    for _ in range(WARM):
+        put(payload, timeout=WAIT)
     t0 = done.get(timeout=WAIT)
     if threaded:
         put_threads(put, payload, count)
@@ -309,7 +330,8 @@ def main():
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--sizes", default="16,1K,100K,1M,10M,100M,1G")
     ap.add_argument("--with-10g", action="store_true", help="also 10 GB (needs ~35 GB of RAM)")
-    ap.add_argument("--kinds", default="shmring copy,shmring zero-copy,py-sharedmemory,mp.Queue",
+    ap.add_argument("--kinds", default="shmring copy,shmring zero-copy,shmring in-place,"
+                                       "py-sharedmemory,mp.Queue",
                     help="also: 'shmring copy 2 threads', 'py-sharedmemory 2 threads' (two "
                          "threads per endpoint, sharing the sender and the receiver); "
                          "'shmring copy 3 workers', 'shmring zero-copy 3 workers', "
@@ -331,8 +353,8 @@ def main():
     results = {"queues": {}, "frames": {}}
     if not args.no_queues:
         print(f"| size | {' | '.join(kinds)} | copy / py-shm | zero-copy / py-shm "
-              f"| copy / mp.Queue |")
-        print("|---" * (len(kinds) + 4) + "|")
+              f"| in-place / py-shm | copy / mp.Queue |")
+        print("|---" * (len(kinds) + 5) + "|")
         for size in sizes:
             payload = np.ones(size, np.uint8)
             count = count_for(size)
@@ -351,6 +373,7 @@ def main():
             print(f"| {label(size)} | " + " | ".join(f"{med[k]:.3g} GB/s" for k in kinds)
                   + f" | {ratio('shmring copy', 'py-sharedmemory')}"
                   + f" | {ratio('shmring zero-copy', 'py-sharedmemory')}"
+                  + f" | {ratio('shmring in-place', 'py-sharedmemory')}"
                   + f" | {ratio('shmring copy', 'mp.Queue')} |"
                   + (f" 2 threads: {ratio('shmring copy 2 threads', 'py-sharedmemory 2 threads')}"
                      if "shmring copy 2 threads" in med else "")

@@ -31,6 +31,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::Ring>()?;
     m.add_class::<producer::Producer>()?;
     m.add_class::<producer::Claim>()?;
+    m.add_class::<producer::QueueClaim>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
     m.add_class::<queue::Part>()?;

@@ -11,14 +11,11 @@
 //! blocking call at a time, so `close()` from another thread wakes a waiting `publish`/`put`
 //! within one slice (see `handoff`).
 
-use core::ffi::c_int;
 use core::ptr::NonNull;
 use core::time::Duration;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
-use pyo3::exceptions::PyTypeError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::Memory as _;
 use ring_os::{
@@ -27,11 +24,10 @@ use ring_os::{
 };
 use std::time::Instant;
 
-use crate::errors::{self, exported_fail, Fail};
-use crate::export;
+use crate::errors::{self, Fail};
 use crate::handoff::{Handoff, Lease};
-use crate::queue::{self as q, SendState};
-use crate::wait::{deadline, sliced, unlocked};
+use crate::queue::SendState;
+use crate::wait::{deadline, sliced};
 
 /// A loan with its borrow of the publisher extended to `'static` (see [`Lent`]).
 type StaticLoan = Loan<'static>;
@@ -47,6 +43,8 @@ struct Lent {
     exports: Arc<AtomicUsize>,
     /// The queue's allocator state, attached by the first `_put_parts`.
     queue: Option<SendState>,
+    /// What publishing the open loan's queue message still has to do (`_claim_parts`).
+    pending: Option<put::Pending>,
 }
 
 // SAFETY: `Lent` owns the publisher (as a `Box` would) and a loan that borrows only it; both
@@ -86,17 +84,12 @@ impl Drop for Lent {
     fn drop(&mut self) {
         // The loan borrows the publisher: it goes first (a dropped loan gives its slot back).
         self.loan = None;
+        if let Some(p) = self.pending.take() {
+            p.abandon();
+        }
         // SAFETY: from `Box::leak` in `Producer::new`, freed only here; the loan is gone.
         drop(unsafe { Box::from_raw(self.publisher.as_ptr()) });
     }
-}
-
-/// Where a message's out-of-slot parts go.
-enum Out {
-    /// An allocation of the arena at this address.
-    Arena(usize),
-    /// A spill segment: a pooled one reused or a new one (see `spill`).
-    Spill(crate::spill::Target),
 }
 
 /// A loan carried out of the GIL-free closure.
@@ -126,70 +119,13 @@ pub(crate) struct Producer {
     grouped: AtomicBool,
 }
 
-/// A contiguous buffer-protocol view of a Python object, released on drop.
-pub(crate) struct View(ffi::Py_buffer);
+mod claim;
+mod put;
+mod view;
 
-impl View {
-    /// A read-only view.
-    fn get(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Self::with_flags(obj, ffi::PyBUF_SIMPLE, "")
-    }
-
-    /// A writable view.
-    pub(crate) fn writable(obj: &Bound<'_, PyAny>) -> PyResult<Self> {
-        Self::with_flags(obj, ffi::PyBUF_WRITABLE, "writable ")
-    }
-
-    /// The writable view's memory: its address and length.
-    pub(crate) fn raw(&self) -> (usize, usize) {
-        (
-            self.0.buf as usize,
-            usize::try_from(self.0.len).unwrap_or(0),
-        )
-    }
-
-    fn with_flags(obj: &Bound<'_, PyAny>, flags: core::ffi::c_int, what: &str) -> PyResult<Self> {
-        let mut v = core::mem::MaybeUninit::<ffi::Py_buffer>::uninit();
-        // SAFETY: `v` is writable storage for one `Py_buffer`; on success the interpreter
-        // filled it and we release it exactly once in `Drop`.
-        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), v.as_mut_ptr(), flags) };
-        if rc != 0 {
-            let e = PyErr::fetch(obj.py());
-            return Err(PyTypeError::new_err(format!(
-                "expected a C-contiguous {what}object supporting the buffer protocol (bytes, \
-                 bytearray, memoryview, numpy array), got {}: {e}",
-                obj.get_type()
-                    .name()
-                    .map_or_else(|_| "?".into(), |n| n.to_string())
-            )));
-        }
-        // SAFETY: filled by `PyObject_GetBuffer` above.
-        Ok(Self(unsafe { v.assume_init() }))
-    }
-
-    fn bytes(&self) -> &[u8] {
-        let len = usize::try_from(self.0.len).unwrap_or(0);
-        if len == 0 {
-            return &[];
-        }
-        // SAFETY: a PyBUF_SIMPLE view is `len` contiguous bytes at `buf`, alive until released.
-        unsafe { core::slice::from_raw_parts(self.0.buf.cast::<u8>(), len) }
-    }
-}
-
-impl Drop for View {
-    fn drop(&mut self) {
-        // SAFETY: the view was filled by `PyObject_GetBuffer` and is released once; every
-        // `View` is dropped with the GIL held (it never leaves a GIL-holding scope).
-        unsafe { ffi::PyBuffer_Release(&mut self.0) };
-    }
-}
-
-/// The view's bytes, sent into the GIL-free closure (the view outlives the call).
-#[derive(Clone, Copy)]
-struct Bytes(*const u8, usize);
-// SAFETY: the bytes stay valid for the call (the `View` is held across it).
-unsafe impl Send for Bytes {}
+pub(crate) use claim::{Claim, QueueClaim};
+use view::Bytes;
+pub(crate) use view::View;
 
 impl Producer {
     pub(crate) fn new(publisher: Publisher, mapping: &Arc<Mapping>) -> Self {
@@ -204,6 +140,7 @@ impl Producer {
                     bytes: (0, 0),
                     exports: Arc::new(AtomicUsize::new(0)),
                     queue: None,
+                    pending: None,
                 },
                 "producer",
             ),
@@ -370,13 +307,10 @@ impl Producer {
         })
     }
 
-    /// The queue's put (see `shmring.queue`): writes the buffer-protocol objects `parts` (the
-    /// pickle stream, then its out-of-band buffers) as one message — the parts that fit in the
-    /// slot inline, the rest into one allocation of the ring's allocator — copying each straight
-    /// from its object into the segment (large ones with the GIL released). Waits up to
-    /// `timeout` for a consumer to be registered and for a free slot; raises `Full` when
-    /// either does not come, `TooLarge` when the message exceeds the ring's share of its arena.
-    /// Returns the sequence number.
+    /// The queue's put (see `shmring.queue` and [`put`]): writes the buffer-protocol objects
+    /// `parts` (the pickle stream, then its out-of-band buffers) as one message. Waits up to
+    /// `timeout` for a free slot; raises `Full` when none comes, `NoSpace` when shared memory
+    /// has no room for it. Returns the sequence number.
     #[pyo3(signature = (parts, timeout = None))]
     fn _put_parts(
         &self,
@@ -384,226 +318,20 @@ impl Producer {
         parts: Vec<Bound<'_, PyAny>>,
         timeout: Option<f64>,
     ) -> PyResult<u64> {
-        if !self.pin_only {
-            return Err(Fail::new("NotPinOnly", "a queue needs a pin-only ring").into());
-        }
-        let views = parts.iter().map(View::get).collect::<PyResult<Vec<_>>>()?;
-        let lens: Vec<usize> = views.iter().map(|v| v.bytes().len()).collect();
-        let total: usize = lens.iter().sum();
-        let too_many = || {
-            Fail::new(
-                "TooLarge",
-                format!("{} parts do not fit in a slot's header", lens.len()),
-            )
-        };
-        let plan = q::plan(&lens, self.capacity, 0).ok_or_else(too_many)?;
-        let end = deadline(timeout)?;
-        let mut lease = self.lease(py, end)?;
-        let lent = lease.get()?;
-        // Relaxed: see `arena_lent`.
-        if self.arena_lent.load(Ordering::Relaxed) {
-            return Err(Fail::new("Busy", "this producer lent its allocator (allocator())").into());
-        }
-        if lent.queue.is_none() {
-            lent.queue = Some(SendState::new(&self.mapping).map_err(|f| f.into_py(py))?);
-        }
-        let (max_alloc, queue_name) = lent
-            .queue
-            .as_ref()
-            .map_or((0, None), |s| (s.max_alloc, s.name.clone()));
-        // The layout should the message spill (see `spill`): planned now, so the loan is long
-        // enough for either; the spill's name is made once the sequence number is known.
-        let spill_plan = match &queue_name {
-            Some(qn) if plan.arena_len > 0 => {
-                let probe = crate::spill::name(qn, u64::MAX);
-                Some(
-                    q::plan(&lens, self.capacity, crate::spill::record_len(&probe))
-                        .ok_or_else(too_many)?,
-                )
-            }
-            _ => None,
-        };
-        if plan.arena_len > 0 && spill_plan.is_none() && plan.arena_len > max_alloc {
-            return Err(Fail::new(
-                "TooLarge",
-                format!(
-                    "a message of {total} bytes does not fit: this ring takes {} bytes inline \
-                     and {max_alloc} in its arena, and only a named queue can spill",
-                    self.capacity
-                ),
-            )
-            .into());
-        }
-        let slots = self.mapping.geometry().slots() as u64;
-        // Relaxed: see `grouped`.
-        let grouped = self.grouped.load(Ordering::Relaxed);
-        let slot_len = plan
-            .slot_len
-            .max(spill_plan.as_ref().map_or(0, |p| p.slot_len));
-        let got = sliced(py, end, &mut lease, move |lease, slice| {
-            lease.check_open()?;
-            // SAFETY: as in `claim`: the loan is kept in `Lent` (or sent, or dropped) before
-            // the lease goes back.
-            let publisher = unsafe { Lent::publisher_static(lease)? };
-            // A group keeps the message for its members, present or to come.
-            if !grouped && publisher.subscribers() == 0 && !publisher.wait_for_subscribers(1, slice)
-            {
-                return Ok(None);
-            }
-            // One producer: the loan's sequence number is the next one.
-            let seq = publisher.sent();
-            match publisher.loan(slot_len, slice) {
-                Ok(loan) => Ok(Some((seq, SendLoan(loan)))),
-                Err(SendTimeoutError::Timeout) => Ok(None),
-                Err(e) => Err(errors::send(e)),
-            }
-        })?;
-        let Some((seq, SendLoan(mut loan))) = got else {
-            return Err(Fail::new(
-                "Full",
-                "the queue stayed full (or had no receiver) for the whole timeout",
-            )
-            .into());
-        };
-        // The slot the ring chose (a never-stall ring's is not `seq % slots`).
-        let index = loan.slot().min(
-            usize::try_from(slots)
-                .unwrap_or(usize::MAX)
-                .saturating_sub(1),
-        );
-        let lent = lease.get()?;
-        let state = lent
-            .queue
-            .as_mut()
-            .ok_or_else(|| Fail::new("Error", "queue state vanished"))?;
-        // The claim proves the slot's previous message consumed and unpinned.
-        state.reclaim(index);
-        // Dropping the loan on failure gives the slot back.
-        let allocated = if plan.arena_len > 0 && plan.arena_len <= max_alloc {
-            state
-                .allocate(index, plan.arena_len)
-                .map_err(|f| f.into_py(py))?
-        } else {
-            None
-        };
-        let (plan, handle, spill) = match (allocated, spill_plan, &queue_name) {
-            (Some((h, addr)), _, _) => (plan, h, Some(Out::Arena(addr))),
-            (None, Some(sp), Some(qn)) if plan.arena_len > 0 => {
-                let target = state
-                    .pool
-                    .target(qn, seq, sp.arena_len)
-                    .ok_or_else(|| Fail::new("TooLarge", "a message too large to spill"))?;
-                (sp, 0, Some(Out::Spill(target)))
-            }
-            (None, _, _) if plan.arena_len == 0 => (plan, 0, None),
-            _ => {
-                return Err(Fail::new(
-                    "Full",
-                    format!(
-                        "the queue's arena has no room for {} bytes now",
-                        plan.arena_len
-                    ),
-                )
-                .into())
-            }
-        };
-        let slot = loan.bytes();
-        let (target, arena_addr) = match spill {
-            Some(Out::Spill(t)) => (Some(t), None),
-            Some(Out::Arena(addr)) => (None, Some(addr)),
-            None => (None, None),
-        };
-        q::write_header(
-            &plan,
-            slot,
-            target.as_ref().map(|t| (t.name.as_str(), t.len as u64)),
-        );
-        let slot_addr = slot.as_mut_ptr() as usize;
-        // (source, destination, length) for the slot and the arena now; (source, offset in
-        // the spill segment's data, length) for a spill, whose new segment is made in the copy
-        // below.
-        let mut jobs: Vec<(usize, usize, usize)> = Vec::with_capacity(views.len());
-        let mut spilled: Vec<(usize, usize, usize)> = Vec::new();
-        for (p, v) in plan.places.iter().zip(&views).filter(|(p, _)| p.len > 0) {
-            let src = v.bytes().as_ptr() as usize;
-            match (arena_addr, p.arena) {
-                (_, false) => jobs.push((src, slot_addr + p.offset, p.len)),
-                (Some(addr), true) => jobs.push((src, addr + p.offset, p.len)),
-                (None, true) => spilled.push((src, p.offset, p.len)),
-            }
-        }
-        let spilling = target.is_some();
-        let copy = move || -> Result<(Option<crate::spill::Target>, Option<ring_os::raw::Segment>), Fail> {
-            for (src, dst, len) in jobs {
-                // SAFETY: `src` is `len` bytes of a buffer view held (in `views`) across this
-                // call; `dst` is `len` bytes inside the claimed slot or the fresh allocation
-                // (`plan` placed the part inside the slot's capacity or the allocation's
-                // length; `Arena::address` checked the allocation lies in the arena). Neither
-                // is read by anyone else before the message is published: the slot is claimed
-                // in a pin-only ring (no optimistic readers) and the allocation is referenced
-                // by no published slot. Distinct parts never overlap.
-                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-            }
-            let Some(target) = target else {
-                return Ok((None, None));
-            };
-            let (created, base) = match target.reused_data() {
-                Some(base) => (None, base),
-                None => {
-                    let (seg, base) = target.create()?;
-                    (Some(seg), base)
-                }
-            };
-            for (src, off, len) in spilled {
-                // SAFETY: `src` is `len` bytes of a held view (as above); `off + len` lies
-                // within the plan's out-of-slot length, at most the segment's data length
-                // (`Pool::target` chose or sized it for that many bytes). The segment is this
-                // sender's: either just created and not published yet, or a pooled one whose
-                // last message was consumed (acknowledged, or its slot claimed again), so no
-                // reader uses its data now (the untrusted-peer caveat of `spill`).
-                unsafe {
-                    core::ptr::copy_nonoverlapping(src as *const u8, (base + off) as *mut u8, len);
-                };
-            }
-            Ok((Some(target), created))
-        };
-        let copied = if total >= q::RELEASE_GIL_AT || spilling {
-            // The loan rides in `Lent` meanwhile, so a thread parked at exit gives it back
-            // with the lease (no `Claim` has its id).
-            let lent = lease.get()?;
-            lent.loan = Some(loan);
-            lent.loan_id += 1;
-            let copied = unlocked(py, &mut lease, |_| copy());
-            loan = lease
-                .get()?
-                .loan
-                .take()
-                .ok_or_else(|| Fail::new("Error", "the loan vanished"))?;
-            copied
-        } else {
-            copy()
-        };
-        // A failed spill (no room) drops the loan, which gives the slot back: the queue
-        // stays usable.
-        let (target, created) = copied.map_err(|f| f.into_py(py))?;
-        if let (Some(target), Some(state)) = (target, lease.get()?.queue.as_mut()) {
-            let outside = state.pool.sent(&target, created, index);
-            if let Some(s) = state.slot_spills.get_mut(index) {
-                *s = outside;
-            }
-        }
-        loan.set_meta([
-            handle,
-            if handle == 0 {
-                0
-            } else {
-                plan.arena_len as u64
-            },
-        ]);
-        let seq = loan.send().map_err(|e| errors::send(e).into_py(py))?;
-        drop(lease);
-        drop(views);
-        Ok(self.published(seq))
+        put::put_parts(self, py, &parts, timeout)
+    }
+
+    /// The queue's in-place put (see `shmring.queue` and [`put`]): reserves a message of two
+    /// parts, the pickle stream `head` (written now) and `nbytes` for its one out-of-band
+    /// buffer, which the returned `QueueClaim` exports writable until it is published.
+    #[pyo3(signature = (head, nbytes, timeout = None))]
+    fn _claim_parts(
+        slf: &Bound<'_, Self>,
+        head: &Bound<'_, PyAny>,
+        nbytes: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<QueueClaim> {
+        put::claim_parts(slf, head, nbytes, timeout)
     }
 
     /// Waits up to `timeout` seconds until `n` consumers are registered and will receive
@@ -737,177 +465,5 @@ impl Producer {
             }
         }
         Ok(())
-    }
-}
-
-/// A slot claimed for writing in place (`Producer.claim`). Exports exactly `nbytes` writable
-/// bytes of the slot through the buffer protocol; `publish()` or `abort()` ends it (the `with`
-/// block does one of them). Neither runs while a view of the buffer is alive (`BufferError`):
-/// the slot stays claimed until the views are released; a claim that is garbage-collected
-/// unpublished gives its slot back.
-#[pyclass(module = "shmring", frozen)]
-pub(crate) struct Claim {
-    producer: Py<Producer>,
-    /// The loan's export count (see [`Lent::exports`]).
-    exports: Arc<AtomicUsize>,
-    loan_id: u64,
-    nbytes: usize,
-    /// The memoryview `__enter__` handed out, released at `__exit__`.
-    view: Mutex<Option<Py<PyAny>>>,
-}
-
-impl Claim {
-    /// Runs `f` on the producer state if this claim's loan is still open. `f` runs under the
-    /// producer's lock: it must not call Python.
-    fn with_loan<T>(
-        &self,
-        py: Python<'_>,
-        f: impl FnOnce(&mut Lent) -> Result<T, Fail>,
-    ) -> PyResult<T> {
-        let id = self.loan_id;
-        let done = self
-            .producer
-            .get()
-            .lent
-            .with(|l| (l.loan.is_some() && l.loan_id == id).then(|| f(l)))
-            .flatten();
-        done.unwrap_or_else(|| {
-            Err(Fail::new(
-                "Closed",
-                "this claim was already published or aborted",
-            ))
-        })
-        .map_err(|f| f.into_py(py))
-    }
-
-    /// Releases the memoryview handed out by `__enter__` (raises if views of it are alive).
-    fn release_view(&self, py: Python<'_>) -> PyResult<()> {
-        // Taken even when the release fails: a reference kept here would form a cycle with the
-        // view (which references this claim) and keep the slot claimed forever.
-        let taken = self.view.lock().map_or(None, |mut v| v.take());
-        match taken {
-            Some(v) => v.bind(py).call_method0("release").map(|_| ()),
-            None => Ok(()),
-        }
-    }
-
-    /// Ends the loan: publishes it (`publish`) or gives the slot back.
-    fn finish(&self, py: Python<'_>, publish: bool) -> PyResult<Option<u64>> {
-        let what = if publish {
-            "publish the claim"
-        } else {
-            "abort the claim"
-        };
-        self.release_view(py)
-            .map_err(|_| exported_fail(what).into_py(py))?;
-        // Sent (or dropped) under the producer's lock: the loan borrows the publisher.
-        let seq = self.with_loan(py, |l| {
-            if export::live(&l.exports) {
-                return Err(exported_fail(what));
-            }
-            match l.loan.take() {
-                Some(loan) if publish => loan.send().map(Some).map_err(errors::send),
-                _ => Ok(None),
-            }
-        })?;
-        Ok(seq.map(|s| self.producer.get().published(s)))
-    }
-}
-
-#[pymethods]
-impl Claim {
-    /// The reserved length.
-    #[getter]
-    fn nbytes(&self) -> usize {
-        self.nbytes
-    }
-
-    fn __len__(&self) -> usize {
-        self.nbytes
-    }
-
-    /// Publishes the written bytes; returns the sequence number.
-    fn publish(&self, py: Python<'_>) -> PyResult<u64> {
-        self.finish(py, true)?.ok_or_else(|| {
-            Fail::new("Closed", "this claim was already published or aborted").into()
-        })
-    }
-
-    /// Gives the slot back unpublished.
-    fn abort(&self, py: Python<'_>) -> PyResult<()> {
-        self.finish(py, false).map(|_| ())
-    }
-
-    /// A writable memoryview of exactly `nbytes` bytes of the slot.
-    fn __enter__(slf: &Bound<'_, Self>) -> PyResult<Py<PyAny>> {
-        let py = slf.py();
-        let mv = py
-            .import("builtins")?
-            .getattr("memoryview")?
-            .call1((slf,))?;
-        if let Ok(mut v) = slf.get().view.lock() {
-            *v = Some(mv.clone().unbind());
-        }
-        Ok(mv.unbind())
-    }
-
-    /// Publishes on a clean exit, aborts on an exception.
-    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<Bound<'_, PyAny>>,
-        _exc: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let failed = exc_type.is_some_and(|t| !t.is_none());
-        match self.finish(py, !failed) {
-            Err(e) if !failed => Err(e),
-            // An exception is already propagating: do not replace it.
-            _ => Ok(false),
-        }
-    }
-
-    /// Exports the claimed bytes, writable.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let py = slf.py();
-        let me = slf.get();
-        let bytes = me.with_loan(py, |l| Ok(l.bytes))?;
-        // SAFETY: `view` is the interpreter's; the loan's bytes (exactly `nbytes`: a view cannot
-        // reach past the reservation) stay ours to write while the export count keeps the loan
-        // open (`finish` refuses).
-        unsafe { export::fill(slf.as_any(), view, bytes, false, flags, &me.exports) }
-    }
-
-    /// Drops one export.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
-        export::release(&slf.get().exports);
-    }
-}
-
-impl Drop for Claim {
-    fn drop(&mut self) {
-        // A claim that goes away unpublished gives its slot back (no view can be alive: each
-        // holds a reference to the claim).
-        // No Python call here (no error objects either): a destructor may run while an
-        // exception is propagating, and calling into Python then would clobber it.
-        let id = self.loan_id;
-        self.producer.get().lent.with(|l| {
-            if l.loan_id == id && !export::live(&l.exports) {
-                l.loan = None;
-            }
-        });
     }
 }

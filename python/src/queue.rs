@@ -91,10 +91,16 @@ pub(crate) struct Plan {
     pub(crate) arena_len: usize,
 }
 
-/// Lays out parts of `lens` bytes: inline in order while they fit in `capacity`, the rest in
-/// the allocation (or spill segment); `extra` bytes after the part table are kept for the spill
-/// record. `None` when the header alone does not fit (too many parts) or on overflow.
-pub(crate) fn plan(lens: &[usize], capacity: usize, extra: usize) -> Option<Plan> {
+/// Lays out parts of `lens` bytes: inline in order while they fit in `capacity` (the parts
+/// from index `outside_from` on never), the rest in the allocation (or spill segment); `extra`
+/// bytes after the part table are kept for the spill record. `None` when the header alone does
+/// not fit (too many parts) or on overflow.
+pub(crate) fn plan(
+    lens: &[usize],
+    capacity: usize,
+    extra: usize,
+    outside_from: usize,
+) -> Option<Plan> {
     let head = ENTRY
         .checked_mul(lens.len())?
         .checked_add(HEAD)?
@@ -104,7 +110,7 @@ pub(crate) fn plan(lens: &[usize], capacity: usize, extra: usize) -> Option<Plan
     }
     let mut places = Vec::with_capacity(lens.len());
     let (mut slot_len, mut arena_len) = (head, 0usize);
-    for &len in lens {
+    for (i, &len) in lens.iter().enumerate() {
         if len == 0 {
             places.push(Place {
                 arena: false,
@@ -114,7 +120,7 @@ pub(crate) fn plan(lens: &[usize], capacity: usize, extra: usize) -> Option<Plan
             continue;
         }
         let at = align(slot_len)?;
-        if at.checked_add(len)? <= capacity {
+        if i < outside_from && at.checked_add(len)? <= capacity {
             places.push(Place {
                 arena: false,
                 offset: at,

@@ -240,7 +240,8 @@ impl Received {
 
 /// One segment of a sender's pool.
 struct Pooled {
-    seg: Segment,
+    /// Shared with the in-place claims (`QueueClaim`) whose buffers lie in it.
+    seg: Arc<Segment>,
     name: String,
     /// The generation of the message it holds or held last.
     generation: u64,
@@ -251,7 +252,8 @@ struct Pooled {
 }
 
 impl Pooled {
-    /// Removes the name while it names this segment (the mapping goes with `self`).
+    /// Removes the name while it names this segment (the mapping goes with the last
+    /// reference).
     fn remove(self) {
         let _ = self.seg.unlink();
     }
@@ -263,8 +265,8 @@ pub(crate) struct Target {
     /// The segment's whole length (the record's).
     pub(crate) len: usize,
     generation: u64,
-    /// A pooled segment reused: its index in the pool and the address of its data.
-    reuse: Option<(usize, usize)>,
+    /// A pooled segment reused: its index in the pool and the segment.
+    reuse: Option<(usize, Arc<Segment>)>,
     /// A new segment joins the pool (else it is gone from the start).
     keep: bool,
 }
@@ -272,7 +274,14 @@ pub(crate) struct Target {
 impl Target {
     /// The address of the data of a reused segment (`None`: one to create).
     pub(crate) fn reused_data(&self) -> Option<usize> {
-        self.reuse.map(|(_, addr)| addr)
+        self.reuse
+            .as_ref()
+            .map(|(_, seg)| seg.as_ptr().as_ptr() as usize + SEG_HEAD)
+    }
+
+    /// The reused segment (`None`: one to create).
+    pub(crate) fn reused(&self) -> Option<&Arc<Segment>> {
+        self.reuse.as_ref().map(|(_, seg)| seg)
     }
 
     /// Creates the new segment this target names and writes its header; returns it and the
@@ -363,7 +372,7 @@ impl Pool {
                 name: p.name.clone(),
                 len: p.seg.len(),
                 generation,
-                reuse: Some((i, p.seg.as_ptr().as_ptr() as usize + SEG_HEAD)),
+                reuse: Some((i, Arc::clone(&p.seg))),
                 keep: true,
             });
         }
@@ -388,10 +397,11 @@ impl Pool {
     pub(crate) fn sent(
         &mut self,
         target: &Target,
-        created: Option<Segment>,
+        created: Option<Arc<Segment>>,
         index: usize,
     ) -> Option<String> {
-        if let Some((i, _)) = target.reuse {
+        if let Some((i, _)) = &target.reuse {
+            let i = *i;
             if let Some(p) = self.kept.get_mut(i) {
                 p.busy = Some(index);
                 p.used = Instant::now();

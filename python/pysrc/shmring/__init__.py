@@ -29,12 +29,12 @@ from .errors import (
     NoSuchGroup,
 )
 from .duplex import Duplex
-from .queue import Receiver, Sender, create_pair
+from .queue import InPlace, Receiver, Sender, create_pair
 
 __all__ = [
     "Ring", "Producer", "Consumer", "Message", "Claim", "Part", "RecvBuffer", "Allocator",
     "Allocations", "Block", "Duplex", "create_pair", "Sender",
-    "Receiver", "errors", *errors.__all__,
+    "Receiver", "InPlace", "errors", *errors.__all__,
 ]
 
 # A thread blocked in a wait when the interpreter exits must not take the GIL back while it

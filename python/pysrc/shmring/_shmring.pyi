@@ -13,9 +13,9 @@ else:  # the package supports 3.11; type checkers know typing_extensions without
     from typing_extensions import Buffer
 
 __all__ = [
-    "Ring", "Producer", "Claim", "Consumer", "Message", "Part", "Allocator", "Allocations",
-    "Block", "RecvBuffer", "SLICE_SECONDS", "_interpreter_exiting", "_sweep_stale_queues",
-    "_remove_idle_spills", "_Notifier", "_async_pending",
+    "Ring", "Producer", "Claim", "QueueClaim", "Consumer", "Message", "Part", "Allocator",
+    "Allocations", "Block", "RecvBuffer", "SLICE_SECONDS", "_interpreter_exiting",
+    "_sweep_stale_queues", "_remove_idle_spills", "_Notifier", "_async_pending",
 ]
 
 SLICE_SECONDS: float
@@ -123,6 +123,8 @@ class Producer:
     def wait_for_consumers(self, n: int = 1, timeout: float | None = None) -> bool: ...
     def wait_drained(self, timeout: float | None = None) -> bool: ...
     def _put_parts(self, parts: list[Buffer], timeout: float | None = None) -> int: ...
+    def _claim_parts(self, head: Buffer, nbytes: int,
+                     timeout: float | None = None) -> QueueClaim: ...
     def create_group(self, name: str) -> int:
         """Creates group ``name`` (competing consumers), or finds it; returns its
         consumer-table index. Messages published from now on go to exactly one member each."""
@@ -150,6 +152,16 @@ class Claim:
     def __enter__(self) -> memoryview: ...
     def __exit__(self, exc_type: type[BaseException] | None, _exc: BaseException | None = None,
                  _tb: TracebackType | None = None) -> bool: ...
+
+@final
+class QueueClaim:
+    """The out-of-band buffer of a queue message written in place (``Sender.claim``)."""
+    @property
+    def nbytes(self) -> int: ...
+    def publish(self) -> int: ...
+    def abort(self) -> None: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int) -> memoryview: ...
 
 @final
 class Consumer:

@@ -78,7 +78,7 @@ _CONSUMERS = 32
 # closes or frees them (see Receiver._ensure).
 _INHERITED: list[Any] = []
 
-__all__ = ["create_pair", "Sender", "Receiver"]
+__all__ = ["create_pair", "Sender", "Receiver", "InPlace"]
 
 # A top-level bytes/bytearray payload at least this long skips the pickle stream (which would
 # copy it once more): it is sent as a raw part behind an empty or one-byte "pickle" part.
@@ -258,6 +258,35 @@ class Sender:
     def put_nowait(self, obj: Any) -> None:
         """``put(obj, block=False)``."""
         self.put(obj, block=False)
+
+    def claim(self, shape: Any, dtype: Any = "uint8", block: bool = True,
+              timeout: float | None = None) -> InPlace:
+        """Reserves a numpy array of ``shape`` and ``dtype`` *in the queue's shared memory*,
+        for the caller to build in place; leaving the ``with`` block puts it, with no copy::
+
+            with sender.claim((1080, 1920, 4)) as frame:
+                render_into(frame)
+
+        An exception in the block (or ``abort()``) sends nothing. The receiver gets the array
+        as from ``put`` (``get(zero_copy=True)``: a read-only view of the same memory). The
+        array lies in the arena or a spill segment, never in a slot; once put it is read-only
+        (views made from it inside the block stay writable: do not write through them after
+        the block, the receiver may be reading). Waits for room as ``put`` does; while the
+        claim is open, ``put`` and ``claim`` on this sender raise ``shmring.Busy``. Needs
+        numpy; a dtype holding Python objects is a ``TypeError``."""
+        import numpy as np
+
+        wait = _wait(block, timeout)
+        producer = self._ensure()
+        template = np.empty(shape, dtype)  # never touched: only its pickle stream is used
+        buffers: list[pickle.PickleBuffer] = []
+        head = pickle.dumps(template, protocol=5,
+                            buffer_callback=lambda b: buffers.append(b) is not None)
+        if len(buffers) != 1:
+            raise TypeError(f"a claimed array needs a dtype of plain data, not {template.dtype}")
+        del buffers
+        native = producer._claim_parts(head, template.nbytes, wait)
+        return InPlace(native, np.ndarray(template.shape, template.dtype, buffer=native))
 
     def wait_for_all_ack(self, timeout: float | None = None) -> bool:
         """Waits until every receiver consumed everything put; False on timeout. Raises
@@ -473,6 +502,38 @@ class Receiver:
                 raise errors.Closed("a closed receiver cannot be pickled")
             # The copy is one more member of the group; this end keeps reading if it reads.
             return (_attach_receiver, (self._ring.name,))
+
+
+class InPlace:
+    """A numpy array being built in the queue's shared memory (``Sender.claim``): a context
+    manager whose ``__enter__`` gives the array and whose clean exit puts it."""
+
+    def __init__(self, native: Any, array: Any) -> None:
+        self._native = native
+        self.array = array
+
+    def put(self) -> None:
+        """Sends the array (then read-only). Raises ``shmring.Closed`` once put or aborted."""
+        try:
+            self._native.publish()
+        finally:
+            self.array.flags.writeable = False
+
+    def abort(self) -> None:
+        """Sends nothing and gives the room back (the array is then read-only)."""
+        try:
+            self._native.abort()
+        finally:
+            self.array.flags.writeable = False
+
+    def __enter__(self) -> Any:
+        return self.array
+
+    def __exit__(self, exc_type: object, *exc: object) -> None:
+        if exc_type is None:
+            self.put()
+        else:
+            self.abort()
 
 
 def _decode(parts: list[Any], zero_copy: bool) -> Any:

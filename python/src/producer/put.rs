@@ -61,6 +61,24 @@ fn too_many(n: usize) -> Fail {
     )
 }
 
+/// Takes the producer and drafts a message of parts `lens` in it (see [`draft`]), waiting up
+/// to `timeout` seconds in all. Refuses rings that are not pin-only.
+fn begin<'a>(
+    me: &'a Producer,
+    py: Python<'_>,
+    lens: &[usize],
+    outside_from: usize,
+    timeout: Option<f64>,
+) -> PyResult<(Lease<'a, Lent>, Draft)> {
+    if !me.pin_only {
+        return Err(Fail::new("NotPinOnly", "a queue needs a pin-only ring").into());
+    }
+    let end = deadline(timeout)?;
+    let mut lease = me.lease(py, end)?;
+    let draft = draft(me, py, &mut lease, lens, outside_from, end)?;
+    Ok((lease, draft))
+}
+
 /// Plans a message of parts `lens` (with `outside_from`: the parts from that index on go
 /// outside the slot), waits up to `end` for its slot (and, before the receivers' group
 /// exists, a receiver), frees what the slot's last message held, places the out-of-slot parts
@@ -255,20 +273,16 @@ pub(super) fn put_parts(
     parts: &[Bound<'_, PyAny>],
     timeout: Option<f64>,
 ) -> PyResult<u64> {
-    if !me.pin_only {
-        return Err(Fail::new("NotPinOnly", "a queue needs a pin-only ring").into());
-    }
     let views = parts.iter().map(View::get).collect::<PyResult<Vec<_>>>()?;
     let lens: Vec<usize> = views.iter().map(|v| v.bytes().len()).collect();
     let total: usize = lens.iter().sum();
-    let end = deadline(timeout)?;
-    let mut lease = me.lease(py, end)?;
+    let (mut lease, draft) = begin(me, py, &lens, usize::MAX, timeout)?;
     let Draft {
         mut loan,
         plan,
         arena,
         mut pending,
-    } = draft(me, py, &mut lease, &lens, usize::MAX, end)?;
+    } = draft;
     let slot_addr = loan.bytes().as_mut_ptr() as usize;
     // (source, destination, length) for the slot and the arena now; (source, offset in the
     // spill segment's data, length) for a spill, whose new segment is made in the copy below.
@@ -342,19 +356,14 @@ pub(super) fn claim_parts(
 ) -> PyResult<QueueClaim> {
     let py = slf.py();
     let me = slf.get();
-    if !me.pin_only {
-        return Err(Fail::new("NotPinOnly", "a queue needs a pin-only ring").into());
-    }
     let view = View::get(head)?;
-    let lens = [view.bytes().len(), nbytes];
-    let end = deadline(timeout)?;
-    let mut lease = me.lease(py, end)?;
+    let (mut lease, draft) = begin(me, py, &[view.bytes().len(), nbytes], 1, timeout)?;
     let Draft {
         mut loan,
         plan,
         arena,
         mut pending,
-    } = draft(me, py, &mut lease, &lens, 1, end)?;
+    } = draft;
     let (first, second) = (plan.places[0], plan.places[1]);
     let slot = loan.bytes();
     let slot_addr = slot.as_ptr() as usize;

@@ -26,9 +26,9 @@ is the one expected; the clock runs in the client from just before the request. 
 clock stops (untimed), every shared-memory frame is checked against the descriptor's checksum
 (all bytes) and every TCP frame's stamp and two of its rows against the pattern; a mismatch
 stops the run. The server's own costs (median and mean: render, BMP/NPY/PNG encoding, a
-`lit_shared` request's whole time) are read from `vget /unrealcv/status` after each size. The
-speedup is printed beside seed 001's where the seed published one (640x480: 1.6x, 3840x2160:
-14.7x).
+`lit_shared` request's time to its framed answer) are read from `vget /unrealcv/status` after
+each size. The speedup is printed beside seed 001's where the seed published one (640x480:
+1.6x, 3840x2160: 14.7x).
 
     python -m venv venv && venv/bin/pip install ./python numpy unrealcv==1.3.2
     venv/bin/python examples/frame-server/bench.py            # builds libshmring + the server
@@ -286,7 +286,8 @@ def main():
     print()
     print("Server ms per frame, median (mean), from vget /unrealcv/status: render (the checksum "
           "included), encoding (BMP, NPY: a header and a copy; PNG: stored deflate, untimed "
-          "requests), a lit_shared request's whole server time (parse to descriptor sent)")
+          "requests), a lit_shared request's server time (parse to descriptor framed, the send "
+          "not included)")
     print()
     print("| size | render | BMP | NPY | PNG | lit_shared request |")
     print("|---|---:|---:|---:|---:|---:|")

@@ -22,6 +22,7 @@
 // starting with "error ".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -69,8 +70,9 @@ class Handler {
 
   uint16_t port = 0;
   frames::Cost bmp_cost, png_cost, npy_cost;
-  /// The server's whole time for a request, from its parse to its answer sent (the caller
-  /// adds it with `account`): a `_shared` one, and one answered with an image file.
+  /// The server's time for a request, from its parse to its answer framed (the send not
+  /// included: on loopback it runs the receiver's wake-up, and a busy machine may run the
+  /// woken client before the send returns): a `_shared` one, and one answered with an image.
   frames::Cost shared_request_cost, image_request_cost;
 
   /// The greeting sent on connect.
@@ -83,6 +85,7 @@ class Handler {
   /// Answers `payload` ("<id>:<command>") into `out`, framed. Nothing here allocates once the
   /// buffers have grown (the words and the reply are reused).
   void answer(std::string_view payload, frames::Buf &out) {
+    const auto t0 = std::chrono::steady_clock::now();
     begin(out);
     kind_ = Kind::other;
     const size_t colon = payload.find(':');
@@ -109,10 +112,7 @@ class Handler {
       out.append(err);
     }
     finish(out);
-  }
-
-  /// Adds `d`, the whole time of the request `answer` last answered, to its kind's cost.
-  void account(std::chrono::steady_clock::duration d) {
+    const auto d = std::chrono::steady_clock::now() - t0;
     if (kind_ == Kind::shared) shared_request_cost.add(d);
     if (kind_ == Kind::image) image_request_cost.add(d);
   }

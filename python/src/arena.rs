@@ -22,6 +22,14 @@
 //! (`Allocator::lookup`: index, generation, range) and the resulting range against the arena in
 //! this process's mapping ([`crate::queue::Arena::address`]) before a view is made; a view keeps
 //! the mapping alive, so no Python object outlives the bytes it points at.
+//!
+//! # Knowing when a view is gone
+//!
+//! A view made with `notify=True` records its handle, when the Python object is deallocated
+//! (its last reference, and so the last buffer exported from it, is gone), in a list that
+//! `take_released()` of the object that made it empties. A reader learns this way, without a
+//! finalizer per view and without running Python at that moment, which allocations it may tell
+//! the owner it is done with (`shmring.vgi` does).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -63,6 +71,14 @@ fn alloc_fail(e: AllocError) -> Fail {
     }
 }
 
+/// Handles of `notify` views that are gone, oldest first (see the module doc).
+type Released = Arc<Mutex<Vec<u64>>>;
+
+/// Takes what `released` holds.
+fn take(released: &Released) -> Vec<u64> {
+    core::mem::take(&mut *released.lock().unwrap_or_else(PoisonError::into_inner))
+}
+
 /// What a block and the allocator that made it share.
 #[derive(Debug, Default)]
 struct Shared {
@@ -85,8 +101,52 @@ pub(crate) struct Block {
     len: usize,
     readonly: bool,
     shared: Arc<Shared>,
+    /// Where a `notify` view records its handle when it is gone.
+    released: Option<Released>,
     /// Keeps the bytes mapped while the block (and so any view of it) lives.
     _mapping: Arc<Mapping>,
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        if let Some(r) = &self.released {
+            r.lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(self.handle);
+        }
+    }
+}
+
+/// A read-only view of the live allocation `handle` of `arena` (its first `nbytes`, default
+/// all of it), checked against the entry table and the mapping.
+fn view_of(
+    arena: &Arena,
+    mapping: &Arc<Mapping>,
+    handle: u64,
+    nbytes: Option<u64>,
+    released: Option<Released>,
+) -> PyResult<Block> {
+    let a = arena.alloc.lookup(handle).map_err(alloc_fail)?;
+    let len = match nbytes {
+        None => a.len,
+        Some(n) if n <= a.len => n,
+        Some(n) => {
+            return Err(PyValueError::new_err(format!(
+                "{n} bytes asked of a {}-byte allocation",
+                a.len
+            )))
+        }
+    };
+    let addr = arena.address(&a)?;
+    Ok(Block {
+        handle,
+        addr,
+        len: usize::try_from(len).unwrap_or(0),
+        readonly: true,
+        shared: Arc::new(Shared::default()),
+        released,
+        _mapping: Arc::clone(mapping),
+    })
 }
 
 #[pymethods]
@@ -189,6 +249,8 @@ pub(crate) struct Allocator {
     mapping: Arc<Mapping>,
     /// What taking over freed: (count, bytes).
     reclaimed: (u64, u64),
+    /// Own `notify` views that are gone.
+    released: Released,
 }
 
 impl Allocator {
@@ -210,6 +272,7 @@ impl Allocator {
             producer,
             mapping: Arc::clone(mapping),
             reclaimed: (count, bytes),
+            released: Released::default(),
         })
     }
 
@@ -258,9 +321,25 @@ impl Allocator {
                 len: usize::try_from(a.len).unwrap_or(0),
                 readonly: false,
                 shared,
+                released: None,
                 _mapping: Arc::clone(&self.mapping),
             })
         })
+    }
+
+    /// A read-only zero-copy view of this allocator's own live allocation `handle` (its first
+    /// `nbytes`, default all of it): what a process reads of a block it wrote, as the peer
+    /// does. The view does not keep the allocation alive: free it only once the view is gone
+    /// (with `notify=True` its handle shows up in `take_released()` then).
+    #[pyo3(signature = (handle, nbytes = None, notify = false))]
+    fn view(&self, handle: u64, nbytes: Option<u64>, notify: bool) -> PyResult<Block> {
+        let released = notify.then(|| Arc::clone(&self.released));
+        self.with(|o| Ok(view_of(&o.arena, &self.mapping, handle, nbytes, released)))?
+    }
+
+    /// The handles of this allocator's `notify` views that are gone since the last call.
+    fn take_released(&self) -> Vec<u64> {
+        take(&self.released)
     }
 
     /// Frees `handle` (returns its length). `BufferError` while a view of its block is alive;
@@ -413,6 +492,8 @@ pub(crate) fn report<'py>(py: Python<'py>, a: &Core<'_>) -> PyResult<Bound<'py, 
 pub(crate) struct Allocations {
     arena: Arena,
     mapping: Arc<Mapping>,
+    /// `notify` views that are gone.
+    released: Released,
 }
 
 impl Allocations {
@@ -423,6 +504,7 @@ impl Allocations {
         Ok(Self {
             arena,
             mapping: Arc::clone(mapping),
+            released: Released::default(),
         })
     }
 }
@@ -431,29 +513,17 @@ impl Allocations {
 impl Allocations {
     /// A read-only view of live allocation `handle` (its first `nbytes`, default all of it).
     /// `shmring.InvalidHandle` when the handle is not live, `ValueError` when `nbytes` exceeds
-    /// the allocation.
-    #[pyo3(signature = (handle, nbytes = None))]
-    fn view(&self, handle: u64, nbytes: Option<u64>) -> PyResult<Block> {
-        let a = self.arena.alloc.lookup(handle).map_err(alloc_fail)?;
-        let len = match nbytes {
-            None => a.len,
-            Some(n) if n <= a.len => n,
-            Some(n) => {
-                return Err(PyValueError::new_err(format!(
-                    "{n} bytes asked of a {}-byte allocation",
-                    a.len
-                )))
-            }
-        };
-        let addr = self.arena.address(&a)?;
-        Ok(Block {
-            handle,
-            addr,
-            len: usize::try_from(len).unwrap_or(0),
-            readonly: true,
-            shared: Arc::new(Shared::default()),
-            _mapping: Arc::clone(&self.mapping),
-        })
+    /// the allocation. With `notify=True` its handle shows up in `take_released()` once the
+    /// view (every buffer made from it) is gone.
+    #[pyo3(signature = (handle, nbytes = None, notify = false))]
+    fn view(&self, handle: u64, nbytes: Option<u64>, notify: bool) -> PyResult<Block> {
+        let released = notify.then(|| Arc::clone(&self.released));
+        view_of(&self.arena, &self.mapping, handle, nbytes, released)
+    }
+
+    /// The handles of `notify` views that are gone since the last call, oldest first.
+    fn take_released(&self) -> Vec<u64> {
+        take(&self.released)
     }
 
     /// Stats, per-owner counters and the leak report, as the owner sees them.

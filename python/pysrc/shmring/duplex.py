@@ -121,9 +121,22 @@ class Duplex:
         """Frees one of this side's allocations (when the peer said it is done with it)."""
         return self._allocator.free(handle)
 
-    def view(self, handle: int, nbytes: int | None = None) -> Block:
-        """A read-only zero-copy view of the peer's allocation `handle` (checked)."""
-        return self._peer_allocations.view(handle, nbytes)
+    def view(self, handle: int, nbytes: int | None = None, notify: bool = False) -> Block:
+        """A read-only zero-copy view of the peer's allocation `handle` (checked). With
+        `notify`, its handle is listed by :meth:`take_released` once the view is gone."""
+        return self._peer_allocations.view(handle, nbytes, notify)
+
+    def view_own(self, handle: int, nbytes: int | None = None, notify: bool = False) -> Block:
+        """A read-only zero-copy view of this side's own allocation `handle` (a block the
+        peer sent back); it does not keep the allocation alive."""
+        return self._allocator.view(handle, nbytes, notify)
+
+    def take_released(self) -> tuple[list[int], list[int]]:
+        """``(peer, own)``: the handles of `notify` views (of the peer's allocations, of this
+        side's own) that are gone since the last call."""
+        if self._closed:
+            return [], []
+        return self._peer_allocations.take_released(), self._allocator.take_released()
 
     def inspect(self) -> dict[str, Any]:
         """This side's allocator report (stats, owners, leaks, reclaimed) and the peer's."""

@@ -10,15 +10,28 @@ the pointer to a zero-copy Arrow buffer and frees the region when it releases th
   allocator) and writes the Arrow IPC stream straight into it through a fixed-size writer, so a
   write can never pass the block; the pointer carries the block's *handle*;
 * the **reader** views the block read-only and zero-copy by handle (checked against the
-  owner's entry table) and, once the last Arrow buffer made from the view is gone (not merely
-  when vgi calls ``release()``: a batch still referenced keeps its bytes), tells the owner over
-  the duplex channel's other direction;
-* the **owner** frees what the peer is done with before each allocation (and waits for such
+  owner's entry table); once the last Arrow buffer made from the view is gone (not merely
+  when vgi calls ``release()``: a batch still referenced keeps its bytes) it tells the owner
+  over the duplex channel's other direction, a *done* notice;
+* a batch that is **sent back unchanged** (an echo, a pass-through: every buffer of it is one
+  the reader decoded from a block of the peer's, and the block's stream decodes to exactly it)
+  is not copied again: the pointer names the peer's own block (``-1 - handle``), and a
+  *reflect* notice, sent before the pointer, tells the owner to keep the block until its own
+  view of it is gone too;
+* the **owner** counts each block's holders (the peer's view, each reflection, its own views
+  of a reflected block) and frees it when the last is gone, before each allocation (waiting for
   notices, up to ``wait`` seconds, when its arena is full); when the peer's side ends, all of
-  it.
+  it. Freed space is written again first (ring-core's allocator moves its rover back on free).
+
+A reader learns that a view is gone without a finalizer: the view records its handle when it
+is deallocated (``notify=True``), and the side sends those done notices at its next write into
+the channel (or a read once eight are waiting), when the other thread or process is waiting on
+vgi's pipe. A view of a quarter of the peer's arena or more has a finalizer instead that sends
+its notice at once, so the owner can write a batch up to its whole arena again as soon as the
+reader is done with the last one.
 
 A batch that finds no room after that wait goes inline over the pipe, as vgi's own segment
-does; :attr:`RingSegment.stats` counts batches ``routed`` and ``fallbacks``.
+does; :attr:`RingSegment.stats` counts batches ``routed``, ``reflected`` and ``fallbacks``.
 
 Written against vgi-rpc 0.52 (its IPC helpers are reused so the bytes in a block are exactly
 what ``vgi_rpc.shm`` writes and reads).
@@ -41,7 +54,10 @@ from .errors import Aborted, Disconnected, Empty, Full, InvalidHandle, Timeout
 
 __all__ = ["RingSegment", "SegmentPair", "ShmPipeTransport", "transport_pair"]
 
-_DONE = b"D"
+_DONE = b"D"  # the peer is done with these blocks of ours
+_REFLECT = b"R"  # the peer sends these blocks of ours back (each pointer follows on vgi's pipe)
+_MAX_NOTICE = 500  # handles per notice (a 4 KiB slot)
+_READ_FLUSH = 8  # done notices a read sends at once (a write sends any)
 _VGI: tuple | None = None
 
 
@@ -56,6 +72,12 @@ def _vgi() -> tuple:
     return _VGI
 
 
+def _layout(batch: pa.RecordBatch) -> list:
+    """Every column's offset and length and its buffers' addresses and sizes."""
+    return [(c.offset, len(c), [(b.address, b.size) if b is not None else None
+                                for b in c.buffers()]) for c in batch.columns]
+
+
 class RingSegment:
     """One side of a vgi-rpc side channel (duck-typed as ``vgi_rpc.shm.ShmSegment``).
 
@@ -63,22 +85,19 @@ class RingSegment:
     usually in the other process), or both in one process with :class:`SegmentPair`.
     """
 
-    def __init__(self, duplex: Duplex, name: str, size: int, wait: float = 5.0,
-                 keep: int = 2) -> None:
+    def __init__(self, duplex: Duplex, name: str, size: int, wait: float = 5.0) -> None:
         self._duplex = duplex
         self._name, self._size, self.wait = name, size, wait
+        self._peer_size = duplex.inspect()["peer"]["arena_bytes"]
         self._lock = threading.Lock()  # guards _pending (finalizers run on any thread)
-        self._pending: list[int] = []
-        #: Blocks the peer is done with, kept (at most ``keep``) to be written again: a block
-        #: reused at once is still in the cache, where the allocator's next-fit search would
-        #: hand out the next, cold, stretch of the arena (measured: a 4 MiB write 3x slower).
-        self.keep = keep
-        self._idle: list = []
-        self._lent: dict[int, Any] = {}  # handle -> Block the peer may be viewing
+        self._pending: list[int] = []  # done notices not sent yet
+        self._holds: dict[int, int] = {}  # own block handle -> holders (see the module doc)
+        self._views: dict[int, Any] = {}  # peer handle -> weakref to our live view of it
+        self._own_gone: list[int] = []  # own views of reflected blocks gone, not counted yet
         self._send_lock = threading.Lock()
         self._closed = False
-        self.stats = {"routed": 0, "fallbacks": 0, "viewed": 0, "done_sent": 0, "freed": 0, "reused": 0,
-                      "bad_notices": 0}
+        self.stats = {"routed": 0, "reflected": 0, "fallbacks": 0, "viewed": 0, "done_sent": 0,
+                      "freed": 0, "bad_notices": 0}
 
     @classmethod
     def create(cls, size: int = 64 << 20, name: str | None = None, **kw: Any) -> RingSegment:
@@ -104,11 +123,10 @@ class RingSegment:
 
     def allocate_and_write(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
         """Writes `batch` into a new block of this side's arena: ``(handle, length)``, or
-        ``None`` (the batch goes inline) when no room comes within ``wait`` seconds."""
+        ``None`` (the batch goes inline) when no room comes within ``wait`` seconds. A batch
+        decoded unchanged from a block of the peer's goes back as ``(-1 - handle, length)``."""
         _STREAM_OVERHEAD, _has_dictionary_columns, _serialize_for_shm, new_ipc_stream = _vgi()
-        self._flush()
-        if self._duplex.pending:
-            self._drain(0)
+        self._service()
         if _has_dictionary_columns(batch.schema):
             data = _serialize_for_shm(batch)  # vgi's format: dictionaries + batch, no schema
             block = self._allocate(data.size)
@@ -117,6 +135,9 @@ class RingSegment:
             memoryview(block)[: data.size] = memoryview(data).cast("B")
             self.stats["routed"] += 1
             return block.handle, data.size
+        back = self._reflect(batch)
+        if back is not None:
+            return back
         block = self._allocate(ipc.get_record_batch_size(batch) + _STREAM_OVERHEAD)
         if block is None:
             return None
@@ -129,7 +150,7 @@ class RingSegment:
             n = sink.tell()
         except (pa.ArrowException, OSError, ValueError):  # the estimate was short: never past it
             del sink, target
-            self._lent.pop(block.handle, None)
+            self._holds.pop(block.handle, None)
             self._duplex.free(block.handle)
             self.stats["fallbacks"] += 1
             return None
@@ -139,10 +160,26 @@ class RingSegment:
         return block.handle, n
 
     def read_buffer(self, handle: int, length: int) -> pa.Buffer:
-        """A zero-copy, read-only Arrow buffer over the peer's block `handle` (checked)."""
-        self._flush()
-        view = self._duplex.view(handle, length)
-        weakref.finalize(view, self._done, handle)
+        """A zero-copy, read-only Arrow buffer over the peer's block `handle` (checked), or
+        over this side's own block ``-1 - handle`` that the peer sent back.
+
+        It waits for nothing and mostly calls nothing that lets the GIL go: the other thread
+        of an in-process pair is finishing its turn now, and would take the GIL over (a
+        round trip of thread switches). Done notices wait for this side's next write, or for
+        a few more of them."""
+        self._collect()
+        if len(self._pending) >= _READ_FLUSH:
+            self._flush()
+        if handle < 0:
+            own = -1 - handle
+            if own not in self._holds:  # not a block of ours the peer holds: forged or stale
+                raise InvalidHandle(f"the peer sent back {own:#x}, which it does not hold")
+            return pa.py_buffer(self._duplex.view_own(own, length, notify=True))
+        prompt = 4 * length >= self._peer_size
+        view = self._duplex.view(handle, length, notify=not prompt)
+        if prompt:
+            weakref.finalize(view, self._done_now, handle)
+        self._views[handle] = weakref.ref(view)
         self.stats["viewed"] += 1
         return pa.py_buffer(view)
 
@@ -156,7 +193,7 @@ class RingSegment:
     def close(self) -> None:
         """Ends this side (finished): the peer frees everything it lent us."""
         if not self._closed:
-            self._drain(0)
+            self._service()
             self._closed = True
             self._duplex.close()
             self._duplex = None  # unmaps the rings once no view is left
@@ -164,93 +201,158 @@ class RingSegment:
     def unlink(self) -> None:
         """Names are removed when the creating side closes."""
 
-    # -- the done notices --------------------------------------------------------------------
+    # -- notices -----------------------------------------------------------------------------
 
-    def _done(self, handle: int) -> None:
-        """The last buffer over the peer's block `handle` is gone (any thread)."""
+    def _collect(self) -> None:
+        """Queues the done notices of this side's views of the peer's blocks that are gone,
+        and remembers its own views of reflected blocks that are gone."""
+        if self._closed:
+            return
+        peer, own = self._duplex.take_released()
+        if peer:
+            for h in peer:
+                self._views.pop(h, None)
+            with self._lock:
+                self._pending.extend(peer)
+        self._own_gone.extend(own)
+
+    def _service(self) -> None:
+        """Sends the done notices of views that are gone, handles the peer's notices, then
+        counts this side's own views of reflected blocks that are gone (after the peer's
+        notices: a reflect notice is always counted before the view it allowed is)."""
+        if self._closed:
+            return
+        self._collect()
+        self._flush()
+        if self._duplex.pending:
+            self._drain(0)
+        gone, self._own_gone = self._own_gone, []
+        for h in gone:
+            self._unhold(h)
+
+    def _done_now(self, handle: int) -> None:
+        """The finalizer of a large view: its notice goes at once (any thread)."""
         if self._closed:
             return
         with self._lock:
             self._pending.append(handle)
         self._flush()
 
+    def _send(self, kind: bytes, handles: list[int]) -> bool:
+        """One notice; False when it does not fit the ring now (never blocks)."""
+        try:
+            self._duplex.send(kind + struct.pack(f"<{len(handles)}Q", *handles), timeout=0)
+            return True
+        except (Full, Timeout, Aborted, Disconnected, OSError):
+            return False
+
     def _flush(self) -> None:
         """Sends pending done notices (never blocks; what does not fit waits for the next)."""
         if self._closed or not self._pending or not self._send_lock.acquire(blocking=False):
             return
         try:
-            with self._lock:
-                take = self._pending[:500]
-            if not take:
-                return
-            try:
-                self._duplex.send(_DONE + struct.pack(f"<{len(take)}Q", *take), timeout=0)
-            except (Full, Timeout):
-                return
-            except (Aborted, Disconnected, OSError):
-                return
-            with self._lock:
-                del self._pending[: len(take)]
-            self.stats["done_sent"] += len(take)
+            while True:
+                with self._lock:
+                    take = self._pending[:_MAX_NOTICE]
+                if not take or not self._send(_DONE, take):
+                    return
+                with self._lock:
+                    del self._pending[: len(take)]
+                self.stats["done_sent"] += len(take)
         finally:
             self._send_lock.release()
 
+    def _reflect(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
+        """``(-1 - handle, length)`` when `batch` is exactly what the peer's block `handle`
+        decodes to (the reflect notice sent), else None."""
+        if not self._views or batch.num_rows == 0 or batch.num_columns == 0:
+            return None
+        first = next((b for c in batch.columns for b in c.buffers() if b is not None), None)
+        if first is None:
+            return None
+        for handle, ref in list(self._views.items()):
+            view = ref()
+            if view is None:
+                continue
+            buf = pa.py_buffer(view)
+            if not buf.address <= first.address < buf.address + buf.size:
+                continue
+            try:
+                back = ipc.open_stream(buf).read_next_batch()
+            except (pa.ArrowException, OSError, ValueError, StopIteration):
+                return None
+            if (back.num_rows != batch.num_rows
+                    or not back.schema.equals(batch.schema, check_metadata=True)
+                    or _layout(back) != _layout(batch)):
+                return None
+            with self._send_lock:
+                if not self._send(_REFLECT, [handle]):
+                    return None
+            self.stats["reflected"] += 1
+            return -1 - handle, buf.size
+        return None
+
+    def _unhold(self, handle: int) -> bool:
+        """One holder of own block `handle` is gone; frees it with the last. Returns whether
+        it was freed."""
+        n = self._holds.get(handle)
+        if n is None:
+            self.stats["bad_notices"] += 1
+            return False
+        if n > 1:
+            self._holds[handle] = n - 1
+            return False
+        del self._holds[handle]
+        try:
+            self._duplex.free(handle)
+        except (InvalidHandle, BufferError):
+            self.stats["bad_notices"] += 1
+            return False
+        self.stats["freed"] += 1
+        return True
+
     def _drain(self, timeout: float) -> bool:
-        """Frees what the peer said it is done with; waits up to `timeout` for a first
-        notice. Returns whether anything was freed."""
+        """Handles the peer's notices; waits up to `timeout` for a first one. Returns whether
+        anything was freed."""
         freed = False
         while True:
+            if timeout == 0 and not self._duplex.pending:
+                return freed
             try:
                 msg = self._duplex.recv(timeout=timeout)
             except (Empty, Timeout):
                 return freed
             except (Disconnected, Aborted):
-                self._idle.clear()
-                self._lent.clear()
+                self._holds.clear()
                 return freed  # Duplex freed everything already
             timeout = 0
-            if msg[:1] != _DONE or (len(msg) - 1) % 8:
+            kind = msg[:1]
+            if kind not in (_DONE, _REFLECT) or (len(msg) - 1) % 8:
                 self.stats["bad_notices"] += 1
                 continue
             for (h,) in struct.iter_unpack("<Q", msg[1:]):
-                block = self._lent.pop(h, None)
-                if block is not None and len(self._idle) < self.keep:
-                    self._idle.append(block)
-                    self.stats["freed"] += 1
-                    freed = True
-                    continue
-                try:
-                    self._duplex.free(h)
-                    self.stats["freed"] += 1
-                    freed = True
-                except (InvalidHandle, BufferError):
+                if kind == _DONE:
+                    freed |= self._unhold(h)
+                elif h in self._holds:
+                    self._holds[h] += 1
+                else:
                     self.stats["bad_notices"] += 1
 
     def _allocate(self, n: int):
         """A block of `n` bytes, waiting up to ``wait`` for the peer to give room back."""
-        for i in range(len(self._idle) - 1, -1, -1):  # the most recently returned first
-            block = self._idle[i]
-            if n <= block.nbytes <= 2 * n + (64 << 10):
-                del self._idle[i]
-                self._lent[block.handle] = block
-                self.stats["reused"] += 1
-                return block
         end = time.monotonic() + self.wait
         while True:
             try:
                 block = self._duplex.allocate(n)
-                self._lent[block.handle] = block
+                self._holds[block.handle] = 1  # the peer's view
                 return block
             except Full:
-                if self._idle:  # room first from the blocks kept for reuse
-                    while self._idle:
-                        self._duplex.free(self._idle.pop().handle)
-                    continue
                 left = end - time.monotonic()
                 if left <= 0 or self._duplex.peer_ended or n > self._size:
                     self.stats["fallbacks"] += 1
                     return None
                 self._drain(min(left, 0.05))
+                self._service()
 
 
 class SegmentPair:

@@ -43,7 +43,7 @@ vgi_rpc.rpc.ShmPipeTransport = ring_vgi.ShmPipeTransport
 
 
 def _totals():
-    keys = ("routed", "fallbacks", "viewed", "done_sent", "freed", "bad_notices")
+    keys = ("routed", "reflected", "fallbacks", "viewed", "done_sent", "freed", "bad_notices")
     return {k: sum(p.stats[k] for p in _pairs) for k in keys}
 
 
@@ -51,7 +51,8 @@ def pytest_terminal_summary(terminalreporter):
     t = _totals()
     terminalreporter.write_line(
         f"shmring.vgi: {len(_pairs)} channels, {t['routed']} batches routed through the ring "
-        f"allocator, {t['viewed']} viewed zero-copy, {t['done_sent']} done notices, "
+        f"allocator, {t['reflected']} sent back unchanged without a copy, {t['viewed']} "
+        f"viewed zero-copy, {t['done_sent']} done notices, "
         f"{t['freed']} freed by their owner, {t['fallbacks']} fell back to the pipe, "
         f"{t['bad_notices']} bad notices"
     )

@@ -8,6 +8,7 @@ use crate::owner::OwnerId;
 use crate::sync::Ordering;
 
 mod copy;
+mod fast;
 mod history;
 mod hold;
 mod member;

@@ -8,6 +8,7 @@ use crate::owner::OwnerId;
 use crate::sync::Ordering;
 
 mod claim;
+mod fast;
 mod group;
 mod never_stall;
 mod publish;
@@ -75,6 +76,9 @@ pub struct WriteSlot<'a, M: Memory> {
     /// word's padding itself: `publish` then stores no payload word (it never mixes an atomic
     /// store into memory just written through a plain reference).
     loaned: bool,
+    /// The whole message is small and was written into the payload area and the message line
+    /// at once, each padded ([`WriteSlot::fill`]): `finish` has nothing left to copy.
+    inlined: bool,
 }
 
 /// What [`Producer::reclaim`] cleared for a dead consumer.

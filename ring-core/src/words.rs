@@ -62,7 +62,21 @@ fn merge(word: &AtomicU64, at: usize, bytes: &[u8]) {
 ///
 /// # Panics
 /// If `out` is longer than `words` (the callers check the length against the slot capacity).
+#[inline]
 pub(crate) fn read(words: &[AtomicU64], out: &mut [u8]) {
+    if out.len() <= SHORT {
+        read_short(words, out);
+        return;
+    }
+    read_long(words, out);
+}
+
+/// Copies of at most this many bytes (a message line's worth on x86-64) take `read_short`.
+const SHORT: usize = 96;
+
+/// `read` of more than [`SHORT`] bytes.
+#[inline(never)]
+fn read_long(words: &[AtomicU64], out: &mut [u8]) {
     // One bound check up front.
     let words = &words[..out.len().div_ceil(8)];
     #[cfg(all(
@@ -77,6 +91,29 @@ pub(crate) fn read(words: &[AtomicU64], out: &mut [u8]) {
         return;
     }
     read_words(words, out);
+}
+
+/// `read` for a short copy (a message line's words, say): whole words in a loop of one exit
+/// test, the last partial word byte by byte, no call.
+///
+/// # Panics
+/// If `out` is longer than `words` (as `read`).
+#[inline(always)]
+fn read_short(words: &[AtomicU64], out: &mut [u8]) {
+    let whole = out.len() / 8;
+    let (head, rest) = out.split_at_mut(whole * 8);
+    let full = &words[..whole];
+    // Relaxed: the caller validates the copy with the seqlock stamp (or holds a pin).
+    for (chunk, w) in head.chunks_exact_mut(8).zip(full) {
+        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    if !rest.is_empty() {
+        let w = &words[whole];
+        let bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+        for (to, from) in rest.iter_mut().zip(bytes) {
+            *to = from;
+        }
+    }
 }
 
 /// `read` in portable Rust: copies `words` into `out` (at most `words.len() * 8` bytes) with one

@@ -14,6 +14,15 @@ impl<M: Memory> Consumer<M> {
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
+        match self.copy_fast(buf) {
+            Some(got) => Ok(got),
+            None => self.copy_general(buf),
+        }
+    }
+
+    /// `try_copy` in every case (out of line: the common case above keeps a small frame).
+    #[inline(never)]
+    fn copy_general(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         if self.member.is_some() {
             return self.member_copy(buf);
         }

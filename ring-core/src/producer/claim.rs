@@ -34,6 +34,7 @@ impl<M: Memory> Producer<M> {
             meta: [0; 2],
             done: false,
             loaned: false,
+            inlined: false,
         }
     }
 

@@ -14,6 +14,15 @@ impl<M: Memory> Producer<M> {
     /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
     /// `data` does not fit in a slot.
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+        match self.publish_fast(data) {
+            Some(done) => done,
+            None => self.publish_general(data),
+        }
+    }
+
+    /// `try_publish` in every case (out of line: the common case above keeps a small frame).
+    #[inline(never)]
+    fn publish_general(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
         self.check_fits(data.len())?;
         let mut slot = self.try_claim()?;
         slot.fill(data);

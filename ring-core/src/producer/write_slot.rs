@@ -2,7 +2,7 @@
 
 #[cfg(not(any(ring_loom, ring_shuttle)))]
 use super::LoanError;
-use super::{Overflow, WriteSlot};
+use super::{Overflow, Producer, WriteSlot};
 use crate::error::ClaimError;
 use crate::layout::{INLINE_CAPACITY, WRITER};
 use crate::memory::Memory;
@@ -55,6 +55,8 @@ impl<M: Memory> WriteSlot<'_, M> {
         let words = self.producer.mem.payload(self.slot);
         // Atomic word stores from here on: `publish` pads the last word atomically again.
         self.loaned = false;
+        // The message line no longer matches what the payload area will hold: `finish` copies.
+        self.inlined = false;
         if !crate::words::write(words, offset, data) {
             return Err(Overflow {
                 reserved: words.len() * 8,
@@ -157,9 +159,21 @@ impl<M: Memory> WriteSlot<'_, M> {
         Ok(seq)
     }
 
-    /// Writes `data` as the whole message: into the header's inline words when it fits there,
-    /// else into the payload area (the caller checked it fits the slot).
+    /// Writes `data` as the whole message (the caller checked it fits the slot). A small one
+    /// goes into the payload area and the message line in one pass, each word stored to both
+    /// from `data`, the last one padded: what `write` followed by `finish`'s pad and copy
+    /// leave, without reading the payload back.
+    #[inline]
     pub(super) fn fill(&mut self, data: &[u8]) {
+        if data.len() <= INLINE_CAPACITY {
+            let mem = &self.producer.mem;
+            let hdr = mem.slot_header(self.slot);
+            write_twice(mem.payload(self.slot), &hdr.inline, data);
+            self.loaned = false;
+            self.inlined = true;
+            self.len = data.len();
+            return;
+        }
         let ok = self.write(data);
         debug_assert!(ok.is_ok(), "the caller checked the length");
     }
@@ -169,39 +183,22 @@ impl<M: Memory> WriteSlot<'_, M> {
     pub(super) fn finish(&mut self) -> Result<u64, ClaimError> {
         self.done = true;
         let p = &mut *self.producer;
-        p.check_epoch()?;
         let seq = self.seq;
-        let hdr = p.mem.slot_header(self.slot);
         let len = self.len;
-        if !self.loaned {
+        if self.inlined {
+            // `fill` wrote both copies, padded.
+        } else if !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
             pad_last_word(p.mem.payload(self.slot), len);
         }
-        if len <= INLINE_CAPACITY {
+        if len <= INLINE_CAPACITY && !self.inlined {
             // A small message travels in the message line: the reader then touches only that
             // line. (The padded last word comes along.)
+            let hdr = p.mem.slot_header(self.slot);
             copy_words(p.mem.payload(self.slot), &hdr.inline, len);
         }
-        // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
-        hdr.len.store(len as u64, Ordering::Relaxed);
-        hdr.meta[0].store(self.meta[0], Ordering::Relaxed);
-        hdr.meta[1].store(self.meta[1], Ordering::Relaxed);
-        // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
-        // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
-        // knows a *later* claim is under way (an overrun), never this message's own.
-        // An RMW, not a store of 0: a plain store here (tried) let the loom model
-        // `sweep_of_free_bits_races_a_registering_pinner` end with WRITER set after the
-        // publish, next to a refused pin's `fetch_and` of its transient bit.
-        hdr.state.fetch_and(!WRITER, Ordering::Release);
-        // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
-        // of consumers that follow the slot and of copy readers.
-        hdr.stamp.store(2 * seq + 2, Ordering::Release);
-        if p.never_stall {
-            p.route_published(seq, self.slot);
-        }
-        p.head = seq + 1;
-        Ok(seq)
+        p.seal(self.slot, seq, len, self.meta)
     }
 
     /// Gives the slot back without publishing; the sequence number is reused.
@@ -224,6 +221,45 @@ impl<M: Memory> WriteSlot<'_, M> {
     }
 }
 
+impl<M: Memory> Producer<M> {
+    /// Completes message `seq` of `len` bytes, written in `slot`: its length and metadata,
+    /// the slot back to pinning readers, the final stamp (the publication), and the local
+    /// `head`. `head` itself is stored by `announce`. Returns `seq`.
+    ///
+    /// A producer displaced since the claim publishes nothing and leaves the slot (now its
+    /// successor's) alone: [`ClaimError::Displaced`].
+    #[inline(always)]
+    pub(super) fn seal(
+        &mut self,
+        slot: usize,
+        seq: u64,
+        len: usize,
+        meta: [u64; 2],
+    ) -> Result<u64, ClaimError> {
+        self.check_epoch()?;
+        let hdr = self.mem.slot_header(slot);
+        // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
+        hdr.len.store(len as u64, Ordering::Relaxed);
+        hdr.meta[0].store(meta[0], Ordering::Relaxed);
+        hdr.meta[1].store(meta[1], Ordering::Relaxed);
+        // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
+        // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
+        // knows a *later* claim is under way (an overrun), never this message's own.
+        // An RMW, not a store of 0: a plain store here (tried) let the loom model
+        // `sweep_of_free_bits_races_a_registering_pinner` end with WRITER set after the
+        // publish, next to a refused pin's `fetch_and` of its transient bit.
+        hdr.state.fetch_and(!WRITER, Ordering::Release);
+        // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
+        // of consumers that follow the slot and of copy readers.
+        hdr.stamp.store(2 * seq + 2, Ordering::Release);
+        if self.never_stall {
+            self.route_published(seq, slot);
+        }
+        self.head = seq + 1;
+        Ok(seq)
+    }
+}
+
 impl<M: Memory> Drop for WriteSlot<'_, M> {
     fn drop(&mut self) {
         self.release();
@@ -232,7 +268,7 @@ impl<M: Memory> Drop for WriteSlot<'_, M> {
 
 /// Zeroes the bytes of the word holding byte `len` that lie past `len` (nothing when `len` is a
 /// multiple of 8 or beyond `words`). Relaxed: inside the seqlock write window.
-fn pad_last_word(words: &[AtomicU64], len: usize) {
+pub(super) fn pad_last_word(words: &[AtomicU64], len: usize) {
     if len % 8 == 0 {
         return;
     }
@@ -240,6 +276,37 @@ fn pad_last_word(words: &[AtomicU64], len: usize) {
         let mut bytes = w.load(Ordering::Relaxed).to_ne_bytes();
         bytes[len % 8..].fill(0);
         w.store(u64::from_ne_bytes(bytes), Ordering::Relaxed);
+    }
+}
+
+/// Stores `data` (at most as long as `a` and `b`) from word 0 of both `a` and `b`, the last word
+/// padded with zeros. Relaxed: the producer's own words, inside the seqlock write window.
+pub(super) fn write_twice(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
+    let whole = data.len() / 8;
+    let (Some(a), Some(b)) = (
+        a.get(..data.len().div_ceil(8)),
+        b.get(..data.len().div_ceil(8)),
+    ) else {
+        debug_assert!(false, "the caller checked the length");
+        return;
+    };
+    // Three slices of one length: the loop runs without bound checks.
+    let (src, rest) = data.split_at(whole * 8);
+    for ((x, y), chunk) in a[..whole].iter().zip(&b[..whole]).zip(src.chunks_exact(8)) {
+        let w = u64::from_ne_bytes([
+            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
+        ]);
+        x.store(w, Ordering::Relaxed);
+        y.store(w, Ordering::Relaxed);
+    }
+    if let (Some(x), Some(y)) = (a.get(whole), b.get(whole)) {
+        let mut w = [0u8; 8];
+        for (to, from) in w.iter_mut().zip(rest) {
+            *to = *from;
+        }
+        let w = u64::from_ne_bytes(w);
+        x.store(w, Ordering::Relaxed);
+        y.store(w, Ordering::Relaxed);
     }
 }
 

@@ -1,0 +1,55 @@
+//! The publish in one pass: what [`Producer::try_publish`] does for the common case — a
+//! default (not never-stall) ring, a claim below the cached gating bound, a message that fits
+//! the slot — without building a [`WriteSlot`](super::WriteSlot).
+//!
+//! Before it changes anything it returns `None` when the case is not the common one, and
+//! `try_publish` runs the general path, which decides everything again. From there it is the
+//! general path's sequence, built from the same pieces: `claim_slot`'s checks, `claim_cas`,
+//! `WriteSlot::fill`'s writes, `seal` (as `finish`) and `announce`.
+
+use super::write_slot::{pad_last_word, write_twice};
+use super::Producer;
+use crate::error::ClaimError;
+use crate::layout::{FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT};
+use crate::memory::Memory;
+use crate::sync::Ordering;
+
+impl<M: Memory> Producer<M> {
+    /// The common case of `try_publish`, or `None` (nothing changed) for the general path.
+    #[inline(always)]
+    pub(super) fn publish_fast(&mut self, data: &[u8]) -> Option<Result<u64, ClaimError>> {
+        let seq = self.head;
+        if self.never_stall
+            || seq >= self.gate_ok_below
+            || seq >= SEQ_LIMIT
+            || data.len() > self.mem.geometry().slot_capacity()
+        {
+            return None;
+        }
+        Some(self.publish_at(seq, data))
+    }
+
+    /// `claim_slot` without the branches `publish_fast` ruled out, the write, `seal`.
+    #[inline(always)]
+    fn publish_at(&mut self, seq: u64, data: &[u8]) -> Result<u64, ClaimError> {
+        self.check_epoch()?;
+        // Relaxed: only this producer writes `flags`.
+        if self.mem.producer_line().flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
+            return Err(ClaimError::Closed);
+        }
+        let slot = self.mem.geometry().slot_of(seq);
+        self.claim_cas(slot, seq)?;
+        let payload = self.mem.payload(slot);
+        if data.len() <= INLINE_CAPACITY {
+            // Both copies at once, padded (as `WriteSlot::fill`).
+            write_twice(payload, &self.mem.slot_header(slot).inline, data);
+        } else {
+            // As `fill` through `write`, then `finish`'s padding of the last word.
+            crate::words::write(payload, 0, data);
+            pad_last_word(payload, data.len());
+        }
+        let seq = self.seal(slot, seq, data.len(), [0; 2])?;
+        self.announce();
+        Ok(seq)
+    }
+}

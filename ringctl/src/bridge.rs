@@ -17,6 +17,7 @@ use ring_zenoh::{BridgeIn, BridgeOut, End, Mode, ZenohOptions};
 use crate::cli::Class;
 use crate::error::{CliError, Result};
 use crate::frame::FrameSize;
+use crate::pubsub::seconds;
 
 /// The endpoint both sides use when none is given: loopback only.
 const DEFAULT_ENDPOINT: &str = "tcp/127.0.0.1:7447";
@@ -128,16 +129,6 @@ pub fn run(command: &BridgeCommand) -> Result<bool> {
     match command {
         BridgeCommand::Out(args) => out(args),
         BridgeCommand::In(args) => inbound(args),
-    }
-}
-
-fn seconds(value: f64, what: &str) -> Result<Duration> {
-    if value.is_finite() && value > 0.0 && value < 1e9 {
-        Ok(Duration::from_secs_f64(value))
-    } else {
-        Err(CliError::Usage(format!(
-            "{what} must be a positive number of seconds"
-        )))
     }
 }
 

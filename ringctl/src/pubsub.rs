@@ -21,8 +21,8 @@ impl Drop for RemoveOnExit<'_> {
     }
 }
 
-/// A positive, finite number of seconds.
-fn seconds(value: f64, what: &str) -> Result<Duration> {
+/// A positive, finite number of seconds (`--timeout` of `pub`, `sub` and `bridge`).
+pub(crate) fn seconds(value: f64, what: &str) -> Result<Duration> {
     if value.is_finite() && value > 0.0 && value < 1e9 {
         Ok(Duration::from_secs_f64(value))
     } else {

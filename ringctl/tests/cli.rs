@@ -21,7 +21,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{eventually, finish, shm_path, spawn, text, unique, Cleanup, BIN};
+use common::{eventually, finish, scratch, shm_path, spawn, text, unique, Cleanup, BIN};
 
 /// Runs `ringctl args` with `stdin` as input, within `timeout`.
 fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
@@ -96,8 +96,7 @@ fn bad_arguments_fail_with_one_line() {
 
 #[test]
 fn demo_json_reports_a_clean_run() {
-    let name = unique("demo");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("demo");
     let out = run(&[
         "demo",
         "--frame-size",
@@ -160,8 +159,7 @@ fn demo_publishes_exactly_the_requested_messages() {
 
 #[test]
 fn demo_recovers_from_killed_consumers() {
-    let name = unique("kill");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("kill");
     let out = run(&[
         "demo",
         "--frame-size",
@@ -208,8 +206,7 @@ fn pub_sub_loses_nothing_to_a_slow_registration() {
 }
 
 fn pub_sub_round_trip(what: &str, join_delay_ms: Option<&str>) {
-    let name = unique(what);
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch(what);
     // 300 000 pseudo-random bytes: not a multiple of the frame size, so the last message is short.
     let mut x = 0x1234_5678_u64;
     let data: Vec<u8> = (0..300_000)
@@ -247,8 +244,7 @@ fn pub_sub_round_trip(what: &str, join_delay_ms: Option<&str>) {
 
 #[test]
 fn inspect_shows_producer_and_consumers() {
-    let name = unique("inspect");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("inspect");
     let mut publ = spawn(
         &["pub", &name, "--frame-size", "256", "--wait-consumers", "1"],
         Stdio::piped(),
@@ -297,8 +293,7 @@ fn inspect_shows_producer_and_consumers() {
 #[test]
 fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
     use std::os::unix::fs::OpenOptionsExt as _;
-    let name = unique("corrupt");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("corrupt");
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
@@ -371,8 +366,7 @@ fn idle_pub(name: &str) -> Child {
 
 #[test]
 fn list_and_clean_handle_a_dead_owner() {
-    let name = unique("dead");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("dead");
     let mut publ = idle_pub(&name);
     let status_of = || {
         let v = last_json(&run(&["list", "--json"]));
@@ -411,8 +405,7 @@ fn list_and_clean_handle_a_dead_owner() {
 
 #[test]
 fn sigterm_ends_the_demo_and_removes_its_ring() {
-    let name = unique("sigterm");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("sigterm");
     let demo = spawn(
         &[
             "demo",
@@ -566,8 +559,7 @@ fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
         eprintln!("skipped: needs root and `unshare` for a pid namespace");
         return;
     }
-    let name = unique("pidns");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("pidns");
     // More than sub's 1 MiB output buffer, the pipe and the ring together, so the slow reader
     // really holds the publisher back.
     let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
@@ -635,8 +627,7 @@ fn rustix_is_root_with_unshare() -> Option<()> {
 /// gating `sub` reports that instead of exiting 0 as if the stream were complete.
 #[test]
 fn an_aborted_stream_is_not_a_finished_one() {
-    let name = unique("abort");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("abort");
     let sub = spawn_sub(&[&name]);
     // A directory as stdin: the first read fails after `pub` created the ring and the
     // subscriber joined.
@@ -692,8 +683,7 @@ fn slow_sub(
 /// to nobody and exited 0 with nothing on stderr.
 #[test]
 fn pub_exits_nonzero_when_its_only_gating_sub_is_killed_mid_stream() {
-    let name = unique("lostsub");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("lostsub");
     let data = vec![0x5a_u8; 8 << 20];
     let (mut sub, reader) = slow_sub(&name, Duration::from_millis(2), 1 << 20);
     let mut publ = common::spawn_piped(&["pub", &name, "--frame-size", "4096", "--timeout", "30"]);
@@ -719,8 +709,7 @@ fn pub_exits_nonzero_when_its_only_gating_sub_is_killed_mid_stream() {
 /// abort code for it, and the `sub` says why (it used to say "aborted (code 0)").
 #[test]
 fn a_pub_that_times_out_tells_its_sub_why() {
-    let name = unique("timeout");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("timeout");
     // The sub's stdout is read only after the publisher gave up: it stalls behind its pipe and
     // its 1 MiB buffer, holding the 4-slot ring.
     let mut sub = spawn_sub(&[&name]);
@@ -765,8 +754,7 @@ fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
         eprintln!("skipped: needs root and `unshare` for a pid namespace");
         return;
     }
-    let name = unique("nslist");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("nslist");
     // A publisher that waits on its stdin (kept open) inside a new pid namespace.
     let mut publ = Command::new("unshare")
         .args([
@@ -821,8 +809,7 @@ fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
 /// opens the ring and gets that frame (it used to wait for the next one, which never came).
 #[test]
 fn a_latest_sub_started_after_a_publish_gets_that_message() {
-    let name = unique("latejoin");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("latejoin");
     let publ = ringctl(
         &[
             "pub",
@@ -851,8 +838,7 @@ fn a_latest_sub_started_after_a_publish_gets_that_message() {
 /// usage error.
 #[test]
 fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
-    let name = unique("history");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("history");
     // Ten 8-byte frames into a 4-slot ring: frames 6..9 are still there.
     let data: Vec<u8> = (0..10u8).flat_map(|i| [b'a' + i; 8]).collect();
     let publ = ringctl(
@@ -922,8 +908,7 @@ fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
 /// frames reaches exactly one of the three.
 #[test]
 fn three_group_subs_share_a_stream_exactly_once() {
-    let name = unique("group");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("group");
     let data: Vec<u8> = (0..3000u64).flat_map(u64::to_le_bytes).collect();
     let subs: Vec<Child> = (0..3)
         .map(|_| spawn_sub(&[&name, "--group", "w", "--timeout", "30"]))
@@ -1088,8 +1073,7 @@ fn never_stall_rings_are_created_checked_and_shown() {
     assert!(!shm_path(&small).exists(), "a refused ring was left behind");
 
     // A never-stall ring shows as one in inspect (JSON and table); a plain one does not.
-    let name = unique("nostall");
-    let _cleanup = Cleanup(name.clone());
+    let (name, _cleanup) = scratch("nostall");
     let publ = spawn(
         &[
             "pub",

@@ -31,6 +31,12 @@ pub fn unique(what: &str) -> String {
     format!("ringctl-test-{what}-{}", std::process::id())
 }
 
+/// A unique segment name for `what` and the guard that removes its file.
+pub fn scratch(what: &str) -> (String, Cleanup) {
+    let name = unique(what);
+    (name.clone(), Cleanup(name))
+}
+
 /// The file behind a named segment.
 pub fn shm_path(name: &str) -> PathBuf {
     PathBuf::from(format!("/dev/shm/shmring.{name}"))

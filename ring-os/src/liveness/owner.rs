@@ -239,6 +239,22 @@ fn parse_stat(text: &str) -> Option<(char, u64)> {
     Some((state, start))
 }
 
+/// For tests: an owner id whose process is certainly dead (a reaped child's pid with a wrong
+/// start time).
+#[cfg(test)]
+pub(crate) fn dead_owner() -> OwnerId {
+    #[cfg(unix)]
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    #[cfg(windows)]
+    let mut child = std::process::Command::new("cmd")
+        .args(["/c", "exit"])
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    child.wait().unwrap();
+    pack(pid, 1).unwrap()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -306,16 +306,7 @@ mod tests {
     fn take_over_frees_the_dead_producers_orphan_and_keeps_published_payloads() {
         let config = Config::new(4, 64).with_allocator(1 << 12, 16);
         let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
-        #[cfg(unix)]
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        #[cfg(windows)]
-        let mut child = std::process::Command::new("cmd")
-            .args(["/c", "exit"])
-            .spawn()
-            .unwrap();
-        let dead_pid = child.id();
-        child.wait().unwrap();
-        let dead = crate::liveness::owner::pack(dead_pid, 1).unwrap();
+        let dead = crate::liveness::owner::dead_owner();
         let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
         // SAFETY: `old` stands for a process that died: it is forgotten below, before anyone
         // could take it over, and never used again.

@@ -337,25 +337,11 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::liveness::owner;
+    use crate::liveness::owner::dead_owner;
     use crate::raw::ShmRing;
     use crate::segment::CreateOptions;
     use ring_core::inspect::EntryState;
-    use ring_core::{Config, DeliveryClass, OwnerId};
-
-    /// An owner id whose process is certainly dead: a reaped child's pid with a wrong start time.
-    fn dead_owner() -> OwnerId {
-        #[cfg(unix)]
-        let mut child = std::process::Command::new("true").spawn().unwrap();
-        #[cfg(windows)]
-        let mut child = std::process::Command::new("cmd")
-            .args(["/c", "exit"])
-            .spawn()
-            .unwrap();
-        let pid = child.id();
-        child.wait().unwrap();
-        owner::pack(pid, 1).unwrap()
-    }
+    use ring_core::{Config, DeliveryClass};
 
     #[test]
     fn an_empty_ring_times_out_and_a_dead_producer_is_gone() {

@@ -119,7 +119,8 @@ def main() -> None:
                     best[(k, s)] = min(best[(k, s)], measure(conns[k][0], batches[s], n))
             print(f"round {r + 1}/{args.rounds} done", flush=True)
         stats = conns["ring"][1].stats
-    print(f"\nring side channel: {stats['routed']} batches routed, {stats['fallbacks']} fell back")
+    print(f"\nring side channel: {stats['routed']} batches written into a block, "
+          f"{stats['reflected']} sent back unchanged (no copy), {stats['fallbacks']} fell back")
     print("\n| batch | pipe | vgi shm segment | ring (shmring.vgi) | ring vs vgi shm |")
     print("|------:|-----:|----------------:|-------------------:|----------------:|")
     for s in sizes:

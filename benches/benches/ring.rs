@@ -47,6 +47,30 @@ fn segment(slots: u32, cap: usize, consumers: u32) -> HeapSegment {
     HeapSegment::new(&config, owner(1)).expect("valid config")
 }
 
+/// The producer (owner 1) and one gating consumer (owner 2) of `seg`.
+fn pair(seg: &HeapSegment) -> (Producer<&HeapSegment>, Consumer<&HeapSegment>) {
+    let tx = Producer::new(seg, owner(1)).unwrap();
+    let rx = Consumer::new(seg, DeliveryClass::Gating, owner(2)).unwrap();
+    (tx, rx)
+}
+
+/// Touches a message read in place (its first and last byte), so the read cannot be skipped.
+fn touch(bytes: &[u8]) {
+    black_box((bytes.first(), bytes.last()));
+}
+
+/// `iters` rounds of `publish` (untimed) then `read` (timed): the read alone.
+fn time_reads(iters: u64, mut publish: impl FnMut(), mut read: impl FnMut()) -> Duration {
+    let mut total = Duration::ZERO;
+    for _ in 0..iters {
+        publish();
+        let t0 = Instant::now();
+        read();
+        total += t0.elapsed();
+    }
+    total
+}
+
 fn claim_publish(c: &mut Criterion) {
     let mut g = c.benchmark_group("claim_publish");
     for &n in &SIZES {
@@ -70,16 +94,13 @@ fn publish_read(c: &mut Criterion) {
     for &n in &SIZES {
         g.throughput(Throughput::Bytes(n as u64));
         let seg = segment(8, n, 1);
-        let mut tx = Producer::new(&seg, owner(1)).unwrap();
-        let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+        let (mut tx, mut rx) = pair(&seg);
         let src = vec![7u8; n];
         let mut dst = vec![0u8; n];
         g.bench_with_input(BenchmarkId::new("ring-pinned", n), &n, |b, _| {
             b.iter(|| {
                 tx.try_publish(&src).unwrap();
-                let p = rx.try_pin().unwrap();
-                let bytes = p.bytes();
-                black_box((bytes.first(), bytes.last()));
+                touch(rx.try_pin().unwrap().bytes());
             });
         });
         g.bench_with_input(BenchmarkId::new("ring-copy", n), &n, |b, _| {
@@ -97,35 +118,31 @@ fn read(c: &mut Criterion) {
     for &n in &SIZES {
         g.throughput(Throughput::Bytes(n as u64));
         let seg = segment(8, n, 1);
-        let mut tx = Producer::new(&seg, owner(1)).unwrap();
-        let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+        let (mut tx, mut rx) = pair(&seg);
         let src = vec![7u8; n];
         let mut dst = vec![0u8; n];
         g.bench_with_input(BenchmarkId::new("pinned", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    tx.try_publish(&src).unwrap();
-                    let t0 = Instant::now();
-                    let p = rx.try_pin().unwrap();
-                    let bytes = p.bytes();
-                    black_box((bytes.first(), bytes.last()));
-                    drop(p);
-                    total += t0.elapsed();
-                }
-                total
+                time_reads(
+                    iters,
+                    || {
+                        tx.try_publish(&src).unwrap();
+                    },
+                    || touch(rx.try_pin().unwrap().bytes()),
+                )
             });
         });
         g.bench_with_input(BenchmarkId::new("copy", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                for _ in 0..iters {
-                    tx.try_publish(&src).unwrap();
-                    let t0 = Instant::now();
-                    black_box(rx.try_copy(&mut dst).unwrap());
-                    total += t0.elapsed();
-                }
-                total
+                time_reads(
+                    iters,
+                    || {
+                        tx.try_publish(&src).unwrap();
+                    },
+                    || {
+                        black_box(rx.try_copy(&mut dst).unwrap());
+                    },
+                )
             });
         });
         // Half a page of skew between source and destination: no 4 KiB aliasing (which made
@@ -192,18 +209,12 @@ fn batch(c: &mut Criterion) {
     let mut g = c.benchmark_group("batch");
     g.throughput(Throughput::Elements(BATCH as u64));
     let seg = segment(2 * BATCH as u32, BATCH_BYTES, 1);
-    let mut tx = Producer::new(&seg, owner(1)).unwrap();
-    let mut rx = Consumer::new(&seg, DeliveryClass::Gating, owner(2)).unwrap();
+    let (mut tx, mut rx) = pair(&seg);
     let msgs = [[7u8; BATCH_BYTES]; BATCH];
     g.bench_with_input(BenchmarkId::new("ring-batch", BATCH), &BATCH, |b, _| {
         b.iter(|| {
             assert_eq!(tx.try_publish_batch(&msgs).unwrap(), BATCH);
-            let read = rx
-                .try_read_batch(BATCH, |m| {
-                    let bytes = m.bytes();
-                    black_box((bytes.first(), bytes.last()));
-                })
-                .unwrap();
+            let read = rx.try_read_batch(BATCH, |m| touch(m.bytes())).unwrap();
             assert_eq!(read, BATCH);
         });
     });
@@ -213,9 +224,7 @@ fn batch(c: &mut Criterion) {
                 tx.try_publish(m).unwrap();
             }
             for _ in 0..BATCH {
-                let p = rx.try_pin().unwrap();
-                let bytes = p.bytes();
-                black_box((bytes.first(), bytes.last()));
+                touch(rx.try_pin().unwrap().bytes());
             }
         });
     });
@@ -229,20 +238,17 @@ fn alloc(c: &mut Criterion) {
         .map(|_| AtomicU64::new(0))
         .collect();
     let mut a = Allocator::init(&words, AllocConfig::new(arena)).unwrap();
-    g.bench_function("alloc_free", |b| {
+    // One 256-byte allocation and its free.
+    let alloc_free = |a: &mut Allocator<'_>, b: &mut criterion::Bencher<'_>| {
         b.iter(|| {
             let x = a.alloc(black_box(256), 1, 0).unwrap();
             a.free(x.handle, 1).unwrap();
         });
-    });
+    };
+    g.bench_function("alloc_free", |b| alloc_free(&mut a, b));
     // With 64 allocations live the bitmap search has to skip over them.
     let live: Vec<_> = (0..64).map(|_| a.alloc(1024, 2, 0).unwrap()).collect();
-    g.bench_function("alloc_free_64_live", |b| {
-        b.iter(|| {
-            let x = a.alloc(black_box(256), 1, 0).unwrap();
-            a.free(x.handle, 1).unwrap();
-        });
-    });
+    g.bench_function("alloc_free_64_live", |b| alloc_free(&mut a, b));
     for x in live {
         a.free(x.handle, 2).unwrap();
     }

@@ -11,7 +11,7 @@ use ring_os::raw::{Mapping, ProducerExt as _, TRUNCATED};
 
 use crate::args::{arg, arg_mut, bytes, free_handle, millis, out_handle, put, text};
 use crate::handles::{shmring_loan, shmring_publisher, shmring_ring, Lender};
-use crate::status::{claim_timeout, fail, guard, Res};
+use crate::status::{claim_timeout, fail, guard, Fail, Res};
 use crate::{SHMRING_E_NOT_PIN_ONLY, SHMRING_E_TIMEOUT, SHMRING_E_TRUNCATED, SHMRING_FOREVER};
 
 /// Becomes the ring's one publisher (taking over from a dead one) and stores it in `*out`.
@@ -56,6 +56,29 @@ fn slice(timeout_ms: u64) -> Duration {
         Duration::from_secs(1)
     } else {
         millis(timeout_ms)
+    }
+}
+
+/// Waits in slices (see [`slice`]) until `done` says so, for at most `timeout_ms`; `ended`
+/// says why a slice that ended undone ends the wait for good (`None`: wait on), and `timeout`
+/// gives the message past the deadline. Each sees the publisher `p`.
+fn wait_sliced(
+    p: &mut Publisher,
+    timeout_ms: u64,
+    mut done: impl FnMut(&mut Publisher, Duration) -> bool,
+    mut ended: impl FnMut(&mut Publisher) -> Option<Fail>,
+    timeout: impl FnOnce(&Publisher) -> String,
+) -> Res {
+    loop {
+        if done(p, slice(timeout_ms)) {
+            return Ok(());
+        }
+        if let Some(e) = ended(p) {
+            return Err(e);
+        }
+        if timeout_ms != SHMRING_FOREVER {
+            return Err(fail(SHMRING_E_TIMEOUT, timeout(p)));
+        }
     }
 }
 
@@ -194,21 +217,18 @@ pub unsafe extern "C" fn shmring_publisher_wait_for_subscribers(
     guard(|| {
         // SAFETY: as in `shmring_publisher_send`.
         let p = unsafe { self::publisher(publisher) }?;
-        loop {
-            let slice = slice(timeout_ms);
-            if p.wait_for_subscribers(n, slice) {
-                return Ok(());
-            }
-            if timeout_ms != SHMRING_FOREVER {
-                return Err(fail(
-                    SHMRING_E_TIMEOUT,
-                    format!(
-                        "fewer than {n} subscribers registered within {timeout_ms} ms ({} ready)",
-                        p.subscribers()
-                    ),
-                ));
-            }
-        }
+        wait_sliced(
+            p,
+            timeout_ms,
+            |p, slice| p.wait_for_subscribers(n, slice),
+            |_| None,
+            |p| {
+                let ready = p.subscribers();
+                format!(
+                    "fewer than {n} subscribers registered within {timeout_ms} ms ({ready} ready)"
+                )
+            },
+        )
     })
 }
 
@@ -225,21 +245,16 @@ pub unsafe extern "C" fn shmring_publisher_wait_drained(
     guard(|| {
         // SAFETY: as in `shmring_publisher_send`.
         let p = unsafe { self::publisher(publisher) }?;
-        loop {
-            let slice = slice(timeout_ms);
-            if p.wait_drained(slice) {
-                return Ok(());
-            }
-            if p.inner().memory().is_truncated() {
-                return Err(fail(SHMRING_E_TRUNCATED, TRUNCATED));
-            }
-            if timeout_ms != SHMRING_FOREVER {
-                return Err(fail(
-                    SHMRING_E_TIMEOUT,
-                    format!("gating subscribers did not drain the ring within {timeout_ms} ms"),
-                ));
-            }
-        }
+        wait_sliced(
+            p,
+            timeout_ms,
+            |p, slice| p.wait_drained(slice),
+            |p| {
+                let truncated = p.inner().memory().is_truncated();
+                truncated.then(|| fail(SHMRING_E_TRUNCATED, TRUNCATED))
+            },
+            |_| format!("gating subscribers did not drain the ring within {timeout_ms} ms"),
+        )
     })
 }
 

@@ -230,6 +230,15 @@ struct Inner {
     live: HashMap<(ResourceKind, u64), LiveEntry>,
 }
 
+impl Inner {
+    /// Applies `update` to `kind`'s counters of the device and of `owner`: every count is kept
+    /// twice, in total and per owner.
+    fn count(&mut self, kind: ResourceKind, owner: Owner, update: impl Fn(&mut Counters)) {
+        update(self.totals.get_mut(kind));
+        update(self.owners.entry(owner).or_default().get_mut(kind));
+    }
+}
+
 /// The accounting book of one device.
 pub struct Ledger {
     inner: Mutex<Inner>,
@@ -319,32 +328,16 @@ impl Ledger {
             ResourceKind::Stream => None,
         };
         if let Some(e) = refuse {
-            g.totals.get_mut(kind).ceiling_hits += 1;
-            g.owners
-                .entry(owner)
-                .or_default()
-                .get_mut(kind)
-                .ceiling_hits += 1;
+            g.count(kind, owner, |c| c.ceiling_hits += 1);
             return Err(e);
         }
-        g.totals.get_mut(kind).charge(bytes);
-        g.owners
-            .entry(owner)
-            .or_default()
-            .get_mut(kind)
-            .charge(bytes);
+        g.count(kind, owner, |c| c.charge(bytes));
         Ok(())
     }
 
     /// Undoes a [`Ledger::charge`] whose resource the driver failed to produce.
     pub(crate) fn cancel(&self, kind: ResourceKind, owner: Owner, bytes: u64) {
-        let mut g = self.lock();
-        g.totals.get_mut(kind).uncharge(bytes);
-        g.owners
-            .entry(owner)
-            .or_default()
-            .get_mut(kind)
-            .uncharge(bytes);
+        self.lock().count(kind, owner, |c| c.uncharge(bytes));
     }
 
     /// Charges one resource of `kind`, runs `make`, and tracks the resource under the id it
@@ -373,8 +366,7 @@ impl Ledger {
     /// Records the resource charged by the last [`Ledger::charge`] under its id.
     pub(crate) fn track(&self, kind: ResourceKind, id: u64, owner: Owner, bytes: u64) {
         let mut g = self.lock();
-        g.totals.get_mut(kind).acquired += 1;
-        g.owners.entry(owner).or_default().get_mut(kind).acquired += 1;
+        g.count(kind, owner, |c| c.acquired += 1);
         g.live.insert(
             (kind, id),
             LiveEntry {
@@ -401,24 +393,17 @@ impl Ledger {
             return;
         }
         let owner = e.owner;
-        g.totals.get_mut(kind).failed_releases += 1;
-        g.owners
-            .entry(owner)
-            .or_default()
-            .get_mut(kind)
-            .failed_releases += 1;
+        g.count(kind, owner, |c| c.failed_releases += 1);
     }
 
     /// Releases a tracked resource; `None` if the id is not live (double release).
     pub(crate) fn release(&self, kind: ResourceKind, id: u64) -> Option<(Owner, u64)> {
         let mut g = self.lock();
         let e = g.live.remove(&(kind, id))?;
-        let t = g.totals.get_mut(kind);
-        t.uncharge(e.bytes);
-        t.released += 1;
-        let o = g.owners.entry(e.owner).or_default().get_mut(kind);
-        o.uncharge(e.bytes);
-        o.released += 1;
+        g.count(kind, e.owner, |c| {
+            c.uncharge(e.bytes);
+            c.released += 1;
+        });
         Some((e.owner, e.bytes))
     }
 

@@ -101,6 +101,13 @@ pub enum Error {
     Io(std::io::Error),
 }
 
+impl Error {
+    /// [`Error::UnknownId`] for id `id` of `kind`.
+    pub(crate) const fn unknown(kind: ResourceKind, id: u64) -> Self {
+        Self::UnknownId { kind, id }
+    }
+}
+
 impl fmt::Display for Error {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {

@@ -255,14 +255,16 @@ impl CudaDevice {
     fn mem(&self, mem: Mem) -> Result<DevMem> {
         let t = self.lock();
         match mem {
-            Mem::Buffer(b) => t.buffers.get(&b.0).copied().ok_or(Error::UnknownId {
-                kind: ResourceKind::Buffer,
-                id: b.0,
-            }),
-            Mem::Mapping(m) => t.mappings.get(&m.0).copied().ok_or(Error::UnknownId {
-                kind: ResourceKind::Mapping,
-                id: m.0,
-            }),
+            Mem::Buffer(b) => t
+                .buffers
+                .get(&b.0)
+                .copied()
+                .ok_or(Error::unknown(ResourceKind::Buffer, b.0)),
+            Mem::Mapping(m) => t
+                .mappings
+                .get(&m.0)
+                .copied()
+                .ok_or(Error::unknown(ResourceKind::Mapping, m.0)),
         }
     }
 
@@ -280,19 +282,19 @@ impl CudaDevice {
 
     fn stream(&self, s: StreamId) -> Result<sys::CUstream> {
         let t = self.lock();
-        let p = t.streams.get(&s.0).ok_or(Error::UnknownId {
-            kind: ResourceKind::Stream,
-            id: s.0,
-        })?;
+        let p = t
+            .streams
+            .get(&s.0)
+            .ok_or(Error::unknown(ResourceKind::Stream, s.0))?;
         Ok(*p as sys::CUstream)
     }
 
     fn event(&self, e: EventId) -> Result<sys::CUevent> {
         let t = self.lock();
-        let p = t.events.get(&e.0).ok_or(Error::UnknownId {
-            kind: ResourceKind::Event,
-            id: e.0,
-        })?;
+        let p = t
+            .events
+            .get(&e.0)
+            .ok_or(Error::unknown(ResourceKind::Event, e.0))?;
         Ok(*p as sys::CUevent)
     }
 

@@ -250,18 +250,12 @@ impl EmulatedDevice {
                 .buffers
                 .get(&b.0)
                 .map(|b| b.0.clone())
-                .ok_or(Error::UnknownId {
-                    kind: ResourceKind::Buffer,
-                    id: b.0,
-                }),
+                .ok_or(Error::unknown(ResourceKind::Buffer, b.0)),
             Mem::Mapping(m) => t
                 .mappings
                 .get(&m.0)
                 .map(|m| m.0.clone())
-                .ok_or(Error::UnknownId {
-                    kind: ResourceKind::Mapping,
-                    id: m.0,
-                }),
+                .ok_or(Error::unknown(ResourceKind::Mapping, m.0)),
         }
     }
 
@@ -270,10 +264,7 @@ impl EmulatedDevice {
             .events
             .get(&e.0)
             .cloned()
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Event,
-                id: e.0,
-            })
+            .ok_or(Error::unknown(ResourceKind::Event, e.0))
     }
 
     fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
@@ -281,10 +272,7 @@ impl EmulatedDevice {
             .streams
             .get(&s.0)
             .cloned()
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Stream,
-                id: s.0,
-            })
+            .ok_or(Error::unknown(ResourceKind::Stream, s.0))
     }
 
     /// Charges, creates and tracks one resource; the charge is cancelled if `make` fails.

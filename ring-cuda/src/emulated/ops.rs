@@ -56,10 +56,7 @@ impl Device for EmulatedDevice {
             .lock()?
             .buffers
             .remove(&buf.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Buffer,
-                id: buf.0,
-            })?;
+            .ok_or(Error::unknown(ResourceKind::Buffer, buf.0))?;
         // Queued work holds its own references to the region. Like cuMemFree, wait for it to
         // finish (bounded: `host_wait`), so the memfd is closed — and the exported handle
         // stale — on return. Only then does the ledger entry go; on a timeout the buffer goes
@@ -99,15 +96,12 @@ impl Device for EmulatedDevice {
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
-        let (r, allocated_as) =
-            self.lock()?
-                .buffers
-                .get(&buf.0)
-                .cloned()
-                .ok_or(Error::UnknownId {
-                    kind: ResourceKind::Buffer,
-                    id: buf.0,
-                })?;
+        let (r, allocated_as) = self
+            .lock()?
+            .buffers
+            .get(&buf.0)
+            .cloned()
+            .ok_or(Error::unknown(ResourceKind::Buffer, buf.0))?;
         if allocated_as != kind {
             return Err(Error::InvalidOperation(
                 "export kind differs from the kind the buffer was allocated for",
@@ -158,10 +152,7 @@ impl Device for EmulatedDevice {
             .lock()?
             .mappings
             .remove(&mapping.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Mapping,
-                id: mapping.0,
-            })?;
+            .ok_or(Error::unknown(ResourceKind::Mapping, mapping.0))?;
         if kind == ExportKind::Fd {
             let padded = padded_len(r.len(), kind, LARGE_PAGE).unwrap_or(0);
             if let Err(e) = self.release_vmm(r, padded) {
@@ -295,10 +286,7 @@ impl Device for EmulatedDevice {
         self.lock()?
             .events
             .remove(&event.0)
-            .ok_or(Error::UnknownId {
-                kind: ResourceKind::Event,
-                id: event.0,
-            })?;
+            .ok_or(Error::unknown(ResourceKind::Event, event.0))?;
         self.release(ResourceKind::Event, event.0)
     }
 

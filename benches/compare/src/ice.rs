@@ -13,7 +13,9 @@ use iceoryx2::port::update_connections::UpdateConnections;
 use iceoryx2::prelude::*;
 use ring_benches::case::{Case, Metric, Transport, THROUGHPUT_BATCH};
 use ring_benches::ctl::Setup;
-use ring_benches::link::{check, pattern, stamp, Link, Pending, Rx, Tx};
+use ring_benches::link::{
+    check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx,
+};
 use ring_benches::wait::spin_until;
 use ring_benches::BenchError;
 use std::time::{Duration, Instant};
@@ -79,14 +81,8 @@ struct IceTx {
 }
 
 impl Tx for IceTx {
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
-        let src = self.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
-            what: format!("{NAME}: {len} bytes exceed the case size"),
-        })?;
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
+        let src = message_buf(&mut self.buf, NAME, len)?;
         stamp(src, self.seq);
         let sample = self.publisher.loan_slice_uninit(len).map_err(err)?;
         let sample = sample.write_from_slice(src);
@@ -110,13 +106,9 @@ struct IceRx {
 impl Rx for IceRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let (Some(sub), Some(listener), Some(seq)) = (
-            self.subscribers.get(peer),
-            self.listeners.get(peer),
-            self.seq.get_mut(peer),
-        ) else {
-            return Err(BenchError::no_peer(transport, peer));
-        };
+        let sub = peer_entry(&mut self.subscribers, transport, peer)?;
+        let listener = peer_entry(&mut self.listeners, transport, peer)?;
+        let seq = peer_entry(&mut self.seq, transport, peer)?;
         let take = || -> Result<Option<()>, BenchError> {
             match sub.receive().map_err(err)? {
                 Some(sample) => {
@@ -157,11 +149,7 @@ struct Kept<T> {
 }
 
 impl<T: Tx> Tx for Kept<T> {
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
         self.inner.send(len, at_publish)
     }
 }

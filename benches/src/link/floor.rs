@@ -4,7 +4,7 @@
 //! and the child answers in line 1. One round trip moves each line across the cores once: nothing
 //! that shares memory between processes can answer faster.
 
-use super::{Link, Pending, Rx, Tx};
+use super::{AtPublish, Link, Pending, Rx, Tx};
 use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
@@ -39,11 +39,7 @@ struct FloorTx {
 }
 
 impl Tx for FloorTx {
-    fn send(
-        &mut self,
-        _len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
+    fn send(&mut self, _len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
         at_publish()?;
         self.seq += 1;
         // Release: pairs with the peer's Acquire load in `FloorRx::recv`, the same ordering a

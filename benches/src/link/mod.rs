@@ -16,16 +16,44 @@ pub mod floor;
 pub mod ring;
 pub mod stream;
 
+/// What [`Tx::send`] runs right before its message becomes visible to the peers.
+pub type AtPublish<'a> = &'a mut dyn FnMut() -> Result<(), BenchError>;
+
+/// Peer `peer`'s entry of a table kept per peer, or the error that names the missing peer.
+///
+/// # Errors
+/// [`BenchError::Usage`] when there is no such peer.
+pub fn peer_entry<T>(
+    table: &mut [T],
+    transport: Transport,
+    peer: usize,
+) -> Result<&mut T, BenchError> {
+    table
+        .get_mut(peer)
+        .ok_or_else(|| BenchError::no_peer(transport, peer))
+}
+
+/// The first `len` bytes of a buffer sized for the case, or the error that says the message is
+/// larger than the case.
+///
+/// # Errors
+/// [`BenchError::Usage`] when `len` exceeds the buffer.
+pub fn message_buf(
+    buf: &mut [u8],
+    transport: impl core::fmt::Display,
+    len: usize,
+) -> Result<&mut [u8], BenchError> {
+    buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
+        what: format!("{transport}: {len} bytes exceed the case size"),
+    })
+}
+
 /// The sending half of a link.
 pub trait Tx {
     /// Sends one `len`-byte message to every peer. The message is fully prepared first (for a
     /// zero-copy transport: written into its shared buffer); `at_publish` runs right before it
     /// becomes visible to the peers, so a caller can start a clock or wait for a request there.
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError>;
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError>;
 
     /// Makes every message sent so far visible to the peers. A transport that groups messages
     /// (`ring-batch`) publishes its partial group here; the others publish in

@@ -10,7 +10,7 @@
 //! child → parent (one per child). The producer writes the message into a claimed slot before the
 //! timed publish, as a renderer that draws into the slot would.
 
-use super::{check, pattern, stamp, Link, Pending, Rx, Tx};
+use super::{check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx};
 use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
@@ -59,14 +59,8 @@ struct RingTx {
 }
 
 impl Tx for RingTx {
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
-        let src = self.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
-            what: format!("{NAME}: {len} bytes exceed the case size"),
-        })?;
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
+        let src = message_buf(&mut self.buf, NAME, len)?;
         stamp(src, self.seq);
         // The deadline is read from the clock only when a wait begins: the floor pays no clock
         // read per message, and neither does a claim that finds its slot free.
@@ -107,9 +101,8 @@ struct RingRx {
 impl Rx for RingRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let (Some(c), Some(seq)) = (self.consumers.get_mut(peer), self.seq.get_mut(peer)) else {
-            return Err(BenchError::no_peer(transport, peer));
-        };
+        let c = peer_entry(&mut self.consumers, transport, peer)?;
+        let seq = peer_entry(&mut self.seq, transport, peer)?;
         match self.mode {
             Mode::Pinned => spin_until(deadline, "a ring message", || match c.try_pin() {
                 // Every byte is usable in place: check the stamps at both ends.
@@ -187,18 +180,12 @@ impl Tx for RingBatchTx {
     /// Queues the message; it becomes visible when its group is published. `at_publish` runs
     /// when the message is queued (`ring-batch` takes part in `throughput` only, whose child
     /// passes a no-op).
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
         let q = self
             .group
             .get_mut(self.queued)
             .ok_or_else(|| err("batch group overran"))?;
-        let buf = q.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
-            what: format!("{NAME}: {len} bytes exceed the case size"),
-        })?;
+        let buf = message_buf(&mut q.buf, NAME, len)?;
         stamp(buf, self.seq);
         q.len = len;
         self.queued += 1;
@@ -254,13 +241,9 @@ struct RingBatchRx {
 impl Rx for RingBatchRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let (Some(c), Some(seq), Some(ready)) = (
-            self.consumers.get_mut(peer),
-            self.seq.get_mut(peer),
-            self.ready.get_mut(peer),
-        ) else {
-            return Err(BenchError::no_peer(transport, peer));
-        };
+        let c = peer_entry(&mut self.consumers, transport, peer)?;
+        let seq = peer_entry(&mut self.seq, transport, peer)?;
+        let ready = peer_entry(&mut self.ready, transport, peer)?;
         if *ready == 0 {
             let mut bad = None;
             let n = spin_until(deadline, "ring messages", || {

@@ -5,7 +5,7 @@
 //! (large reads bypass it and land directly in the destination buffer), which is how a careful
 //! user of a stream reads fixed-size frames.
 
-use super::{check, pattern, stamp, Link, Pending, Rx, Tx};
+use super::{check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx};
 use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::BenchError;
@@ -39,11 +39,7 @@ struct StreamTx {
 }
 
 impl Tx for StreamTx {
-    fn send(
-        &mut self,
-        len: usize,
-        at_publish: &mut dyn FnMut() -> Result<(), BenchError>,
-    ) -> Result<(), BenchError> {
+    fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
         let transport = self.transport;
         let msg = self.buf.get_mut(..len).ok_or_else(|| BenchError::Usage {
             what: format!("{transport}: message of {len} bytes exceeds the case size"),
@@ -69,15 +65,9 @@ struct StreamRx {
 impl Rx for StreamRx {
     fn recv(&mut self, peer: usize, len: usize, _deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let (Some(r), Some(seq), Some(msg)) = (
-            self.readers.get_mut(peer),
-            self.seq.get_mut(peer),
-            self.buf.get_mut(..len),
-        ) else {
-            return Err(BenchError::Usage {
-                what: format!("{transport}: no peer {peer} or {len} bytes exceed the case size"),
-            });
-        };
+        let r = peer_entry(&mut self.readers, transport, peer)?;
+        let seq = peer_entry(&mut self.seq, transport, peer)?;
+        let msg = message_buf(&mut self.buf, transport, len)?;
         // Bounded by the watchdog: a hung peer is killed, which ends this read with EOF.
         r.read_exact(msg)
             .map_err(|e| BenchError::io(format!("{transport} read"), e))?;

@@ -54,6 +54,39 @@ class error : public std::runtime_error {
 };
 
 namespace detail {
+
+/// One C handle, owned: freed with `Free` when the owner is destroyed or assigned to, moved
+/// and never copied; a moved-from owner holds nothing. Each handle class keeps its C handle
+/// in one, so none repeats the move-only boilerplate.
+template <typename T, int (*Free)(T *)>
+class owned {
+ public:
+  owned() = default;
+  explicit owned(T *h) noexcept : h_(h) {}
+  owned(owned &&o) noexcept : h_(o.take()) {}
+  owned &operator=(owned &&o) noexcept {
+    if (this != &o) {
+      reset();
+      h_ = o.take();
+    }
+    return *this;
+  }
+  owned(const owned &) = delete;
+  owned &operator=(const owned &) = delete;
+  ~owned() { reset(); }
+
+  T *get() const noexcept { return h_; }
+  /// Gives the handle up without freeing it.
+  T *take() noexcept { return std::exchange(h_, nullptr); }
+  /// Frees the handle now (nothing if there is none).
+  void reset() noexcept {
+    if (h_ != nullptr) (void)Free(take());
+  }
+  explicit operator bool() const noexcept { return h_ != nullptr; }
+
+ private:
+  T *h_ = nullptr;
+};
 inline void check(int rc) {
   if (rc != SHMRING_OK) throw error(rc, shmring_last_error());
 }
@@ -152,48 +185,34 @@ class Loan {
  public:
   Loan() = default;
   explicit Loan(shmring_loan *h) noexcept : h_(h) {}
-  Loan(Loan &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  Loan &operator=(Loan &&o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  Loan(const Loan &) = delete;
-  Loan &operator=(const Loan &) = delete;
-  ~Loan() { reset(); }
 
   /// The slot's writable bytes (pin-only rings; else throws SHMRING_E_NOT_PIN_ONLY).
   mutable_bytes data() {
     uint8_t *p = nullptr;
     std::size_t cap = 0;
-    detail::check(shmring_loan_data(h_, &p, &cap));
+    detail::check(shmring_loan_data(h_.get(), &p, &cap));
     return {reinterpret_cast<std::byte *>(p), cap};
   }
   /// Copies `b` in at `offset` (every ring).
   void write(std::size_t offset, bytes b) {
     detail::check(
-        shmring_loan_write(h_, offset, reinterpret_cast<const uint8_t *>(b.data), b.size));
+        shmring_loan_write(h_.get(), offset, reinterpret_cast<const uint8_t *>(b.data), b.size));
   }
-  void set_len(std::size_t len) { detail::check(shmring_loan_set_len(h_, len)); }
-  void set_meta(uint64_t m0, uint64_t m1) { detail::check(shmring_loan_set_meta(h_, m0, m1)); }
+  void set_len(std::size_t len) { detail::check(shmring_loan_set_len(h_.get(), len)); }
+  void set_meta(uint64_t m0, uint64_t m1) { detail::check(shmring_loan_set_meta(h_.get(), m0, m1)); }
   /// Publishes; returns the sequence number. The loan is spent whatever happens.
   uint64_t send() {
     uint64_t seq = 0;
-    int rc = shmring_loan_send(std::exchange(h_, nullptr), &seq);
+    int rc = shmring_loan_send(h_.take(), &seq);
     detail::check(rc);
     return seq;
   }
   /// Gives the slot back unpublished.
-  void abort() noexcept { reset(); }
-  explicit operator bool() const noexcept { return h_ != nullptr; }
+  void abort() noexcept { h_.reset(); }
+  explicit operator bool() const noexcept { return static_cast<bool>(h_); }
 
  private:
-  void reset() noexcept {
-    if (h_ != nullptr) (void)shmring_loan_abort(std::exchange(h_, nullptr));
-  }
-  shmring_loan *h_ = nullptr;
+  detail::owned<shmring_loan, shmring_loan_abort> h_;
 };
 
 /// The ring's one publisher. Destroying it without close() aborts the stream (code 0).
@@ -201,17 +220,6 @@ class Publisher {
  public:
   Publisher() = default;
   explicit Publisher(shmring_publisher *h) noexcept : h_(h) {}
-  Publisher(Publisher &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  Publisher &operator=(Publisher &&o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  Publisher(const Publisher &) = delete;
-  Publisher &operator=(const Publisher &) = delete;
-  ~Publisher() { reset(); }
 
   /// Copies `b` into the next slot; waits at most `timeout` while the ring is full. Returns
   /// the sequence number, or nullopt when the ring stayed full.
@@ -220,7 +228,7 @@ class Publisher {
     uint64_t seq = 0;
     uint64_t ms = detail::millis(timeout);
     if (!detail::check_soft(shmring_publisher_send(
-            h_, reinterpret_cast<const uint8_t *>(b.data), b.size, meta, ms, &seq)))
+            h_.get(), reinterpret_cast<const uint8_t *>(b.data), b.size, meta, ms, &seq)))
       return std::nullopt;
     return seq;
   }
@@ -228,19 +236,19 @@ class Publisher {
   std::optional<Loan> loan(std::chrono::milliseconds timeout = forever) {
     shmring_loan *l = nullptr;
     uint64_t ms = detail::millis(timeout);
-    if (!detail::check_soft(shmring_publisher_loan(h_, ms, &l))) return std::nullopt;
+    if (!detail::check_soft(shmring_publisher_loan(h_.get(), ms, &l))) return std::nullopt;
     return Loan(l);
   }
   bool wait_for_subscribers(std::size_t n, std::chrono::milliseconds timeout) {
     return detail::check_soft(
-        shmring_publisher_wait_for_subscribers(h_, n, detail::millis(timeout)));
+        shmring_publisher_wait_for_subscribers(h_.get(), n, detail::millis(timeout)));
   }
   bool wait_drained(std::chrono::milliseconds timeout) {
-    return detail::check_soft(shmring_publisher_wait_drained(h_, detail::millis(timeout)));
+    return detail::check_soft(shmring_publisher_wait_drained(h_.get(), detail::millis(timeout)));
   }
   uint64_t published() {
     uint64_t p = 0;
-    detail::check(shmring_publisher_counters(h_, &p, nullptr));
+    detail::check(shmring_publisher_counters(h_.get(), &p, nullptr));
     return p;
   }
   // Subscribers reclaimed because their processes died without leaving (see
@@ -252,25 +260,22 @@ class Publisher {
   };
   LostSubscribers lost_subscribers() {
     LostSubscribers l;
-    detail::check(shmring_publisher_lost_subscribers(h_, &l.total, &l.gating, &l.unread));
+    detail::check(shmring_publisher_lost_subscribers(h_.get(), &l.total, &l.gating, &l.unread));
     return l;
   }
   /// Creates group `name` (competing consumers, joined with Ring::join_group), or finds it;
   /// returns its subscriber-table index. Messages sent from now on wait for the group.
   uint32_t create_group(const std::string &name) {
     uint32_t index = 0;
-    detail::check(shmring_publisher_create_group(h_, name.c_str(), &index));
+    detail::check(shmring_publisher_create_group(h_.get(), name.c_str(), &index));
     return index;
   }
-  void close() { detail::check(shmring_publisher_close(h_)); }
-  void abort(uint16_t code) { detail::check(shmring_publisher_abort(h_, code)); }
-  shmring_publisher *handle() const noexcept { return h_; }
+  void close() { detail::check(shmring_publisher_close(h_.get())); }
+  void abort(uint16_t code) { detail::check(shmring_publisher_abort(h_.get(), code)); }
+  shmring_publisher *handle() const noexcept { return h_.get(); }
 
  private:
-  void reset() noexcept {
-    if (h_ != nullptr) (void)shmring_publisher_free(std::exchange(h_, nullptr));
-  }
-  shmring_publisher *h_ = nullptr;
+  detail::owned<shmring_publisher, shmring_publisher_free> h_;
 };
 
 /// A pinned message (Subscriber::pin): its bytes stay valid until it is destroyed or released.
@@ -279,29 +284,14 @@ class Pinned {
   Pinned() = default;
   Pinned(shmring_pinned *h, const shmring_message &m) noexcept
       : h_(h), msg_(message::from(m)) {}
-  Pinned(Pinned &&o) noexcept : h_(std::exchange(o.h_, nullptr)), msg_(o.msg_) {}
-  Pinned &operator=(Pinned &&o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-      msg_ = o.msg_;
-    }
-    return *this;
-  }
-  Pinned(const Pinned &) = delete;
-  Pinned &operator=(const Pinned &) = delete;
-  ~Pinned() { reset(); }
 
   const message &msg() const noexcept { return msg_; }
   bytes data() const noexcept { return msg_.data; }
   uint64_t seq() const noexcept { return msg_.seq; }
-  void release() noexcept { reset(); }
+  void release() noexcept { h_.reset(); }
 
  private:
-  void reset() noexcept {
-    if (h_ != nullptr) (void)shmring_pinned_release(std::exchange(h_, nullptr));
-  }
-  shmring_pinned *h_ = nullptr;
+  detail::owned<shmring_pinned, shmring_pinned_release> h_;
   message msg_;
 };
 
@@ -310,17 +300,6 @@ class Subscriber {
  public:
   Subscriber() = default;
   explicit Subscriber(shmring_subscriber *h) noexcept : h_(h) {}
-  Subscriber(Subscriber &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  Subscriber &operator=(Subscriber &&o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  Subscriber(const Subscriber &) = delete;
-  Subscriber &operator=(const Subscriber &) = delete;
-  ~Subscriber() { reset(); }
 
   /// Pins the next message, or nullopt when none came within `timeout`. Throws at the end of
   /// the stream (SHMRING_E_DISCONNECTED; SHMRING_E_ABORTED, whose error carries the abort
@@ -329,7 +308,7 @@ class Subscriber {
     shmring_pinned *p = nullptr;
     shmring_message m{};
     uint64_t ms = detail::millis(timeout);
-    if (!read_soft(shmring_subscriber_pin(h_, ms, &p, &m))) return std::nullopt;
+    if (!read_soft(shmring_subscriber_pin(h_.get(), ms, &p, &m))) return std::nullopt;
     return Pinned(p, m);
   }
   /// A message held by `hold`: its bytes stay valid until `release(id)`, while the subscriber
@@ -344,27 +323,27 @@ class Subscriber {
     uint32_t id = 0;
     shmring_message m{};
     uint64_t ms = detail::millis(timeout);
-    if (!read_soft(shmring_subscriber_hold(h_, ms, &id, &m))) return std::nullopt;
+    if (!read_soft(shmring_subscriber_hold(h_.get(), ms, &id, &m))) return std::nullopt;
     return Held{id, message::from(m)};
   }
   /// Releases a held message (its bytes are invalid afterwards).
-  void release(uint32_t id) { detail::check(shmring_subscriber_release_hold(h_, id)); }
+  void release(uint32_t id) { detail::check(shmring_subscriber_release_hold(h_.get(), id)); }
   /// Starts a skip-on-lag subscriber up to `n` messages back (before its first read);
   /// returns how many back it starts.
   uint64_t rewind(uint64_t n) {
     uint64_t back = 0;
-    detail::check(shmring_subscriber_rewind(h_, n, &back));
+    detail::check(shmring_subscriber_rewind(h_.get(), n, &back));
     return back;
   }
   /// How many messages may be held at once (0 to 8).
   void set_max_holds(std::size_t max) {
-    detail::check(shmring_subscriber_set_max_holds(h_, max));
+    detail::check(shmring_subscriber_set_max_holds(h_.get(), max));
   }
   /// Copies the next message into `buf`, or nullopt when none came within `timeout`.
   std::optional<message> recv(mutable_bytes buf, std::chrono::milliseconds timeout = forever) {
     shmring_message m{};
     uint64_t ms = detail::millis(timeout);
-    if (!read_soft(shmring_subscriber_recv(h_, reinterpret_cast<uint8_t *>(buf.data), buf.size,
+    if (!read_soft(shmring_subscriber_recv(h_.get(), reinterpret_cast<uint8_t *>(buf.data), buf.size,
                                            ms, &m)))
       return std::nullopt;
     return message::from(m);
@@ -372,22 +351,22 @@ class Subscriber {
   /// The publisher's abort code once a read threw SHMRING_E_ABORTED; nullopt before.
   std::optional<uint16_t> abort_code() const {
     uint16_t code = 0;
-    int rc = shmring_subscriber_abort_code(h_, &code);
+    int rc = shmring_subscriber_abort_code(h_.get(), &code);
     if (rc == SHMRING_E_EMPTY) return std::nullopt;
     detail::check(rc);
     return code;
   }
   uint64_t received() {
     uint64_t r = 0;
-    detail::check(shmring_subscriber_counters(h_, &r, nullptr));
+    detail::check(shmring_subscriber_counters(h_.get(), &r, nullptr));
     return r;
   }
   uint64_t missed() {
     uint64_t m = 0;
-    detail::check(shmring_subscriber_counters(h_, nullptr, &m));
+    detail::check(shmring_subscriber_counters(h_.get(), nullptr, &m));
     return m;
   }
-  shmring_subscriber *handle() const noexcept { return h_; }
+  shmring_subscriber *handle() const noexcept { return h_.get(); }
 
  private:
   /// As detail::check_soft, but SHMRING_E_ABORTED throws with the abort code.
@@ -396,13 +375,10 @@ class Subscriber {
     std::string message = shmring_last_error();
     uint16_t code = 0;
     std::optional<uint16_t> abort;
-    if (shmring_subscriber_abort_code(h_, &code) == SHMRING_OK) abort = code;
+    if (shmring_subscriber_abort_code(h_.get(), &code) == SHMRING_OK) abort = code;
     throw error(rc, message, abort);
   }
-  void reset() noexcept {
-    if (h_ != nullptr) (void)shmring_subscriber_free(std::exchange(h_, nullptr));
-  }
-  shmring_subscriber *h_ = nullptr;
+  detail::owned<shmring_subscriber, shmring_subscriber_free> h_;
 };
 
 /// A ring mapping (named or memfd). The creator's handle removes the name when destroyed.
@@ -410,17 +386,6 @@ class Ring {
  public:
   Ring() = default;
   explicit Ring(shmring_ring *h) noexcept : h_(h) {}
-  Ring(Ring &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
-  Ring &operator=(Ring &&o) noexcept {
-    if (this != &o) {
-      reset();
-      h_ = std::exchange(o.h_, nullptr);
-    }
-    return *this;
-  }
-  Ring(const Ring &) = delete;
-  Ring &operator=(const Ring &) = delete;
-  ~Ring() { reset(); }
 
   static Ring create(const std::string &name, const config &cfg = {}) {
     shmring_config c = cfg.c();
@@ -461,16 +426,16 @@ class Ring {
   }
   /// Serves this memfd ring's descriptor under `name` until destroyed.
   void serve(const std::string &name, const std::string &dir = {}) {
-    detail::check(shmring_ring_serve(h_, name.c_str(), dir.empty() ? nullptr : dir.c_str()));
+    detail::check(shmring_ring_serve(h_.get(), name.c_str(), dir.empty() ? nullptr : dir.c_str()));
   }
   Publisher publisher() const {
     shmring_publisher *p = nullptr;
-    detail::check(shmring_ring_publisher(h_, &p));
+    detail::check(shmring_ring_publisher(h_.get(), &p));
     return Publisher(p);
   }
   Subscriber subscriber(delivery d = delivery::gating) const {
     shmring_subscriber *s = nullptr;
-    detail::check(shmring_ring_subscriber(h_, static_cast<uint32_t>(d), &s));
+    detail::check(shmring_ring_subscriber(h_.get(), static_cast<uint32_t>(d), &s));
     return Subscriber(s);
   }
   /// Joins group `name` as a new member: each message goes to exactly one member; a message a
@@ -478,28 +443,25 @@ class Ring {
   /// publisher created the group.
   Subscriber join_group(const std::string &name) const {
     shmring_subscriber *s = nullptr;
-    detail::check(shmring_ring_join_group(h_, name.c_str(), &s));
+    detail::check(shmring_ring_join_group(h_.get(), name.c_str(), &s));
     return Subscriber(s);
   }
   shmring_ring_info info() const {
     shmring_ring_info i{};
-    detail::check(shmring_ring_get_info(h_, &i));
+    detail::check(shmring_ring_get_info(h_.get(), &i));
     return i;
   }
   /// The ring's descriptor (owned by the ring: do not close it).
   int fd() const {
     int fd = -1;
-    detail::check(shmring_ring_fd(h_, &fd));
+    detail::check(shmring_ring_fd(h_.get(), &fd));
     return fd;
   }
-  void keep_name() { detail::check(shmring_ring_keep_name(h_)); }
-  shmring_ring *handle() const noexcept { return h_; }
+  void keep_name() { detail::check(shmring_ring_keep_name(h_.get())); }
+  shmring_ring *handle() const noexcept { return h_.get(); }
 
  private:
-  void reset() noexcept {
-    if (h_ != nullptr) (void)shmring_ring_free(std::exchange(h_, nullptr));
-  }
-  shmring_ring *h_ = nullptr;
+  detail::owned<shmring_ring, shmring_ring_free> h_;
 };
 
 }  // namespace shmring

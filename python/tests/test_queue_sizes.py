@@ -267,3 +267,65 @@ def test_a_4_gb_object_and_10_gb_through_one_pair_with_default_settings(tmp_path
                        capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr
     print(r.stdout.strip(), f"(whole run {time.perf_counter() - started:.1f} s)")
+
+
+@pytest.mark.parametrize("capacity", [None, 0])
+def test_an_unbounded_queue_takes_more_than_its_ring_without_waiting(capacity):
+    n = shmring.queue._UNBOUNDED_SLOTS * 2 + 100  # more than the ring holds: a backlog
+    sender, receiver = shmring.create_pair(capacity)
+    started = time.monotonic()
+    for i in range(n):
+        sender.put_nowait(i)  # never Full, never waits for a receiver
+    sender.put(np.full(1000, 7), timeout=0)
+    assert time.monotonic() - started < 30
+    assert len(sender._backlog) > 0
+    assert not sender.wait_for_all_ack(timeout=0.05)  # nobody read anything yet
+    assert [receiver.get(timeout=5) for _ in range(n)] == list(range(n))  # in order
+    assert (receiver.get(timeout=5) == 7).all()
+    assert sender.wait_for_all_ack(timeout=5) and not sender._backlog
+    sender.close()
+    receiver.close()
+
+
+def test_closing_an_unbounded_sender_ends_the_stream_after_its_backlog():
+    n = shmring.queue._UNBOUNDED_SLOTS + 500
+    sender, receiver = shmring.create_pair(None)
+    for i in range(n):
+        sender.put_nowait(i)
+    sender.close()  # returns at once; the feeder ends the stream after the backlog
+    assert sender.closed
+    with pytest.raises(shmring.Closed):
+        sender.put_nowait(-1)
+    assert [receiver.get(timeout=5) for _ in range(n)] == list(range(n))
+    with pytest.raises(shmring.Disconnected):
+        receiver.get(timeout=5)
+    receiver.close()
+
+
+BACKLOG_AT_EXIT = textwrap.dedent("""
+import sys, multiprocessing as mp, shmring
+
+def read(receiver, n, out):
+    got = [receiver.get(timeout=60) for _ in range(n)]
+    with open(out, "w") as f:
+        f.write("all" if got == list(range(n)) else "wrong")
+
+if __name__ == "__main__":
+    n = shmring.queue._UNBOUNDED_SLOTS + 3000
+    sender, receiver = shmring.create_pair(None)
+    for i in range(n):
+        sender.put_nowait(i)
+    reader = mp.get_context("spawn").Process(target=read, args=(receiver, n, sys.argv[1]))
+    reader.start()
+    print(len(sender._backlog) > 0, flush=True)
+    # No close, no join: exiting waits for the backlog to go out to the reader.
+""")
+
+
+def test_a_process_exiting_with_a_backlog_waits_for_it_to_go_out(tmp_path):
+    script, out = tmp_path / "backlog.py", tmp_path / "got"
+    script.write_text(BACKLOG_AT_EXIT)
+    r = subprocess.run([sys.executable, str(script), str(out)], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "True", (r.stdout, r.stderr)
+    assert out.read_text() == "all"

@@ -27,8 +27,14 @@ When shared memory has no room for a message, ``put`` raises ``shmring.NoSpace``
 ``OSError`` with ``errno.ENOSPC``), sends nothing, and the queue stays usable.
 
 ``capacity`` counts unread messages (``put`` waits when they are that many); ``None`` or 0 is
-unbounded as far as memory goes: up to ``_UNBOUNDED_SLOTS`` unread messages (a ring of that
-many small slots), each of any size.
+unbounded as far as memory goes: a ring of ``_UNBOUNDED_SLOTS`` small slots, each message of
+any size, and when those are all unread ``put`` never waits: the message joins the sender's
+*backlog* (this process's memory), which a feeder thread moves into the ring in order as
+receivers make room, as ``multiprocessing.Queue``'s feeder thread does (an object in the
+backlog is pickled when it is moved, so changing it meanwhile changes what is sent).
+``close()`` leaves the backlog to the feeder, which ends the stream after it; at interpreter
+exit the process waits for its backlogs to go out while receivers keep taking messages (it
+gives up, with a ``RuntimeWarning``, after ``_EXIT_PATIENCE`` seconds without progress).
 
 Endpoints pickle by name and reattach on unpickling, so they can be passed to spawned workers.
 Receivers are *work-sharing*, as py-sharedmemory's: a receiver pickled to N worker processes
@@ -58,6 +64,8 @@ simply left behind (it never runs Python again), as one blocked in ``time.sleep`
 from __future__ import annotations
 
 import asyncio
+import atexit
+import collections
 import math
 import os
 import pickle
@@ -95,6 +103,10 @@ _ARENA_MIN = 1 << 20
 # capacity None/0: this many slots of _UNBOUNDED_SLOT bytes (~5 MiB of shared memory).
 _UNBOUNDED_SLOTS = 4096
 _UNBOUNDED_SLOT = 1024
+# How long the feeder waits for room at a time (then it checks whether the sender was closed).
+_FEED_SLICE = 0.05
+# At exit, how long the process waits for a backlog that makes no progress.
+_EXIT_PATIENCE = 10.0
 
 
 def _geometry(capacity: int, max_message: int) -> dict[str, int]:
@@ -148,7 +160,7 @@ def create_pair(capacity: int | None = 8, *, max_message: int = _DEFAULT_MAX,
                 geometry["arena"] = 0
     receiver = Receiver(ring)
     receiver._creator = os.getpid()
-    return Sender(ring), receiver
+    return Sender(ring, unbounded=capacity == 0), receiver
 
 
 def _sweep() -> list[str]:
@@ -190,16 +202,54 @@ def _wait(block: bool, timeout: float | None) -> float | None:
 _DROPPED: list[Any] = []
 
 
+# Senders whose feeder thread is moving a backlog into the ring (see the module docs).
+_FEEDING: set[Sender] = set()
+_FEEDING_LOCK = threading.Lock()
+_EXIT_HOOKED = False
+
+
+def _flush_at_exit() -> None:
+    """Waits for the backlogs of this process's senders to go out while they make progress
+    (registered when the first feeder starts: after shmring's own exit hook, so it runs
+    before it, while waits still work)."""
+    while True:
+        with _FEEDING_LOCK:
+            feeding = list(_FEEDING)
+        if not feeding:
+            return
+        for sender in feeding:
+            last, since = len(sender._backlog), time.monotonic()
+            while (feeder := sender._feeder) is not None:
+                feeder.join(_FEED_SLICE)
+                left = len(sender._backlog)
+                if left < last:
+                    last, since = left, time.monotonic()
+                elif time.monotonic() - since > _EXIT_PATIENCE:
+                    warnings.warn(f"shmring: {left} message(s) of a sender's backlog were "
+                                  f"never taken by a receiver; exiting without them",
+                                  RuntimeWarning, stacklevel=1)
+                    with _FEEDING_LOCK:
+                        _FEEDING.discard(sender)
+                    break
+
+
 class Sender:
     """The writing end: ``put``, ``put_nowait``, ``wait_for_all_ack``, ``close``. Thread-safe."""
 
-    def __init__(self, ring: Ring) -> None:
+    def __init__(self, ring: Ring, unbounded: bool = False) -> None:
         self._ring = ring
         self._producer = None
         self._closed = False
         # Guards the fields above, never held while waiting (the native producer lends
         # itself to one blocking call at a time).
         self._lock = threading.Lock()
+        # capacity None/0: messages waiting for room, oldest first, and the thread moving
+        # them into the ring (see the module docs); guarded by _feed_lock.
+        self._unbounded = unbounded
+        self._backlog: collections.deque[list[Any]] = collections.deque()
+        self._feeder: threading.Thread | None = None
+        self._close_after = False
+        self._feed_lock = threading.Lock()
 
     def _ensure(self):
         with self._lock:
@@ -239,21 +289,58 @@ class Sender:
         sender is closed (also by another thread while this waits)."""
         wait = _wait(block, timeout)
         producer = self._ensure()
-        kind = type(obj)
-        if (kind is bytes or kind is bytearray) and len(obj) >= _RAW_AT:
-            parts = [_RAW_BYTES if kind is bytes else _RAW_BYTEARRAY, obj]
-        else:
-            parts = [b""]
+        if self._unbounded:
+            self._put_unbounded(producer, obj)
+            return
+        producer._put_parts(_parts(obj), wait)
 
-            def keep(pb: pickle.PickleBuffer) -> bool:
+    def _put_unbounded(self, producer: Any, obj: Any) -> None:
+        """capacity None/0: into the ring now if it has room and no backlog waits, else into
+        the backlog (see the module docs)."""
+        with self._feed_lock:
+            if not self._backlog:
                 try:
-                    parts.append(pb.raw())
-                except BufferError:
-                    return True  # not contiguous: pickle it in band
-                return False
+                    producer._put_parts(_parts(obj), 0.0)
+                    return
+                except errors.Full:
+                    pass  # no room (or another thread's put has the producer): the backlog
+            self._backlog.append(obj)
+            if self._feeder is None:
+                self._feeder = threading.Thread(target=self._feed, args=(producer,),
+                                                name="shmring-feeder", daemon=True)
+                global _EXIT_HOOKED
+                with _FEEDING_LOCK:
+                    _FEEDING.add(self)
+                    if not _EXIT_HOOKED:
+                        _EXIT_HOOKED = True
+                        atexit.register(_flush_at_exit)
+                self._feeder.start()
 
-            parts[0] = pickle.dumps(obj, protocol=5, buffer_callback=keep)
-        producer._put_parts(parts, wait)
+    def _feed(self, producer: Any) -> None:
+        """The feeder thread: moves the backlog into the ring in order, the oldest message
+        leaving the backlog only once it is in the ring (so a ``put`` that finds the backlog
+        empty cannot overtake it); ends the stream after it when ``close`` asked to."""
+        try:
+            while True:
+                with self._feed_lock:
+                    if not self._backlog:
+                        self._feeder = None
+                        close = self._close_after
+                        break
+                    obj = self._backlog[0]
+                try:
+                    producer._put_parts(_parts(obj), _FEED_SLICE)
+                except errors.Full:
+                    continue
+                except errors.Closed:
+                    return
+                with self._feed_lock:
+                    self._backlog.popleft()
+            if close:
+                self._finish(producer, self._ring)
+        finally:
+            with _FEEDING_LOCK:
+                _FEEDING.discard(self)
 
     def put_nowait(self, obj: Any) -> None:
         """``put(obj, block=False)``."""
@@ -297,7 +384,12 @@ class Sender:
         producer = self._producer
         if producer is None:
             return True
-        return producer.wait_drained(wait)
+        end = None if wait is None else time.monotonic() + wait
+        while self._backlog:  # capacity None/0: the backlog goes into the ring first
+            if end is not None and time.monotonic() >= end:
+                return False
+            time.sleep(0.001)
+        return producer.wait_drained(None if end is None else max(0.0, end - time.monotonic()))
 
     def close(self) -> None:
         """Ends the stream as finished (receivers drain what is there, then get
@@ -308,7 +400,17 @@ class Sender:
                 return
             self._closed = True
             producer, ring = self._producer, self._ring
-            self._producer = self._ring = None
+            self._producer = None
+        with self._feed_lock:
+            if self._feeder is not None:
+                self._close_after = True  # the feeder ends the stream after the backlog
+                return
+        self._ring = None
+        self._finish(producer, ring)
+
+    def _finish(self, producer: Any, ring: Ring) -> None:
+        """Ends the stream and removes what nobody will read (``close``'s second half)."""
+        self._ring = None
         if producer is not None:
             producer.close()
         state = ring._group_state(_GROUP)
@@ -335,7 +437,7 @@ class Sender:
             if self._producer is not None:
                 raise RuntimeError("a sender that has put messages cannot move to another "
                                    "process: pass the sender to its process before the first put")
-            return (_attach_sender, (self._ring.name,))
+            return (_attach_sender, (self._ring.name, self._unbounded))
 
 
 class Receiver:
@@ -547,8 +649,27 @@ def _decode(parts: list[Any], zero_copy: bool) -> Any:
     return pickle.loads(head, buffers=parts[1:])
 
 
-def _attach_sender(name: str) -> Sender:
-    return Sender(Ring.open(name, timeout=10.0))
+def _parts(obj: Any) -> list[Any]:
+    """The parts of ``obj``'s message: its pickle stream (protocol 5) and out-of-band
+    buffers, or a raw ``bytes``/``bytearray`` payload behind a marker (see ``_RAW_AT``)."""
+    kind = type(obj)
+    if (kind is bytes or kind is bytearray) and len(obj) >= _RAW_AT:
+        return [_RAW_BYTES if kind is bytes else _RAW_BYTEARRAY, obj]
+    parts: list[Any] = [b""]
+
+    def keep(pb: pickle.PickleBuffer) -> bool:
+        try:
+            parts.append(pb.raw())
+        except BufferError:
+            return True  # not contiguous: pickle it in band
+        return False
+
+    parts[0] = pickle.dumps(obj, protocol=5, buffer_callback=keep)
+    return parts
+
+
+def _attach_sender(name: str, unbounded: bool = False) -> Sender:
+    return Sender(Ring.open(name, timeout=10.0), unbounded)
 
 
 def _attach_receiver(name: str) -> Receiver:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The portable POSIX backend of ring-os (src/posix/: role locks by flock on lock files, shared
-# address waits or polling), which macOS and FreeBSD use:
+# The portable POSIX backend of ring-os (src/liveness/flock.rs: role locks by flock on lock
+# files; src/wait/address.rs: shared address waits or polling), which macOS and FreeBSD use:
 #   1. on Linux, ring-os's whole suite (unit, multi-process, doc tests) on those code paths, with
 #      the `portable` feature (flock role locks in /dev/shm/shmring-locks.<uid>, polling waits);
 #   2. for macOS (arm64, x86_64) and FreeBSD (x86_64), `cargo clippy -D warnings` of ring-os,

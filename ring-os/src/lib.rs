@@ -18,9 +18,9 @@
 //!
 //! The source is laid out by job: `front/` (the front door), `asyncio/`, `segment/` (segments
 //! per platform, the SIGBUS guard, cleanup), `liveness/` (role locks per platform, owners,
-//! registration), `wait/` (futexes per platform), and beside them the participants
-//! (`ring.rs`, `blocking.rs`, `mapping.rs`, `alloc.rs`) and descriptor passing (`fdpass.rs`,
-//! `rendezvous.rs`).
+//! registration), `wait/` (futexes per platform), and `raw/` (the participants and their
+//! blocking helpers, the mapping, the allocator binding; what [`raw`] exports from the other
+//! folders too). Descriptor passing (`fdpass.rs`, `rendezvous.rs`) sits in `segment/`.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

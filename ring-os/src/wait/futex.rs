@@ -74,42 +74,28 @@ mod imp {
     }
 }
 
-/// The portable backend: the platform's address wait (macOS, FreeBSD; see `posix/wait.rs`),
-/// else polling (the other BSDs, and Linux with the `portable` feature).
-#[cfg(ring_portable)]
+/// Elsewhere the platform's own wait where it has one for the word, else polling: the
+/// portable backend's address wait (`address.rs`: macOS, FreeBSD; polling on the other BSDs and
+/// on Linux with the `portable` feature), and on Windows the segment's named semaphores
+/// (`windows.rs`; polling for a word outside every segment).
+#[cfg(any(ring_portable, windows))]
 mod imp {
     use core::sync::atomic::AtomicU32;
     use core::time::Duration;
 
     use super::WaitOutcome;
+    #[cfg(ring_portable)]
+    use crate::wait::address as native;
+    #[cfg(windows)]
+    use crate::wait::windows as native;
 
     pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
-        crate::wait::address::wait(word, expected, timeout)
+        native::wait(word, expected, timeout)
             .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
     }
 
     pub(super) fn wake_all(word: &AtomicU32) -> usize {
-        crate::wait::address::wake_all(word)
-    }
-}
-
-/// Windows: named semaphores per segment (see `windows/futex.rs`), polling for other words.
-#[cfg(windows)]
-mod imp {
-    use core::sync::atomic::AtomicU32;
-    use core::time::Duration;
-
-    use super::WaitOutcome;
-
-    /// Sleeps on the segment's semaphore, or polls a word outside every segment.
-    pub(super) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> WaitOutcome {
-        crate::wait::windows::wait(word, expected, timeout)
-            .unwrap_or_else(|| super::poll::wait(word, expected, timeout))
-    }
-
-    /// Releases the segment's semaphore for every announced waiter.
-    pub(super) fn wake_all(word: &AtomicU32) -> usize {
-        crate::wait::windows::wake_all(word)
+        native::wake_all(word)
     }
 }
 

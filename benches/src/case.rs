@@ -170,6 +170,16 @@ pub struct Case {
 }
 
 impl Case {
+    /// How often pollers yield in this case (`wait::set_yield_every` takes it): a
+    /// ping-pong keeps its core, a stream or a fan-out yields often.
+    #[must_use]
+    pub fn yield_every(&self) -> u32 {
+        match self.metric {
+            Metric::RoundTrip | Metric::Acquire => 100,
+            Metric::Throughput | Metric::Fanout => 1,
+        }
+    }
+
     /// Bytes the parent sends per iteration (to each child).
     pub fn down_bytes(&self) -> usize {
         match self.metric {

@@ -19,8 +19,7 @@ use std::time::{Duration, Instant};
 /// How long a child waits for its next command before it gives up on the parent.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
-/// Longest a single `Run` may take on either side before the peer is declared hung.
-pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
+use crate::wait::RUN_TIMEOUT;
 
 /// A running child and its control connection.
 pub struct ChildProc {
@@ -242,7 +241,7 @@ pub fn main(
 /// The child's half of `iters` iterations of `case`.
 fn run(case: &Case, link: &mut Link, iters: usize, ctl: &mut Ctl) -> Result<(), BenchError> {
     let deadline = Instant::now() + RUN_TIMEOUT;
-    crate::wait::set_yield_every(crate::runner::yield_every(case));
+    crate::wait::set_yield_every(case.yield_every());
     let (down, up) = (case.down_bytes(), case.up_bytes());
     let Link { tx, rx } = link;
     let mut nothing = || Ok(());

@@ -1,10 +1,11 @@
 //! The parent: runs the plan case by case, interleaving rounds across transports.
 
 use crate::case::{plan, Case, Metric, Transport, REQUEST_BYTES, THROUGHPUT_BATCH};
-use crate::child::{self, ChildProc, Watchdog, RUN_TIMEOUT};
+use crate::child::{self, ChildProc, Watchdog};
 use crate::ctl::{Msg, Setup};
 use crate::link::{self, Link, Peers};
 use crate::stats::{human_bytes, Results};
+use crate::wait::RUN_TIMEOUT;
 use crate::BenchError;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -159,7 +160,7 @@ fn run_link(
     record: &mut dyn FnMut(u64),
 ) -> Result<(), BenchError> {
     let n = case.metric.children();
-    crate::wait::set_yield_every(yield_every(case));
+    crate::wait::set_yield_every(case.yield_every());
     let active = children.get_mut(..n).ok_or_else(|| BenchError::Usage {
         what: "not enough children".to_owned(),
     })?;
@@ -226,14 +227,6 @@ fn run_link(
         c.ctl.expect_ok()?;
     }
     Ok(())
-}
-
-/// How often pollers yield in `case` (see [`crate::wait::set_yield_every`]).
-pub fn yield_every(case: &Case) -> u32 {
-    match case.metric {
-        Metric::RoundTrip | Metric::Acquire => 100,
-        Metric::Throughput | Metric::Fanout => 1,
-    }
 }
 
 fn elapsed_ns(t0: Instant) -> u64 {

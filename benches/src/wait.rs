@@ -3,7 +3,11 @@
 use crate::case::Transport;
 use crate::BenchError;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+/// Longest a single `Run` may take on either side before the peer is declared hung (the bound
+/// of every wait a transport makes within one).
+pub const RUN_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Spins between deadline checks (roughly 10 µs).
 const SPINS_PER_CHECK: u32 = 512;
@@ -14,7 +18,7 @@ static CHECKS_PER_YIELD: AtomicU32 = AtomicU32::new(1);
 /// Sets how often a poller yields its core: every `checks` deadline checks.
 ///
 /// On two cores shared with other work there is no single right answer, so the harness picks per
-/// metric (see `runner::yield_every`): a ping-pong (round trip, acquire) keeps its core and
+/// metric (see [`Case::yield_every`](crate::case::Case::yield_every)): a ping-pong (round trip, acquire) keeps its core and
 /// yields about once a millisecond, because a yield hands the core to whatever else is runnable
 /// for a whole time slice (measured: the floor's median went from ~0.5 µs to ~29 µs with a
 /// yield every 10 µs on a loaded machine); a stream or a fan-out yields every ~10 µs, because a

@@ -64,7 +64,7 @@ impl Tx for RingTx {
         stamp(src, self.seq);
         // The deadline is read from the clock only when a wait begins: the floor pays no clock
         // read per message, and neither does a claim that finds its slot free.
-        let deadline = || Instant::now() + crate::child::RUN_TIMEOUT;
+        let deadline = || Instant::now() + crate::wait::RUN_TIMEOUT;
         let mut slot = if self.mode == Mode::Futex {
             // Blocks on the segment's drain futex while a gating consumer holds the ring full.
             self.producer
@@ -201,7 +201,7 @@ impl Tx for RingBatchTx {
     /// each publishes the prefix that fits, and the rest waits (spinning on `is_claimable`, as
     /// `ring-pinned` does) for the consumer to free slots.
     fn flush(&mut self) -> Result<(), BenchError> {
-        let deadline = Instant::now() + crate::child::RUN_TIMEOUT;
+        let deadline = Instant::now() + crate::wait::RUN_TIMEOUT;
         let mut done = 0;
         while done < self.queued {
             let producer = &mut self.producer;

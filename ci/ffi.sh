@@ -47,6 +47,10 @@ cmake --build "$tmp/build" >/dev/null
 cmake -S examples/frame-server -B "$tmp/build-fs" >/dev/null
 cmake --build "$tmp/build-fs" >/dev/null
 "$tmp/build-fs/render-check"
+# The same without SSE2 (the rows non-x86 hosts build), under ASan and UBSan.
+c++ -std=c++17 -O1 -U__SSE2__ -fsanitize=address,undefined -Wall -Wextra -Werror \
+  examples/frame-server/render_check.cpp -o "$tmp/render-check-portable"
+"$tmp/render-check-portable"
 
 echo "--- frame server: ringctl grab on its line protocol, ucv-client (C) on its UnrealCV port"
 cargo build --quiet -p ringctl

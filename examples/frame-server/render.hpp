@@ -6,8 +6,8 @@
 // rendered image lands the whole frame in memory), and nothing more: a pixel is the row's part
 // (the same for every pixel of a row) OR the column's part (the same for every row of a frame),
 // so a row is made from one per-frame table of the column parts with wide stores, and the
-// checksum is known from the table's sums and the row's part without a second pass. render_check
-// (render_check.cpp, run by ci/ffi.sh) holds it to the per-pixel definition below.
+// checksum is known from the table's sums and the row's part without a second pass. render-check
+// (render_check.cpp, run by ci/ffi.sh and wine.sh) holds it to the per-pixel definition below.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +17,7 @@
 
 #if defined(__SSE2__) || defined(_M_X64) || defined(_M_AMD64)
 #include <emmintrin.h>
-#define FRAMES_STREAM_STORES 1
+#define FRAMES_SSE2 1
 #endif
 
 namespace frames {
@@ -45,7 +45,8 @@ inline uint64_t word_sum(const uint8_t *p, size_t len) {
 /// (the BMP copy, a copying client) does; a larger one goes straight to memory, without the
 /// cache first reading every line it is about to overwrite (a plain store's read for
 /// ownership), as a device's DMA of a captured frame does. Measured on this project's VM:
-/// streaming halves the render at 4K and 8K and slows render + BMP copy up to 1440p.
+/// streaming takes ~40% off the render at 4K and 8K, and slows render + BMP copy up to 1440p
+/// (docs/benchmarks.md, "UnrealCV's client").
 constexpr size_t kStreamFrom = size_t{16} << 20;
 
 /// Writes the w pixels of `row` as `cols[x] | c`, the aligned middle in 16-byte stores (SSE2,
@@ -53,7 +54,7 @@ constexpr size_t kStreamFrom = size_t{16} << 20;
 /// fences them before it returns).
 inline void fill_row(uint8_t *row, const uint32_t *cols, uint32_t w, uint32_t c, bool stream) {
   uint32_t x = 0;
-#ifdef FRAMES_STREAM_STORES
+#ifdef FRAMES_SSE2
   for (; x < w && (reinterpret_cast<uintptr_t>(row + 4 * static_cast<size_t>(x)) & 15) != 0;
        x++) {
     const uint32_t px = cols[x] | c;
@@ -126,7 +127,7 @@ inline uint64_t render(View view, uint8_t *p, uint32_t w, uint32_t h, uint64_t n
     (odd ? hi : lo) += even_sum;
     (odd ? lo : hi) += odd_sum;
   }
-#ifdef FRAMES_STREAM_STORES
+#ifdef FRAMES_SSE2
   if (stream) _mm_sfence();  // the streamed rows before the stamp and the caller's publish
 #endif
   uint64_t sum = lo + (hi << 32);

@@ -2,8 +2,9 @@
 
 use crate::error::{AttachError, LayoutError};
 use crate::geometry::{Config, Geometry};
-use crate::memory::{Memory, RawMemory};
+use crate::memory::Memory;
 use crate::owner::OwnerId;
+use crate::raw::RawMemory;
 use crate::sync::{AtomicU32, AtomicU64};
 use alloc::vec::Vec;
 use core::ptr::NonNull;

@@ -101,6 +101,6 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
         );
     }
     // Release: the init barrier. Synchronises with the Acquire load of `init_state` in
-    // `memory::validate_header`, after which an attacher sees every word written above.
+    // `raw::validate_header`, after which an attacher sees every word written above.
     h.init_state.store(INIT_READY, Ordering::Release);
 }

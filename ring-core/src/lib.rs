@@ -83,6 +83,7 @@ mod memory;
 mod owned;
 mod owner;
 mod producer;
+mod raw;
 mod wait;
 mod words;
 
@@ -98,10 +99,11 @@ pub use group::group_key;
 pub use heap::HeapSegment;
 pub use inspect::ConsumerInfo;
 pub use layout::{CACHE_LINE, INLINE_CAPACITY};
-pub use memory::{Memory, OpenJoin, RawMemory};
+pub use memory::{Memory, OpenJoin};
 #[cfg(feature = "alloc")]
 pub use owned::OwnedSegment;
 pub use producer::{LoanError, LostReader, LostReaders, Overflow, Producer, Reclaimed, WriteSlot};
+pub use raw::RawMemory;
 pub use wait::{Spin, SpinThenYield, WaitStrategy};
 
 pub use class::DeliveryClass;

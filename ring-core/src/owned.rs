@@ -152,7 +152,7 @@ impl OwnedSegment {
     /// [`AttachError`] names the first thing found wrong (`BadMagic` or `NotInitialized` while
     /// the creator has not opened the init barrier yet).
     pub fn attach_check(&self) -> Result<Geometry, AttachError> {
-        crate::memory::validate_header(&self.header, self.geometry.total_len)
+        crate::raw::validate_header(&self.header, self.geometry.total_len)
     }
 }
 

@@ -22,7 +22,7 @@
 
 use core::time::Duration;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use pyo3::prelude::*;
@@ -40,104 +40,18 @@ use crate::aio::{Notifier, Waiters, BUSY, PENDING, READY};
 use crate::errors::{self, exported_fail, Fail};
 use crate::export;
 use crate::handoff::{Handoff, Lease};
-use crate::queue::{self as q, Arena, Part};
-use crate::recycle::{Buffer, Recycler, RECYCLE_AT};
-use crate::wait::{deadline, sliced, unlocked, GiveBack};
+use crate::recycle::Recycler;
+use crate::wait::{deadline, sliced, GiveBack};
 
+mod get;
 mod message;
+mod part;
+mod pins;
+mod recv;
+
 pub(crate) use message::Message;
-
-/// What the lease holder owns: the subscriber and the holds of the pinned messages.
-struct Held {
-    /// The asyncio coroutines' wait (see `aio`). Declared before `sub`, so it is dropped
-    /// first: it gives its waiter count back while the subscriber still holds its entry.
-    ready: ReadyWait,
-    sub: Subscriber,
-    /// The holds of pinned messages, by message id (at most `MAX_HOLDS`).
-    holds: Vec<(u64, Hold)>,
-    /// The id of the last pinned message (ids start at 1).
-    last_id: u64,
-    /// The ring's allocator, attached by the first `_get_parts` (inner `None`: the ring has
-    /// none).
-    arena: Option<Option<Arena>>,
-}
-
-impl Held {
-    /// Gives back to the ring the holds of the messages Python let go (see [`Pins::let_go`]).
-    /// Calls no Python.
-    fn settle(&mut self, pins: &Mutex<Pins>) {
-        let ids = core::mem::take(&mut lock(pins).let_go);
-        for (id, spill) in ids {
-            if let Some(i) = self.holds.iter().position(|(h, _)| *h == id) {
-                let (_, hold) = self.holds.swap_remove(i);
-                // `NotHeld` cannot happen (the hold came from this subscriber and is released
-                // once); a reclaimed consumer's release writes nothing.
-                let _ = self.sub.release(hold);
-            }
-            // After the release: had this member died holding the message, the message would
-            // have been redelivered with its spill still there.
-            if let Some(spill) = spill {
-                spill.done();
-            }
-        }
-    }
-
-    /// Gives a hold taken for one call back at once (a copying read).
-    fn give(&mut self, hold: Hold) -> Result<(), Fail> {
-        self.sub.release(hold).map_err(errors::read)
-    }
-}
-
-/// One pinned message as Python sees it.
-struct PinRecord {
-    id: u64,
-    /// Live buffer exports of this message (shared with its `Message` or queue `Part`s, so a
-    /// view can be released without the consumer).
-    exports: Arc<AtomicUsize>,
-    /// A zero-copy spilled queue message that is this reader's alone: its spill segment,
-    /// acknowledged once the message is given back (see `spill`).
-    spill: Option<Arc<crate::spill::Received>>,
-}
-
-/// The pinned messages of a consumer, as Python sees them. Records leave only with the GIL
-/// held (see the module doc).
-#[derive(Default)]
-struct Pins {
-    live: Vec<PinRecord>,
-    /// Ids of messages let go whose holds [`Held::settle`] has not given back yet, with the
-    /// spill segment to acknowledge after that.
-    let_go: Vec<(u64, Option<Arc<crate::spill::Received>>)>,
-    /// The zero-copy queue message, let go by the next `_get_parts` (the queue's rule).
-    queue: Option<u64>,
-}
-
-impl Pins {
-    /// Lets message `id` go: its record leaves, its hold is queued for [`Held::settle`].
-    /// Refuses while its bytes are exported; `Ok(false)` when it was let go already.
-    fn let_go(&mut self, id: u64, what: &str) -> Result<bool, Fail> {
-        let Some(i) = self.live.iter().position(|r| r.id == id) else {
-            return Ok(false);
-        };
-        if export::live(&self.live[i].exports) {
-            return Err(exported_fail(what));
-        }
-        let record = self.live.swap_remove(i);
-        self.let_go.push((id, record.spill));
-        if self.queue == Some(id) {
-            self.queue = None;
-        }
-        Ok(true)
-    }
-
-    fn find(&self, id: u64) -> Option<&PinRecord> {
-        self.live.iter().find(|r| r.id == id)
-    }
-}
-
-/// Locks `m`; no panic happens under these locks, so a poisoned one is still consistent.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+pub(crate) use part::Part;
+use pins::{lock, Held, PinRecord, Pins};
 
 /// A consumer of a ring (see `Ring.consumer`). Pins up to `max_pins` messages at once; usable
 /// from any thread (see the module doc).
@@ -334,42 +248,6 @@ impl Consumer {
     }
 }
 
-impl Consumer {
-    /// Maps the spill segment of the message in `slot`, if it is a spilled one. Only a spill
-    /// name of this very queue is opened (see `spill`).
-    fn open_spill(&self, slot: &[u8]) -> Result<Option<crate::spill::Received>, Fail> {
-        let Some((len, name)) = q::spill_of(slot)? else {
-            return Ok(None);
-        };
-        let ours = match self.mapping.segment().kind() {
-            ring_os::raw::SegmentKind::Named(q) => crate::spill::is_spill_of(name, q.as_str()),
-            _ => false,
-        };
-        if !ours {
-            return Err(Fail::new(
-                "Corrupt",
-                format!("the message names a spill segment {name:?} of another queue"),
-            ));
-        }
-        Ok(Some(crate::spill::Received::open(name, len)?))
-    }
-
-    /// Whether a spilled message this consumer reads is its alone, so that it acknowledges it
-    /// when done (see `spill`): a group member's is (each message goes to one member), and the
-    /// only reader's; with several broadcast readers the sender's next claim of the slot frees
-    /// the segment.
-    fn acks_spills(&self) -> bool {
-        self.group.is_some()
-            || self
-                .mapping
-                .participants()
-                .iter()
-                .filter(|p| matches!(p.role, ring_os::raw::lock::Role::Consumer(_)))
-                .count()
-                <= 1
-    }
-}
-
 /// The `Timeout` of a read that found no message in time.
 fn no_message() -> PyErr {
     Fail::new("Timeout", "no message came within the timeout").into()
@@ -444,125 +322,7 @@ impl Consumer {
         timeout: Option<f64>,
         zero_copy: bool,
     ) -> PyResult<(Vec<Bound<'py, PyAny>>, bool)> {
-        let py = slf.py();
-        let me = slf.get();
-        let pins = &me.pins;
-        let (mut turn, taken) = me.take_next(py, timeout, |h| {
-            let mut p = lock(pins);
-            if let Some(prev) = p.queue {
-                p.let_go(prev, "get the next message")?;
-            }
-            drop(p);
-            h.settle(pins);
-            Ok(())
-        })?;
-        let redelivered = taken.hold.redelivered();
-        let held = turn.held()?;
-        if held.arena.is_none() {
-            let a = Arena::attach(&me.mapping).map_err(|f| f.into_py(py))?;
-            held.arena = Some(a);
-        }
-        let (ptr, len) = taken.bytes;
-        // SAFETY: the hold just taken keeps these `len` bytes mapped and stable (the producer
-        // cannot claim a held slot) until it is given back below or let go.
-        let slot = unsafe { core::slice::from_raw_parts(ptr as *const u8, len) };
-        let arena = held.arena.as_ref().and_then(Option::as_ref);
-        let spill = match me.open_spill(slot) {
-            Ok(s) => s,
-            Err(f) => {
-                held.give(taken.hold)?;
-                return Err(f.into_py(py));
-            }
-        };
-        let mapped = spill.as_ref().map(crate::spill::Received::data);
-        let parts = match q::parse(slot, taken.hold.meta(), arena, mapped) {
-            Ok(p) => p,
-            Err(f) => {
-                held.give(taken.hold)?;
-                return Err(f.into_py(py));
-            }
-        };
-        // A reader whose message it is alone acknowledges a spill once it gave the message
-        // back (after the copy, or when the last zero-copy part goes): the sender may then
-        // reuse the segment (see `spill`). Should it die first, the message is redelivered
-        // with its spill still there.
-        let spill = spill.map(Arc::new);
-        let acked = spill.as_ref().filter(|_| me.acks_spills()).cloned();
-        if zero_copy {
-            let (id, exports) = me.keep(&mut turn, taken, acked)?;
-            lock(pins).queue = Some(id);
-            drop(turn);
-            let consumer = slf.clone().unbind();
-            let siblings = Arc::new(AtomicUsize::new(parts.len()));
-            let views = parts
-                .iter()
-                .map(|g| {
-                    Ok(Bound::new(
-                        py,
-                        Part {
-                            consumer: consumer.clone_ref(py),
-                            exports: Arc::clone(&exports),
-                            siblings: Arc::clone(&siblings),
-                            pin_id: id,
-                            addr: g.addr,
-                            len: g.len,
-                            _spill: spill.as_ref().map(|s| Arc::clone(&s.seg)),
-                        },
-                    )?
-                    .into_any())
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            return Ok((views, redelivered));
-        }
-        let mut out = Vec::with_capacity(parts.len());
-        let mut jobs = Vec::with_capacity(parts.len());
-        let mut total = 0usize;
-        // An empty pickle part marks a raw `bytes` payload (see `shmring.queue`).
-        let raw_bytes = parts.len() == 2 && parts[0].len == 0;
-        // A raw `bytes`/`bytearray` payload must come back as that type.
-        let raw = parts.len() == 2 && parts[0].len <= 1;
-        for (i, g) in parts.iter().enumerate() {
-            if i == 0 {
-                // SAFETY: validated by `parse` to lie in the held slot or its allocation.
-                let b = unsafe { core::slice::from_raw_parts(g.addr as *const u8, g.len) };
-                out.push(PyBytes::new(py, b).into_any());
-            } else if !raw && g.len >= RECYCLE_AT {
-                // A pickled array's buffer: into recycled memory (see `recycle`).
-                let (obj, dst) = Buffer::make(py, &me.recycler, g.len)?;
-                jobs.push((g.addr, dst, g.len));
-                total += g.len;
-                out.push(obj);
-            } else {
-                let (obj, dst) = q::new_buffer(py, g.len, raw_bytes)?;
-                jobs.push((g.addr, dst, g.len));
-                total += g.len;
-                out.push(obj);
-            }
-        }
-        let faults = ring_os::raw::sigbus::repaired_faults();
-        let copy = move || {
-            for (src, dst, len) in jobs {
-                // SAFETY: `src..src + len` lies in the held slot or its allocation (`parse`),
-                // stable while held (this call gives the hold back only after the copy);
-                // `dst` is the memory of a new bytearray or `Buffer` of `len` bytes (held in
-                // `out`) that no other code has seen yet.
-                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-            }
-        };
-        if total >= q::RELEASE_GIL_AT {
-            unlocked(py, &mut turn.lease, |_| copy());
-        } else {
-            copy();
-        }
-        drop(spill);
-        // The hold goes back first: a member that died before this point gets its message
-        // redelivered with the spill still there.
-        turn.held()?.give(taken.hold)?;
-        if let Some(spill) = acked {
-            spill.done();
-        }
-        truncated_since(faults)?;
-        Ok((out, redelivered))
+        Self::get_parts(slf, timeout, zero_copy)
     }
 
     /// Copies the next message out as `bytes` (waits as `pin` does). A copying read pins
@@ -570,25 +330,7 @@ impl Consumer {
     /// messages pinned.
     #[pyo3(signature = (timeout = None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
-        let end = deadline(timeout)?;
-        let mut turn = self.turn(py, end, |_| Ok(()))?;
-        loop {
-            self.wait_message(py, end, &mut turn)?;
-            let faults = ring_os::raw::sigbus::repaired_faults();
-            // The message is there: pin it without waiting, and copy it with the GIL held.
-            let out = match turn.held()?.sub.recv_pinned_timeout(Duration::ZERO) {
-                Ok(pin) => {
-                    self.count(pin.missed());
-                    PyBytes::new(py, pin.bytes())
-                }
-                // Overwritten since (latest, skip): wait for the next one.
-                Err(RecvTimeoutError::Timeout)
-                | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => continue,
-                Err(e) => return Err(errors::recv(e).into()),
-            };
-            truncated_since(faults)?;
-            return Ok(out);
-        }
+        self.recv_bytes(py, timeout)
     }
 
     /// Copies the next message into `buffer` (any writable C-contiguous buffer: `bytearray`,
@@ -604,50 +346,7 @@ impl Consumer {
         buffer: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
-        let view = crate::producer::View::writable(buffer)?;
-        let (dst, room) = view.raw();
-        let end = deadline(timeout)?;
-        let mut turn = self.turn(py, end, |_| Ok(()))?;
-        let pins = &self.pins;
-        let faults = ring_os::raw::sigbus::repaired_faults();
-        // Waits, pins and copies in one go, the GIL released throughout.
-        let got = sliced(py, end, &mut turn.lease, |lease, slice| {
-            lease.check_open()?;
-            let h = lease.get()?;
-            h.settle(pins);
-            let pin = match h.sub.recv_pinned_timeout(slice) {
-                Ok(pin) => pin,
-                Err(RecvTimeoutError::Timeout)
-                | Err(RecvTimeoutError::Failed(ReadError::Lagging)) => return Ok(None),
-                Err(e) => return Err(errors::recv(e)),
-            };
-            let (src, len) = (pin.bytes().as_ptr(), pin.len());
-            if len > room {
-                return Ok(Some(Err((len, pin.missed()))));
-            }
-            // SAFETY: `src..src + len` is the pinned message, mapped and stable while `pin`
-            // lives (it is dropped after the copy); `dst..dst + len` lies in the writable view
-            // `view`, held (so the object cannot be resized or freed) until after the copy.
-            // Raw pointers only, and `copy` allows overlap, so even a view into the segment
-            // itself cannot make this unsound.
-            unsafe { core::ptr::copy(src, dst as *mut u8, len) };
-            Ok(Some(Ok((len, pin.missed()))))
-        })?;
-        drop(view);
-        let got = got.ok_or_else(no_message)?;
-        let (Ok((len, missed)) | Err((len, missed))) = got;
-        self.count(missed);
-        if got.is_err() {
-            return Err(Fail::new(
-                "TooLarge",
-                format!(
-                    "a message of {len} bytes does not fit a buffer of {room} (it was consumed)"
-                ),
-            )
-            .into());
-        }
-        truncated_since(faults)?;
-        Ok(len)
+        self.recv_into_buffer(py, buffer, timeout)
     }
 
     /// `await consumer.recv_async()`: `recv` for asyncio (see `shmring._aio`): waits without a

@@ -34,7 +34,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::QueueClaim>()?;
     m.add_class::<consumer::Consumer>()?;
     m.add_class::<consumer::Message>()?;
-    m.add_class::<queue::Part>()?;
+    m.add_class::<consumer::Part>()?;
     m.add_class::<arena::Allocator>()?;
     m.add_class::<arena::Allocations>()?;
     m.add_class::<arena::Block>()?;

@@ -38,10 +38,8 @@
 //! and each part against the allocation. Copies are sized by those validated lengths, which the
 //! receiver's own mapping bounds.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use pyo3::exceptions::PyBufferError;
 use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_core::arena::{AllocError, Allocation, Allocator};
@@ -49,9 +47,7 @@ use ring_core::Memory as _;
 use ring_os::raw::alloc::PRODUCER_ALLOC_OWNER;
 use ring_os::raw::Mapping;
 
-use crate::consumer::Consumer;
 use crate::errors::Fail;
-use crate::export;
 
 /// `"SRQ2"`.
 pub(crate) const MAGIC: [u8; 4] = *b"SRQ2";
@@ -477,88 +473,4 @@ pub(crate) fn new_buffer(
         }
     } as usize;
     Ok((obj, ptr))
-}
-
-/// One part of a message received with `zero_copy`: exports the part's bytes in the ring
-/// (slot or allocation) read-only, counted as exports of the consumer's pin, so the pin is
-/// not released while a view lives (the next `get` raises `BufferError` then).
-#[pyclass(module = "shmring", frozen)]
-pub(crate) struct Part {
-    pub(crate) consumer: Py<Consumer>,
-    pub(crate) exports: Arc<AtomicUsize>,
-    /// The parts of this message still alive (shared by them): the last one to go releases
-    /// the pin, so a receiver that dropped everything does not hold the sender back.
-    pub(crate) siblings: Arc<AtomicUsize>,
-    pub(crate) pin_id: u64,
-    pub(crate) addr: usize,
-    pub(crate) len: usize,
-    /// A spilled message's segment, mapped while any of its parts lives (only kept, never
-    /// read: `addr` points into it).
-    pub(crate) _spill: Option<Arc<ring_os::raw::Segment>>,
-}
-
-impl Drop for Part {
-    fn drop(&mut self) {
-        // Relaxed: every Part is created and dropped with the GIL held, which orders them.
-        if self.siblings.fetch_sub(1, Ordering::Relaxed) != 1 {
-            return;
-        }
-        // No Python call and no error object here (as in `Message`'s destructor): a
-        // destructor may run while an exception propagates.
-        Python::with_gil(|_py| crate::consumer::release_pin(&self.consumer, self.pin_id));
-    }
-}
-
-#[pymethods]
-impl Part {
-    fn __len__(&self) -> usize {
-        self.len
-    }
-
-    /// Exports the bytes read-only.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: core::ffi::c_int,
-    ) -> PyResult<()> {
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "a zero-copy queue buffer is read-only (use get() for a writable copy)",
-            ));
-        }
-        let me = slf.get();
-        if !crate::consumer::pin_is(slf.py(), &me.consumer, me.pin_id) {
-            return Err(Fail::new(
-                "Closed",
-                "this zero-copy buffer's message was released (a later get, or close)",
-            )
-            .into());
-        }
-        // SAFETY: `view` is the interpreter's; the bytes stay mapped and unchanged while the
-        // export count keeps the pin (the consumer refuses to unpin) and the pin keeps the
-        // slot, and so its allocation, from being reclaimed.
-        unsafe {
-            export::fill(
-                slf.as_any(),
-                view,
-                (me.addr, me.len),
-                true,
-                flags,
-                &me.exports,
-            )
-        }
-    }
-
-    /// Drops one export.
-    ///
-    /// # Safety
-    ///
-    /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
-        export::release(&slf.get().exports);
-    }
 }

@@ -20,7 +20,8 @@
 //! per platform, the SIGBUS guard, cleanup), `liveness/` (role locks per platform, owners,
 //! registration), `wait/` (futexes per platform), and `raw/` (the participants and their
 //! blocking helpers, the mapping, the allocator binding; what [`raw`] exports from the other
-//! folders too). Descriptor passing (`fdpass.rs`, `rendezvous.rs`) sits in `segment/`.
+//! folders too; `rendezvous.rs`, the memfd rendezvous). Passing a descriptor (`fdpass.rs`)
+//! sits in `segment/`.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,

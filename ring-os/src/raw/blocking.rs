@@ -433,4 +433,59 @@ mod tests {
         c.recv(&mut buf, Duration::from_secs(1)).unwrap();
         assert!(p.wait_drained_for(Duration::from_secs(1)));
     }
+
+    /// The SIGBUS guard under the blocking helpers: a peer that truncates a file ring costs a
+    /// clear error (`Corrupt(TRUNCATED)`, `Error::Truncated`), never the process.
+    #[test]
+    #[cfg(unix)]
+    fn a_truncated_file_ring_is_a_clear_error_in_this_process_file_ring_is_a_clear_error_in_this_process(
+    ) {
+        let dir = std::env::temp_dir().join(format!("ring-os-sigbus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("ring");
+        let config = Config::new(16, 4096);
+        let ring = ShmRing::create_file(&path, &config, CreateOptions::new()).unwrap();
+        let mut p = ShmRing::producer(&ring).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut buf = vec![0u8; 4096];
+        p.publish(&[7; 4096], Duration::from_secs(1)).unwrap();
+        c.recv(&mut buf, Duration::from_secs(1)).unwrap();
+        assert!(!ring.is_truncated());
+        let len = ring.segment().len() as u64;
+        rustix::fs::ftruncate(ring.segment().fd(), len / 3).unwrap();
+        // Messages in slots that are still backed go through; the first one whose pages are
+        // lost is reported (without the guard, it is a SIGBUS).
+        let mut sent = 0;
+        let published = loop {
+            match p.publish(&[8; 4096], Duration::from_secs(1)) {
+                Ok(_) => sent += 1,
+                Err(e) => break e,
+            }
+            let got = c.recv(&mut buf, Duration::from_secs(1)).unwrap();
+            assert_eq!(
+                buf[..got.len],
+                [8; 4096],
+                "a message from a backed slot is intact"
+            );
+            assert!(
+                sent < 16,
+                "a whole ring cycle went through a truncated segment"
+            );
+        };
+        assert_eq!(published, ring_core::ClaimError::Corrupt(TRUNCATED));
+        assert_eq!(
+            c.recv(&mut buf, Duration::from_secs(1)),
+            Err(ring_core::ReadError::Corrupt(TRUNCATED).into())
+        );
+        assert!(ring.is_truncated());
+        assert!(crate::segment::sigbus::repaired_faults() >= 1);
+        match ring.check_len() {
+            Err(e @ crate::Error::Truncated { .. }) => assert!(e.to_string().contains("truncated")),
+            other => panic!("{other:?}"),
+        }
+        assert!(!p.wait_drained_for(Duration::from_millis(50)));
+        drop((p, c, ring));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }

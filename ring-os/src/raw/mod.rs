@@ -24,6 +24,8 @@
 pub mod alloc;
 mod blocking;
 mod mapping;
+#[cfg(unix)]
+pub mod rendezvous;
 mod ring;
 
 pub use alloc::{AllocProducer, AllocReader};
@@ -33,11 +35,11 @@ pub use ring::{ShmConsumer, ShmProducer, ShmRing};
 
 pub use crate::error::ShmReadError;
 pub use crate::liveness::{lock, owner, Participant, RoleFile};
+#[cfg(unix)]
+pub use crate::segment::fdpass;
 /// The seals every memfd segment carries (`F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL`).
 #[cfg(unix)]
 pub use crate::segment::REQUIRED_SEALS;
-#[cfg(unix)]
-pub use crate::segment::{fdpass, rendezvous};
 pub use crate::segment::{
     name::{MAX_LEN as MAX_NAME_LEN, PREFIX as NAME_PREFIX},
     sigbus, stale, CreateOptions, Segment, SegmentKind, SegmentName, SizeCheck,

@@ -9,14 +9,12 @@
 //!   nothing to guard there);
 //! - [`stale`]: listing our named segments and removing abandoned ones (`windows/stale.rs`:
 //!   none are left behind there);
-//! - [`fdpass`] and [`rendezvous`] (Unix): handing a segment's descriptor to another process.
+//! - [`fdpass`] (Unix): handing a segment's descriptor to another process.
 
 #[cfg(unix)]
 pub mod fdpass;
 pub(crate) mod name;
 mod options;
-#[cfg(unix)]
-pub mod rendezvous;
 #[cfg_attr(windows, path = "windows/sigbus.rs")]
 pub mod sigbus;
 #[cfg_attr(windows, path = "windows/stale.rs")]

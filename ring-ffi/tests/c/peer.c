@@ -69,6 +69,12 @@ static int failures = 0;
     }                                                                                   \
   } while (0)
 
+/* Tells the Rust side this peer is set up (one line it waits for). */
+static void say_ready(void) {
+  printf("ready\n");
+  fflush(stdout);
+}
+
 static shmring_config config(uint32_t slots, uint32_t slot_size, uint32_t pin_only) {
   shmring_config c;
   memset(&c, 0, sizeof c);
@@ -334,8 +340,7 @@ static int check_msg(const shmring_message *msg, long i) {
 static int subscribe(shmring_ring *ring, long n, int pin) {
   shmring_subscriber *sub = NULL;
   OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
-  printf("ready\n");
-  fflush(stdout);
+  say_ready();
   uint8_t buf[4096];
   long got = 0;
   for (;;) {
@@ -382,8 +387,7 @@ static int pin_hold(const char *name) {
   shmring_config cfg = config(0, 0, 0);
   OK(shmring_ring_open(name, &cfg, &ring));
   OK(shmring_ring_subscriber(ring, SHMRING_GATING, &sub));
-  printf("ready\n");
-  fflush(stdout);
+  say_ready();
   OK(shmring_subscriber_pin(sub, 10000, &pin, &msg));
   printf("pinned %llu\n", (unsigned long long)msg.seq);
   fflush(stdout);
@@ -460,8 +464,7 @@ static int hold_subscribe(shmring_ring *ring, long n) {
   CHECK(back == 0);                             /* nothing was published yet */
   OK(shmring_subscriber_set_max_holds(sub, 3));
   EXPECT(shmring_subscriber_set_max_holds(sub, 9), SHMRING_E_INVALID_ARGUMENT, "8");
-  printf("ready\n");
-  fflush(stdout);
+  say_ready();
   uint32_t ids[3];
   shmring_message msgs[3];
   long got = 0, held = 0;
@@ -504,8 +507,7 @@ static int group_member(shmring_ring *ring) {
   shmring_subscriber *sub = NULL;
   EXPECT(shmring_ring_join_group(ring, "nobody", &sub), SHMRING_E_NOT_FOUND, "no group");
   OK(shmring_ring_join_group(ring, "workers", &sub));
-  printf("ready\n");
-  fflush(stdout);
+  say_ready();
   uint8_t buf[64];
   long got = 0;
   for (;;) {

@@ -181,10 +181,15 @@ static int publish(const std::string &name, long n, bool in_place) {
   return failures == 0 ? 0 : 1;
 }
 
-static int subscribe(const shmring::Ring &ring, long n, bool pin) {
-  auto sub = ring.subscriber();
+// Tells the Rust side this peer is set up (one line it waits for).
+static void say_ready() {
   std::printf("ready\n");
   std::fflush(stdout);
+}
+
+static int subscribe(const shmring::Ring &ring, long n, bool pin) {
+  auto sub = ring.subscriber();
+  say_ready();
   std::vector<std::byte> buf(4096);
   long got = 0;
   try {
@@ -223,8 +228,7 @@ static int group_member(const std::string &name) {
   auto ring = shmring::Ring::open(name, cfg(0, 0, false));
   EXPECT_THROW(ring.join_group("nobody"), SHMRING_E_NOT_FOUND, "no group");
   auto sub = ring.join_group("workers");
-  std::printf("ready\n");
-  std::fflush(stdout);
+  say_ready();
   std::vector<std::byte> buf(64);
   long got = 0;
   try {
@@ -287,8 +291,7 @@ static int run(int argc, char **argv) {
   if (mode == "pin-hold") {
     auto ring = shmring::Ring::open(name, cfg(0, 0, false));
     auto sub = ring.subscriber();
-    std::printf("ready\n");
-    std::fflush(stdout);
+    say_ready();
     auto pin = sub.pin(10000ms);
     std::printf("pinned %llu\n", static_cast<unsigned long long>(pin->seq()));
     std::fflush(stdout);

@@ -1,38 +1,36 @@
-//! The copy in one pass: what [`Consumer::try_copy`] does for the common case — a gating or
-//! skip-on-lag reader of a default ring (not pin-only, not never-stall, not a group member, no
-//! leaked pin) whose next message is complete in its slot — without the general read loop's
-//! re-targeting, retries and class dispatch.
+//! The copy and the pin in one pass: what [`Consumer::try_copy`] and [`Consumer::try_pin`] do
+//! for the common case — a gating or skip-on-lag reader of a default ring (not never-stall, not
+//! a group member, no leaked pin; for a copy, not pin-only) whose next message is complete in
+//! its slot — without the general read loop's re-targeting, retries and class dispatch.
 //!
-//! It changes nothing until it has a whole, validated copy, so when anything is not the common
-//! case it returns `None` and `try_copy` runs the general read, which decides everything again.
-//! It is built from the general read's pieces: `check_registered`, `copy_slot` (the seqlock
-//! copy) and `advance`.
+//! Each changes nothing that stays changed until it has its message (a refused pin takes its
+//! bit back, as in the general read), so when anything is not the common case it returns
+//! `None` and the caller runs the general read, which decides everything again. They are built
+//! from the general read's pieces: `check_registered`, the stamp test of `target`, `copy_slot`
+//! (the seqlock copy) or `pin_slot`, and `advance`'s stores.
 
 use super::{Consumer, Copied};
 use crate::class::DeliveryClass;
 use crate::layout::SEQ_LIMIT;
 use crate::memory::Memory;
+use crate::sync::Ordering;
 
 impl<M: Memory> Consumer<M> {
     /// The common case of `try_copy`, or `None` (nothing changed) for the general read.
     #[inline(always)]
     pub(super) fn copy_fast(&mut self, buf: &mut [u8]) -> Option<Copied> {
-        let seq = self.next;
         let geometry = self.mem.geometry();
-        if self.class == DeliveryClass::LatestOnly
-            || self.never_stall
-            || self.member.is_some()
-            || self.held.is_some()
-            || seq >= SEQ_LIMIT
-            || geometry.config().pin_only
-        {
-            return None;
+        if geometry.config().pin_only {
+            return None; // Copies pin there (`copy_pinned_seq`).
         }
-        self.check_registered().ok()?;
+        let seq = self.plain_next()?;
         // Any miss (not published yet, overrun, a short buffer, a corrupt length): the general
         // read decides what it means.
         let (len, meta) = self.copy_slot(seq, geometry.slot_of(seq), buf).ok()?;
-        self.advance(seq, false);
+        // `advance`, with the entry checked above.
+        self.next = seq + 1;
+        self.received += 1;
+        self.store_progress(self.mem.consumer_entry(self.index), false);
         Some(Copied {
             seq,
             len,
@@ -40,5 +38,40 @@ impl<M: Memory> Consumer<M> {
             meta,
             redelivered: false,
         })
+    }
+
+    /// The common case of `try_pin`: the message's sequence, slot and length, pinned (the
+    /// caller records the pin), or `None` for the general read.
+    #[inline(always)]
+    pub(super) fn pin_fast(&mut self) -> Option<(u64, usize, usize)> {
+        let seq = self.plain_next()?;
+        let slot = self.mem.geometry().slot_of(seq);
+        // `target`'s test, before any pin-line access: only a published message is pinned (an
+        // empty poll never touches the slot's state word). Acquire: pairs with the producer's
+        // Release stamp store (as `stamp_at_home`).
+        if self.mem.slot_header(slot).stamp.load(Ordering::Acquire) != 2 * seq + 2 {
+            return None;
+        }
+        let (slot, len) = self.pin_slot(seq, slot).ok()?;
+        Some((seq, slot, len))
+    }
+
+    /// The next sequence when this read is the common case of both: a gating or skip-on-lag
+    /// reader (latest-only ones read from `head`) of a default ring, not a group member, no
+    /// leaked pin to take back, a sequence in range, and the entry still ours
+    /// (`check_registered`, as the general read starts with).
+    #[inline(always)]
+    fn plain_next(&self) -> Option<u64> {
+        let seq = self.next;
+        if self.class == DeliveryClass::LatestOnly
+            || self.never_stall
+            || self.member.is_some()
+            || self.held.is_some()
+            || seq >= SEQ_LIMIT
+        {
+            return None;
+        }
+        self.check_registered().ok()?;
+        Some(seq)
     }
 }

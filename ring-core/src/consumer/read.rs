@@ -119,6 +119,7 @@ impl<M: Memory> Consumer<M> {
 
     /// The words message `len` bytes long lies in: the header's inline words for a small one,
     /// the payload area otherwise (`len` ≤ the slot capacity, checked by the caller).
+    #[inline]
     pub(super) fn message_words(&self, slot: usize, len: usize) -> &[AtomicU64] {
         if len <= INLINE_CAPACITY {
             &self.mem.slot_header(slot).inline
@@ -133,6 +134,24 @@ impl<M: Memory> Consumer<M> {
     /// [`ReadError::Empty`], [`ReadError::Closed`], [`ReadError::Lagging`] (overwritten
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+        if let Some((seq, slot, len)) = self.pin_fast() {
+            self.held = Some(slot);
+            return Ok(Pinned {
+                consumer: self,
+                slot,
+                seq,
+                len,
+                missed: 0,
+                claim: NO_CLAIM,
+                again: false,
+            });
+        }
+        self.pin_general()
+    }
+
+    /// `try_pin` in every case (out of line: the common case above keeps a small frame).
+    #[inline(never)]
+    fn pin_general(&mut self) -> Result<Pinned<'_, M>, ReadError> {
         if self.member.is_some() {
             return self.member_pin();
         }

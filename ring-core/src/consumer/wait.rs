@@ -4,7 +4,7 @@
 use super::{Consumer, Copied, Pinned};
 use crate::class::DeliveryClass;
 use crate::error::ReadError;
-use crate::layout::{CONSUMER_FREE, SEQ_LIMIT};
+use crate::layout::{ConsumerEntry, CONSUMER_FREE, SEQ_LIMIT};
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
 use crate::wait::WaitStrategy;
@@ -25,6 +25,13 @@ impl<M: Memory> Consumer<M> {
         let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours to write.
         };
+        self.store_progress(e, unpinned);
+    }
+
+    /// `publish_progress` into entry `e`, which the caller checked is still ours earlier in
+    /// this same call (no reclaim happens inside a call: the reclaim contract).
+    #[inline(always)]
+    pub(super) fn store_progress(&self, e: &ConsumerEntry, unpinned: bool) {
         // Release: pairs with the producer's Acquire cursor load in its gating scan, so that a
         // `wait_drained` that sees this cursor returns after our reads up to it (and whatever we
         // did while they were pinned). The overwrite of a slot is ordered by the unpin (pins) or

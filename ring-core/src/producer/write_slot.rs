@@ -168,7 +168,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         if data.len() <= INLINE_CAPACITY {
             let mem = &self.producer.mem;
             let hdr = mem.slot_header(self.slot);
-            write_twice(mem.payload(self.slot), &hdr.inline, data);
+            write_twice_outlined(mem.payload(self.slot), &hdr.inline, data);
             self.loaned = false;
             self.inlined = true;
             self.len = data.len();
@@ -281,6 +281,7 @@ pub(super) fn pad_last_word(words: &[AtomicU64], len: usize) {
 
 /// Stores `data` (at most as long as `a` and `b`) from word 0 of both `a` and `b`, the last word
 /// padded with zeros. Relaxed: the producer's own words, inside the seqlock write window.
+#[inline(always)]
 pub(super) fn write_twice(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
     let whole = data.len() / 8;
     let (Some(a), Some(b)) = (
@@ -308,6 +309,12 @@ pub(super) fn write_twice(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
         x.store(w, Ordering::Relaxed);
         y.store(w, Ordering::Relaxed);
     }
+}
+
+/// [`write_twice`] as a call: `fill` (a batch publishes through it) keeps its frame small.
+#[inline(never)]
+fn write_twice_outlined(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
+    write_twice(a, b, data);
 }
 
 /// Copies the words covering the first `len` bytes of `from` into `to` (both at least that

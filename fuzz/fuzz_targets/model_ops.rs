@@ -1,10 +1,10 @@
-//! The verification crate's shared reference model (`ring_verification::model`) and its
-//! real-ring driver (`ring_verification::real::run`), under coverage guidance: a second,
+//! The verification crate's shared reference model (`ring_oracles::machine`) and its
+//! real-ring driver (`ring_oracles::machine::real::run`), under coverage guidance: a second,
 //! independently written model next to the `ops` target's own.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ring_verification::model::{ModelConfig, Op};
+use ring_oracles::machine::{ModelConfig, Op};
 
 /// The shapes `verification/tests/proptest_model.rs` runs, plus `ModelConfig::small()` and
 /// `ModelConfig::wide()` (slots wider than the message line: inline and payload-area messages).
@@ -61,7 +61,7 @@ fuzz_target!(|input: Input| {
     let cfg = CONFIGS[usize::from(input.config) % CONFIGS.len()];
     let cfg = cfg.with_never_stall(input.config >= 0xC0 && cfg.slots >= 3);
     let ops = &input.ops[..input.ops.len().min(MAX_OPS)];
-    if let Err(f) = ring_verification::real::run(&cfg, ops) {
+    if let Err(f) = ring_oracles::machine::real::run(&cfg, ops) {
         panic!("model_ops ({cfg:?}): {f}");
     }
 });

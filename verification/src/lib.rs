@@ -1,7 +1,9 @@
-//! Verification suite for `ring-core`: a reference model and its driver (shared with the fuzz
-//! targets), the conformance suite over every [`Memory`](ring_core::Memory) backend, and the
-//! loom, proptest and shuttle tests under `tests/`. `docs/VERIFICATION.md` maps every `docs/DESIGN.md`
-//! invariant to the tests that check it.
+//! Verification suite for `ring-core`: the conformance suite over every
+//! [`Memory`](ring_core::Memory) backend, the helpers the model checkers share, and the loom,
+//! proptest and shuttle tests under `tests/`. The specification they check against (the one
+//! ring model, the op-level state machine and its real-ring driver) is the `ring-oracles`
+//! crate (`verification/oracles`), which the fuzz targets and ring-core's tests use too.
+//! `docs/VERIFICATION.md` maps every `docs/DESIGN.md` invariant to the tests that check it.
 #![allow(
     clippy::std_instead_of_core,
     clippy::std_instead_of_alloc,
@@ -10,8 +12,4 @@
 
 #[cfg(not(any(ring_loom, ring_shuttle)))]
 pub mod conformance;
-#[cfg(not(any(ring_loom, ring_shuttle)))]
-pub mod model;
-#[cfg(not(any(ring_loom, ring_shuttle)))]
-pub mod real;
 pub mod support;

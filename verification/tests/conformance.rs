@@ -7,8 +7,8 @@
 
 use core::sync::atomic::{AtomicU32, Ordering};
 use ring_core::{Config, HeapSegment, OwnerId};
+use ring_oracles::machine::Failure;
 use ring_verification::conformance::{run_all, Backend, Owned};
-use ring_verification::model::Failure;
 use std::sync::Arc;
 
 fn creator() -> OwnerId {

@@ -677,7 +677,10 @@ fn publish_futex_never_repeats_with_a_waiter() {
         // Relaxed: single-threaded; stands for a consumer parked in `wait_ready`.
         line.consumer_waiters
             .store(1, core::sync::atomic::Ordering::Relaxed);
-        let word = || line.publish_futex.load(core::sync::atomic::Ordering::Relaxed);
+        let word = || {
+            line.publish_futex
+                .load(core::sync::atomic::Ordering::Relaxed)
+        };
         let mut seen = vec![word()];
         for round in 0..3 {
             let mut p = Producer::new(s.clone(), id(1)).unwrap();

@@ -7,8 +7,8 @@
 #![cfg(ring_loom)]
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
-use loom::thread;
 use core::sync::atomic::Ordering;
+use loom::thread;
 use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
     ReadError, Spin, INLINE_CAPACITY,

@@ -1,12 +1,12 @@
 //! The proptest state machine: random operation sequences on a real ring and on the reference
 //! model, outcomes compared and every `docs/DESIGN.md` invariant checked after every step (see
-//! `ring_verification::real::run_on`). Failing sequences shrink to a minimal one.
+//! `ring_oracles::machine::real::run_on`). Failing sequences shrink to a minimal one.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
 use proptest::prelude::*;
 use ring_core::{HeapSegment, OwnedSegment, OwnerId};
-use ring_verification::model::{Class, DisplacedCall, FreeMode, ModelConfig, Op, VictimCall};
-use ring_verification::real::run_on;
+use ring_oracles::machine::real::run_on;
+use ring_oracles::machine::{Class, DisplacedCall, FreeMode, ModelConfig, Op, VictimCall};
 
 fn class() -> impl Strategy<Value = Class> {
     prop_oneof![
@@ -316,8 +316,8 @@ proptest! {
 #[test]
 fn groups_redeliver_exactly_the_unfinished_messages_of_dead_members() {
     use ring_core::{ClaimError, Error, ReadError};
-    use ring_verification::model::{Model, Outcome};
-    use ring_verification::real::Real;
+    use ring_oracles::machine::real::Real;
+    use ring_oracles::machine::{Model, Outcome};
     let cfg = ModelConfig {
         slots: 12,
         capacity: 16,

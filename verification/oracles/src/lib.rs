@@ -21,11 +21,14 @@
 
 pub use arbitrary;
 
-/// Returns `Err(format!(...))` from the enclosing oracle when `cond` is false.
+/// Returns `Err(format!(...).into())` from the enclosing function when `cond` is false: the
+/// one `ensure!` of the verification tree (an oracle's `String`, the state machine's
+/// [`Failure`](machine::Failure), the conformance suite's).
+#[macro_export]
 macro_rules! ensure {
     ($cond:expr, $($arg:tt)+) => {
         if !$cond {
-            return Err(format!($($arg)+));
+            return Err(::std::convert::From::from(format!($($arg)+)));
         }
     };
 }
@@ -33,9 +36,11 @@ macro_rules! ensure {
 pub mod allocator;
 pub mod attach;
 pub mod harness;
+mod harness_check;
 mod harness_group;
 mod harness_read;
 pub mod hostile;
+pub mod machine;
 pub mod model;
 pub mod ops;
 pub mod seeds;

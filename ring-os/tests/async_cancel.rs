@@ -12,6 +12,18 @@ use std::time::Instant;
 use ring_core::Memory as _;
 use ring_os::prelude::*;
 
+/// A tokio runtime with timers and I/O: `workers` worker threads, or the current thread for 0.
+fn runtime(workers: usize) -> tokio::runtime::Runtime {
+    let mut b = if workers == 0 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        b.worker_threads(workers);
+        b
+    };
+    b.enable_all().build().unwrap()
+}
+
 /// Polls `f` once with a waker that does nothing, then drops it.
 fn poll_once<F: Future>(f: F) -> Poll<F::Output> {
     let mut f = pin!(f);
@@ -207,11 +219,7 @@ fn a_send_async_is_woken_by_the_read_that_makes_room() {
     let ring = Ring::memfd().slots(1).slot_size(64).create().unwrap();
     let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
     let mut publisher = ring.publisher().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(1);
     let start = Instant::now();
     let task = rt.spawn(async move {
         let mut sent = Vec::new();
@@ -265,10 +273,7 @@ fn loan_async_waits_for_room_and_a_dropped_one_claims_nothing() {
     // Full: pending, and dropping it leaves the publisher able to send later.
     assert!(poll_once(publisher.loan_async(3)).is_pending());
     assert_eq!(accounting(&ring).1, 0);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(0);
     rt.block_on(async {
         let mut buf = [0u8; 64];
         let read = async {
@@ -297,11 +302,7 @@ fn a_tokio_task_is_woken_by_a_publish_from_another_thread() {
     let ring = Ring::memfd().slots(4).slot_size(64).create().unwrap();
     let mut subscriber = ring.subscriber(DeliveryClass::SkipOnLag).unwrap();
     let mut publisher = ring.publisher().unwrap();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(2);
     let start = Instant::now();
     let task = rt.spawn(async move {
         use futures_core::Stream;
@@ -342,10 +343,7 @@ fn the_sink_sends_everything_and_closing_it_completes_the_stream() {
     let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
     let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
     let mut publisher = ring.publisher().unwrap();
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(0);
     rt.block_on(async {
         use futures_sink::Sink;
         let write = async {
@@ -387,11 +385,7 @@ fn group_members_awaiting_recv_async_share_the_stream_each_message_once() {
     let members: Vec<Subscriber> = (0..3)
         .map(|_| ring.join_group("workers").unwrap())
         .collect();
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let rt = runtime(2);
     let tasks: Vec<_> = members
         .into_iter()
         .map(|mut m| {

@@ -103,6 +103,17 @@ fn produce(ring: &Ring, reader: &Child) -> Run {
     }
 }
 
+/// A never-stall ring named after `tag`, a frame-grabber reading it as `class` and holding
+/// pins by `mode`, and the producer's run against it (the ring is returned so it outlives the
+/// reader's last read).
+fn scenario(tag: &str, class: &str, mode: &str) -> (Ring, Child, Run) {
+    let name = unique_name(tag);
+    let ring = create(&name);
+    let reader = grabber(&name, class, mode);
+    let run = produce(&ring, &reader);
+    (ring, reader, run)
+}
+
 /// A pin-only never-stall ring of 6 1080p slots (pin-only: the producer writes in place).
 fn create(name: &SegmentName) -> Ring {
     Ring::builder(name.as_str())
@@ -130,10 +141,7 @@ fn grabber(name: &SegmentName, class: &str, mode: &str) -> Child {
 /// never fails a claim, every frame the reader gets is at least as new as the newest published
 /// when it asked, and none is torn.
 pub fn latest_only_pins_never_stall() {
-    let name = unique_name("nostall-each");
-    let ring = create(&name);
-    let mut reader = grabber(&name, "latest", "each");
-    let run = produce(&ring, &reader);
+    let (_ring, mut reader, run) = scenario("nostall-each", "latest", "each");
     assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(
         field(&run.done, "stale"),
@@ -161,10 +169,7 @@ pub fn latest_only_pins_never_stall() {
 /// One latest-only reader holds 4 frames at once for a second (6 slots = 4 pins + 2): the
 /// producer goes on publishing meanwhile without a failed claim, and the 4 frames stay intact.
 pub fn four_pins_for_a_second_never_stall() {
-    let name = unique_name("nostall-four");
-    let ring = create(&name);
-    let mut reader = grabber(&name, "latest", "four");
-    let run = produce(&ring, &reader);
+    let (_ring, mut reader, run) = scenario("nostall-four", "latest", "four");
     assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(field(&run.done, "frames"), 4, "{}", run.done);
     assert_eq!(
@@ -184,10 +189,7 @@ pub fn four_pins_for_a_second_never_stall() {
 /// producer back (it may be at most the ring's slots ahead of the reader), and it reads every
 /// frame in order, none torn.
 pub fn gating_reader_still_holds_the_producer_back() {
-    let name = unique_name("nostall-gating");
-    let ring = create(&name);
-    let mut reader = grabber(&name, "gating", "each");
-    let run = produce(&ring, &reader);
+    let (_ring, mut reader, run) = scenario("nostall-gating", "gating", "each");
     assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(field(&run.done, "stale"), 0, "out of order: {}", run.done);
     let frames = field(&run.done, "frames");

@@ -18,7 +18,7 @@ use ring_os::{
     Error,
 };
 
-use crate::support::{field, unique_name, Child, Unlink};
+use crate::support::{field, named_ring, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -98,11 +98,9 @@ pub fn other_pid_namespace() {
         println!("  skipped: {why}");
         return;
     }
-    let name = unique_name("pidns");
-    let _u = Unlink(name.clone());
-    let env = [("RING_NAME", name.as_str().to_owned())];
     let config = Config::new(4, 64).with_consumers(4);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("pidns", &config);
+    let env = [("RING_NAME", name.as_str().to_owned())];
 
     // A consumer over there, the producer here.
     let mut p = ShmRing::producer(&ring).expect("producer");
@@ -172,10 +170,8 @@ pub fn gating_reader_in_other_pid_namespace() {
         return;
     }
     let n: u64 = 300;
-    let name = unique_name("pidns-reader");
-    let _u = Unlink(name.clone());
     let config = Config::new(8, 64).with_consumers(2);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("pidns-reader", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     let mut c = Child::spawn_under(
         NEW_PID_NS,
@@ -269,10 +265,8 @@ fn proc_state(pid: u32) -> Option<char> {
 /// the leader as a zombie, yet the consumer is alive and keeps reading.
 #[cfg(target_os = "linux")]
 pub fn zombie_leader() {
-    let name = unique_name("zombie");
-    let _u = Unlink(name.clone());
     let config = Config::new(4, 64).with_consumers(2);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("zombie", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     let mut c = Child::spawn("zombie-leader", &[("RING_NAME", name.as_str().to_owned())]);
     let index = usize::try_from(field(&c.expect_line("READY", SECS(20)), "index")).expect("index");
@@ -318,10 +312,8 @@ fn zombie_leader_role() -> i32 {
 /// A process registers a consumer, forks and dies at once (no destructors): its heir keeps the
 /// descriptors and the mapping, so the consumer stays alive and keeps reading.
 pub fn fork_heir() {
-    let name = unique_name("heir");
-    let _u = Unlink(name.clone());
     let config = Config::new(4, 64).with_consumers(2);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("heir", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     let mut c = Child::spawn("fork-heir", &[("RING_NAME", name.as_str().to_owned())]);
     let line = c.expect_line("READY", SECS(20));

@@ -9,7 +9,7 @@ use ring_os::{
     Error,
 };
 
-use crate::support::{field, make_payload, unique_name, Child, Unlink};
+use crate::support::{field, make_payload, named_ring, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -20,12 +20,10 @@ pub fn stress() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000);
-    let name = unique_name("stress");
-    let _u = Unlink(name.clone());
     let config = Config::new(256, 64)
         .with_consumers(4)
         .with_allocator(1 << 20, 4094);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("stress", &config);
     let kids: Vec<Child> = ["gating", "latest", "skip"]
         .iter()
         .map(|class| {
@@ -169,10 +167,8 @@ pub fn kill_consumer() {
 /// Test 3: SIGKILL the producer; every consumer reports `ProducerGone` within a bounded time;
 /// then a new producer takes the ring over.
 pub fn kill_producer() {
-    let name = unique_name("killp");
-    let _u = Unlink(name.clone());
     let config = Config::new(16, 64).with_consumers(4);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("killp", &config);
     let consumers: Vec<Child> = ["gating", "latest", "skip"]
         .iter()
         .map(|class| {
@@ -228,10 +224,8 @@ pub fn kill_producer() {
 /// their slots), releases them in reverse order, and the producer goes on. Then a reader killed
 /// while holding 8 is reclaimed and reported as lost with its messages unread.
 pub fn holds_across_processes() {
-    let name = unique_name("holds");
-    let _u = Unlink(name.clone());
     let config = Config::new(16, 4096).with_consumers(2);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("holds", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     let mut buf = Vec::new();
     let mut seq = 0;
@@ -301,10 +295,8 @@ pub fn holds_across_processes() {
 /// from `kill_after` on and is SIGKILLed holding it. Returns what each member printed
 /// (`M seq=S again=A`) and the message member 0 held when it died.
 fn run_group(n: u64, kill_after: Option<u64>) -> (Vec<Vec<(u64, bool)>>, Option<u64>) {
-    let name = unique_name("group");
-    let _u = Unlink(name.clone());
     let config = Config::new(16, 256).with_consumers(5);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("group", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     p.create_group("workers").expect("group");
     let mut children: Vec<Child> = (0..3)
@@ -434,10 +426,8 @@ pub fn group_member_killed() {
 /// processes) after 10 messages start at message 7 and get every message from there, in order,
 /// missing nothing; a latest-only one starts at the newest (9).
 pub fn history_across_processes() {
-    let name = unique_name("history");
-    let _u = Unlink(name.clone());
     let config = Config::new(8, 4096).with_consumers(4).with_history(3);
-    let ring = ShmRing::create_named(&name, &config, CreateOptions::new()).expect("create");
+    let (name, _u, ring) = named_ring("history", &config);
     let mut p = ShmRing::producer(&ring).expect("producer");
     let mut buf = Vec::new();
     for seq in 0..10 {

@@ -5,7 +5,10 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc::{channel, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use ring_os::raw::SegmentName;
+use std::sync::Arc;
+
+use ring_core::Config;
+use ring_os::raw::{CreateOptions, Mapping, SegmentName, ShmRing};
 
 /// The environment variable that selects a child role.
 pub const ROLE: &str = "RING_OS_TEST_ROLE";
@@ -144,6 +147,14 @@ pub fn field(line: &str, key: &str) -> u64 {
         .find_map(|kv| kv.strip_prefix(key).and_then(|r| r.strip_prefix('=')))
         .and_then(|v| v.parse().ok())
         .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+}
+
+/// A new named ring for `tag` made with `config`, with the guard that removes its name.
+pub fn named_ring(tag: &str, config: &Config) -> (SegmentName, Unlink, Arc<Mapping>) {
+    let name = unique_name(tag);
+    let unlink = Unlink(name.clone());
+    let ring = ShmRing::create_named(&name, config, CreateOptions::new()).expect("create");
+    (name, unlink, ring)
 }
 
 /// A segment name unique to this process and tag.

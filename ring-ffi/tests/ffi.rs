@@ -224,6 +224,16 @@ fn the_sanitizer_reports_a_leaked_handle() {
     }
 }
 
+/// A new named ring of `slots` 64-byte slots (`pin_only`: for loans written in place).
+fn ring64(name: &str, slots: u32, pin_only: bool) -> Ring {
+    Ring::builder(name)
+        .slots(slots)
+        .slot_size(64)
+        .pin_only(pin_only)
+        .create()
+        .expect("create")
+}
+
 /// What the peers send: "msg <i>" with metadata {i, 7}.
 fn expected(i: u64) -> Vec<u8> {
     format!("msg {i}").into_bytes()
@@ -233,12 +243,7 @@ fn expected(i: u64) -> Vec<u8> {
 fn peer_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
     const N: u64 = 500;
     let name = name(tag);
-    let ring = Ring::builder(&name)
-        .slots(8)
-        .slot_size(64)
-        .pin_only(pin_only)
-        .create()
-        .expect("create");
+    let ring = ring64(&name, 8, pin_only);
     let mut sub = ring.subscriber(DeliveryClass::Gating).expect("subscribe");
     let (child, _out) = spawn(peer, &[mode, &name, &N.to_string()]);
     for i in 0..N {
@@ -267,12 +272,7 @@ fn rust_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
 fn rust_publishes_then(peer: &Path, tag: &str, mode: &str, pin_only: bool, abort: Option<u16>) {
     const N: u64 = 500;
     let name = name(tag);
-    let ring = Ring::builder(&name)
-        .slots(4)
-        .slot_size(64)
-        .pin_only(pin_only)
-        .create()
-        .expect("create");
+    let ring = ring64(&name, 4, pin_only);
     let mut publisher = ring.publisher().expect("publisher");
     let (child, mut out) = spawn(peer, &[mode, &name, &N.to_string()]);
     assert_eq!(line(&mut out), "ready");
@@ -434,11 +434,7 @@ fn a_memfd_ring_served_by_c_reaches_rust() {
 fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
     for (i, peer) in [&peers().c, &peers().cpp].into_iter().enumerate() {
         let name = name(&format!("kill{i}"));
-        let ring = Ring::builder(&name)
-            .slots(4)
-            .slot_size(64)
-            .create()
-            .expect("create");
+        let ring = ring64(&name, 4, false);
         let mut publisher = ring.publisher().expect("publisher");
         let (mut child, mut out) = spawn(peer, &["pin-hold", &name]);
         assert_eq!(line(&mut out), "ready");
@@ -465,11 +461,7 @@ fn a_c_subscriber_killed_while_pinning_does_not_stall_the_publisher() {
 fn a_c_publisher_learns_its_gating_subscriber_died() {
     let peer = &peers().c;
     let name = name("lost");
-    let _ring = Ring::builder(&name)
-        .slots(4)
-        .slot_size(64)
-        .create()
-        .expect("create");
+    let _ring = ring64(&name, 4, false);
     let (mut holder, mut held) = spawn(peer, &["pin-hold", &name]);
     assert_eq!(line(&mut held), "ready");
     let (publisher, mut out) = spawn(peer, &["lost-pub", &name]);

@@ -42,12 +42,13 @@ mod windows;
 pub use error::Error;
 pub(crate) use error::ShmReadError;
 pub use front::{
-    check_never_stall, prelude, Iter, Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring,
-    RingBuilder, SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,
+    check_never_stall, prelude, Iter, Loan, Message, Pinned, Publisher, RecvError,
+    RecvTimeoutError, Ring, RingBuilder, SendError, SendTimeoutError, Subscriber, TryRecvError,
+    TrySendError,
 };
-/// What the front door's reads return (ring-core's types, named here so the front door is
-/// complete): a copy's length, sequence and misses, and a zero-copy pin of one message.
-pub use ring_core::{Copied, Pinned};
+/// What a copying read returns (ring-core's type, named here so the front door is complete):
+/// the message's length, sequence number and the messages missed before it.
+pub use ring_core::Copied;
 
 // Cross-process rings need lock-free 64- and 32-bit atomics: a fallback lock would live in one
 // process's memory, not in the segment.

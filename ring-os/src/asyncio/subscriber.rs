@@ -7,14 +7,13 @@
 use core::future::Future;
 use core::pin::Pin;
 use core::task::{Context, Poll};
-use std::sync::Arc;
 
-use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
+use ring_core::{Copied, Hold, Memory as _, ReadError};
 
 use super::wait::{EntryRef, SubWait};
-use crate::raw::{Mapping, ShmConsumer, TRUNCATED};
+use crate::raw::{ShmConsumer, TRUNCATED};
 use crate::segment::sigbus::memory_truncated;
-use crate::{Message, RecvError, RecvTimeoutError, ShmReadError, Subscriber};
+use crate::{Message, Pinned, RecvError, RecvTimeoutError, ShmReadError, Subscriber};
 
 /// Reads per poll before a future yields (each overrun by the producer: `Lagging`).
 const READS: usize = 8;
@@ -130,7 +129,7 @@ pub struct RecvPinned<'a> {
 }
 
 impl<'a> Future for RecvPinned<'a> {
-    type Output = Result<Pinned<'a, Arc<Mapping>>, RecvError>;
+    type Output = Result<Pinned<'a>, RecvError>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
         let this = self.get_mut();

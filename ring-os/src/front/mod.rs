@@ -32,7 +32,7 @@ pub use errors::{
     RecvError, RecvTimeoutError, SendError, SendTimeoutError, TryRecvError, TrySendError,
 };
 pub use publisher::{Loan, Publisher};
-pub use subscriber::{Iter, Message, Subscriber};
+pub use subscriber::{Iter, Message, Pinned, Subscriber};
 
 #[cfg(unix)]
 use std::os::fd::OwnedFd;
@@ -240,12 +240,11 @@ impl Drop for Ring {
 /// Everything a pub/sub program needs, in one import.
 pub mod prelude {
     pub use super::{
-        Loan, Message, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder, SendError,
-        SendTimeoutError, Subscriber, TryRecvError, TrySendError,
+        Loan, Message, Pinned, Publisher, RecvError, RecvTimeoutError, Ring, RingBuilder,
+        SendError, SendTimeoutError, Subscriber, TryRecvError, TrySendError,
     };
     pub use crate::Error;
     pub use ring_core::{
-        abort_code, ClaimError, Copied, DeliveryClass, Hold, LostReader, LostReaders, Pinned,
-        ReadError,
+        abort_code, ClaimError, Copied, DeliveryClass, Hold, LostReader, LostReaders, ReadError,
     };
 }

@@ -3,7 +3,7 @@
 
 use core::time::Duration;
 
-use ring_core::{Copied, Hold, Memory as _, Pinned, ReadError};
+use ring_core::{Copied, Hold, Memory as _, ReadError};
 
 use crate::ShmReadError;
 
@@ -12,6 +12,11 @@ use crate::raw::{ConsumerExt as _, Mapping, ShmConsumer, LIVENESS_PERIOD};
 
 /// How long one round of a wait without timeout waits before it starts another.
 const ROUND: Duration = Duration::from_secs(1);
+
+/// A message pinned in the ring, read in place ([`Subscriber::recv_pinned`]): ring-core's
+/// [`Pinned`](ring_core::Pinned) over this crate's mapping. Its bytes stay valid and the
+/// publisher cannot overwrite its slot for as long as it lives; drop it to let the slot go.
+pub type Pinned<'a> = ring_core::Pinned<'a, std::sync::Arc<Mapping>>;
 
 /// A registered reader. Dropping it leaves the ring (its pins and its hold on a gating ring go
 /// with it).
@@ -111,7 +116,7 @@ impl Subscriber {
     /// # Errors
     ///
     /// As [`try_recv`](Self::try_recv).
-    pub fn try_recv_pinned(&mut self) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, TryRecvError> {
+    pub fn try_recv_pinned(&mut self) -> Result<Pinned<'_>, TryRecvError> {
         let dead = self.producer_dead();
         self.inner.try_pin().map_err(|e| match e {
             ReadError::Empty if dead => TryRecvError::Disconnected,
@@ -124,7 +129,7 @@ impl Subscriber {
     /// # Errors
     ///
     /// As [`recv`](Self::recv).
-    pub fn recv_pinned(&mut self) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, RecvError> {
+    pub fn recv_pinned(&mut self) -> Result<Pinned<'_>, RecvError> {
         loop {
             match self.inner.wait_message(ROUND) {
                 Ok(()) => break,
@@ -155,7 +160,7 @@ impl Subscriber {
     pub fn recv_pinned_timeout(
         &mut self,
         timeout: Duration,
-    ) -> Result<Pinned<'_, std::sync::Arc<Mapping>>, RecvTimeoutError> {
+    ) -> Result<Pinned<'_>, RecvTimeoutError> {
         self.inner
             .recv_pinned(timeout)
             .map_err(RecvTimeoutError::from_read)

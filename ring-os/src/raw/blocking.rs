@@ -438,8 +438,7 @@ mod tests {
     /// clear error (`Corrupt(TRUNCATED)`, `Error::Truncated`), never the process.
     #[test]
     #[cfg(unix)]
-    fn a_truncated_file_ring_is_a_clear_error_in_this_process_file_ring_is_a_clear_error_in_this_process(
-    ) {
+    fn a_truncated_file_ring_is_a_clear_error_in_this_process() {
         let dir = std::env::temp_dir().join(format!("ring-os-sigbus-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();

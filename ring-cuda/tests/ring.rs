@@ -164,13 +164,18 @@ fn one_reader(name: &str) -> (Ring, Producer, Child) {
     (ring, p, child)
 }
 
-/// Publishes one frame, stops the producer, and checks that the reader process got it whole.
-fn reader_gets_the_last(mut p: Producer, mut child: Child) {
-    publish(&mut p).unwrap();
+/// Publishes `frames` frames, stops the producer, and checks that the reader process got
+/// every one whole.
+fn reader_gets(mut p: Producer, mut child: Child, frames: u64) {
+    for _ in 0..frames {
+        publish(&mut p).unwrap();
+    }
     stop(p);
-    assert!(child
-        .expect("RESULT")
-        .ends_with("received=1 torn=0 skipped=0"));
+    let result = child.expect("RESULT");
+    assert!(
+        result.ends_with(&format!("received={frames} torn=0 skipped=0")),
+        "{result}"
+    );
     child.finish();
 }
 
@@ -263,7 +268,7 @@ fn an_unusable_read_event_refuses_the_publish() {
         "a live consumer is not reclaimed"
     );
     ring.table()[at].fetch_xor(0xFF, Ordering::Relaxed);
-    reader_gets_the_last(p, child);
+    reader_gets(p, child, 1);
 }
 
 /// A consumer whose read-event record fails and whose copy cannot be confirmed keeps the
@@ -400,7 +405,7 @@ fn a_consumer_waits_for_frames_on_the_futex() {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
-    reader_gets_the_last(p, child);
+    reader_gets(p, child, 1);
 }
 
 /// Registration opens every slot's buffer and write event (milliseconds each on a GPU), so
@@ -600,7 +605,7 @@ fn fd_exported_buffers_through_fd_passing() {
     let (ring, name) = create(NAME, 3, 1);
     let listener = UnixListener::bind_addr(&addr(&name)).unwrap();
     listener.set_nonblocking(true).unwrap();
-    let mut p = producer(&ring, 0, ExportKind::Fd);
+    let p = producer(&ring, 0, ExportKind::Fd);
     let mut child = Child::spawn(NAME, "fd-reader", &child_env(&name, 1000, 0));
     child.expect("REGISTERED");
     let start = Instant::now();
@@ -615,14 +620,7 @@ fn fd_exported_buffers_through_fd_passing() {
     };
     sock.set_nonblocking(false).unwrap();
     p.send_buffers(&sock).unwrap();
-    for _ in 0..30 {
-        publish(&mut p).unwrap();
-    }
-    stop(p);
-    assert!(child
-        .expect("RESULT")
-        .ends_with("received=30 torn=0 skipped=0"));
-    child.finish();
+    reader_gets(p, child, 30);
 
     let (ring, name) = create(&format!("{NAME}-2"), 2, 1);
     let mut p = producer(&ring, 0, ExportKind::Fd);

@@ -71,45 +71,31 @@ impl fmt::Display for CliError {
 
 impl std::error::Error for CliError {}
 
-impl From<ring_os::Error> for CliError {
-    fn from(e: ring_os::Error) -> Self {
-        Self::Os(e)
-    }
+/// `From` for each error a command passes on wrapped in one of [`CliError`]'s variants.
+macro_rules! wrap_errors {
+    ($($source:ty => $variant:ident),* $(,)?) => {
+        $(
+            impl From<$source> for CliError {
+                fn from(e: $source) -> Self {
+                    Self::$variant(e)
+                }
+            }
+        )*
+    };
 }
 
-impl From<ring_core::LayoutError> for CliError {
-    fn from(e: ring_core::LayoutError) -> Self {
-        Self::Layout(e)
-    }
-}
-
-impl From<ring_core::Error> for CliError {
-    fn from(e: ring_core::Error) -> Self {
-        Self::Ring(e)
-    }
-}
-
-impl From<ring_core::ClaimError> for CliError {
-    fn from(e: ring_core::ClaimError) -> Self {
-        Self::Claim(e)
-    }
+wrap_errors! {
+    ring_os::Error => Os,
+    ring_core::LayoutError => Layout,
+    ring_core::Error => Ring,
+    ring_core::ClaimError => Claim,
+    ring_os::raw::ShmReadError => Read,
+    ring_core::arena::AllocError => Alloc,
 }
 
 impl From<ring_core::ReadError> for CliError {
     fn from(e: ring_core::ReadError) -> Self {
         Self::Read(e.into())
-    }
-}
-
-impl From<ring_os::raw::ShmReadError> for CliError {
-    fn from(e: ring_os::raw::ShmReadError) -> Self {
-        Self::Read(e)
-    }
-}
-
-impl From<ring_core::arena::AllocError> for CliError {
-    fn from(e: ring_core::arena::AllocError) -> Self {
-        Self::Alloc(e)
     }
 }
 

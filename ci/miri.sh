@@ -10,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seeds=${1:-1}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-target/miri}
-core_tests=(--lib --test api --test malformed --test ownership --test fastpath --test single_route --test holds --test groups --test never_stall --test lying_verdict)
+core_tests=(--lib --test arena_model --test api --test malformed --test ownership --test fastpath --test single_route --test holds --test groups --test never_stall --test lying_verdict)
 [[ ${2:-} == all ]] && core_tests=()
 for seed in $seeds; do
     echo "=== miri seed $seed"

@@ -100,8 +100,6 @@ mod writer;
 mod tests;
 #[cfg(all(test, not(ring_loom)))]
 mod tests_hostile;
-#[cfg(all(test, not(ring_loom)))]
-mod tests_model;
 
 pub use error::{AllocError, HeaderField};
 pub use layout::{

@@ -8,8 +8,8 @@ use super::layout::{
     H_GRANULE, H_MAGIC, H_MAX_LIVE, H_OWNERS_OFF, H_RESERVED, H_TOTAL_WORDS, H_VERSION,
 };
 use super::tests::{config, region};
-use super::tests_model::XorShift;
 use super::*;
+use ring_oracles::seeds::PlainXorShift as XorShift;
 use std::vec::Vec;
 
 #[test]

@@ -34,6 +34,36 @@ impl XorShift {
     }
 }
 
+/// Marsaglia's xorshift64 (shifts 13, 7, 17), without [`XorShift`]'s multiply: the generator
+/// of the conformance suite's model sequences and of ring-core's allocator tests (their
+/// sequences were written with it).
+#[derive(Clone, Debug)]
+pub struct PlainXorShift(u64);
+
+impl PlainXorShift {
+    /// A generator in state `state | 1` (never 0).
+    pub fn new(state: u64) -> Self {
+        Self(state | 1)
+    }
+
+    /// The next 64 pseudo-random bits.
+    #[allow(
+        clippy::should_implement_trait,
+        reason = "an endless generator, not an iterator"
+    )]
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// Uniform enough in `0..n` for tests (`n > 0`).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
 fn id(n: u64) -> OwnerId {
     OwnerId::new(n).expect("seed owner ids are non-zero")
 }

@@ -23,6 +23,7 @@ use ring_core::{
 use ring_oracles::ensure;
 use ring_oracles::machine::real::run_on;
 use ring_oracles::machine::{Class, Failure, FreeMode, ModelConfig, Op};
+use ring_oracles::seeds::PlainXorShift;
 use std::sync::Arc;
 
 /// A memory backend under test.

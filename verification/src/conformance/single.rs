@@ -268,18 +268,6 @@ pub fn bounded_waits<B: Backend>(b: &B) -> Check {
     Ok(())
 }
 
-/// A small xorshift generator: the model sequences are the same on every backend and run.
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-}
-
 /// Deterministic op sequence `n` for the model runs, for 32-byte slots.
 pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
     sequence_for(seed, len, 32)
@@ -288,7 +276,7 @@ pub fn sequence(seed: u64, len: usize) -> Vec<Op> {
 /// Deterministic op sequence `n` for the model runs, with writes and batches sized for
 /// `cap`-byte slots (some longer: refused).
 pub fn sequence_for(seed: u64, len: usize, cap: u16) -> Vec<Op> {
-    let mut r = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let mut r = PlainXorShift::new(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
     let cap = cap.max(8);
     (0..len)
         .map(|_| {

@@ -12,8 +12,8 @@
 //!
 //! Files by job: this one holds the state and the dispatch; `producer.rs` claims, writes and
 //! publishes; `consumers.rs` registration, reads, holds and reclaims; `groups.rs` group
-//! members; `alloc.rs` the allocator's model; `op.rs` the operations and outcomes; `real/` the
-//! real side.
+//! members; `alloc.rs` the allocator ops (over the one allocator model,
+//! [`AllocModel`]); `op.rs` the operations and outcomes; `real/` the real side.
 
 mod alloc;
 mod consumers;
@@ -22,11 +22,9 @@ mod op;
 mod producer;
 pub mod real;
 
-pub use alloc::ModelAlloc;
 pub use op::*;
 
-use crate::model::{ReaderModel, RingModel};
-use ring_core::arena::GRANULE_BYTES;
+use crate::model::{AllocModel, ReaderModel, RingModel};
 use ring_core::{ClaimError, DeliveryClass, ReadError};
 
 /// The producer's claim in the model.
@@ -85,12 +83,9 @@ pub struct Model {
     pub consumers: Vec<Option<ModelConsumer>>,
     /// Registrations so far (for owner ids).
     pub registrations: u64,
-    /// Live allocations, in allocation order.
-    pub live: Vec<ModelAlloc>,
-    /// Freed handles (most recent last), with the entry's handle history for staleness.
-    pub freed: Vec<u64>,
-    /// Granule map: true = allocated.
-    pub granules: Vec<bool>,
+    /// The segment's allocator (`None` without an arena: allocator ops are skipped). ring-core
+    /// formats it with a byte ceiling equal to the arena.
+    pub alloc: Option<AllocModel>,
 }
 
 /// Returns [`Outcome::Skipped`] from the enclosing op when the option is `None`.
@@ -109,11 +104,6 @@ impl Model {
     /// producer [`PRODUCER_OWNER`].
     pub fn new(cfg: &ModelConfig) -> Self {
         let cap = cfg.capacity.div_ceil(8) as usize * 8;
-        let granules = if cfg.arena == 0 {
-            0
-        } else {
-            cfg.arena.div_ceil(GRANULE_BYTES) as usize
-        };
         let mut ring = RingModel::new(cfg.slots as usize, cap, cfg.consumers as usize)
             .with_never_stall(cfg.never_stall);
         ring.producer_new(PRODUCER_OWNER)
@@ -126,9 +116,7 @@ impl Model {
             claim: None,
             consumers: vec![None; cfg.consumers as usize],
             registrations: 0,
-            live: Vec::new(),
-            freed: Vec::new(),
-            granules: vec![false; granules],
+            alloc: (cfg.arena != 0).then(|| AllocModel::new(cfg.arena, cfg.max_live, cfg.arena)),
         }
     }
 

@@ -19,11 +19,16 @@
 //! ([`machine`](crate::machine), which the proptest state machine, the conformance suite and
 //! the `model_ops` fuzz target run) keeps its ring here too. Files by job: this one holds the
 //! state and the producer (claims, never-stall slot choice, publish); `read.rs` registration
-//! and reads; `groups.rs` groups and their floor; `reclaim.rs` reclaims.
+//! and reads; `groups.rs` groups and their floor; `reclaim.rs` reclaims. `alloc.rs` is the
+//! one model of the segment's allocator ([`AllocModel`]), which the state machine, the
+//! `allocator` oracle and ring-core's allocator test share.
 
+mod alloc;
 mod groups;
 mod read;
 mod reclaim;
+
+pub use alloc::{read_back, AllocModel, LiveAlloc};
 
 use ring_core::layout::{CLASS_GROUP, GROUP_CLAIMS};
 use ring_core::{ClaimError, DeliveryClass, Error, INLINE_CAPACITY};

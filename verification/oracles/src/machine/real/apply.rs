@@ -197,10 +197,11 @@ impl<'s, M: Memory> Real<'s, M> {
                 )),
             },
             Op::AllocWrite { which, seed, extra } => {
-                let (Some(a), false) = (self.alloc.as_mut(), model.live.is_empty()) else {
+                let live = model.alloc.as_ref().map_or(&[][..], |m| &m.live);
+                let (Some(a), false) = (self.alloc.as_mut(), live.is_empty()) else {
                     return Outcome::Skipped;
                 };
-                let target = model.live[which as usize % model.live.len()].alloc;
+                let target = live[which as usize % live.len()].alloc;
                 let mut w = match a.writer(&target) {
                     Ok(w) => w,
                     Err(e) => return Outcome::AllocWrote(Err(e), Err(e)),

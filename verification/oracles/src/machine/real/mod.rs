@@ -12,7 +12,7 @@ use crate::machine::{
     CONSUMER_OWNER_BASE, PRODUCER_OWNER,
 };
 use crate::machine::{Failure, ALLOC_OWNERS};
-use ring_core::arena::{AllocError, Allocator};
+use ring_core::arena::Allocator;
 use ring_core::inspect::{consumer_info, producer_info, EntryState};
 use ring_core::layout::{OWNER_GROUP, READER_MASK, WRITER};
 use ring_core::{Consumer, Hold, Memory, OwnerId, Pinned, Producer, WriteSlot, MAX_HOLDS};

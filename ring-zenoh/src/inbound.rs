@@ -13,23 +13,26 @@ use core::time::Duration;
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
 
-use ring_core::ClaimError;
+use ring_core::{ClaimError, DeliveryClass};
 use ring_os::prelude::{Publisher, Ring};
-use ring_os::raw::ProducerExt as _;
+use ring_os::raw::{ProducerExt as _, TRUNCATED};
 use zenoh::sample::Sample;
 use zenoh::Wait as _;
 
 use crate::error::zenoh;
-use crate::wire::{Header, Kind, WireError, HEADER_LEN};
-use crate::{BridgeError, End, POLL};
+use crate::wire::{Batch, Header, Kind, WireError, HEADER_LEN};
+use crate::{poll_briefly, BridgeError, End, POLL};
 
 /// Samples the inbox holds before a gating or skip-on-lag sample waits for room.
 const INBOX: usize = 16;
 
+/// Messages of a batch published into the ring at once (at most).
+const RUN: usize = 64;
+
 /// What a [`BridgeIn`] has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct InStats {
-    /// Valid data samples received.
+    /// Messages received in valid data samples (a batch sample counts each of its messages).
     pub received: u64,
     /// Messages written into the ring.
     pub written: u64,
@@ -51,6 +54,15 @@ pub struct InStats {
     pub resumes: u64,
     /// Why the last refused sample was refused.
     pub last_rejection: Option<WireError>,
+    /// Valid batch samples received (each carries several of the `received` messages).
+    pub batches: u64,
+}
+
+/// Whether a message was written or the caller's stop flag ended the wait for room.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Written {
+    Yes,
+    Stopped,
 }
 
 #[derive(Default)]
@@ -168,6 +180,9 @@ pub struct BridgeIn {
     /// The ring had messages before this bridge took it over (a restarted bridge): what its
     /// predecessor wrote last is unknown, so the first sample's gap is not counted.
     resumed: bool,
+    /// A batch frame that arrived in several pieces is put together here (reused: it grows
+    /// to the largest such frame, at most `wire::MAX_BATCH_BYTES`).
+    scratch: Vec<u8>,
     stats: InStats,
 }
 
@@ -223,6 +238,7 @@ impl BridgeIn {
             inbox,
             subscriber,
             expected: None,
+            scratch: Vec::new(),
             stats: InStats::default(),
         })
     }
@@ -252,8 +268,12 @@ impl BridgeIn {
         }
     }
 
-    /// Handles at most one sample, waiting at most `timeout` for one; `Some` when the stream
-    /// ended. A full ring is waited for (gating backpressure) until `stop` is set.
+    /// Handles at most one sample (one message, or a batch of them), waiting at most
+    /// `timeout` for one; `Some` when the stream ended. A full ring is waited for (gating
+    /// backpressure) until `stop` is set.
+    ///
+    /// A batch sample is validated whole before any of its messages is written: a malformed
+    /// one is refused (`rejected`) as a single sample is.
     ///
     /// # Errors
     ///
@@ -275,11 +295,13 @@ impl BridgeIn {
         let header = match header {
             Ok(h) => h,
             Err(e) => {
-                self.stats.rejected += 1;
-                self.stats.last_rejection = Some(e);
+                self.reject(e);
                 return Ok(None);
             }
         };
+        if header.kind == Kind::Batch {
+            return self.write_batch(&header, payload, stop).map(|()| None);
+        }
         if !self.account(&header) {
             return Ok(None);
         }
@@ -292,7 +314,7 @@ impl BridgeIn {
                 self.publisher.abort(header.code);
                 return Ok(Some(End::Aborted(header.code)));
             }
-            Kind::Data => {}
+            Kind::Data | Kind::Batch => {}
         }
         self.stats.received += 1;
         if payload.len() > self.capacity {
@@ -300,8 +322,127 @@ impl BridgeIn {
             self.stats.missed += 1;
             return Ok(None);
         }
-        self.write(&header, payload, stop)?;
+        self.write(&header, payload.len(), || payload.slices(), stop)?;
         Ok(None)
+    }
+
+    fn reject(&mut self, e: WireError) {
+        self.stats.rejected += 1;
+        self.stats.last_rejection = Some(e);
+    }
+
+    /// Validates a batch sample's frame whole, then writes its messages in order.
+    fn write_batch(
+        &mut self,
+        header: &Header,
+        payload: &zenoh::bytes::ZBytes,
+        stop: &AtomicBool,
+    ) -> Result<(), BridgeError> {
+        // Zenoh hands a frame that arrived in one piece over as one slice (no copy); one that
+        // arrived in several (fragmented) is put together in the reused scratch buffer. Its
+        // length was checked against the header's, which is at most MAX_BATCH_BYTES.
+        let mut scratch = core::mem::take(&mut self.scratch);
+        let mut slices = payload.slices();
+        let frame = match (slices.next(), slices.next()) {
+            (Some(one), None) => one,
+            (None, _) => &[],
+            (Some(_), Some(_)) => {
+                scratch.clear();
+                for part in payload.slices() {
+                    scratch.extend_from_slice(part);
+                }
+                &scratch[..]
+            }
+        };
+        let result = self.write_frame(header, frame, stop);
+        self.scratch = scratch;
+        result
+    }
+
+    fn write_frame(
+        &mut self,
+        header: &Header,
+        frame: &[u8],
+        stop: &AtomicBool,
+    ) -> Result<(), BridgeError> {
+        let batch = match Batch::parse(header, frame) {
+            Ok(batch) => batch,
+            Err(e) => {
+                self.reject(e);
+                return Ok(());
+            }
+        };
+        self.stats.batches += 1;
+        // Messages without metadata words go into the ring in runs, each run published with
+        // one `head` store and one wake-up check (ring-core's `try_publish_batch`), so a far
+        // reader that keeps up is woken once per run, not once per message. A message with
+        // metadata goes on its own (ring-core's batch publish leaves the words 0).
+        let mut run: [&[u8]; RUN] = [&[]; RUN];
+        let mut queued = 0;
+        for record in batch.records() {
+            if !self.account(&record.header) {
+                continue;
+            }
+            self.stats.received += 1;
+            if record.payload.len() > self.capacity {
+                self.stats.too_large += 1;
+                self.stats.missed += 1;
+                continue;
+            }
+            let part = record.payload;
+            if record.header.meta == [0; 2] {
+                run[queued] = part;
+                queued += 1;
+                if queued < RUN {
+                    continue;
+                }
+            }
+            let run_written = self.write_run(&run[..queued], stop)?;
+            queued = 0;
+            if run_written == Written::Stopped {
+                return Ok(());
+            }
+            if record.header.meta != [0; 2]
+                && self.write(&record.header, part.len(), || core::iter::once(part), stop)?
+                    == Written::Stopped
+            {
+                // Told to stop while the ring was full: the rest of the batch is not waited
+                // for either.
+                return Ok(());
+            }
+        }
+        self.write_run(&run[..queued], stop).map(|_| ())
+    }
+
+    /// Writes `run` (messages without metadata, each checked against the slot size) into the
+    /// ring in order: as many as there is room for in one batch publish, the next one through
+    /// the blocking claim when the ring is full (which waits, and reclaims dead subscribers).
+    fn write_run(&mut self, run: &[&[u8]], stop: &AtomicBool) -> Result<Written, BridgeError> {
+        let zero = Header::data(DeliveryClass::Gating, 1, 0, 0, [0; 2]);
+        let mut done = 0;
+        while let Some(rest) = run.get(done..).filter(|rest| !rest.is_empty()) {
+            match self.publisher.inner().try_publish_batch(rest) {
+                Ok(n) => {
+                    // A write straight through ring-core: was the segment cut meanwhile?
+                    if self.publisher.inner().memory().is_truncated() {
+                        return Err(BridgeError::Write(ClaimError::Corrupt(TRUNCATED)));
+                    }
+                    done += n;
+                    self.stats.written += n as u64;
+                }
+                Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
+                    let part = rest[0];
+                    if self.write(&zero, part.len(), || core::iter::once(part), stop)?
+                        == Written::Stopped
+                    {
+                        return Ok(Written::Stopped);
+                    }
+                    done += 1;
+                }
+                Err(e) => return Err(BridgeError::Write(e)),
+            }
+        }
+        Ok(Written::Yes)
     }
 
     /// Checks the header's place in the origin sequence and counts gaps; false when the
@@ -340,18 +481,25 @@ impl BridgeIn {
         true
     }
 
-    /// Writes one message into the ring, slice by slice (no staging copy).
-    fn write(
+    /// Writes one message of `len` bytes, given as the slices `parts` yields, into the ring
+    /// (no staging copy); waits while the ring is full unless `stop` is set.
+    fn write<'p, I: Iterator<Item = &'p [u8]>>(
         &mut self,
         h: &Header,
-        payload: &zenoh::bytes::ZBytes,
+        len: usize,
+        parts: impl Fn() -> I,
         stop: &AtomicBool,
-    ) -> Result<(), BridgeError> {
-        let len = payload.len();
+    ) -> Result<Written, BridgeError> {
         loop {
+            // A full ring: a short poll for room before the claim parks (see
+            // `POLL_BEFORE_PARK`).
+            if !self.publisher.inner().is_claimable() {
+                let producer = self.publisher.inner();
+                let _ = poll_briefly(|| producer.is_claimable());
+            }
             let res = self.publisher.inner().claim_with(POLL, |mut slot| {
                 let mut at = 0;
-                for part in payload.slices() {
+                for part in parts() {
                     // Cannot overflow: the total was checked against the capacity.
                     let _ = slot.write_at(at, part);
                     at += part.len();
@@ -363,7 +511,7 @@ impl BridgeIn {
             match res {
                 Ok(Ok(_seq)) => {
                     self.stats.written += 1;
-                    return Ok(());
+                    return Ok(Written::Yes);
                 }
                 Ok(Err(e)) => return Err(BridgeError::Write(e)),
                 // Subscribers hold the ring back: wait (that is the backpressure), unless told
@@ -371,7 +519,7 @@ impl BridgeIn {
                 Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
                     // Relaxed: a polled flag.
                     if stop.load(Ordering::Relaxed) {
-                        return Ok(());
+                        return Ok(Written::Stopped);
                     }
                 }
                 Err(e) => return Err(BridgeError::Write(e)),
@@ -397,7 +545,6 @@ impl Drop for BridgeIn {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ring_core::DeliveryClass;
 
     #[test]
     fn latest_code_matches_the_wire() {

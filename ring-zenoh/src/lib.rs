@@ -20,8 +20,13 @@
 //!
 //! Every sample carries a small versioned [wire header](wire) as its attachment: the origin
 //! sequence number, what the sending bridge skipped just before it, the two metadata words.
-//! The receiving bridge validates it (untrusted input: never a panic, never a peer-sized
-//! allocation) and counts every gap in the origin sequence ([`InStats::missed`]).
+//! Messages that are ready together travel together: a gating or skip-on-lag sending bridge
+//! packs those that fit into one batch sample (a [frame of records](wire#batch-samples-version-2-kind-3),
+//! at most [`BATCH_BYTES`]), so a stream of small messages costs one Zenoh put and one
+//! hand-off per batch, not per message; a message alone or a large one goes as a sample of
+//! its own, its bytes unchanged as the payload. The receiving bridge validates header and
+//! frame (untrusted input: never a panic, never a peer-sized allocation) and counts every gap
+//! in the origin sequence ([`InStats::missed`]).
 //!
 //! A bridge that dies is a consumer (out) or producer (in) of its local ring that died: the
 //! ring-os recovery rules apply (`docs/OS.md`), and a restarted bridge takes its place. See
@@ -75,7 +80,7 @@ pub mod wire;
 pub use config::{Mode, ZenohOptions, GATING_WAIT_BEFORE_CLOSE_US};
 pub use error::BridgeError;
 pub use inbound::{BridgeIn, InStats};
-pub use out::{BridgeOut, OutStats};
+pub use out::{BridgeOut, OutStats, BATCH_BYTES};
 pub use zenoh;
 
 use core::time::Duration;
@@ -85,6 +90,28 @@ use zenoh::qos::CongestionControl;
 
 /// How long one wait of a bridge's loop lasts before it looks at its stop flag again.
 pub const POLL: Duration = Duration::from_millis(100);
+
+/// How long a busy bridge polls its ring (yielding the CPU between looks) before it parks on
+/// the ring's futex: a bridge parked on its ring makes the peer that writes or reads the
+/// other side pay a wake-up system call per message until the bridge runs again, which on a
+/// loaded machine can be many messages later. Only after a step that moved messages; an idle
+/// bridge parks at once.
+pub const POLL_BEFORE_PARK: Duration = Duration::from_micros(200);
+
+/// Calls `ready` until it is true (returns true) or [`POLL_BEFORE_PARK`] passed (false),
+/// yielding the CPU between calls.
+fn poll_briefly(mut ready: impl FnMut() -> bool) -> bool {
+    let t0 = std::time::Instant::now();
+    loop {
+        if ready() {
+            return true;
+        }
+        if t0.elapsed() >= POLL_BEFORE_PARK {
+            return false;
+        }
+        std::thread::yield_now();
+    }
+}
 
 /// How a bridge's stream ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

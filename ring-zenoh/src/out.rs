@@ -7,12 +7,12 @@ use std::sync::{Arc, Condvar, Mutex};
 
 use ring_core::{DeliveryClass, ReadError};
 use ring_os::prelude::{Ring, Subscriber};
-use ring_os::raw::{ConsumerExt as _, ShmReadError};
+use ring_os::raw::{ConsumerExt as _, ShmReadError, TRUNCATED};
 use zenoh::Wait as _;
 
 use crate::error::zenoh;
-use crate::wire::{Header, Kind};
-use crate::{congestion_control, new_epoch, BridgeError, End, POLL};
+use crate::wire::{BatchWriter, Header, Kind, RECORD_HEADER_LEN};
+use crate::{congestion_control, new_epoch, poll_briefly, BridgeError, End, POLL};
 
 /// What a [`BridgeOut`] has done so far.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -26,6 +26,26 @@ pub struct OutStats {
     pub bytes: u64,
     /// Times the bridge stopped reading because the key's last matching subscriber went away.
     pub paused: u64,
+    /// Batch samples published (each carries several of the `forwarded` messages).
+    pub batches: u64,
+}
+
+/// The most bytes a sending bridge packs into one batch frame: with its sample's header and
+/// key it fits one Zenoh batch on TCP (at most 65,535 bytes), and a receiving bridge's
+/// [`MAX_BATCH_BYTES`](crate::wire::MAX_BATCH_BYTES) is far above it.
+pub const BATCH_BYTES: usize = 48 * 1024;
+
+/// What one step read.
+struct Ready {
+    /// The messages that fit the batch frame.
+    writer: BatchWriter,
+    /// A message too large for the frame (sent after it).
+    single: Option<(Header, Vec<u8>)>,
+    messages: u64,
+    missed: u64,
+    bytes: u64,
+    /// The last message's sequence number.
+    last: Option<u64>,
 }
 
 /// Whether a subscriber matches the publisher's key, kept current by a matching listener.
@@ -96,6 +116,12 @@ pub struct BridgeOut {
     start: Option<u64>,
     /// Whether the last step found a matching subscriber.
     was_matched: bool,
+    /// The origin ring's slot capacity (what one message can be at most).
+    capacity: usize,
+    /// The last step moved messages (so the next one polls before it parks).
+    active: bool,
+    /// A frame buffer to fill next (one that went out with a sample is Zenoh's).
+    spare: Vec<u8>,
     stats: OutStats,
 }
 
@@ -163,6 +189,9 @@ impl BridgeOut {
             next_seq: 0,
             start: None,
             was_matched: false,
+            capacity: ring.slot_size(),
+            active: false,
+            spare: Vec::new(),
             stats: OutStats::default(),
         })
     }
@@ -211,8 +240,14 @@ impl BridgeOut {
         }
     }
 
-    /// Forwards at most one message, waiting at most about `timeout`; `Some` when the stream
-    /// ended.
+    /// Forwards what is ready, waiting at most about `timeout` for a first message; `Some`
+    /// when the stream ended.
+    ///
+    /// Messages that are ready together go out together: a gating or skip-on-lag bridge reads
+    /// them in one ring batch (one cursor store) and packs those that fit into one batch
+    /// sample of at most [`BATCH_BYTES`] ([wire](crate::wire), version 2); a message alone,
+    /// or one too large for the batch, goes as a single sample (version 1, its bytes
+    /// unchanged as the payload). A latest-only bridge forwards one message per step.
     ///
     /// # Errors
     ///
@@ -227,54 +262,157 @@ impl BridgeOut {
             return Ok(None);
         }
         self.was_matched = true;
-        let msg = match self.subscriber.inner().recv_pinned(timeout) {
-            Ok(pinned) => {
-                let mut header = Header::data(
-                    self.class,
-                    self.epoch,
-                    pinned.seq(),
-                    pinned.missed(),
-                    pinned.meta(),
-                );
-                let start = *self
-                    .start
-                    .get_or_insert(pinned.seq().saturating_sub(pinned.missed()));
-                header.start = start;
-                // A slot holds at most u32::MAX bytes (the ring's geometry is u32).
-                header.len = u32::try_from(pinned.len()).unwrap_or(u32::MAX);
-                let data = pinned.bytes().to_vec();
-                // The pin is released here, before the network is involved.
-                drop(pinned);
-                Ok((header, data))
+        // What is there now; after a step that moved messages, a short poll for more (see
+        // `POLL_BEFORE_PARK`); then a wait on the ring.
+        let mut got = self.read_ready();
+        if matches!(got, Err(ReadError::Empty)) && self.active {
+            let _ = poll_briefly(|| {
+                got = self.read_ready();
+                !matches!(got, Err(ReadError::Empty))
+            });
+        }
+        if matches!(got, Err(ReadError::Empty)) {
+            if let Err(e) = self.subscriber.inner().wait_message(timeout) {
+                self.active = false;
+                return self.read_error(e);
             }
-            Err(e) => Err(e),
+            got = self.read_ready();
+        }
+        self.active = got.is_ok();
+        let ready = match got {
+            Ok(ready) => ready,
+            Err(e) => return self.read_error(ShmReadError::Read(e)),
         };
-        let (header, data) = match msg {
-            Ok(m) => m,
-            Err(ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging)) => {
-                return Ok(None)
+        let Ready {
+            writer,
+            single,
+            messages,
+            missed,
+            bytes,
+            last,
+        } = ready;
+        let start = self.start.unwrap_or(0);
+        if !writer.is_empty() {
+            match writer.into_single(self.class, self.epoch, start) {
+                Ok((header, data)) => self.put(&header, data)?,
+                Err(writer) => {
+                    let (header, frame) = writer.finish(self.class, self.epoch, start);
+                    self.put(&header, frame)?;
+                    self.stats.batches += 1;
+                }
+            }
+        }
+        if let Some((header, data)) = single {
+            self.put(&header, data)?;
+        }
+        if let Some(last) = last {
+            self.next_seq = last + 1;
+        }
+        self.stats.forwarded += messages;
+        self.stats.missed += missed;
+        self.stats.bytes += bytes;
+        Ok(None)
+    }
+
+    /// What a read error means for the stream: nothing yet, its end, or a broken ring.
+    fn read_error(&mut self, e: ShmReadError) -> Result<Option<End>, BridgeError> {
+        match e {
+            ShmReadError::Read(ReadError::Timeout | ReadError::Empty | ReadError::Lagging) => {
+                Ok(None)
             }
             // The origin producer died: a new one may take the ring over; wait.
-            Err(ShmReadError::ProducerGone) => return Ok(None),
-            Err(ShmReadError::Read(ReadError::Closed)) => {
-                return self.finish(Kind::Close, 0).map(Some)
+            ShmReadError::ProducerGone => Ok(None),
+            ShmReadError::Read(ReadError::Closed) => self.finish(Kind::Close, 0).map(Some),
+            ShmReadError::Read(ReadError::Aborted { code }) => {
+                self.finish(Kind::Abort, code).map(Some)
             }
-            Err(ShmReadError::Read(ReadError::Aborted { code })) => {
-                return self.finish(Kind::Abort, code).map(Some)
-            }
-            Err(ShmReadError::Read(e)) => return Err(BridgeError::Read(e)),
+            ShmReadError::Read(e) => Err(BridgeError::Read(e)),
+        }
+    }
+
+    /// Reads the messages that are ready (see [`step`](Self::step)), copying each straight
+    /// from its pinned slot into the batch frame (or, too large for it, into a buffer of its
+    /// own, after which reading stops). The error of the first read when nothing was read.
+    fn read_ready(&mut self) -> Result<Ready, ReadError> {
+        let batching = self.class != DeliveryClass::LatestOnly;
+        let per_message = RECORD_HEADER_LEN + self.capacity;
+        let reserve = if batching && per_message <= BATCH_BYTES / 2 {
+            BATCH_BYTES
+        } else {
+            0
         };
-        let len = data.len() as u64;
+        let mut frame = core::mem::take(&mut self.spare);
+        frame.reserve(reserve);
+        let mut ready = Ready {
+            writer: BatchWriter::new(frame),
+            single: None,
+            messages: 0,
+            missed: 0,
+            bytes: 0,
+            last: None,
+        };
+        let (class, epoch) = (self.class, self.epoch);
+        let start = &mut self.start;
+        let consumer = self.subscriber.inner();
+        loop {
+            let room = BATCH_BYTES.saturating_sub(ready.writer.frame_len());
+            // So many that each fits whatever its length; at least one (which may not fit).
+            let max = if batching {
+                (room / per_message).max(1)
+            } else {
+                1
+            };
+            let got = consumer.try_read_batch(max, |item| {
+                let (seq, missed) = (item.seq(), item.missed());
+                let start = *start.get_or_insert(seq.saturating_sub(missed));
+                ready.messages += 1;
+                ready.missed += missed;
+                ready.bytes += item.len() as u64;
+                ready.last = Some(seq);
+                let fits = ready.writer.frame_len() + RECORD_HEADER_LEN + item.len() <= BATCH_BYTES;
+                if fits
+                    && ready
+                        .writer
+                        .push(seq, missed, item.meta(), item.bytes())
+                        .is_ok()
+                {
+                    return;
+                }
+                let mut header = Header::data(class, epoch, seq, missed, item.meta());
+                header.start = start;
+                // A slot holds at most u32::MAX bytes (the ring's geometry is u32).
+                header.len = u32::try_from(item.len()).unwrap_or(u32::MAX);
+                ready.single = Some((header, item.bytes().to_vec()));
+            });
+            match got {
+                Ok(n) => {
+                    let full = BATCH_BYTES - ready.writer.frame_len() < RECORD_HEADER_LEN;
+                    if n < max || !batching || ready.single.is_some() || full {
+                        break;
+                    }
+                }
+                Err(e) if ready.messages == 0 => {
+                    self.spare = ready.writer.into_buffer();
+                    return Err(e);
+                }
+                // The next step reads it again and reports it.
+                Err(_) => break,
+            }
+        }
+        // The bytes were read from shared memory: was the segment cut under us meanwhile?
+        if consumer.memory().is_truncated() {
+            return Err(ReadError::Corrupt(TRUNCATED));
+        }
+        Ok(ready)
+    }
+
+    /// Publishes one sample.
+    fn put(&self, header: &Header, payload: Vec<u8>) -> Result<(), BridgeError> {
         self.publisher
-            .put(data)
-            .attachment(header.encode().to_vec())
+            .put(payload)
+            .attachment(header.encode())
             .wait()
-            .map_err(zenoh("publishing"))?;
-        self.next_seq = header.seq + 1;
-        self.stats.forwarded += 1;
-        self.stats.missed += header.missed;
-        self.stats.bytes += len;
-        Ok(None)
+            .map_err(zenoh("publishing"))
     }
 
     /// Sends the stream's end to the far side.
@@ -287,7 +425,7 @@ impl BridgeOut {
         };
         self.control
             .put(Vec::new())
-            .attachment(header.encode().to_vec())
+            .attachment(header.encode())
             .wait()
             .map_err(zenoh("publishing the end of the stream"))?;
         Ok(match kind {

@@ -211,6 +211,7 @@ fn out(args: &OutArgs) -> Result<bool> {
             "missed": s.missed,
             "bytes": s.bytes,
             "paused": s.paused,
+            "batches": s.batches,
         })
     );
     Ok(true)
@@ -284,6 +285,7 @@ fn inbound(args: &InArgs) -> Result<bool> {
             "out_of_order": s.out_of_order,
             "too_large": s.too_large,
             "resumes": s.resumes,
+            "batches": s.batches,
             "drained": drained,
         })
     );

@@ -60,6 +60,11 @@ impl<M: Memory> Consumer<M> {
     /// reader (latest-only ones read from `head`) of a default ring, not a group member, no
     /// leaked pin to take back, a sequence in range, and the entry still ours
     /// (`check_registered`, as the general read starts with).
+    ///
+    /// The never-stall test only saves a wasted attempt: there the home slot may hold another
+    /// message, and the general read follows the route; but a home slot whose stamp names
+    /// `seq` holds that message (stamps are unique per message), so reading it would be
+    /// correct too. (The mutation check confirms it: without the test every check passes.)
     #[inline(always)]
     fn plain_next(&self) -> Option<u64> {
         let seq = self.next;

@@ -14,7 +14,8 @@
 
 use ring_core::inspect::total_pins;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, Memory as _, OwnedSegment, Producer, ReadError,
+    ClaimError, Config, Consumer, DeliveryClass, Hold, Memory as _, OwnedSegment, Producer,
+    ReadError,
 };
 use ring_verification::support::id;
 use shuttle::rand::{thread_rng, Rng};
@@ -53,6 +54,149 @@ struct Report {
     received: u64,
 }
 
+impl Report {
+    /// The report of consumer `c`, which lived (started at `start`, read `seqs`); drops it.
+    fn lived(c: Consumer<Seg>, start: u64, seqs: Vec<u64>) -> Self {
+        Self {
+            class: c.class(),
+            crashed: false,
+            missed: c.missed(),
+            cursor: c.cursor(),
+            start,
+            received: c.received(),
+            seqs,
+        }
+    }
+
+    /// The report of a consumer of `class` that crashed after reading `seqs`.
+    fn crashed(class: DeliveryClass, start: u64, seqs: Vec<u64>) -> Self {
+        Self {
+            class,
+            crashed: true,
+            seqs,
+            missed: 0,
+            cursor: 0,
+            start,
+            received: 0,
+        }
+    }
+}
+
+/// A ring of `config` in an owned segment, and its producer (both owner 1).
+fn ring(config: &Config) -> (Seg, Producer<Seg>) {
+    let seg: Seg = Arc::new(OwnedSegment::new(config, id(1)).expect("config"));
+    let p = Producer::new(seg.clone(), id(1)).expect("producer");
+    (seg, p)
+}
+
+/// The step a consumer crashes at: one consumer in [`CRASH_ONE_IN`], at a random step below
+/// [`CRASH_STEPS`].
+fn crash_step() -> Option<u32> {
+    let mut rng = thread_rng();
+    (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS))
+}
+
+/// A crash: the handle `c` is leaked (no destructor runs, as in a killed process: whatever it
+/// holds stays held), then the death is announced.
+fn die<T>(c: T, dead: &AtomicBool) {
+    std::mem::forget(c);
+    // Release: the liveness oracle (ring-os checks the process) sees the death after
+    // everything the consumer did.
+    dead.store(true, Ordering::Release);
+}
+
+/// What a reader does with a refused read: true at the end of the stream (`Closed`); on
+/// `Empty` (and `Lagging` where `lag_ok`) it yields; anything else fails the run.
+fn ended(e: ReadError, lag_ok: bool, who: impl core::fmt::Debug) -> bool {
+    match e {
+        ReadError::Closed => true,
+        ReadError::Empty => {
+            thread::yield_now();
+            false
+        }
+        ReadError::Lagging if lag_ok => {
+            thread::yield_now();
+            false
+        }
+        e => panic!("{who:?}: {e}"),
+    }
+}
+
+/// Records `seq`, read after `seqs`: a reader's sequences only go forward.
+fn push_forward(seqs: &mut Vec<u64>, seq: u64, who: impl core::fmt::Debug) {
+    assert!(
+        seqs.last().is_none_or(|&l| seq > l),
+        "{who:?} went backwards"
+    );
+    seqs.push(seq);
+}
+
+/// Pins the next message and checks it whole: its sequence and what it missed.
+fn pin_whole(c: &mut Consumer<Seg>) -> Result<(u64, u64), ReadError> {
+    let m = c.try_pin()?;
+    let mut a = [0u8; 16];
+    assert_eq!(m.copy_to(&mut a), 16);
+    assert_eq!(a, msg(m.seq()), "pinned read of {} torn", m.seq());
+    Ok((m.seq(), m.missed()))
+}
+
+/// Copies the next message and checks it whole: its sequence and what it missed.
+fn copy_whole(c: &mut Consumer<Seg>) -> Result<(u64, u64), ReadError> {
+    let mut buf = [0u8; 16];
+    let got = c.try_copy(&mut buf)?;
+    assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
+    Ok((got.seq, got.missed))
+}
+
+/// Publishes messages `*seq..end` in order, each under its own sequence number, in at most
+/// `tries` attempts. `Full` (and `Pinned` where `pinned_ok`) calls `wait` and yields; any
+/// other refusal fails the run.
+fn publish_range(
+    p: &mut Producer<Seg>,
+    seq: &mut u64,
+    end: u64,
+    tries: usize,
+    pinned_ok: bool,
+    mut wait: impl FnMut(&mut Producer<Seg>),
+) {
+    for _ in 0..tries {
+        if *seq == end {
+            break;
+        }
+        match p.try_publish(&msg(*seq)) {
+            Ok(s) => {
+                assert_eq!(s, *seq, "a sequence number published twice");
+                *seq += 1;
+            }
+            Err(ClaimError::Full { .. }) => {
+                wait(p);
+                thread::yield_now();
+            }
+            Err(ClaimError::Pinned { .. }) if pinned_ok => {
+                wait(p);
+                thread::yield_now();
+            }
+            Err(e) => panic!("producer, message {}: {e:?}", *seq),
+        }
+    }
+}
+
+/// A schedule test pair for a whole-ring run: shuttle's random scheduler and PCT (depth 3),
+/// each for [`iterations`].
+macro_rules! schedules {
+    ($run:ident: $random:ident, $pct:ident) => {
+        #[test]
+        fn $random() {
+            shuttle::check_random($run, iterations());
+        }
+
+        #[test]
+        fn $pct() {
+            shuttle::check_pct($run, iterations(), 3);
+        }
+    };
+}
+
 fn consumer(
     seg: Seg,
     class: DeliveryClass,
@@ -63,9 +207,7 @@ fn consumer(
     let mut c = Consumer::new(seg, class, id(owner)).expect("table has room");
     let start = c.cursor();
     let mut seqs = Vec::new();
-    let mut rng = thread_rng();
-    let mut buf = [0u8; 16];
-    let crash_at = (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS));
+    let crash_at = crash_step();
     for step in 0..400 {
         if crash_at == Some(step) {
             // Crash, possibly holding a pin: nothing is released.
@@ -74,74 +216,32 @@ fn consumer(
                     std::mem::forget(m);
                 }
             }
-            std::mem::forget(c);
-            // Release: the liveness oracle (ring-os checks the process) sees the death after
-            // everything the consumer did.
-            dead.store(true, Ordering::Release);
-            return Report {
-                class,
-                crashed: true,
-                seqs,
-                missed: 0,
-                cursor: 0,
-                start,
-                received: 0,
-            };
+            die(c, &dead);
+            return Report::crashed(class, start, seqs);
         }
         let r = if pin {
-            c.try_pin().map(|m| {
-                let mut a = [0u8; 16];
-                assert_eq!(m.copy_to(&mut a), 16);
-                assert_eq!(a, msg(m.seq()), "pinned read of {} torn", m.seq());
-                m.seq()
-            })
+            pin_whole(&mut c)
         } else {
-            c.try_copy(&mut buf).map(|got| {
-                assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
-                got.seq
-            })
+            copy_whole(&mut c)
         };
         match r {
-            Ok(seq) => {
-                assert!(
-                    seqs.last().is_none_or(|&l| seq > l),
-                    "{class:?} went backwards"
-                );
-                seqs.push(seq);
-            }
-            Err(ReadError::Closed) => break,
-            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-            Err(e) => panic!("{class:?}: {e}"),
+            Ok((seq, _)) => push_forward(&mut seqs, seq, class),
+            Err(e) if ended(e, true, class) => break,
+            Err(_) => {}
         }
     }
-    let report = Report {
-        class,
-        crashed: false,
-        missed: c.missed(),
-        cursor: c.cursor(),
-        start,
-        received: c.received(),
-        seqs,
-    };
-    drop(c);
-    report
+    Report::lived(c, start, seqs)
 }
 
 fn whole_ring() {
-    let seg: Seg = Arc::new(
-        OwnedSegment::new(&Config::new(SLOTS, 16).with_consumers(4), id(1)).expect("config"),
-    );
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let (seg, mut p) = ring(&Config::new(SLOTS, 16).with_consumers(4));
     let classes = [
         (DeliveryClass::Gating, false),
         (DeliveryClass::LatestOnly, true),
         (DeliveryClass::SkipOnLag, false),
         (DeliveryClass::SkipOnLag, true),
     ];
-    let dead: Vec<Arc<AtomicBool>> = classes
-        .iter()
-        .map(|_| Arc::new(AtomicBool::new(false)))
-        .collect();
+    let dead: Vec<Arc<AtomicBool>> = classes.iter().map(|_| Arc::default()).collect();
     let handles: Vec<_> = classes
         .iter()
         .zip(&dead)
@@ -185,23 +285,7 @@ fn publish_reclaim_and_check(
             }
         }
     };
-    let mut seq = 0;
-    for _ in 0..2000 {
-        if seq == MESSAGES {
-            break;
-        }
-        match p.try_publish(&msg(seq)) {
-            Ok(s) => {
-                assert_eq!(s, seq);
-                seq += 1;
-            }
-            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
-                reclaim_dead(p);
-                thread::yield_now();
-            }
-            Err(e) => panic!("producer: {e}"),
-        }
-    }
+    publish_range(p, &mut 0, MESSAGES, 2000, true, &mut reclaim_dead);
     p.close();
     let reports: Vec<Report> = handles
         .into_iter()
@@ -233,15 +317,7 @@ fn publish_reclaim_and_check(
     }
 }
 
-#[test]
-fn whole_ring_random_schedules() {
-    shuttle::check_random(whole_ring, iterations());
-}
-
-#[test]
-fn whole_ring_pct_schedules() {
-    shuttle::check_pct(whole_ring, iterations(), 3);
-}
+schedules!(whole_ring: whole_ring_random_schedules, whole_ring_pct_schedules);
 
 /// Waits (yielding) until `flag` is set; false if it never was within the bound.
 fn wait_for(flag: &AtomicBool) -> bool {
@@ -262,6 +338,7 @@ fn pin_and_recheck(c: &mut Consumer<Seg>) -> Result<u64, ReadError> {
     let mut a = [0u8; 16];
     assert_eq!(m.copy_to(&mut a), 16);
     assert_eq!(a, msg(m.seq()), "pinned read of {} torn", m.seq());
+    // A scheduling point while pinned: the producer may try to claim the slot.
     thread::yield_now();
     let mut b = [0u8; 16];
     m.copy_to(&mut b);
@@ -278,9 +355,7 @@ fn pin_and_recheck(c: &mut Consumer<Seg>) -> Result<u64, ReadError> {
 /// published twice.
 fn lying_liveness_oracle() {
     const SPLIT: u64 = 10;
-    let seg: Seg =
-        Arc::new(OwnedSegment::new(&Config::new(4, 16).with_consumers(2), id(1)).expect("config"));
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let (seg, mut p) = ring(&Config::new(4, 16).with_consumers(2));
     let mut gating = Consumer::new(seg.clone(), DeliveryClass::Gating, id(30)).expect("room");
     let victim = Consumer::new(seg.clone(), DeliveryClass::SkipOnLag, id(20)).expect("room");
     let victim_index = victim.index();
@@ -330,9 +405,8 @@ fn lying_liveness_oracle() {
                         assert!(last.is_none_or(|l| seq > l), "twin went backwards");
                         last = Some(seq);
                     }
-                    Err(ReadError::Closed) => break,
-                    Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-                    Err(e) => panic!("twin: {e}"),
+                    Err(e) if ended(e, true, "twin") => break,
+                    Err(_) => {}
                 }
             }
         })
@@ -348,21 +422,7 @@ fn lying_liveness_oracle() {
             // Release: the displaced producer now makes its calls.
             taken.store(true, Ordering::Release);
             let mut seq = SPLIT;
-            for _ in 0..4000 {
-                if seq == MESSAGES {
-                    break;
-                }
-                match p2.try_publish(&msg(seq)) {
-                    Ok(s) => {
-                        assert_eq!(s, seq, "a sequence number published twice");
-                        seq += 1;
-                    }
-                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
-                        thread::yield_now();
-                    }
-                    Err(e) => panic!("successor: {e}"),
-                }
-            }
+            publish_range(&mut p2, &mut seq, MESSAGES, 4000, true, |_| {});
             assert_eq!(seq, MESSAGES, "the successor was held back for good");
             p2.close();
             p2
@@ -370,17 +430,12 @@ fn lying_liveness_oracle() {
     };
     // The gating reader, in its own thread: lossless across the take-over.
     let reader = thread::spawn(move || {
-        let mut buf = [0u8; 16];
         let mut seqs = Vec::new();
         for _ in 0..4000 {
-            match gating.try_copy(&mut buf) {
-                Ok(got) => {
-                    assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
-                    seqs.push(got.seq);
-                }
-                Err(ReadError::Closed) => break,
-                Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-                Err(e) => panic!("gating: {e}"),
+            match copy_whole(&mut gating) {
+                Ok((seq, _)) => seqs.push(seq),
+                Err(e) if ended(e, true, "gating") => break,
+                Err(_) => {}
             }
         }
         assert_eq!(
@@ -444,15 +499,10 @@ fn lying_liveness_oracle() {
     assert_eq!(total_pins(&*seg), 0, "a pin outlived its consumer");
 }
 
-#[test]
-fn lying_liveness_oracle_random_schedules() {
-    shuttle::check_random(lying_liveness_oracle, iterations());
-}
-
-#[test]
-fn lying_liveness_oracle_pct_schedules() {
-    shuttle::check_pct(lying_liveness_oracle, iterations(), 3);
-}
+schedules!(lying_liveness_oracle:
+    lying_liveness_oracle_random_schedules,
+    lying_liveness_oracle_pct_schedules
+);
 
 /// Slot capacity of the batch runs: wider than the message line, so messages of both kinds.
 const WIDE: u32 = 160;
@@ -575,25 +625,14 @@ fn batch_consumer(seg: Seg, class: DeliveryClass, owner: u64) -> (Report, bool) 
         };
         match r {
             Ok(_) => {}
-            Err(ReadError::Closed) => {
+            Err(e) if ended(e, true, class) => {
                 closed = true;
                 break;
             }
-            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-            Err(e) => panic!("{class:?}: {e}"),
+            Err(_) => {}
         }
     }
-    let report = Report {
-        class,
-        crashed: false,
-        missed: c.missed(),
-        cursor: c.cursor(),
-        start,
-        received: c.received(),
-        seqs,
-    };
-    drop(c);
-    (report, closed)
+    (Report::lived(c, start, seqs), closed)
 }
 
 /// The batch APIs on a ring of 160-byte slots: the producer publishes messages of mixed
@@ -605,10 +644,7 @@ fn batch_consumer(seg: Seg, class: DeliveryClass, owner: u64) -> (Report, bool) 
 /// every message out (batch reads release their pins and store their cursors), every consumer
 /// reaches the end, and no pin is left.
 fn batches_whole_ring() {
-    let seg: Seg = Arc::new(
-        OwnedSegment::new(&Config::new(4, WIDE).with_consumers(4), id(1)).expect("config"),
-    );
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let (seg, mut p) = ring(&Config::new(4, WIDE).with_consumers(4));
     let classes = [
         DeliveryClass::Gating,
         DeliveryClass::LatestOnly,
@@ -672,15 +708,7 @@ fn batches_whole_ring() {
     assert_eq!(total_pins(&*seg), 0, "a pin outlived its batch");
 }
 
-#[test]
-fn batches_random_schedules() {
-    shuttle::check_random(batches_whole_ring, iterations());
-}
-
-#[test]
-fn batches_pct_schedules() {
-    shuttle::check_pct(batches_whole_ring, iterations(), 3);
-}
+schedules!(batches_whole_ring: batches_random_schedules, batches_pct_schedules);
 
 /// A consumer that holds up to three messages at once and releases a random one (or, with
 /// one chance in `CRASH_ONE_IN`, dies holding them at a random step). Every held message is
@@ -689,61 +717,54 @@ fn holding_consumer(seg: Seg, class: DeliveryClass, owner: u64, dead: Arc<Atomic
     let mut c = Consumer::new(seg, class, id(owner)).expect("table has room");
     c.set_max_holds(3).expect("3 holds");
     let start = c.cursor();
-    let mut rng = thread_rng();
-    let crash_at = (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS));
+    let crash_at = crash_step();
     let mut held = Vec::new();
     let mut seqs = Vec::new();
     for step in 0..400 {
         if crash_at == Some(step) {
-            std::mem::forget(c);
-            // Release: the liveness oracle sees the death after everything it did.
-            dead.store(true, Ordering::Release);
-            return Report {
-                class,
-                crashed: true,
-                seqs,
-                missed: 0,
-                cursor: 0,
-                start,
-                received: 0,
-            };
+            die(c, &dead);
+            return Report::crashed(class, start, seqs);
         }
-        if held.len() == 3 || (!held.is_empty() && rng.gen_range(0..3) == 0) {
-            let h = held.remove(rng.gen_range(0..held.len()));
-            check_held(&c, &h);
-            c.release(h).expect("release");
-            continue;
-        }
-        match c.try_hold() {
-            Ok(h) => {
-                check_held(&c, &h);
-                assert!(
-                    seqs.last().is_none_or(|&l| h.seq() > l),
-                    "{class:?} went backwards"
-                );
-                seqs.push(h.seq());
-                held.push(h);
-            }
-            Err(ReadError::Closed) => break,
-            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-            Err(e) => panic!("{class:?}: {e}"),
+        match hold_or_release(&mut c, &mut held, 3) {
+            Ok(None) => {}
+            Ok(Some((seq, _))) => push_forward(&mut seqs, seq, class),
+            Err(e) if ended(e, true, class) => break,
+            Err(_) => {}
         }
     }
+    release_all(&mut c, held);
+    Report::lived(c, start, seqs)
+}
+
+/// One step of a reader that holds up to `max` messages: when it holds `max`, or with one
+/// chance in three when it holds any, it releases a random one of `held` (checked whole
+/// first) and returns `Ok(None)`; otherwise it takes a new hold, checks it whole, keeps it and
+/// returns its sequence and redelivered flag.
+fn hold_or_release(
+    c: &mut Consumer<Seg>,
+    held: &mut Vec<Hold>,
+    max: usize,
+) -> Result<Option<(u64, bool)>, ReadError> {
+    let mut rng = thread_rng();
+    if held.len() == max || (!held.is_empty() && rng.gen_range(0..3) == 0) {
+        let h = held.remove(rng.gen_range(0..held.len()));
+        check_held(c, &h);
+        c.release(h).expect("release");
+        return Ok(None);
+    }
+    let h = c.try_hold()?;
+    check_held(c, &h);
+    let got = (h.seq(), h.redelivered());
+    held.push(h);
+    Ok(Some(got))
+}
+
+/// Releases every hold of `held`, each checked whole first.
+fn release_all(c: &mut Consumer<Seg>, held: Vec<Hold>) {
     for h in held {
-        check_held(&c, &h);
+        check_held(c, &h);
         c.release(h).expect("release");
     }
-    let report = Report {
-        class,
-        crashed: false,
-        missed: c.missed(),
-        cursor: c.cursor(),
-        start,
-        received: c.received(),
-        seqs,
-    };
-    drop(c);
-    report
 }
 
 /// Holds under random schedules and deaths: one producer, a gating and a skip-on-lag consumer
@@ -751,10 +772,7 @@ fn holding_consumer(seg: Seg, class: DeliveryClass, owner: u64, dead: Arc<Atomic
 /// rewrites a held message, reclaims the dead, and at the end no pin is left; the gating
 /// reader (if it lived) got everything from its start, in order.
 fn holds_whole_ring() {
-    let seg: Seg = Arc::new(
-        OwnedSegment::new(&Config::new(SLOTS, 16).with_consumers(2), id(1)).expect("config"),
-    );
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let (seg, mut p) = ring(&Config::new(SLOTS, 16).with_consumers(2));
     let classes = [DeliveryClass::Gating, DeliveryClass::SkipOnLag];
     let dead: Vec<Arc<AtomicBool>> = classes.iter().map(|_| Arc::default()).collect();
     let handles: Vec<_> = classes
@@ -769,15 +787,7 @@ fn holds_whole_ring() {
     publish_reclaim_and_check(&seg, &mut p, &dead, handles, 3);
 }
 
-#[test]
-fn holds_random_schedules() {
-    shuttle::check_random(holds_whole_ring, iterations());
-}
-
-#[test]
-fn holds_pct_schedules() {
-    shuttle::check_pct(holds_whole_ring, iterations(), 3);
-}
+schedules!(holds_whole_ring: holds_random_schedules, holds_pct_schedules);
 
 /// What a group member thread reports: every message it took (with the redelivered flag) and
 /// whether it crashed.
@@ -793,41 +803,27 @@ struct MemberReport {
 fn member(seg: Seg, owner: u64, dead: Arc<AtomicBool>) -> MemberReport {
     let mut c = Consumer::join_group(seg, "g", id(owner)).expect("table has room");
     c.set_max_holds(2).expect("2 holds");
-    let mut rng = thread_rng();
-    let crash_at = (rng.gen_range(0..CRASH_ONE_IN) == 0).then(|| rng.gen_range(0..CRASH_STEPS));
+    let crash_at = crash_step();
     let mut held = Vec::new();
     let mut taken = Vec::new();
     for step in 0..400 {
         if crash_at == Some(step) {
-            std::mem::forget(c);
-            // Release: the liveness oracle sees the death after everything it did.
-            dead.store(true, Ordering::Release);
+            let held_at_death = held.iter().map(Hold::seq).collect();
+            die(c, &dead);
             return MemberReport {
                 taken,
-                held_at_death: held.iter().map(ring_core::Hold::seq).collect(),
+                held_at_death,
                 crashed: true,
             };
         }
-        if held.len() == 2 || (!held.is_empty() && rng.gen_range(0..3) == 0) {
-            let h: ring_core::Hold = held.remove(rng.gen_range(0..held.len()));
-            check_held(&c, &h);
-            c.release(h).expect("release");
-            continue;
-        }
-        match c.try_hold() {
-            Ok(h) => {
-                check_held(&c, &h);
-                taken.push((h.seq(), h.redelivered()));
-                held.push(h);
-            }
-            Err(ReadError::Closed) => break,
-            Err(ReadError::Empty) => thread::yield_now(),
-            Err(e) => panic!("member: {e}"),
+        match hold_or_release(&mut c, &mut held, 2) {
+            Ok(None) => {}
+            Ok(Some(got)) => taken.push(got),
+            Err(e) if ended(e, false, "member") => break,
+            Err(_) => {}
         }
     }
-    for h in held {
-        c.release(h).expect("release");
-    }
+    release_all(&mut c, held);
     MemberReport {
         taken,
         held_at_death: Vec::new(),
@@ -835,7 +831,7 @@ fn member(seg: Seg, owner: u64, dead: Arc<AtomicBool>) -> MemberReport {
     }
 }
 
-fn check_held(c: &Consumer<Seg>, h: &ring_core::Hold) {
+fn check_held(c: &Consumer<Seg>, h: &Hold) {
     let bytes: Vec<u8> = c
         .held_words(h)
         .expect("a hold it has")
@@ -855,10 +851,7 @@ fn check_held(c: &Consumer<Seg>, h: &ring_core::Hold) {
 /// queue). Then a fresh member drains what is left. Every published message was taken at
 /// least once, none twice without the redelivered flag, and no held message ever changed.
 fn groups_whole_ring() {
-    let seg: Seg = Arc::new(
-        OwnedSegment::new(&Config::new(SLOTS, 16).with_consumers(5), id(1)).expect("config"),
-    );
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
+    let (seg, mut p) = ring(&Config::new(SLOTS, 16).with_consumers(5));
     p.create_group("g").expect("group");
     let dead: Vec<Arc<AtomicBool>> = (0..3).map(|_| Arc::default()).collect();
     let handles: Vec<_> = dead
@@ -893,19 +886,14 @@ fn groups_whole_ring() {
         }
     };
     let mut published = 0;
-    for _ in 0..2000 {
-        if published == MESSAGES {
-            break;
-        }
-        match p.try_publish(&msg(published)) {
-            Ok(_) => published += 1,
-            Err(ClaimError::Full { .. }) => {
-                reclaim_dead(&mut p);
-                thread::yield_now();
-            }
-            Err(e) => panic!("producer: {e}"),
-        }
-    }
+    publish_range(
+        &mut p,
+        &mut published,
+        MESSAGES,
+        2000,
+        false,
+        &mut reclaim_dead,
+    );
     p.close();
     let mut reports: Vec<MemberReport> = handles
         .into_iter()
@@ -960,15 +948,7 @@ fn groups_whole_ring() {
     );
 }
 
-#[test]
-fn groups_random_schedules() {
-    shuttle::check_random(groups_whole_ring, iterations());
-}
-
-#[test]
-fn groups_pct_schedules() {
-    shuttle::check_pct(groups_whole_ring, iterations(), 3);
-}
+schedules!(groups_whole_ring: groups_random_schedules, groups_pct_schedules);
 
 /// Never-stall rings: slots, and the most messages the latest-only reader holds at once. With
 /// the skip-on-lag reader's one pin that is 3 pinned slots at most, so `NS_SLOTS >= 3 + 2`: the
@@ -980,31 +960,16 @@ const NS_HOLDS: usize = 2;
 /// releases a random one, checks each whole when taken and again before its release.
 fn ns_grabber(mut c: Consumer<Seg>) -> Vec<u64> {
     c.set_max_holds(NS_HOLDS).expect("holds");
-    let mut rng = thread_rng();
     let (mut held, mut seqs) = (Vec::new(), Vec::new());
     for _ in 0..400 {
-        if held.len() == NS_HOLDS || (!held.is_empty() && rng.gen_range(0..3) == 0) {
-            let h = held.remove(rng.gen_range(0..held.len()));
-            check_held(&c, &h);
-            c.release(h).expect("release");
-            continue;
-        }
-        match c.try_hold() {
-            Ok(h) => {
-                check_held(&c, &h);
-                assert!(seqs.last().is_none_or(|&l| h.seq() > l), "went backwards");
-                seqs.push(h.seq());
-                held.push(h);
-            }
-            Err(ReadError::Closed) => break,
-            Err(ReadError::Empty) => thread::yield_now(),
-            Err(e) => panic!("latest-only: {e}"),
+        match hold_or_release(&mut c, &mut held, NS_HOLDS) {
+            Ok(None) => {}
+            Ok(Some((seq, _))) => push_forward(&mut seqs, seq, "latest-only"),
+            Err(e) if ended(e, false, "latest-only") => break,
+            Err(_) => {}
         }
     }
-    for h in held {
-        check_held(&c, &h);
-        c.release(h).expect("release");
-    }
+    release_all(&mut c, held);
     seqs
 }
 
@@ -1014,22 +979,13 @@ fn ns_grabber(mut c: Consumer<Seg>) -> Vec<u64> {
 fn ns_reader(mut c: Consumer<Seg>) -> (Vec<u64>, u64, bool) {
     let class = c.class();
     let mut seqs: Vec<u64> = Vec::new();
-    let mut buf = [0u8; 16];
-    let mut ended = false;
+    let mut at_end = false;
     for _ in 0..2000 {
         let next = c.cursor();
         let got = if class == DeliveryClass::SkipOnLag {
-            c.try_pin().map(|m| {
-                let mut out = [0u8; 16];
-                assert_eq!(m.copy_to(&mut out), 16);
-                assert_eq!(out, msg(m.seq()), "pinned message {} torn", m.seq());
-                (m.seq(), m.missed())
-            })
+            pin_whole(&mut c)
         } else {
-            c.try_copy(&mut buf).map(|got| {
-                assert_eq!(buf, msg(got.seq), "copied message {} torn", got.seq);
-                (got.seq, got.missed)
-            })
+            copy_whole(&mut c)
         };
         match got {
             Ok((seq, missed)) => {
@@ -1037,12 +993,11 @@ fn ns_reader(mut c: Consumer<Seg>) -> (Vec<u64>, u64, bool) {
                 assert_eq!(seq - next, missed, "{class:?}: missed must be exact");
                 seqs.push(seq);
             }
-            Err(ReadError::Closed) => {
-                ended = true;
+            Err(e) if ended(e, true, class) => {
+                at_end = true;
                 break;
             }
-            Err(ReadError::Empty | ReadError::Lagging) => thread::yield_now(),
-            Err(e) => panic!("{class:?}: {e}"),
+            Err(_) => {}
         }
     }
     assert_eq!(
@@ -1050,7 +1005,7 @@ fn ns_reader(mut c: Consumer<Seg>) -> (Vec<u64>, u64, bool) {
         c.cursor(),
         "{class:?}: received + missed"
     );
-    (seqs, c.missed(), ended)
+    (seqs, c.missed(), at_end)
 }
 
 /// A never-stall ring under random schedules: a latest-only reader holding up to two messages,
@@ -1059,16 +1014,11 @@ fn ns_reader(mut c: Consumer<Seg>) -> (Vec<u64>, u64, bool) {
 /// exactly, and the producer is never refused for a pin (`slots >= pinned + 2`), only made to
 /// wait for the gating reader (`Full`).
 fn never_stall_whole_ring() {
-    let seg: Seg = Arc::new(
-        OwnedSegment::new(
-            &Config::new(NS_SLOTS, 16)
-                .with_consumers(3)
-                .with_never_stall(true),
-            id(1),
-        )
-        .expect("config"),
+    let (seg, mut p) = ring(
+        &Config::new(NS_SLOTS, 16)
+            .with_consumers(3)
+            .with_never_stall(true),
     );
-    let mut p = Producer::new(seg.clone(), id(1)).expect("producer");
     // The readers register before the first message: the gating one then must get them all.
     let reader = |class, owner| Consumer::new(seg.clone(), class, id(owner)).expect("room");
     let grabber = reader(DeliveryClass::LatestOnly, 10);
@@ -1081,17 +1031,9 @@ fn never_stall_whole_ring() {
             thread::spawn(move || ns_reader(c))
         })
         .collect();
+    // Never refused for a pin (slots >= pinned + 2): `Pinned` fails the run.
     let mut seq = 0;
-    while seq < MESSAGES {
-        match p.try_publish(&msg(seq)) {
-            Ok(s) => {
-                assert_eq!(s, seq);
-                seq += 1;
-            }
-            Err(ClaimError::Full { .. }) => thread::yield_now(),
-            Err(e) => panic!("message {seq}: {e:?} (never-stall: slots >= pinned + 2)"),
-        }
-    }
+    publish_range(&mut p, &mut seq, MESSAGES, usize::MAX, false, |_| {});
     p.close();
     let latest = grabber.join().expect("latest-only reader");
     assert!(latest.iter().all(|&s| s < MESSAGES));
@@ -1114,12 +1056,4 @@ fn never_stall_whole_ring() {
     assert_eq!(total_pins(&*seg), 0, "pins left behind");
 }
 
-#[test]
-fn never_stall_random_schedules() {
-    shuttle::check_random(never_stall_whole_ring, iterations());
-}
-
-#[test]
-fn never_stall_pct_schedules() {
-    shuttle::check_pct(never_stall_whole_ring, iterations(), 3);
-}
+schedules!(never_stall_whole_ring: never_stall_random_schedules, never_stall_pct_schedules);

@@ -105,9 +105,12 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             // the message happen before its next writes to the slot.
             hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
         }
-        // A gating consumer's pin is its cursor: the Release cursor store in `advance` lets
-        // the producer's gating scan (Acquire) past this message.
-        c.advance(self.seq, true);
+        // A gating consumer's pin is its cursor: the Release cursor store (`advance`'s, into
+        // the entry checked above: no reclaim happens inside a call) lets the producer's gating
+        // scan (Acquire) past this message.
+        c.next = self.seq + 1;
+        c.received += 1;
+        c.store_progress(c.mem.consumer_entry(c.index), true);
     }
 }
 

@@ -11,7 +11,8 @@
 //!
 //! A queue's spill segments (see `spill`) are not rings, so the `stale` rule does not know
 //! them: one is removed when its queue's segment is gone or was just removed as stale, and no
-//! process holds a role lock of the spill itself (its creator holds one while it writes it),
+//! process holds a role lock of the spill itself (its creator holds one while it writes it, and
+//! for as long as the segment stays in its sender's pool, see `spill`),
 //! re-checked under all its role locks.
 
 use pyo3::prelude::*;

@@ -303,8 +303,13 @@ fn gating_100k_mixed_sizes_arrive_whole_in_order() {
     assert_eq!(i["written"].as_u64(), Some(N), "{i}");
     assert_eq!(i["missed"].as_u64(), Some(0), "{i}");
     assert_eq!(i["rejected"].as_u64(), Some(0), "{i}");
+    // A stream of 10^5 small messages finds several ready at once somewhere: they travel as
+    // batch samples, counted the same on both sides.
+    let batches = o["batches"].as_u64().unwrap_or(0);
+    assert!(batches > 0, "no batch sample: {o}");
+    assert_eq!(i["batches"].as_u64(), Some(batches), "{i}");
     println!(
-        "gating: {N} messages of 8..{MAX} B across the bridge in {:.1?}",
+        "gating: {N} messages of 8..{MAX} B across the bridge in {:.1?}, {batches} batch samples",
         t0.elapsed()
     );
 }

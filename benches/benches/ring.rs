@@ -30,34 +30,11 @@
 )]
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use ring_benches::micro::{BATCH, BATCH_BYTES, SIZES};
+use ring_benches::micro::{self, owner, pair, segment, touch, BATCH, BATCH_BYTES, SIZES};
 use ring_core::arena::{region_len, AllocConfig, Allocator};
-use ring_core::{
-    AtomicU64, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, SpinThenYield,
-};
+use ring_core::{AtomicU64, Consumer, DeliveryClass, Producer, SpinThenYield};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
-
-fn owner(n: u64) -> OwnerId {
-    OwnerId::new(n).expect("non-zero")
-}
-
-fn segment(slots: u32, cap: usize, consumers: u32) -> HeapSegment {
-    let config = Config::new(slots, u32::try_from(cap).expect("small")).with_consumers(consumers);
-    HeapSegment::new(&config, owner(1)).expect("valid config")
-}
-
-/// The producer (owner 1) and one gating consumer (owner 2) of `seg`.
-fn pair(seg: &HeapSegment) -> (Producer<&HeapSegment>, Consumer<&HeapSegment>) {
-    let tx = Producer::new(seg, owner(1)).unwrap();
-    let rx = Consumer::new(seg, DeliveryClass::Gating, owner(2)).unwrap();
-    (tx, rx)
-}
-
-/// Touches a message read in place (its first and last byte), so the read cannot be skipped.
-fn touch(bytes: &[u8]) {
-    black_box((bytes.first(), bytes.last()));
-}
 
 /// `iters` rounds of `publish` (untimed) then `read` (timed): the read alone.
 fn time_reads(iters: u64, mut publish: impl FnMut(), mut read: impl FnMut()) -> Duration {
@@ -211,23 +188,11 @@ fn batch(c: &mut Criterion) {
     let seg = segment(2 * BATCH as u32, BATCH_BYTES, 1);
     let (mut tx, mut rx) = pair(&seg);
     let msgs = [[7u8; BATCH_BYTES]; BATCH];
-    g.bench_with_input(BenchmarkId::new("ring-batch", BATCH), &BATCH, |b, _| {
-        b.iter(|| {
-            assert_eq!(tx.try_publish_batch(&msgs).unwrap(), BATCH);
-            let read = rx.try_read_batch(BATCH, |m| touch(m.bytes())).unwrap();
-            assert_eq!(read, BATCH);
+    for (name, case) in micro::RING_CASES {
+        g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
+            b.iter(|| case(&mut tx, &mut rx, &msgs));
         });
-    });
-    g.bench_with_input(BenchmarkId::new("ring-single", BATCH), &BATCH, |b, _| {
-        b.iter(|| {
-            for m in &msgs {
-                tx.try_publish(m).unwrap();
-            }
-            for _ in 0..BATCH {
-                touch(rx.try_pin().unwrap().bytes());
-            }
-        });
-    });
+    }
     g.finish();
 }
 

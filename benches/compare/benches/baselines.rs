@@ -8,7 +8,8 @@
 //! - `handoff/<peer>`: a producer thread streams 8-byte messages to a consumer thread; time per
 //!   message.
 //! - `batch/<peer>/32`: 32 messages of 64 bytes in and out, single thread, per message
-//!   (elements), as `batch/ring-batch/32` and `batch/ring-single/32` in `ring.rs`: `rtrb` (a
+//!   (elements), beside the ring's own cases of `ring.rs` run here in the same criterion run
+//!   (`ring-batch`, `ring-single`, `ring-copy`, from `ring_benches::micro`): `rtrb` (a
 //!   ring of `[u8; 64]`) writes them with one `write_chunk_uninit` and reads them in place with
 //!   one `read_chunk`; `ArrayQueue<[u8; 64]>` has no chunks: 32 pushes, then 32 pops (each pop
 //!   copies the message out).
@@ -24,7 +25,7 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam_queue::ArrayQueue;
-use ring_benches::micro::{BATCH, BATCH_BYTES, SIZES};
+use ring_benches::micro::{self, BATCH, BATCH_BYTES, SIZES};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -163,6 +164,13 @@ fn batch(c: &mut Criterion) {
             chunk.commit_all();
         });
     });
+    let seg = micro::segment(2 * BATCH as u32, BATCH_BYTES, 1);
+    let (mut tx, mut rx) = micro::pair(&seg);
+    for (name, case) in micro::RING_CASES {
+        g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
+            b.iter(|| case(&mut tx, &mut rx, &msgs));
+        });
+    }
     let aq = ArrayQueue::<[u8; BATCH_BYTES]>::new(2 * BATCH);
     g.bench_with_input(BenchmarkId::new("crossbeam", BATCH), &BATCH, |b, _| {
         b.iter(|| {

@@ -8,13 +8,24 @@
 use loom::thread;
 use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
 use ring_core::{AtomicU64, Consumer, DeliveryClass, Producer};
-use ring_verification::support::futex::{self, FutexSegment, FutexWait};
+use ring_verification::support::futex::{futex_ring, FutexWait};
 use ring_verification::support::{id, model};
 use std::sync::Arc;
 
 fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
     let words = region_len(arena, max_live).expect("valid region") / 8;
     Arc::new((0..words).map(|_| AtomicU64::new(0)).collect())
+}
+
+/// An allocator of `arena` bytes and `max_live` entries (byte ceiling: the arena) over
+/// `words`, a [`region`] of that shape.
+fn init(words: &[AtomicU64], arena: u64, max_live: u32) -> Allocator<'_> {
+    let config = AllocConfig {
+        arena_bytes: arena,
+        max_live,
+        byte_ceiling: arena,
+    };
+    Allocator::init(words, config).unwrap()
 }
 
 /// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
@@ -34,15 +45,7 @@ fn reader_never_sees_a_reused_allocation() {
 fn reader_vs_reuse(yield_first: bool) {
     model(move || {
         let words = region(64, 1);
-        let mut alloc = Allocator::init(
-            &words,
-            AllocConfig {
-                arena_bytes: 64,
-                max_live: 1,
-                byte_ceiling: 64,
-            },
-        )
-        .unwrap();
+        let mut alloc = init(&words, 64, 1);
         let a = alloc.alloc(16, 1, 0).unwrap();
         alloc.writer(&a).unwrap().write(&[0xAA; 16]).unwrap();
         let w2 = words.clone();
@@ -138,15 +141,7 @@ fn reclaim_of_a_dead_owner_races_a_reader() {
 fn reclaim_vs_reader(yield_first: bool) {
     model(move || {
         let words = region(128, 2);
-        let mut alloc = Allocator::init(
-            &words,
-            AllocConfig {
-                arena_bytes: 128,
-                max_live: 2,
-                byte_ceiling: 128,
-            },
-        )
-        .unwrap();
+        let mut alloc = init(&words, 128, 2);
         let a = alloc.alloc(10, 3, 0).unwrap();
         let b = alloc.alloc(40, 4, 0).unwrap();
         let w2 = words.clone();
@@ -174,18 +169,12 @@ fn reclaim_vs_reader(yield_first: bool) {
     });
 }
 
-fn futex_seg(slots: u32) -> Arc<FutexSegment> {
-    futex::futex_seg(slots, 8)
-}
-
 /// A consumer parks until a message arrives; the producer publishes once. No lost wake-up
 /// (the publish / `wait_ready` Dekker handshake), and the message is there when it wakes.
 #[test]
 fn consumer_wait_has_no_lost_wakeup() {
     model(|| {
-        let s = futex_seg(2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) = futex_ring(2, 8, DeliveryClass::Gating);
         let t = thread::spawn(move || {
             p.try_publish(&[7; 8]).unwrap();
         });
@@ -206,9 +195,7 @@ fn consumer_wait_has_no_lost_wakeup() {
 #[test]
 fn consumer_wait_wakes_on_close() {
     model(|| {
-        let s = futex_seg(2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) = futex_ring(2, 8, DeliveryClass::Gating);
         let t = thread::spawn(move || {
             p.close();
             p
@@ -226,9 +213,7 @@ fn consumer_wait_wakes_on_close() {
 #[test]
 fn producer_wait_has_no_lost_wakeup() {
     model(|| {
-        let s = futex_seg(1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) = futex_ring(1, 8, DeliveryClass::Gating);
         p.try_publish(&[1; 8]).unwrap();
         let t = thread::spawn(move || {
             let mut buf = [0u8; 8];

@@ -12,25 +12,12 @@
 
 use loom::thread;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer, ReadError,
-    INLINE_CAPACITY,
+    ClaimError, Config, Consumer, DeliveryClass, Memory, Producer, ReadError, INLINE_CAPACITY,
 };
-use ring_verification::support::futex::{self, FutexSegment, FutexWait};
-use ring_verification::support::{id, model};
+use ring_verification::support::futex::{futex_ring, FutexWait};
+use ring_verification::support::{id, model, owned, publish_range, ring, Seg};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-
-type Seg = Arc<OwnedSegment>;
-
-fn seg(slots: u32, capacity: u32, consumers: u32) -> Seg {
-    Arc::new(
-        OwnedSegment::new(
-            &Config::new(slots, capacity).with_consumers(consumers),
-            id(1),
-        )
-        .expect("valid config"),
-    )
-}
 
 /// Message `seq`, `len` bytes long: byte `i` is `seq * 31 + i` (mod 256).
 fn msg(seq: u64, len: usize) -> Vec<u8> {
@@ -73,17 +60,9 @@ fn quiet_deliberate_panics() {
 /// Publishes small message `seq`, retrying (with a yield) while the ring is full or pinned, at
 /// most `tries` times; true when published.
 fn publish_retrying(p: &mut Producer<Seg>, seq: u64, tries: usize) -> bool {
-    for _ in 0..tries {
-        match p.try_publish(&small(seq)) {
-            Ok(s) => {
-                assert_eq!(s, seq);
-                return true;
-            }
-            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => thread::yield_now(),
-            Err(e) => panic!("producer: {e}"),
-        }
-    }
-    false
+    let mut next = seq;
+    publish_range(p, &mut next, seq + 1, tries, true, small, |_| {});
+    next > seq
 }
 
 /// After a model's threads are done: publishes `n` more small messages as batches, all of
@@ -151,8 +130,7 @@ fn read_small(c: &mut Consumer<Seg>, pin: bool) -> Option<(u64, u64)> {
 fn stamp_polling_gating_consumer_reads_every_inline_message() {
     const { assert!(SMALL <= INLINE_CAPACITY) };
     model(|| {
-        let s = seg(2, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
         let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         let t = thread::spawn(move || {
             let mut published = 0;
@@ -196,8 +174,7 @@ fn stamp_polling_gating_consumer_reads_every_inline_message() {
 #[test]
 fn stamp_polling_skip_on_lag_counts_missed_exactly() {
     model(|| {
-        let s = seg(1, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(1, 32).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         p.try_publish(&small(0)).unwrap();
         let t = thread::spawn(move || {
@@ -248,8 +225,7 @@ fn alt_len(seq: u64) -> usize {
 fn inline_then_payload_in_one_slot_pinning_reader() {
     assert!(alt_len(1) > INLINE_CAPACITY && alt_len(0) <= INLINE_CAPACITY);
     model(|| {
-        let s = seg(1, 128, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(1, 128).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         p.try_publish(&msg(0, alt_len(0))).unwrap();
         let t = thread::spawn(move || {
@@ -288,8 +264,7 @@ fn inline_then_payload_in_one_slot_pinning_reader() {
 #[test]
 fn payload_then_inline_in_one_slot_copying_reader() {
     model(|| {
-        let s = seg(1, 128, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(1, 128).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         p.try_publish(&msg(1, alt_len(1))).unwrap();
         // Sequence 0 holds the 120-byte message: name messages by their content's seq.
@@ -331,8 +306,7 @@ fn payload_then_inline_in_one_slot_copying_reader() {
 #[test]
 fn registration_races_a_batch() {
     model(|| {
-        let s = seg(1, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(1, 32).with_consumers(1));
         p.try_publish(&small(0)).unwrap();
         let s2 = s.clone();
         let t = thread::spawn(move || {
@@ -364,8 +338,7 @@ fn registration_races_a_batch() {
 #[test]
 fn batch_publish_vs_batch_read() {
     model(|| {
-        let s = seg(2, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
         let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         let msgs: Vec<Vec<u8>> = (0..3).map(small).collect();
         let t = thread::spawn(move || {
@@ -426,8 +399,7 @@ fn consumer_dies_mid_batch_and_is_reclaimed() {
 }
 
 fn consumer_dies_mid_batch(class: DeliveryClass) {
-    let s = seg(2, 32, 1);
-    let mut p = Producer::new(s.clone(), id(1)).unwrap();
+    let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
     let mut c = Consumer::new(s.clone(), class, id(2)).unwrap();
     let index = c.index();
     p.try_publish_batch(&[small(0), small(1)]).unwrap();
@@ -480,8 +452,7 @@ fn consumer_dies_mid_batch(class: DeliveryClass) {
 fn live_consumer_batch_panic_rereads_the_message() {
     quiet_deliberate_panics();
     model(|| {
-        let s = seg(2, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         p.try_publish_batch(&[small(0), small(1)]).unwrap();
         let t = thread::spawn(move || {
@@ -522,10 +493,6 @@ fn live_consumer_batch_panic_rereads_the_message() {
     });
 }
 
-fn futex_seg(slots: u32) -> Arc<FutexSegment> {
-    futex::futex_seg(slots, 32)
-}
-
 /// A stamp-following (gating) consumer parks in `wait_ready` while the producer publishes a
 /// batch of two; `announce` bumps `publish_futex` only when it sees `consumer_waiters != 0`
 /// after its SeqCst fence. No lost wake-up (a deadlock loom would report), no spurious
@@ -534,9 +501,7 @@ fn futex_seg(slots: u32) -> Arc<FutexSegment> {
 #[test]
 fn parked_stamp_follower_is_woken_by_a_batch() {
     model(|| {
-        let s = futex_seg(2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) = futex_ring(2, 32, DeliveryClass::Gating);
         let t = thread::spawn(move || {
             assert_eq!(p.try_publish_batch(&[small(0), small(1)]), Ok(2));
             // Returned, not dropped: the drop's abort would wake the consumer and hide a lost
@@ -566,9 +531,7 @@ fn parked_stamp_follower_is_woken_by_a_batch() {
 #[test]
 fn parked_head_follower_is_woken_by_a_publish() {
     model(|| {
-        let s = futex_seg(2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
-        let mut c = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(2)).unwrap();
+        let (s, mut p, mut c) = futex_ring(2, 32, DeliveryClass::LatestOnly);
         let t = thread::spawn(move || {
             assert_eq!(p.try_publish(&small(0)), Ok(0));
             p // Not dropped here: see above.
@@ -611,8 +574,7 @@ impl AsRef<[u8]> for Bomb {
 fn take_over_after_death_inside_a_batch() {
     quiet_deliberate_panics();
     model(|| {
-        let s = seg(2, 32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         let reader = thread::spawn(move || {
             let got = read_small(&mut c, false);
@@ -654,8 +616,7 @@ fn take_over_after_death_inside_a_batch() {
 #[test]
 fn inline_write_keeps_the_slot_bound() {
     model(|| {
-        let s = seg(1, 16, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (_s, mut p) = ring(&Config::new(1, 16).with_consumers(1));
         let mut w = p.try_claim().unwrap();
         assert!(
             w.write(&small(0)).is_err(),
@@ -672,7 +633,7 @@ fn inline_write_keeps_the_slot_bound() {
 #[test]
 fn publish_futex_never_repeats_with_a_waiter() {
     model(|| {
-        let s = seg(4, 32, 1);
+        let s = owned(&Config::new(4, 32).with_consumers(1));
         let line = s.producer_line();
         // Relaxed: single-threaded; stands for a consumer parked in `wait_ready`.
         line.consumer_waiters
@@ -700,14 +661,13 @@ fn publish_futex_never_repeats_with_a_waiter() {
             drop(p);
             seen.push(word());
         }
-        let mut dedup = seen.clone();
-        dedup.dedup();
-        let mut sorted = dedup.clone();
-        sorted.sort_unstable();
-        sorted.dedup();
+        // Each value once: a run of equal values is one value, and no run comes back.
+        let mut runs = seen.clone();
+        runs.dedup();
+        let distinct: std::collections::BTreeSet<u32> = runs.iter().copied().collect();
         assert_eq!(
-            sorted.len(),
-            dedup.len(),
+            distinct.len(),
+            runs.len(),
             "a futex value repeated: {seen:?}"
         );
     });
@@ -721,8 +681,7 @@ fn publish_futex_never_repeats_with_a_waiter() {
 #[test]
 fn a_skip_pinner_never_misses_a_message_nothing_overwrote() {
     model(|| {
-        let s = seg(2, SMALL as u32, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&Config::new(2, SMALL as u32).with_consumers(1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         let t = thread::spawn(move || {
             p.try_publish(&small(0)).unwrap();

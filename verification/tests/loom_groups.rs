@@ -8,26 +8,12 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::{ClaimError, Config, Consumer, OwnedSegment, Producer, ReadError};
-use ring_verification::support::{id, model, msg16 as msg};
-use std::sync::Arc;
+use ring_core::{Consumer, Producer, ReadError};
+use ring_verification::support::{config16, id, model, msg16 as msg, publish16_within, ring, Seg};
 
-type Seg = Arc<OwnedSegment>;
-
-fn seg() -> Seg {
-    Arc::new(OwnedSegment::new(&Config::new(1, 16).with_consumers(3), id(1)).expect("valid"))
-}
-
-/// Tries to publish `seq` twice; true when it went in.
+/// Tries to publish `seq` twice (`Full` only); true when it went in.
 fn try_twice(p: &mut Producer<Seg>, seq: u64) -> bool {
-    for _ in 0..2 {
-        match p.try_publish(&msg(seq)) {
-            Ok(_) => return true,
-            Err(ClaimError::Full { .. }) => thread::yield_now(),
-            Err(e) => panic!("producer: {e}"),
-        }
-    }
-    false
+    publish16_within(p, seq, 2, false)
 }
 
 /// One copy read by a member: the sequence, checked whole (a claim that failed to keep the
@@ -50,8 +36,7 @@ fn copy(c: &mut Consumer<Seg>) -> Option<(u64, bool)> {
 #[test]
 fn two_members_race_for_one_message() {
     model(|| {
-        let s = seg();
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 3));
         p.create_group("g").unwrap();
         p.try_publish(&msg(0)).unwrap();
         let mut a = Consumer::join_group(s.clone(), "g", id(2)).unwrap();
@@ -85,8 +70,7 @@ fn two_members_race_for_one_message() {
 #[test]
 fn a_member_dies_between_its_claim_and_its_read() {
     model(|| {
-        let s = seg4();
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 4));
         // Entry 0 taken for a moment, so the record lands in entry 1 and the member in 0.
         let placeholder = Consumer::new(s.clone(), ring_core::DeliveryClass::SkipOnLag, id(9));
         assert_eq!(p.create_group("g").unwrap(), 1);
@@ -117,8 +101,4 @@ fn a_member_dies_between_its_claim_and_its_read() {
         // finish.
         let _ = sent;
     });
-}
-
-fn seg4() -> Seg {
-    Arc::new(OwnedSegment::new(&Config::new(1, 16).with_consumers(4), id(1)).expect("valid"))
 }

@@ -11,21 +11,15 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
+use ring_core::{Consumer, DeliveryClass, Producer, ReadError};
 use ring_verification::support::{
-    assert_whole16 as assert_whole, bytes_of, id, model, msg16 as msg,
+    assert_whole16 as assert_whole, bytes_of, config16, id, model, msg16, publish16 as publish,
+    publish_range, ring, Seg,
 };
-use std::sync::Arc;
 
-fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
-    let config = Config::new(slots, 16)
-        .with_consumers(consumers)
-        .with_never_stall(true);
-    Arc::new(OwnedSegment::new(&config, id(1)).expect("valid config"))
-}
-
-fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimError> {
-    p.try_publish(&msg(seq))
+/// A never-stall ring of `slots` 16-byte slots and `consumers` entries, and its producer.
+fn never_stall(slots: u32, consumers: u32) -> (Seg, Producer<Seg>) {
+    ring(&config16(slots, consumers).with_never_stall(true))
 }
 
 /// The producer chooses slots while a latest-only reader lets go of the message it read last
@@ -36,8 +30,7 @@ fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimEr
 #[test]
 fn a_producer_chooses_a_slot_while_a_reader_pins_the_one_it_read_last() {
     model(|| {
-        let s = seg(3, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = never_stall(3, 1);
         let mut r = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(2)).unwrap();
         for seq in 0..3 {
             publish(&mut p, seq).unwrap();
@@ -90,8 +83,7 @@ fn a_reader_looks_up_a_sequence_whose_slot_is_reused() {
     for pin in [false, true] {
         model(move || {
             // 4 slots: the holder's pin and the reader's leave the newest and one to write.
-            let s = seg(4, 2);
-            let mut p = Producer::new(s.clone(), id(1)).unwrap();
+            let (s, mut p) = never_stall(4, 2);
             let mut r = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
             let mut holder = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(3)).unwrap();
             for seq in 0..4 {
@@ -163,8 +155,7 @@ fn a_reader_looks_up_a_sequence_whose_slot_is_reused() {
 #[test]
 fn a_gating_reader_loses_nothing_while_a_hold_moves_the_producer() {
     model(|| {
-        let s = seg(3, 2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = never_stall(3, 2);
         let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         let mut holder = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(3)).unwrap();
         publish(&mut p, 0).unwrap();
@@ -172,16 +163,7 @@ fn a_gating_reader_loses_nothing_while_a_hold_moves_the_producer() {
         publish(&mut p, 1).unwrap();
         let t = thread::spawn(move || {
             let mut sent = 2;
-            for _ in 0..4 {
-                if sent == 4 {
-                    break;
-                }
-                match publish(&mut p, sent) {
-                    Ok(_) => sent += 1,
-                    Err(ClaimError::Full { .. }) => thread::yield_now(),
-                    Err(e) => panic!("producer: {e}"),
-                }
-            }
+            publish_range(&mut p, &mut sent, 4, 4, false, msg16, |_| {});
             sent
         });
         let mut buf = [0u8; 16];

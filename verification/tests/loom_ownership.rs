@@ -13,12 +13,8 @@ use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
     ReadError, Spin, INLINE_CAPACITY,
 };
-use ring_verification::support::{id, model};
+use ring_verification::support::{assert_pinned16, config16, id, model, owned, ring};
 use std::sync::Arc;
-
-fn config(slots: u32, consumers: u32) -> Config {
-    Config::new(slots, 16).with_consumers(consumers)
-}
 
 /// Registration into an entry its previous holder is freeing (`Consumer::drop`: FREE, then the
 /// owner word 0, both Release), or that the producer is reclaiming (the same two stores). The registrant has no synchronisation with the freeing thread
@@ -42,8 +38,7 @@ fn registration_into_an_entry_being_freed() {
 }
 
 fn registration_into_freed_entry(by_reclaim: bool) {
-    let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
-    let mut p = Producer::new(s.clone(), id(1)).unwrap();
+    let (s, mut p) = ring(&config16(1, 1));
     let left = Arc::new(loom::sync::atomic::AtomicBool::new(false));
     let (s2, left2) = (s.clone(), left.clone());
     let t = thread::spawn(move || {
@@ -92,7 +87,7 @@ fn registration_into_freed_entry(by_reclaim: bool) {
 #[test]
 fn attach_races_initialize_across_the_init_barrier() {
     model(|| {
-        let cfg = config(2, 2);
+        let cfg = config16(2, 2);
         let s = Arc::new(OwnedSegment::unformatted(&cfg).expect("valid config"));
         let creator = s.clone();
         let t = thread::spawn(move || creator.initialize(id(1)));
@@ -122,8 +117,7 @@ fn attach_races_initialize_across_the_init_barrier() {
 #[test]
 fn sweep_of_free_bits_races_a_registering_pinner() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 1));
         assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
         // Garbage: the bit of free entry 0 (Relaxed: before the threads start).
         s.slot_header(0).state.fetch_or(1, Ordering::Relaxed);
@@ -145,13 +139,10 @@ fn sweep_of_free_bits_races_a_registering_pinner() {
             Ok(mut c) => {
                 registered = true;
                 if let Ok(m) = c.try_pin() {
-                    let mut a = [0u8; 16];
-                    m.copy_to(&mut a);
-                    assert_eq!(a, [0xA0 + m.seq() as u8; 16], "pinned message torn");
+                    assert_pinned16(&m);
                     thread::yield_now();
-                    let mut b = [0u8; 16];
-                    m.copy_to(&mut b);
-                    assert_eq!(a, b, "pinned message changed under the pin");
+                    // Unchanged under the pin.
+                    assert_pinned16(&m);
                 }
             }
             // The sweep held the entry (owner word locked) at that moment.
@@ -197,7 +188,7 @@ fn sweep_of_free_bits_races_a_registering_pinner() {
 #[test]
 fn producer_handoff_starts_at_the_last_head() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
+        let s = owned(&config16(2, 1));
         let left = Arc::new(loom::sync::atomic::AtomicBool::new(false));
         let (s2, left2) = (s.clone(), left.clone());
         let t = thread::spawn(move || {
@@ -228,8 +219,7 @@ fn producer_handoff_starts_at_the_last_head() {
 #[test]
 fn close_after_publish_loses_nothing() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         let t = thread::spawn(move || {
             assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
@@ -331,8 +321,7 @@ fn work() -> Work {
 #[test]
 fn drained_after_consume_orders_the_consumers_work() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
         let w = work();
@@ -369,8 +358,7 @@ fn drained_after_consume_orders_the_consumers_work() {
 #[test]
 fn drained_after_leave_orders_the_consumers_work() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         let c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
         let w = work();
@@ -403,8 +391,7 @@ fn drained_after_leave_orders_the_consumers_work() {
 #[test]
 fn counted_consumer_orders_the_registrants_work() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(2, 1), id(1)).expect("valid config"));
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         let w = work();
         let (done, s2) = (w.clone(), s.clone());
         let t = thread::spawn(move || {
@@ -441,7 +428,7 @@ fn counted_consumer_orders_the_registrants_work() {
 #[test]
 fn take_over_after_death_before_the_publish_fence_loses_nothing() {
     model(|| {
-        let s = Arc::new(OwnedSegment::new(&config(1, 1), id(1)).expect("valid config"));
+        let s = owned(&config16(1, 1));
         let mut dead = Producer::new(s.clone(), id(1)).unwrap();
         assert_eq!(dead.try_publish(&[0xA0; 16]), Ok(0));
         let s2 = s.clone();

@@ -10,30 +10,18 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::{ClaimError, Config, Consumer, DeliveryClass, OwnedSegment, Producer, ReadError};
+use ring_core::{ClaimError, Consumer, DeliveryClass, ReadError};
 use ring_verification::support::{
-    assert_whole16 as assert_whole, bytes_of, id, model, msg16 as msg,
+    assert_pinned16, assert_whole16 as assert_whole, bytes_of, config16, id, model, msg16,
+    publish16 as publish, publish16_within, publish_range, ring, Seg,
 };
-use std::sync::Arc;
-
-fn seg(slots: u32, consumers: u32) -> Arc<OwnedSegment> {
-    Arc::new(
-        OwnedSegment::new(&Config::new(slots, 16).with_consumers(consumers), id(1))
-            .expect("valid config"),
-    )
-}
-
-fn publish(p: &mut Producer<Arc<OwnedSegment>>, seq: u64) -> Result<u64, ClaimError> {
-    p.try_publish(&msg(seq))
-}
 
 /// Publish vs optimistic copy: the producer rewrites the only slot while a reader copies the
 /// old message out. The copy is the old message whole, the new one whole, or refused.
 #[test]
 fn copy_is_whole_or_refused() {
     model(|| {
-        let s = seg(1, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         publish(&mut p, 0).unwrap();
         let t = thread::spawn(move || {
@@ -61,8 +49,7 @@ fn copy_is_whole_or_refused() {
 #[test]
 fn pin_excludes_claim_and_sees_one_message() {
     model(|| {
-        let s = seg(1, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 1));
         let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
         publish(&mut p, 0).unwrap();
         let t = thread::spawn(move || {
@@ -74,14 +61,9 @@ fn pin_excludes_claim_and_sees_one_message() {
             }
         });
         if let Ok(m) = c.try_pin() {
-            let seq = m.seq();
-            let mut a = [0u8; 16];
-            assert_eq!(m.copy_to(&mut a), 16);
-            assert_whole(&a, seq);
+            assert_pinned16(&m);
             // Still the same message: the pin keeps the producer out.
-            let mut b = [0u8; 16];
-            m.copy_to(&mut b);
-            assert_whole(&b, seq);
+            assert_pinned16(&m);
         }
         t.join().unwrap();
     });
@@ -92,8 +74,7 @@ fn pin_excludes_claim_and_sees_one_message() {
 #[test]
 fn producer_wraps_two_slots_under_two_consumers() {
     model(|| {
-        let s = seg(2, 2);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 2));
         let mut latest = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(2)).unwrap();
         let mut lag = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(3)).unwrap();
         publish(&mut p, 0).unwrap();
@@ -105,9 +86,7 @@ fn producer_wraps_two_slots_under_two_consumers() {
         });
         let tl = thread::spawn(move || {
             if let Ok(m) = latest.try_pin() {
-                let mut a = [0u8; 16];
-                m.copy_to(&mut a);
-                assert_whole(&a, m.seq());
+                assert_pinned16(&m);
                 assert_eq!(
                     m.missed(),
                     m.seq(),
@@ -136,26 +115,14 @@ fn producer_wraps_two_slots_under_two_consumers() {
 #[test]
 fn gating_consumer_loses_nothing() {
     model(|| {
-        let s = seg(2, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
         publish(&mut p, 0).unwrap();
         publish(&mut p, 1).unwrap();
         let t = thread::spawn(move || {
             // Message 2 needs slot 0, which holds the unconsumed message 0 until the consumer
             // moves on.
-            let mut published = false;
-            for _ in 0..3 {
-                match publish(&mut p, 2) {
-                    Ok(_) => {
-                        published = true;
-                        break;
-                    }
-                    Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => thread::yield_now(),
-                    Err(e) => panic!("unexpected {e}"),
-                }
-            }
-            published
+            publish16_within(&mut p, 2, 3, true)
         });
         let mut buf = [0u8; 16];
         let got = g.try_copy(&mut buf).unwrap();
@@ -163,9 +130,7 @@ fn gating_consumer_loses_nothing() {
         assert_whole(&buf[..got.len], 0);
         let m = g.try_pin().unwrap();
         assert_eq!((m.seq(), m.missed()), (1, 0));
-        let mut a = [0u8; 16];
-        m.copy_to(&mut a);
-        assert_whole(&a, 1);
+        assert_pinned16(&m);
         drop(m);
         if t.join().unwrap() {
             let got = g.try_copy(&mut buf).unwrap();
@@ -181,8 +146,7 @@ fn gating_consumer_loses_nothing() {
 #[test]
 fn registration_races_publish() {
     model(|| {
-        let s = seg(1, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(1, 1));
         publish(&mut p, 0).unwrap();
         let s2 = s.clone();
         let t = thread::spawn(move || {
@@ -217,8 +181,7 @@ fn registration_races_publish() {
 #[test]
 fn a_late_latest_only_consumer_races_a_publish() {
     model(|| {
-        let s = seg(2, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         publish(&mut p, 0).unwrap();
         let t = thread::spawn(move || {
             for seq in 1..3 {
@@ -262,8 +225,7 @@ fn a_late_latest_only_consumer_races_a_publish() {
 fn reclaim_after_crash_at_any_step() {
     for k in 0..4 {
         model(move || {
-            let s = seg(2, 1);
-            let mut p = Producer::new(s.clone(), id(1)).unwrap();
+            let (s, mut p) = ring(&config16(2, 1));
             let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
             let index = c.index();
             publish(&mut p, 0).unwrap();
@@ -313,8 +275,7 @@ fn reclaim_after_crash_at_any_step() {
 fn two_holds_released_out_of_order_race_the_producer() {
     for class in [DeliveryClass::Gating, DeliveryClass::SkipOnLag] {
         model(move || {
-            let s = seg(2, 1);
-            let mut p = Producer::new(s.clone(), id(1)).unwrap();
+            let (s, mut p) = ring(&config16(2, 1));
             let mut c = Consumer::new(s.clone(), class, id(2)).unwrap();
             publish(&mut p, 0).unwrap();
             publish(&mut p, 1).unwrap();
@@ -323,23 +284,11 @@ fn two_holds_released_out_of_order_race_the_producer() {
             let t = thread::spawn(move || {
                 // Messages 2 and 3 need the held slots: each goes in only after its release.
                 let mut sent = 2;
-                for _ in 0..4 {
-                    if sent == 4 {
-                        break;
-                    }
-                    match publish(&mut p, sent) {
-                        Ok(_) => sent += 1,
-                        Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
-                            thread::yield_now();
-                        }
-                        Err(e) => panic!("producer: {e}"),
-                    }
-                }
+                publish_range(&mut p, &mut sent, 4, 4, true, msg16, |_| {});
                 (p, sent)
             });
-            let words = |c: &Consumer<Arc<OwnedSegment>>, h: &ring_core::Hold| {
-                bytes_of(c.held_words(h).unwrap(), 16)
-            };
+            let words =
+                |c: &Consumer<Seg>, h: &ring_core::Hold| bytes_of(c.held_words(h).unwrap(), 16);
             assert_whole(&words(&c, &h1), 1);
             c.release(h1).unwrap();
             assert_whole(&words(&c, &h0), 0);
@@ -360,8 +309,7 @@ fn two_holds_released_out_of_order_race_the_producer() {
 #[test]
 fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
     model(|| {
-        let s = seg(2, 1);
-        let mut p = Producer::new(s.clone(), id(1)).unwrap();
+        let (s, mut p) = ring(&config16(2, 1));
         // The scan at message 2 (no reader) covers claims up to message 3.
         for seq in 0..3 {
             publish(&mut p, seq).unwrap();
@@ -374,9 +322,7 @@ fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
         });
         {
             let m = c.try_pin().expect("a history message or the next");
-            let mut bytes = [0u8; 16];
-            assert_eq!(m.copy_to(&mut bytes), 16);
-            assert_whole(&bytes, m.seq());
+            assert_pinned16(&m);
             assert_eq!(
                 m.missed(),
                 m.seq() - 1,

@@ -14,10 +14,9 @@
 
 use ring_core::inspect::total_pins;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, Hold, Memory as _, OwnedSegment, Producer,
-    ReadError,
+    ClaimError, Config, Consumer, DeliveryClass, Hold, Memory as _, Producer, ReadError,
 };
-use ring_verification::support::id;
+use ring_verification::support::{id, publish_range, ring, Seg};
 use shuttle::rand::{thread_rng, Rng};
 use shuttle::sync::atomic::{AtomicBool, Ordering};
 use shuttle::thread;
@@ -40,8 +39,6 @@ fn iterations() -> usize {
 fn msg(seq: u64) -> [u8; 16] {
     core::array::from_fn(|i| (seq as u8).wrapping_mul(31).wrapping_add(i as u8))
 }
-
-type Seg = Arc<OwnedSegment>;
 
 /// What a consumer thread reports.
 struct Report {
@@ -80,13 +77,6 @@ impl Report {
             received: 0,
         }
     }
-}
-
-/// A ring of `config` in an owned segment, and its producer (both owner 1).
-fn ring(config: &Config) -> (Seg, Producer<Seg>) {
-    let seg: Seg = Arc::new(OwnedSegment::new(config, id(1)).expect("config"));
-    let p = Producer::new(seg.clone(), id(1)).expect("producer");
-    (seg, p)
 }
 
 /// The step a consumer crashes at: one consumer in [`CRASH_ONE_IN`], at a random step below
@@ -146,39 +136,6 @@ fn copy_whole(c: &mut Consumer<Seg>) -> Result<(u64, u64), ReadError> {
     let got = c.try_copy(&mut buf)?;
     assert_eq!(buf, msg(got.seq), "copied read of {} torn", got.seq);
     Ok((got.seq, got.missed))
-}
-
-/// Publishes messages `*seq..end` in order, each under its own sequence number, in at most
-/// `tries` attempts. `Full` (and `Pinned` where `pinned_ok`) calls `wait` and yields; any
-/// other refusal fails the run.
-fn publish_range(
-    p: &mut Producer<Seg>,
-    seq: &mut u64,
-    end: u64,
-    tries: usize,
-    pinned_ok: bool,
-    mut wait: impl FnMut(&mut Producer<Seg>),
-) {
-    for _ in 0..tries {
-        if *seq == end {
-            break;
-        }
-        match p.try_publish(&msg(*seq)) {
-            Ok(s) => {
-                assert_eq!(s, *seq, "a sequence number published twice");
-                *seq += 1;
-            }
-            Err(ClaimError::Full { .. }) => {
-                wait(p);
-                thread::yield_now();
-            }
-            Err(ClaimError::Pinned { .. }) if pinned_ok => {
-                wait(p);
-                thread::yield_now();
-            }
-            Err(e) => panic!("producer, message {}: {e:?}", *seq),
-        }
-    }
 }
 
 /// A schedule test pair for a whole-ring run: shuttle's random scheduler and PCT (depth 3),
@@ -285,7 +242,7 @@ fn publish_reclaim_and_check(
             }
         }
     };
-    publish_range(p, &mut 0, MESSAGES, 2000, true, &mut reclaim_dead);
+    publish_range(p, &mut 0, MESSAGES, 2000, true, msg, &mut reclaim_dead);
     p.close();
     let reports: Vec<Report> = handles
         .into_iter()
@@ -422,7 +379,7 @@ fn lying_liveness_oracle() {
             // Release: the displaced producer now makes its calls.
             taken.store(true, Ordering::Release);
             let mut seq = SPLIT;
-            publish_range(&mut p2, &mut seq, MESSAGES, 4000, true, |_| {});
+            publish_range(&mut p2, &mut seq, MESSAGES, 4000, true, msg, |_| {});
             assert_eq!(seq, MESSAGES, "the successor was held back for good");
             p2.close();
             p2
@@ -892,6 +849,7 @@ fn groups_whole_ring() {
         MESSAGES,
         2000,
         false,
+        msg,
         &mut reclaim_dead,
     );
     p.close();
@@ -1033,7 +991,7 @@ fn never_stall_whole_ring() {
         .collect();
     // Never refused for a pin (slots >= pinned + 2): `Pinned` fails the run.
     let mut seq = 0;
-    publish_range(&mut p, &mut seq, MESSAGES, usize::MAX, false, |_| {});
+    publish_range(&mut p, &mut seq, MESSAGES, usize::MAX, false, msg, |_| {});
     p.close();
     let latest = grabber.join().expect("latest-only reader");
     assert!(latest.iter().all(|&s| s < MESSAGES));

@@ -10,39 +10,11 @@ use ring_oracles::machine::{ModelConfig, Op};
 /// `ModelConfig::wide()` (slots wider than the message line: inline and payload-area messages).
 const CONFIGS: [ModelConfig; 6] = [
     ModelConfig::small(),
-    ModelConfig {
-        slots: 1,
-        capacity: 16,
-        consumers: 2,
-        arena: 512,
-        max_live: 3,
-        never_stall: false,
-    },
-    ModelConfig {
-        slots: 2,
-        capacity: 24,
-        consumers: 4,
-        arena: 0,
-        max_live: 0,
-        never_stall: false,
-    },
-    ModelConfig {
-        slots: 8,
-        capacity: 8,
-        consumers: 3,
-        arena: 2048,
-        max_live: 40,
-        never_stall: false,
-    },
+    ModelConfig::shape(1, 16, 2, 512, 3),
+    ModelConfig::ring(2, 24, 4),
+    ModelConfig::shape(8, 8, 3, 2048, 40),
     ModelConfig::wide(),
-    ModelConfig {
-        slots: 3,
-        capacity: 256,
-        consumers: 2,
-        arena: 0,
-        max_live: 0,
-        never_stall: false,
-    },
+    ModelConfig::ring(3, 256, 2),
 ];
 
 /// Most operations one input runs.

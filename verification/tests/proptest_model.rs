@@ -174,48 +174,13 @@ fn shapes() -> impl Strategy<Value = ModelConfig> {
         1 => Just(ModelConfig::small()),
         // Slots wider than the message line: inline and payload-area messages.
         2 => Just(ModelConfig::wide()),
-        1 => Just(ModelConfig {
-            slots: 3,
-            capacity: 256,
-            consumers: 2,
-            arena: 0,
-            max_live: 0,
-            never_stall: false,
-        }),
-        1 => Just(ModelConfig {
-            slots: 1,
-            capacity: 16,
-            consumers: 2,
-            arena: 512,
-            max_live: 3,
-            never_stall: false,
-        }),
-        1 => Just(ModelConfig {
-            slots: 2,
-            capacity: 24,
-            consumers: 4,
-            arena: 0,
-            max_live: 0,
-            never_stall: false,
-        }),
-        1 => Just(ModelConfig {
-            slots: 8,
-            capacity: 8,
-            consumers: 3,
-            arena: 2048,
-            max_live: 40,
-            never_stall: false,
-        }),
+        1 => Just(ModelConfig::ring(3, 256, 2)),
+        1 => Just(ModelConfig::shape(1, 16, 2, 512, 3)),
+        1 => Just(ModelConfig::ring(2, 24, 4)),
+        1 => Just(ModelConfig::shape(8, 8, 3, 2048, 40)),
         // Groups: more slots than a member's 8 claim words, so two dead members can hold more
         // than the redelivery queue takes (`RedeliveryFull`).
-        1 => Just(ModelConfig {
-            slots: 12,
-            capacity: 16,
-            consumers: 4,
-            arena: 0,
-            max_live: 0,
-            never_stall: false,
-        }),
+        1 => Just(ModelConfig::ring(12, 16, 4)),
     ]
 }
 
@@ -226,22 +191,8 @@ fn never_stall_shapes() -> impl Strategy<Value = ModelConfig> {
     prop_oneof![
         2 => Just(ModelConfig::small().with_never_stall(true)),
         2 => Just(ModelConfig::wide().with_never_stall(true)),
-        1 => Just(ModelConfig {
-            slots: 3,
-            capacity: 256,
-            consumers: 3,
-            arena: 0,
-            max_live: 0,
-            never_stall: true,
-        }),
-        1 => Just(ModelConfig {
-            slots: 8,
-            capacity: 8,
-            consumers: 4,
-            arena: 2048,
-            max_live: 40,
-            never_stall: true,
-        }),
+        1 => Just(ModelConfig::ring(3, 256, 3).with_never_stall(true)),
+        1 => Just(ModelConfig::shape(8, 8, 4, 2048, 40).with_never_stall(true)),
     ]
 }
 
@@ -280,12 +231,12 @@ proptest! {
     /// slots than a member's claim words.
     #[test]
     fn groups_match_the_model((cfg, ops) in prop_oneof![
-        4 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: false }),
-        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: false }),
+        4 => Just(ModelConfig::ring(12, 16, 4)),
+        1 => Just(ModelConfig::ring(3, 16, 4)),
         1 => Just(ModelConfig::small()),
         // Never-stall: the group still gates, lone readers' holds move messages elsewhere.
-        2 => Just(ModelConfig { slots: 12, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: true }),
-        1 => Just(ModelConfig { slots: 3, capacity: 16, consumers: 4, arena: 0, max_live: 0, never_stall: true }),
+        2 => Just(ModelConfig::ring(12, 16, 4).with_never_stall(true)),
+        1 => Just(ModelConfig::ring(3, 16, 4).with_never_stall(true)),
     ].prop_flat_map(|cfg| (Just(cfg), group_ops(cfg.capacity as u16, len())))) {
         let seg = HeapSegment::new(&cfg.config(), OwnerId::new(1).unwrap()).unwrap();
         if let Err(f) = run_on(&seg, &cfg, &ops) {
@@ -318,14 +269,7 @@ fn groups_redeliver_exactly_the_unfinished_messages_of_dead_members() {
     use ring_core::{ClaimError, Error, ReadError};
     use ring_oracles::machine::real::Real;
     use ring_oracles::machine::{Model, Outcome};
-    let cfg = ModelConfig {
-        slots: 12,
-        capacity: 16,
-        consumers: 4,
-        arena: 0,
-        max_live: 0,
-        never_stall: false,
-    };
+    let cfg = ModelConfig::ring(12, 16, 4);
     let (a, b, big) = (1, 2, 16);
     let mut ops = vec![
         Op::CreateGroup { group: 0 },

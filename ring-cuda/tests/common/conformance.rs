@@ -11,19 +11,14 @@
 use core::time::Duration;
 
 use ring_cuda::{Device, Error, ExportKind, Mem, Owner, ResourceKind};
+// The verification tree's one `ensure!` (ring-oracles is a dev-dependency: the test binaries
+// `gpu-check.sh` carries are self-contained).
+use ring_oracles::ensure;
 
 /// Outcome of a conformance check.
 pub type Check = core::result::Result<(), String>;
 
 const T: Duration = Duration::from_secs(10);
-
-macro_rules! ensure {
-    ($cond:expr, $($msg:tt)+) => {
-        if !$cond {
-            return Err(format!($($msg)+));
-        }
-    };
-}
 
 fn ok<T>(what: &str, r: ring_cuda::Result<T>) -> core::result::Result<T, String> {
     r.map_err(|e| format!("{what}: {e}"))

@@ -120,8 +120,8 @@ pub fn run(input: &AllocInput) -> Outcome {
     };
     let len = region_len(arena, max_live).ok_or("region_len refused a small config")? as usize;
     let words: Vec<AtomicU64> = (0..len / 8).map(|_| AtomicU64::new(0)).collect();
-    let mut al = Allocator::init(&words, config).map_err(|e| format!("init: {e}"))?;
-    let mut m = AllocModel::new(arena, max_live, ceiling);
+    let al = Allocator::init(&words, config).map_err(|e| format!("init: {e}"))?;
+    let m = AllocModel::new(arena, max_live, ceiling);
     ensure!(
         al.arena_bytes() == m.granules * GRANULE,
         "arena_bytes {}",
@@ -131,9 +131,16 @@ pub fn run(input: &AllocInput) -> Outcome {
         al.max_live() == max_live && al.byte_ceiling() == ceiling,
         "config not kept"
     );
+    let mut run = Run {
+        words: &words,
+        al,
+        m,
+    };
     for (n, op) in input.ops.iter().take(MAX_OPS).enumerate() {
-        step(&words, &mut al, &mut m, op).map_err(|e| format!("step {n} ({op:?}): {e}"))?;
-        m.check(&al, REPORT_NOW)
+        run.step(op)
+            .map_err(|e| format!("step {n} ({op:?}): {e}"))?;
+        run.m
+            .check(&run.al, REPORT_NOW)
             .map_err(|e| format!("after step {n} ({op:?}): {e}"))?;
     }
     Ok(())
@@ -143,168 +150,175 @@ fn pick(n: usize, p: u8) -> Option<usize> {
     (n > 0).then(|| usize::from(p) % n)
 }
 
-/// `free(handle, owner)` on both sides.
-fn free_both(al: &mut Allocator<'_>, m: &mut AllocModel, handle: u64, owner: u16) -> Outcome {
-    let got = al.free(handle, owner);
-    let want = m.free(handle, owner);
-    ensure!(
-        got == want,
-        "free({handle:#x}, {owner}): got {got:?}, model {want:?}"
-    );
-    Ok(())
+/// One input's run: the region's words, the allocator over them and the model.
+struct Run<'w> {
+    words: &'w [AtomicU64],
+    al: Allocator<'w>,
+    m: AllocModel,
 }
 
-fn step<'w>(
-    words: &'w [AtomicU64],
-    al: &mut Allocator<'w>,
-    m: &mut AllocModel,
-    op: &AllocOp,
-) -> Outcome {
-    match *op {
-        AllocOp::Alloc { len, owner, now } => {
-            let (len, owner, now) = (u64::from(len % 700), u16::from(owner % 66), u64::from(now));
-            let got = al.alloc(len, owner, now);
-            if let Err(e) = &got {
-                displays(e)?;
-            }
-            let want = m.alloc(len, owner, now, &got)?;
-            ensure!(
-                got == want,
-                "alloc({len}, {owner}): got {got:?}, model {want:?}"
-            );
-        }
-        AllocOp::Free { pick: p, as_owner } => {
-            if let Some(i) = pick(m.live.len(), p) {
-                let l = &m.live[i];
-                let owner = as_owner.map_or(l.owner, |o| u16::from(o % 66));
-                free_both(al, m, l.alloc.handle, owner)?;
-            }
-        }
-        AllocOp::FreeStale { pick: p } => {
-            if let Some(i) = pick(m.freed.len(), p) {
-                free_both(al, m, m.freed[i].handle, 0)?;
-            }
-        }
-        AllocOp::FreeRaw { handle, owner } => free_both(al, m, handle, u16::from(owner % 66))?,
-        AllocOp::Write {
-            pick: p,
-            ref chunks,
-            fill,
-        } => {
-            if let Some(i) = pick(m.live.len(), p) {
-                write_session(words, al, m, i, chunks, fill)?;
-            }
-        }
-        AllocOp::Read { pick: p } => {
-            if let Some(i) = pick(m.live.len(), p) {
-                read_back(al, &m.live[i])?;
-            }
-        }
-        AllocOp::ReadStale { pick: p } => {
-            if let Some(i) = pick(m.freed.len(), p) {
-                let a = m.freed[i];
-                let invalid = Err(AllocError::InvalidHandle { handle: a.handle });
-                let mut out = [0u8; 16];
-                let got = al.read(&a, &mut out);
-                ensure!(got == invalid, "read of a freed allocation: {got:?}");
-                let got = al.lookup(a.handle);
-                ensure!(
-                    got == invalid.map(|_: usize| a),
-                    "lookup of a freed handle: {got:?}"
-                );
-                ensure!(
-                    al.writer(&a).err() == Some(AllocError::InvalidHandle { handle: a.handle }),
-                    "writer for a freed allocation was not refused"
-                );
-            }
-        }
-        AllocOp::FreeAllOf { owner } => {
-            let owner = u16::from(owner % 66);
-            let got = al.free_all_of(owner).map(|f| (f.count, f.bytes, f.corrupt));
-            let want = m.free_all_of(owner).map(|(count, bytes)| (count, bytes, 0));
-            ensure!(
-                got == want,
-                "free_all_of({owner}): got {got:?}, model (count, bytes, corrupt) {want:?}"
-            );
-        }
-        AllocOp::Reattach => {
-            *al = Allocator::attach(words).map_err(|e| format!("re-attach refused: {e}"))?;
-            ensure!(
-                al.byte_ceiling() == m.ceiling,
-                "re-attach lost the byte ceiling"
-            );
-        }
-        AllocOp::Lookup { handle } => {
-            let got = al.lookup(handle);
-            match m.live.iter().find(|l| l.alloc.handle == handle) {
-                Some(l) => ensure!(
-                    got == Ok(l.alloc),
-                    "lookup({handle:#x}): {got:?}, model {:?}",
-                    l.alloc
-                ),
-                None => ensure!(
-                    got == Err(AllocError::InvalidHandle { handle }),
-                    "lookup of a non-live handle {handle:#x}: {got:?}"
-                ),
-            }
-        }
+impl Run<'_> {
+    /// `free(handle, owner)` on both sides.
+    fn free_both(&mut self, handle: u64, owner: u16) -> Outcome {
+        let got = self.al.free(handle, owner);
+        let want = self.m.free(handle, owner);
+        ensure!(
+            got == want,
+            "free({handle:#x}, {owner}): got {got:?}, model {want:?}"
+        );
+        Ok(())
     }
-    Ok(())
-}
 
-/// A bounded-writer session on live allocation `i`, with the neighbours checked.
-fn write_session<'w>(
-    words: &'w [AtomicU64],
-    al: &mut Allocator<'w>,
-    m: &mut AllocModel,
-    i: usize,
-    chunks: &[u8],
-    fill: u8,
-) -> Outcome {
-    let before = arena_bytes(words, m.granules);
-    let a = m.live[i].alloc;
-    let reserved = a.len;
-    {
-        let mut w = al
-            .writer(&a)
-            .map_err(|e| format!("writer for a live allocation: {e}"))?;
-        ensure!(
-            w.reserved() == reserved && w.position() == 0,
-            "a fresh writer's state"
-        );
-        let mut pos = 0u64;
-        for (k, &c) in chunks.iter().take(16).enumerate() {
-            let c = u64::from(c) % (reserved + 9);
-            let data = vec![fill.wrapping_add(k as u8); c as usize];
-            let got = w.write(&data);
-            let want = m.write_refusal(i, pos, c);
-            ensure!(
-                got == want,
-                "write of {c} at {pos} of {reserved}: {got:?}, want {want:?}"
-            );
-            if want.is_ok() {
-                pos = m.wrote(i, pos, &data);
+    fn step(&mut self, op: &AllocOp) -> Outcome {
+        match *op {
+            AllocOp::Alloc { len, owner, now } => {
+                let (len, owner, now) =
+                    (u64::from(len % 700), u16::from(owner % 66), u64::from(now));
+                let got = self.al.alloc(len, owner, now);
+                if let Err(e) = &got {
+                    displays(e)?;
+                }
+                let want = self.m.alloc(len, owner, now, &got)?;
+                ensure!(
+                    got == want,
+                    "alloc({len}, {owner}): got {got:?}, model {want:?}"
+                );
             }
+            AllocOp::Free { pick: p, as_owner } => {
+                if let Some(i) = pick(self.m.live.len(), p) {
+                    let l = &self.m.live[i];
+                    let owner = as_owner.map_or(l.owner, |o| u16::from(o % 66));
+                    self.free_both(l.alloc.handle, owner)?;
+                }
+            }
+            AllocOp::FreeStale { pick: p } => {
+                if let Some(i) = pick(self.m.freed.len(), p) {
+                    self.free_both(self.m.freed[i].handle, 0)?;
+                }
+            }
+            AllocOp::FreeRaw { handle, owner } => self.free_both(handle, u16::from(owner % 66))?,
+            AllocOp::Write {
+                pick: p,
+                ref chunks,
+                fill,
+            } => {
+                if let Some(i) = pick(self.m.live.len(), p) {
+                    self.write_session(i, chunks, fill)?;
+                }
+            }
+            AllocOp::Read { pick: p } => {
+                if let Some(i) = pick(self.m.live.len(), p) {
+                    read_back(&self.al, &self.m.live[i])?;
+                }
+            }
+            AllocOp::ReadStale { pick: p } => {
+                if let Some(i) = pick(self.m.freed.len(), p) {
+                    let a = self.m.freed[i];
+                    let invalid = Err(AllocError::InvalidHandle { handle: a.handle });
+                    let mut out = [0u8; 16];
+                    let got = self.al.read(&a, &mut out);
+                    ensure!(got == invalid, "read of a freed allocation: {got:?}");
+                    let got = self.al.lookup(a.handle);
+                    ensure!(
+                        got == invalid.map(|_: usize| a),
+                        "lookup of a freed handle: {got:?}"
+                    );
+                    ensure!(
+                        self.al.writer(&a).err()
+                            == Some(AllocError::InvalidHandle { handle: a.handle }),
+                        "writer for a freed allocation was not refused"
+                    );
+                }
+            }
+            AllocOp::FreeAllOf { owner } => {
+                let owner = u16::from(owner % 66);
+                let got = self
+                    .al
+                    .free_all_of(owner)
+                    .map(|f| (f.count, f.bytes, f.corrupt));
+                let want = self
+                    .m
+                    .free_all_of(owner)
+                    .map(|(count, bytes)| (count, bytes, 0));
+                ensure!(
+                    got == want,
+                    "free_all_of({owner}): got {got:?}, model (count, bytes, corrupt) {want:?}"
+                );
+            }
+            AllocOp::Reattach => {
+                self.al =
+                    Allocator::attach(self.words).map_err(|e| format!("re-attach refused: {e}"))?;
+                ensure!(
+                    self.al.byte_ceiling() == self.m.ceiling,
+                    "re-attach lost the byte ceiling"
+                );
+            }
+            AllocOp::Lookup { handle } => {
+                let got = self.al.lookup(handle);
+                match self.m.live.iter().find(|l| l.alloc.handle == handle) {
+                    Some(l) => ensure!(
+                        got == Ok(l.alloc),
+                        "lookup({handle:#x}): {got:?}, model {:?}",
+                        l.alloc
+                    ),
+                    None => ensure!(
+                        got == Err(AllocError::InvalidHandle { handle }),
+                        "lookup of a non-live handle {handle:#x}: {got:?}"
+                    ),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A bounded-writer session on live allocation `i`, with the neighbours checked.
+    fn write_session(&mut self, i: usize, chunks: &[u8], fill: u8) -> Outcome {
+        let (al, m) = (&mut self.al, &mut self.m);
+        let before = arena_bytes(self.words, m.granules);
+        let a = m.live[i].alloc;
+        let reserved = a.len;
+        {
+            let mut w = al
+                .writer(&a)
+                .map_err(|e| format!("writer for a live allocation: {e}"))?;
             ensure!(
-                w.position() == pos && w.remaining() == reserved - pos,
-                "writer at {} (remaining {}), model {pos}",
-                w.position(),
-                w.remaining()
+                w.reserved() == reserved && w.position() == 0,
+                "a fresh writer's state"
+            );
+            let mut pos = 0u64;
+            for (k, &c) in chunks.iter().take(16).enumerate() {
+                let c = u64::from(c) % (reserved + 9);
+                let data = vec![fill.wrapping_add(k as u8); c as usize];
+                let got = w.write(&data);
+                let want = m.write_refusal(i, pos, c);
+                ensure!(
+                    got == want,
+                    "write of {c} at {pos} of {reserved}: {got:?}, want {want:?}"
+                );
+                if want.is_ok() {
+                    pos = m.wrote(i, pos, &data);
+                }
+                ensure!(
+                    w.position() == pos && w.remaining() == reserved - pos,
+                    "writer at {} (remaining {}), model {pos}",
+                    w.position(),
+                    w.remaining()
+                );
+            }
+        }
+        let after = arena_bytes(self.words, m.granules);
+        let start = a.offset as usize;
+        let end = start + reserved.div_ceil(8) as usize * 8;
+        for (b, (x, y)) in before.iter().zip(&after).enumerate() {
+            ensure!(
+                x == y || (start..end).contains(&b),
+                "the writer of arena bytes {start}..{} changed byte {b} ({x:#x} -> {y:#x})",
+                start + reserved as usize
             );
         }
+        for other in &m.live {
+            read_back(al, other)?;
+        }
+        Ok(())
     }
-    let after = arena_bytes(words, m.granules);
-    let start = a.offset as usize;
-    let end = start + reserved.div_ceil(8) as usize * 8;
-    for (b, (x, y)) in before.iter().zip(&after).enumerate() {
-        ensure!(
-            x == y || (start..end).contains(&b),
-            "the writer of arena bytes {start}..{} changed byte {b} ({x:#x} -> {y:#x})",
-            start + reserved as usize
-        );
-    }
-    for other in &m.live {
-        read_back(al, other)?;
-    }
-    Ok(())
 }

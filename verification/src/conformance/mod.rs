@@ -79,6 +79,23 @@ fn join_consumer<M: Memory>(
     unsafe { Consumer::new_unchecked(m, class, owner) }.map_err(fail("consumer"))
 }
 
+/// A producer (owner 1) and a consumer of each of `classes` (owners 2, 3, ...), joined in
+/// that order.
+fn join_all<M: Memory + Copy, const N: usize>(
+    m: M,
+    classes: [DeliveryClass; N],
+) -> Result<(Producer<M>, [Consumer<M>; N]), Failure> {
+    let p = join_producer(m, id(1))?;
+    let mut consumers = Vec::with_capacity(N);
+    for (k, class) in classes.into_iter().enumerate() {
+        consumers.push(join_consumer(m, class, id(2 + k as u64))?);
+    }
+    let consumers = consumers
+        .try_into()
+        .map_err(|_| Failure("joined a consumer of each class".into()))?;
+    Ok((p, consumers))
+}
+
 /// Every check, by name, for `backend`.
 pub fn all<B: Backend>(backend: &B) -> Vec<(&'static str, Check)> {
     vec![

@@ -46,8 +46,7 @@ pub fn roundtrip<B: Backend>(b: &B) -> Check {
 /// Invariant 1: a slot a reader pins cannot be claimed; after the unpin it can.
 pub fn pinned_slot_is_not_claimable<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(1, 16).with_consumers(2))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut c = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
+    let (mut p, [mut c]) = join_all(&m, [DeliveryClass::SkipOnLag])?;
     p.try_publish(b"one").map_err(fail("publish"))?;
     let bit = 1u32 << c.index();
     let pinned = c.try_pin().map_err(fail("pin"))?;
@@ -74,8 +73,7 @@ pub fn pinned_slot_is_not_claimable<B: Backend>(b: &B) -> Check {
 /// Invariant 4 (gating): the producer is refused, never overwrites, and names the consumer.
 pub fn gating_is_lossless<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(2))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut g = join_consumer(&m, DeliveryClass::Gating, id(2))?;
+    let (mut p, [mut g]) = join_all(&m, [DeliveryClass::Gating])?;
     let mut buf = [0u8; 16];
     for round in 0..5u8 {
         p.try_publish(&[round; 3]).map_err(fail("publish a"))?;
@@ -100,9 +98,8 @@ pub fn gating_is_lossless<B: Backend>(b: &B) -> Check {
 /// 1-slot ring is rewritten under the reader.
 pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(4, 16).with_consumers(2))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut s = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
-    let mut l = join_consumer(&m, DeliveryClass::LatestOnly, id(3))?;
+    let (mut p, [mut s, mut l]) =
+        join_all(&m, [DeliveryClass::SkipOnLag, DeliveryClass::LatestOnly])?;
     for i in 0..10u8 {
         p.try_publish(&[i]).map_err(fail("publish"))?;
     }
@@ -119,8 +116,7 @@ pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
     ensure!((got.seq, got.missed) == (9, 9), "latest-only read {got:?}");
     // The regression the model found: a 1-slot ring whose only message is being rewritten.
     let m1 = b.create(&Config::new(1, 16).with_consumers(1))?;
-    let mut p1 = join_producer(&m1, id(1))?;
-    let mut c1 = join_consumer(&m1, DeliveryClass::LatestOnly, id(2))?;
+    let (mut p1, [mut c1]) = join_all(&m1, [DeliveryClass::LatestOnly])?;
     p1.try_publish(b"a").map_err(fail("publish"))?;
     let claim = p1.try_claim().map_err(fail("claim"))?;
     ensure!(
@@ -140,9 +136,8 @@ pub fn skip_on_lag_counts_exactly<B: Backend>(b: &B) -> Check {
 /// Invariant 7: reclaiming a dead consumer clears exactly its pins and its gating hold.
 pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(3))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut dead = join_consumer(&m, DeliveryClass::Gating, id(2))?;
-    let mut live = join_consumer(&m, DeliveryClass::SkipOnLag, id(3))?;
+    let (mut p, [mut dead, mut live]) =
+        join_all(&m, [DeliveryClass::Gating, DeliveryClass::SkipOnLag])?;
     p.try_publish(b"0").map_err(fail("publish"))?;
     p.try_publish(b"1").map_err(fail("publish"))?;
     let (di, li) = (dead.index(), live.index());
@@ -185,9 +180,8 @@ pub fn reclaim_is_exact<B: Backend>(b: &B) -> Check {
 /// and by copy, never read out of bounds.
 pub fn hostile_length_is_refused<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(2))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut pin = join_consumer(&m, DeliveryClass::SkipOnLag, id(2))?;
-    let mut copy = join_consumer(&m, DeliveryClass::SkipOnLag, id(3))?;
+    let (mut p, [mut pin, mut copy]) =
+        join_all(&m, [DeliveryClass::SkipOnLag, DeliveryClass::SkipOnLag])?;
     p.try_publish(b"ok").map_err(fail("publish"))?;
     m.slot_header(0).len.store(17, Ordering::Relaxed);
     ensure!(
@@ -206,8 +200,7 @@ pub fn hostile_length_is_refused<B: Backend>(b: &B) -> Check {
 /// Invariant 6: a stamp behind the published head (a peer rolled it back) is refused.
 pub fn hostile_stamp_is_refused<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(2, 16).with_consumers(1))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut c = join_consumer(&m, DeliveryClass::Gating, id(2))?;
+    let (mut p, [mut c]) = join_all(&m, [DeliveryClass::Gating])?;
     p.try_publish(b"ok").map_err(fail("publish"))?;
     m.slot_header(0).stamp.store(0, Ordering::Relaxed);
     // A consumer that follows its slot's stamp cannot tell a scribbled stamp from a message
@@ -244,8 +237,7 @@ pub fn hostile_stamp_is_refused<B: Backend>(b: &B) -> Check {
 /// Invariant 6: blocked waits end at their bound.
 pub fn bounded_waits<B: Backend>(b: &B) -> Check {
     let m = b.create(&Config::new(1, 16).with_consumers(1))?;
-    let mut p = join_producer(&m, id(1))?;
-    let mut c = join_consumer(&m, DeliveryClass::Gating, id(2))?;
+    let (mut p, [mut c]) = join_all(&m, [DeliveryClass::Gating])?;
     ensure!(
         c.wait_ready(&mut Spin::new(100)) == Err(ReadError::Timeout),
         "consumer wait unbounded"

@@ -349,28 +349,38 @@ impl ModelConfig {
     /// A small ring that wraps often: 4 slots of 32 bytes, 3 consumers, a 1 KiB arena with 6
     /// live allocations at most.
     pub const fn small() -> Self {
+        Self::shape(4, 32, 3, 1024, 6)
+    }
+
+    /// A plain ring of `slots` slots of `capacity` bytes and `consumers` entries, with an
+    /// allocator of `arena` bytes and `max_live` entries (`arena` 0: none).
+    pub const fn shape(
+        slots: u32,
+        capacity: u32,
+        consumers: u32,
+        arena: u64,
+        max_live: u32,
+    ) -> Self {
         Self {
-            slots: 4,
-            capacity: 32,
-            consumers: 3,
-            arena: 1024,
-            max_live: 6,
+            slots,
+            capacity,
+            consumers,
+            arena,
+            max_live,
             never_stall: false,
         }
+    }
+
+    /// A plain ring without an allocator ([`shape`](Self::shape) with no arena).
+    pub const fn ring(slots: u32, capacity: u32, consumers: u32) -> Self {
+        Self::shape(slots, capacity, consumers, 0, 0)
     }
 
     /// Slots wider than the message line: 4 slots of 160 bytes, so messages of up to
     /// [`INLINE_CAPACITY`](ring_core::INLINE_CAPACITY) bytes travel inline and longer ones in the payload area; 3
     /// consumers, a 1 KiB arena with 6 live allocations at most.
     pub const fn wide() -> Self {
-        Self {
-            slots: 4,
-            capacity: 160,
-            consumers: 3,
-            arena: 1024,
-            max_live: 6,
-            never_stall: false,
-        }
+        Self::shape(4, 160, 3, 1024, 6)
     }
 
     /// This shape as a never-stall ring (or not).

@@ -245,17 +245,7 @@ pub fn exercise(seg: &HeapSegment, rounds: usize) -> Outcome {
             for _ in 0..2 {
                 match c.try_pin() {
                     Ok(m) => {
-                        ensure!(
-                            m.len() <= cap,
-                            "pinned {} bytes from a {cap}-byte slot",
-                            m.len()
-                        );
-                        ensure!(
-                            m.bytes().len() == m.len(),
-                            "bytes() length differs from len()"
-                        );
-                        ensure!(m.words().len() == m.len().div_ceil(8), "words() length");
-                        ensure!(m.slot() < slots, "pinned slot {} of {slots}", m.slot());
+                        pinned_fits(&m, cap, slots)?;
                         let n = m.copy_to(&mut buf);
                         ensure!(n == m.len(), "copy_to copied {n} of {}", m.len());
                         ensure!(buf[..n] == *m.bytes(), "copy_to differs from bytes()");
@@ -367,5 +357,26 @@ fn exercise_allocator(seg: &HeapSegment) -> Outcome {
             displays(&e)?;
         }
     }
+    Ok(())
+}
+
+/// A pinned message fits its slot: at most `cap` bytes, `bytes()` and `words()` (rounded up to
+/// words) of its length, in one of the ring's `slots`.
+pub(crate) fn pinned_fits<M: ring_core::Memory>(
+    m: &ring_core::Pinned<'_, M>,
+    cap: usize,
+    slots: usize,
+) -> Outcome {
+    ensure!(
+        m.len() <= cap,
+        "pinned {} bytes of a {cap}-byte slot",
+        m.len()
+    );
+    ensure!(
+        m.bytes().len() == m.len(),
+        "bytes() length differs from len()"
+    );
+    ensure!(m.words().len() == m.len().div_ceil(8), "words() length");
+    ensure!(m.slot() < slots, "pinned slot {} of {slots}", m.slot());
     Ok(())
 }

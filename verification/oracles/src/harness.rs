@@ -163,11 +163,13 @@ impl<'s> Harness<'s> {
     }
 
     pub(super) fn take_reader(&mut self, who: u8) -> Option<Reader<'s>> {
-        if self.readers.is_empty() {
-            return None;
-        }
-        let i = usize::from(who) % self.readers.len();
+        let i = self.reader_index(who)?;
         Some(self.readers.swap_remove(i))
+    }
+
+    /// The reader an op names (`who % readers`), if there is any.
+    pub(super) fn reader_index(&self, who: u8) -> Option<usize> {
+        (!self.readers.is_empty()).then(|| usize::from(who) % self.readers.len())
     }
 
     fn publish(&mut self, len: usize, fill: u8) -> Outcome {
@@ -386,17 +388,12 @@ impl<'s> Harness<'s> {
                 }
                 self.producer = Some(p);
             }
-            Err(e) => {
-                displays(&e)?;
-                ensure!(
-                    matches!(e, ring_core::Error::ProducerExists { .. }),
-                    "Producer::new: undocumented {e:?}"
-                );
-                ensure!(
-                    want.is_none_or(|w| w == Err(e)),
-                    "Producer::new: got {e:?}, model {want:?}"
-                );
-            }
+            Err(e) => refused(
+                "Producer::new",
+                e,
+                matches!(e, ring_core::Error::ProducerExists { .. }),
+                want,
+            )?,
         }
         Ok(())
     }
@@ -416,26 +413,18 @@ impl<'s> Harness<'s> {
         // SAFETY: no producer handle exists here (checked above), so none holds a `WriteSlot`.
         let got = unsafe { Producer::take_over(self.seg, owner(id), owner(dead)) };
         let want = self.model.as_mut().map(|m| m.take_over(id, dead));
-        match got {
-            Ok(p) => {
-                ensure!(
-                    want.is_none_or(|w| w.is_ok()),
-                    "take_over succeeded, model {want:?}"
-                );
-                self.producer = Some(p);
-            }
+        let p = match got {
+            Ok(p) => p,
             Err(e) => {
-                displays(&e)?;
-                ensure!(
-                    matches!(e, ring_core::Error::OwnerMismatch { .. }),
-                    "take_over: undocumented {e:?}"
-                );
-                ensure!(
-                    want.is_none_or(|w| w == Err(e)),
-                    "take_over: got {e:?}, model {want:?}"
-                );
+                let documented = matches!(e, ring_core::Error::OwnerMismatch { .. });
+                return refused("take_over", e, documented, want);
             }
-        }
+        };
+        ensure!(
+            want.is_none_or(|w| w.is_ok()),
+            "take_over succeeded, model {want:?}"
+        );
+        self.producer = Some(p);
         Ok(())
     }
 
@@ -476,4 +465,21 @@ impl<'s> Harness<'s> {
         core::mem::forget(p);
         Ok(())
     }
+}
+
+/// A producer join (`call`) refused with `e`: the error displays, is one the call documents
+/// (`documented`), and is what the model, while it is on, says (`want`).
+fn refused(
+    call: &str,
+    e: ring_core::Error,
+    documented: bool,
+    want: Option<Result<(), ring_core::Error>>,
+) -> Outcome {
+    displays(&e)?;
+    ensure!(documented, "{call}: undocumented {e:?}");
+    ensure!(
+        want.is_none_or(|w| w == Err(e)),
+        "{call}: got {e:?}, model {want:?}"
+    );
+    Ok(())
 }

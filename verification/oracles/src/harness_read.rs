@@ -1,7 +1,7 @@
 //! The consumer-side operations of the shared [`Harness`]: register, pin (optionally
 //! publishing while pinned), copy, bounded waits and dying while holding a pin.
 
-use super::attach::{claim_error_documented, read_error_documented};
+use super::attach::{claim_error_documented, pinned_fits, read_error_documented};
 use super::harness::{owner, Harness, Reader};
 use super::model::ReaderModel;
 use super::{displays, Outcome};
@@ -64,10 +64,9 @@ impl<'s> Harness<'s> {
     }
 
     pub(super) fn pin(&mut self, who: u8, claim_while_pinned: bool) -> Outcome {
-        if self.readers.is_empty() {
+        let Some(i) = self.reader_index(who) else {
             return Ok(());
-        }
-        let i = usize::from(who) % self.readers.len();
+        };
         let (cap, slots) = (self.cap, self.slots);
         let Self {
             model,
@@ -95,24 +94,7 @@ impl<'s> Harness<'s> {
                 return Ok(());
             }
         };
-        ensure!(
-            pinned.len() <= cap,
-            "pinned {} bytes of a {cap}-byte slot",
-            pinned.len()
-        );
-        ensure!(
-            pinned.bytes().len() == pinned.len(),
-            "bytes() length differs from len()"
-        );
-        ensure!(
-            pinned.words().len() == pinned.len().div_ceil(8),
-            "words() length"
-        );
-        ensure!(
-            pinned.slot() < slots,
-            "pinned slot {} of {slots}",
-            pinned.slot()
-        );
+        pinned_fits(&pinned, cap, slots)?;
         let (seq, slot) = (pinned.seq(), pinned.slot());
         if let Some(m) = model.as_mut() {
             let w = match want {
@@ -184,10 +166,9 @@ impl<'s> Harness<'s> {
 
     /// `try_hold`: as a pin's read, but the reader moves on and the message stays pinned.
     pub(super) fn hold(&mut self, who: u8) -> Outcome {
-        if self.readers.is_empty() {
+        let Some(i) = self.reader_index(who) else {
             return Ok(());
-        }
-        let i = usize::from(who) % self.readers.len();
+        };
         let Self {
             model,
             readers,
@@ -255,10 +236,9 @@ impl<'s> Harness<'s> {
 
     /// `release` of hold `which % holds`: its bytes are still the message's until then.
     pub(super) fn release(&mut self, who: u8, which: u8) -> Outcome {
-        if self.readers.is_empty() {
+        let Some(i) = self.reader_index(who) else {
             return Ok(());
-        }
-        let i = usize::from(who) % self.readers.len();
+        };
         let Self { model, readers, .. } = self;
         let r = &mut readers[i];
         if r.holds.is_empty() {
@@ -301,10 +281,9 @@ impl<'s> Harness<'s> {
     }
 
     pub(super) fn copy(&mut self, who: u8, buf_len: usize) -> Outcome {
-        if self.readers.is_empty() {
+        let Some(i) = self.reader_index(who) else {
             return Ok(());
-        }
-        let i = usize::from(who) % self.readers.len();
+        };
         let Self { model, readers, .. } = self;
         let r = &mut readers[i];
         let mut buf = vec![0u8; buf_len];
@@ -345,10 +324,9 @@ impl<'s> Harness<'s> {
     }
 
     pub(super) fn wait_ready(&mut self, who: u8) -> Outcome {
-        if self.readers.is_empty() {
+        let Some(i) = self.reader_index(who) else {
             return Ok(());
-        }
-        let i = usize::from(who) % self.readers.len();
+        };
         let r = &mut self.readers[i];
         let got = r.consumer.wait_ready(&mut Spin::new(8));
         if let Err(e) = &got {

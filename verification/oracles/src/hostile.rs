@@ -143,69 +143,92 @@ fn poke32(word: &AtomicU32, value: Value) {
     word.store(value.apply32(cur), core::sync::atomic::Ordering::Relaxed);
 }
 
+/// A shared word of either width.
+enum Word<'a> {
+    D(&'a AtomicU64),
+    S(&'a AtomicU32),
+}
+use Word::{D, S};
+
+/// Writes `value` into word `field % len` of `words` (a header's or a line's fields, in
+/// layout order).
+fn poke_in(words: &[Word<'_>], field: u8, value: Value) {
+    match words[usize::from(field) % words.len()] {
+        D(w) => poke64(w, value),
+        S(w) => poke32(w, value),
+    }
+}
+
 /// Writes `value` into the word `target` names, through the segment's atomics.
 pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
     let g = *mem.geometry();
     match target {
         Target::Header { field } => {
             let h = mem.header();
-            match field % 18 {
-                0 => poke64(&h.magic, value),
-                1 => poke32(&h.abi_version, value),
-                2 => poke32(&h.init_state, value),
-                3 => poke64(&h.fingerprint, value),
-                4 => poke32(&h.slots, value),
-                5 => poke32(&h.slot_capacity, value),
-                6 => poke32(&h.consumers, value),
-                7 => poke32(&h.alloc_max_live, value),
-                8 => poke64(&h.alloc_arena, value),
-                9 => poke64(&h.producer_off, value),
-                10 => poke64(&h.consumers_off, value),
-                11 => poke64(&h.slots_off, value),
-                12 => poke64(&h.payloads_off, value),
-                13 => poke64(&h.alloc_off, value),
-                14 => poke64(&h.alloc_len, value),
-                15 => poke64(&h.total_len, value),
-                16 => poke64(&h.creator, value),
-                _ => poke64(&h.ring_flags, value),
-            }
+            poke_in(
+                &[
+                    D(&h.magic),
+                    S(&h.abi_version),
+                    S(&h.init_state),
+                    D(&h.fingerprint),
+                    S(&h.slots),
+                    S(&h.slot_capacity),
+                    S(&h.consumers),
+                    S(&h.alloc_max_live),
+                    D(&h.alloc_arena),
+                    D(&h.producer_off),
+                    D(&h.consumers_off),
+                    D(&h.slots_off),
+                    D(&h.payloads_off),
+                    D(&h.alloc_off),
+                    D(&h.alloc_len),
+                    D(&h.total_len),
+                    D(&h.creator),
+                    D(&h.ring_flags),
+                ],
+                field,
+                value,
+            );
         }
         Target::Producer { field } => {
             let p = mem.producer_line();
-            match field % 8 {
-                0 => poke64(&p.head, value),
-                1 => poke64(&p.owner, value),
-                2 => poke32(&p.flags, value),
-                3 => poke32(&p.epoch, value),
-                4 => poke32(&p.publish_futex, value),
-                5 => poke32(&p.consumer_waiters, value),
-                6 => poke32(&p.drain_futex, value),
-                _ => poke32(&p.producer_waiting, value),
-            }
+            poke_in(
+                &[
+                    D(&p.head),
+                    D(&p.owner),
+                    S(&p.flags),
+                    S(&p.epoch),
+                    S(&p.publish_futex),
+                    S(&p.consumer_waiters),
+                    S(&p.drain_futex),
+                    S(&p.producer_waiting),
+                ],
+                field,
+                value,
+            );
         }
         Target::Entry { index, field } => {
             let e = mem.consumer_entry(usize::from(index) % g.consumers());
-            match field % 6 {
-                0 => poke32(&e.state, value),
-                1 => poke32(&e.class, value),
-                2 => poke64(&e.owner, value),
-                3 => poke64(&e.cursor, value),
-                4 => poke64(&e.missed, value),
-                _ => poke64(&e.received, value),
-            }
+            poke_in(
+                &[
+                    S(&e.state),
+                    S(&e.class),
+                    D(&e.owner),
+                    D(&e.cursor),
+                    D(&e.missed),
+                    D(&e.received),
+                ],
+                field,
+                value,
+            );
         }
         Target::Slot { index, field } => {
             let s = mem.slot_header(usize::from(index) % g.slots());
             if field >= 0xF0 {
                 return poke_route(&s.route, field, value, g.slots());
             }
-            match field % 5 {
-                0 => poke64(&s.state, value),
-                1 => poke64(&s.stamp, value),
-                2 => poke64(&s.len, value),
-                3 => poke64(&s.meta[0], value),
-                _ => poke64(&s.meta[1], value),
-            }
+            let words = [&s.state, &s.stamp, &s.len, &s.meta[0], &s.meta[1]].map(D);
+            poke_in(&words, field, value);
         }
         Target::Payload { index, word } if word >= 0xF0 => {
             let inline = &mem.slot_header(usize::from(index) % g.slots()).inline;

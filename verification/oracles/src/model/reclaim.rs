@@ -10,27 +10,23 @@ impl RingModel {
         let Some(e) = self.entries.get(index) else {
             return Err(Error::NoSuchConsumer { index });
         };
+        // Nothing to reclaim: a free entry, or a group's record (it belongs to the ring: no
+        // verdict reclaims it).
+        let untouched = Reclaimed {
+            index,
+            owner: e.owner,
+            pins_cleared: 0,
+            cursor: 0,
+            was_registered: false,
+        };
         if !e.active {
-            return Ok(Reclaimed {
-                index,
-                owner: e.owner,
-                pins_cleared: 0,
-                cursor: 0,
-                was_registered: false,
-            });
+            return Ok(untouched);
         }
         if e.owner != expected {
             return Err(Error::OwnerMismatch { found: e.owner });
         }
         if e.is_record() {
-            // A group's record belongs to the ring: no verdict reclaims it.
-            return Ok(Reclaimed {
-                index,
-                owner: e.owner,
-                pins_cleared: 0,
-                cursor: 0,
-                was_registered: false,
-            });
+            return Ok(untouched);
         }
         if e.is_member() {
             self.hand_claims_to_group(index)?;
@@ -49,11 +45,11 @@ impl RingModel {
         e.active = false;
         e.owner = 0;
         Ok(Reclaimed {
-            index,
             owner,
             pins_cleared,
             cursor,
             was_registered: true,
+            ..untouched
         })
     }
 

@@ -140,16 +140,9 @@ impl<'s, M: Memory> Real<'s, M> {
     /// [`Op::Victim`]: every read fails with `Evicted`, a drop writes nothing (the check after
     /// the step compares the whole ring with the model, which did not change).
     pub(super) fn victim(&mut self, which: u8, call: VictimCall) -> Outcome {
-        if self.victims.is_empty() {
-            return Outcome::Skipped;
-        }
-        let k = which as usize % self.victims.len();
-        if call == VictimCall::Drop {
-            drop(self.victims.remove(k));
-            return Outcome::Gone;
-        }
-        let Some(c) = self.victims[k].get() else {
-            return Outcome::Skipped;
+        let c = match pick(&mut self.victims, which, call == VictimCall::Drop) {
+            Ok(c) => c,
+            Err(ended) => return ended,
         };
         let r = match call {
             VictimCall::Pin => c.try_pin().map(|m| m.seq()),
@@ -188,16 +181,9 @@ impl<'s, M: Memory> Real<'s, M> {
     /// [`Op::Displaced`]: claims and publishes fail with `Displaced`, close and drop do
     /// nothing to the ring.
     pub(super) fn displaced(&mut self, which: u8, call: DisplacedCall) -> Outcome {
-        if self.displaced.is_empty() {
-            return Outcome::Skipped;
-        }
-        let k = which as usize % self.displaced.len();
-        if call == DisplacedCall::Drop {
-            drop(self.displaced.remove(k));
-            return Outcome::Gone;
-        }
-        let Some(p) = self.displaced[k].get() else {
-            return Outcome::Skipped;
+        let p = match pick(&mut self.displaced, which, call == DisplacedCall::Drop) {
+            Ok(p) => p,
+            Err(ended) => return ended,
         };
         match call {
             DisplacedCall::Claim => match p.try_claim() {
@@ -270,4 +256,19 @@ impl<'s, M: Memory> Real<'s, M> {
             None => Outcome::Skipped,
         }
     }
+}
+
+/// Handle `which % len` of `handles` (the live victims or the displaced producers) for an
+/// adversarial call; `Err` with the call's outcome when it ends here: none to pick, or its
+/// handle lent out (`Skipped`), or the call is its drop (`Gone`: removed, and dropped).
+fn pick<T, G>(handles: &mut Vec<Held<T, G>>, which: u8, drop_it: bool) -> Result<&mut T, Outcome> {
+    if handles.is_empty() {
+        return Err(Outcome::Skipped);
+    }
+    let k = which as usize % handles.len();
+    if drop_it {
+        drop(handles.remove(k));
+        return Err(Outcome::Gone);
+    }
+    handles[k].get().ok_or(Outcome::Skipped)
 }

@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use common::{conformance, env, hex, role, unhex, Child, T};
 use ring_cuda::{
-    padded_len, Device, EmulatedDevice, EmulatedOptions, Error, ExportKind, IpcMemHandle,
-    MappingCache, MemHandle, Owner, ResourceKind, LARGE_PAGE,
+    padded_len, BufferId, Device, EmulatedDevice, EmulatedOptions, Error, EventId, ExportKind,
+    IpcMemHandle, MappingCache, MemHandle, Owner, ResourceKind, StreamId, LARGE_PAGE,
 };
 
 fn slow(delay_ms: u64) -> EmulatedDevice {
@@ -127,12 +127,7 @@ fn a_fault_poisons_the_whole_device() {
     d.ledger()
         .set_leak_hook(Box::new(move |r| *sink.lock().unwrap() = r.leaks.len()));
     let o = Owner(3);
-    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
-    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
-    let ev = d.create_event(o).unwrap();
-    d.fill(slow_stream, buf.into(), 0, 64, 1).unwrap();
-    d.record(ev, slow_stream).unwrap();
-    d.wait_event(waiter, ev).unwrap();
+    let (buf, slow_stream, waiter, _ev) = waiter_behind_a_fill(&d, o, 1);
     let start = Instant::now();
     assert!(matches!(
         d.sync_stream(waiter, T),
@@ -190,12 +185,7 @@ fn stream_waits_have_no_bound_by_default() {
         ..EmulatedOptions::default()
     });
     let o = Owner(8);
-    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
-    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
-    let ev = d.create_event(o).unwrap();
-    d.fill(slow_stream, buf.into(), 0, 64, 5).unwrap();
-    d.record(ev, slow_stream).unwrap();
-    d.wait_event(waiter, ev).unwrap();
+    let (buf, slow_stream, waiter, ev) = waiter_behind_a_fill(&d, o, 5);
     let mut out = [0u8; 1];
     d.read(waiter, buf.into(), 0, &mut out, T).unwrap();
     assert_eq!(out, [5]);
@@ -426,17 +416,7 @@ fn a_failed_unmap_still_releases_what_it_can_and_is_reported() {
 
     // A mapping whose unmap fails.
     b.fail_release_step("cuMemUnmap");
-    let r = b.close(m);
-    assert!(
-        matches!(
-            r,
-            Err(Error::Driver {
-                call: "cuMemUnmap",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert_driver_failed(b.close(m), "cuMemUnmap");
     assert_eq!(b.reserved_address_space(), (0, 0), "the range was freed");
     let t = b.ledger().totals().mappings;
     assert_eq!((t.live, t.failed_releases), (1, 1), "the entry is kept");
@@ -450,17 +430,7 @@ fn a_failed_unmap_still_releases_what_it_can_and_is_reported() {
 
     // A buffer whose unmap fails: the handle is released too, so its memory goes.
     a.fail_release_step("cuMemUnmap");
-    let r = a.free(buf);
-    assert!(
-        matches!(
-            r,
-            Err(Error::Driver {
-                call: "cuMemUnmap",
-                ..
-            })
-        ),
-        "{r:?}"
-    );
+    assert_driver_failed(a.free(buf), "cuMemUnmap");
     assert_eq!(a.reserved_address_space(), (0, 0), "the range was freed");
     assert_eq!(
         a.mem_info().unwrap().free,
@@ -477,13 +447,7 @@ fn a_failed_unmap_still_releases_what_it_can_and_is_reported() {
     // A failed release of the handle keeps the memory (as the driver would): it shows.
     let kept = a.alloc(Owner(1), len, ExportKind::Fd).unwrap();
     a.fail_release_step("cuMemRelease");
-    assert!(matches!(
-        a.free(kept),
-        Err(Error::Driver {
-            call: "cuMemRelease",
-            ..
-        })
-    ));
+    assert_driver_failed(a.free(kept), "cuMemRelease");
     assert_eq!(a.reserved_address_space(), (0, 0));
     assert_eq!(a.mem_info().unwrap().free, resident);
 }
@@ -721,4 +685,28 @@ fn ipc_churn_across_two_processes() {
     assert!(child.wait().unwrap().success());
     assert_eq!(a.mem_info().unwrap().free, base);
     assert_eq!(a.ledger().totals().live_total(), 0);
+}
+
+/// `r` is the driver error of the release step `step` (set to fail with `fail_release_step`).
+fn assert_driver_failed(r: ring_cuda::Result<()>, step: &str) {
+    assert!(
+        matches!(r, Err(Error::Driver { call, .. }) if call == step),
+        "{r:?}"
+    );
+}
+
+/// A 64-byte buffer of `o`'s, a stream filling it with `value` (slowly, on a device with an
+/// operation delay), and a second stream waiting on the event recorded after the fill.
+fn waiter_behind_a_fill(
+    d: &EmulatedDevice,
+    o: Owner,
+    value: u8,
+) -> (BufferId, StreamId, StreamId, EventId) {
+    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
+    let (slow_stream, waiter) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
+    let ev = d.create_event(o).unwrap();
+    d.fill(slow_stream, buf.into(), 0, 64, value).unwrap();
+    d.record(ev, slow_stream).unwrap();
+    d.wait_event(waiter, ev).unwrap();
+    (buf, slow_stream, waiter, ev)
 }

@@ -34,6 +34,18 @@ fn gpu(test: &str) -> Option<CudaDevice> {
     }
 }
 
+/// The device, after `check` passed for each of its export kinds; `None` without a GPU.
+fn each_kind(
+    test: &str,
+    check: impl Fn(&CudaDevice, ExportKind) -> conformance::Check,
+) -> Option<CudaDevice> {
+    let d = gpu(test)?;
+    for k in kinds(&d) {
+        check(&d, k).unwrap();
+    }
+    Some(d)
+}
+
 fn kinds(d: &CudaDevice) -> Vec<ExportKind> {
     let mut k = vec![ExportKind::Ipc];
     if d.supports_fd_export() {
@@ -62,41 +74,26 @@ fn probe_agrees_with_the_environment() {
 
 #[test]
 fn gpu_roundtrip_or_reports_no_gpu() {
-    let Some(d) = gpu("gpu_roundtrip") else {
-        return;
-    };
-    for k in kinds(&d) {
-        conformance::roundtrip(&d, k).unwrap();
+    if let Some(d) = each_kind("gpu_roundtrip", conformance::roundtrip) {
+        assert!(d.ledger().leak_report().is_empty());
     }
-    assert!(d.ledger().leak_report().is_empty());
 }
 
 #[test]
 fn gpu_ceilings_or_reports_no_gpu() {
-    let Some(d) = gpu("gpu_ceilings") else { return };
-    for k in kinds(&d) {
-        conformance::ceilings(&d, k).unwrap();
-    }
+    each_kind("gpu_ceilings", conformance::ceilings);
 }
 
 #[test]
 fn gpu_event_ordering_or_reports_no_gpu() {
-    let Some(d) = gpu("gpu_event_ordering") else {
-        return;
-    };
-    for k in kinds(&d) {
-        conformance::event_ordering(&d, k).unwrap();
-    }
+    each_kind("gpu_event_ordering", conformance::event_ordering);
 }
 
 #[test]
 fn gpu_churn_returns_to_baseline_or_reports_no_gpu() {
-    let Some(d) = gpu("gpu_churn") else { return };
     // In one process: allocation, export, events; the cross-process open/close cycles run in
     // the gpu-pipeline leak run (CUDA refuses to open a handle in its exporting process).
-    for k in kinds(&d) {
-        conformance::churn(&d, None, 2000, k).unwrap();
-    }
+    each_kind("gpu_churn", |d, k| conformance::churn(d, None, 2000, k));
 }
 
 #[test]

@@ -48,6 +48,17 @@ fn consumer_lines(text: &str) -> Vec<&str> {
         .collect()
 }
 
+/// `text` reports `n` consumers, each line saying every one of `wants`.
+fn assert_consumers(text: &str, n: usize, wants: &[&str]) {
+    let lines = consumer_lines(text);
+    assert_eq!(lines.len(), n, "{text}");
+    for l in lines {
+        for want in wants {
+            assert!(l.contains(want), "{want:?} missing: {l}");
+        }
+    }
+}
+
 #[test]
 fn emulated_pipeline_full_speed_three_consumers() {
     let text = run(&[
@@ -59,12 +70,8 @@ fn emulated_pipeline_full_speed_three_consumers() {
         "--height",
         "240",
     ]);
-    let lines = consumer_lines(&text);
-    assert_eq!(lines.len(), 3, "{text}");
-    for l in lines {
-        assert!(l.contains("received=80 torn=0 skipped=0"), "{l}");
-        assert!(l.contains("opens=4"), "each slot buffer opened once: {l}");
-    }
+    // opens=4: each slot buffer opened once.
+    assert_consumers(&text, 3, &["received=80 torn=0 skipped=0", "opens=4"]);
     assert!(text.contains("\nOK"), "{text}");
 }
 
@@ -81,12 +88,8 @@ fn emulated_leak_run_returns_to_baseline() {
     // Three consumer processes, each measuring its own device memory after a warm-up cycle
     // (the emulated context's one-time 2 MiB is not a leak), the producer its own.
     let text = run(&["--leak-cycles", "1000", "--width", "64", "--height", "64"]);
-    let lines = consumer_lines(&text);
-    assert_eq!(lines.len(), 3, "{text}");
-    for l in lines {
-        assert!(l.contains("received=1000 torn=0 skipped=0"), "{l}");
-        assert!(l.contains("live_after=0 mem_drift=0"), "{l}");
-    }
+    let wants = ["received=1000 torn=0 skipped=0", "live_after=0 mem_drift=0"];
+    assert_consumers(&text, 3, &wants);
     assert!(text.contains("live resources after 0"), "{text}");
     assert!(text.contains("(drift 0 bytes, slack 6143)"), "{text}");
 }
@@ -119,11 +122,7 @@ fn emulated_pipeline_with_vmm_fd_export() {
         "128",
     ]);
     assert!(text.contains("VMM fd export"), "{text}");
-    let lines = consumer_lines(&text);
-    assert_eq!(lines.len(), 3, "{text}");
-    for l in lines {
-        assert!(l.contains("received=40 torn=0 skipped=0"), "{l}");
-    }
+    assert_consumers(&text, 3, &["received=40 torn=0 skipped=0"]);
     assert!(text.contains("\nOK"), "{text}");
 }
 
@@ -187,10 +186,7 @@ fn emulated_slow_peers_never_tear_across_processes() {
         let mut args = base.to_vec();
         args.extend(delay);
         let text = run(&args);
-        let lines = consumer_lines(&text);
-        assert_eq!(lines.len(), 2, "{text}");
-        for l in lines {
-            assert!(l.contains("received=40 torn=0 skipped=0"), "{delay:?}: {l}");
-        }
+        eprintln!("delay {delay:?}"); // shown with a failure
+        assert_consumers(&text, 2, &["received=40 torn=0 skipped=0"]);
     }
 }

@@ -78,6 +78,12 @@ const fn pattern(seq: u64) -> u8 {
 }
 
 /// Publishes frame `seq`: `pattern(seq)` everywhere, `seq` in the first and last 8 bytes.
+/// A publish that needs slot 0 reclaims the dead consumer in entry 0.
+fn publish_reclaims_entry_0(p: &mut Producer) {
+    publish(p).unwrap();
+    assert_eq!(p.ring().consumer_info(0).unwrap().owner, 0, "reclaimed");
+}
+
 fn publish(p: &mut Producer) -> Result<u64, RingError> {
     let seq = p.ring().published();
     p.publish_with(LEN, T, |d, s, buf| {
@@ -309,8 +315,7 @@ fn a_failed_read_record_keeps_the_pin() {
     child.send("EXIT");
     child.finish();
     // Its role lock went with it: the publish that needs slot 0 reclaims it.
-    publish(&mut p).unwrap();
-    assert_eq!(p.ring().consumer_info(0).unwrap().owner, 0, "reclaimed");
+    publish_reclaims_entry_0(&mut p);
     stop(p);
 }
 
@@ -454,8 +459,7 @@ fn the_producer_does_not_wait_for_a_dead_importer() {
     let mut child = Child::spawn(NAME, "dying", &child_env(&name, 0, 0));
     child.expect("REGISTERED");
     child.finish();
-    publish(&mut p).unwrap();
-    assert_eq!(p.ring().consumer_info(0).unwrap().owner, 0, "reclaimed");
+    publish_reclaims_entry_0(&mut p);
     assert!(
         !p.reclaim_dead_consumer(0).unwrap(),
         "nothing left to reclaim"

@@ -165,62 +165,33 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
     match target {
         Target::Header { field } => {
             let h = mem.header();
-            poke_in(
-                &[
-                    D(&h.magic),
-                    S(&h.abi_version),
-                    S(&h.init_state),
-                    D(&h.fingerprint),
-                    S(&h.slots),
-                    S(&h.slot_capacity),
-                    S(&h.consumers),
-                    S(&h.alloc_max_live),
-                    D(&h.alloc_arena),
-                    D(&h.producer_off),
-                    D(&h.consumers_off),
-                    D(&h.slots_off),
-                    D(&h.payloads_off),
-                    D(&h.alloc_off),
-                    D(&h.alloc_len),
-                    D(&h.total_len),
-                    D(&h.creator),
-                    D(&h.ring_flags),
-                ],
-                field,
-                value,
-            );
+            #[rustfmt::skip]
+            let words = [
+                D(&h.magic), S(&h.abi_version), S(&h.init_state), D(&h.fingerprint), S(&h.slots),
+                S(&h.slot_capacity), S(&h.consumers), S(&h.alloc_max_live), D(&h.alloc_arena),
+                D(&h.producer_off), D(&h.consumers_off), D(&h.slots_off), D(&h.payloads_off),
+                D(&h.alloc_off), D(&h.alloc_len), D(&h.total_len), D(&h.creator),
+                D(&h.ring_flags),
+            ];
+            poke_in(&words, field, value);
         }
         Target::Producer { field } => {
             let p = mem.producer_line();
-            poke_in(
-                &[
-                    D(&p.head),
-                    D(&p.owner),
-                    S(&p.flags),
-                    S(&p.epoch),
-                    S(&p.publish_futex),
-                    S(&p.consumer_waiters),
-                    S(&p.drain_futex),
-                    S(&p.producer_waiting),
-                ],
-                field,
-                value,
-            );
+            #[rustfmt::skip]
+            let words = [
+                D(&p.head), D(&p.owner), S(&p.flags), S(&p.epoch), S(&p.publish_futex),
+                S(&p.consumer_waiters), S(&p.drain_futex), S(&p.producer_waiting),
+            ];
+            poke_in(&words, field, value);
         }
         Target::Entry { index, field } => {
             let e = mem.consumer_entry(usize::from(index) % g.consumers());
-            poke_in(
-                &[
-                    S(&e.state),
-                    S(&e.class),
-                    D(&e.owner),
-                    D(&e.cursor),
-                    D(&e.missed),
-                    D(&e.received),
-                ],
-                field,
-                value,
-            );
+            #[rustfmt::skip]
+            let words = [
+                S(&e.state), S(&e.class), D(&e.owner), D(&e.cursor), D(&e.missed),
+                D(&e.received),
+            ];
+            poke_in(&words, field, value);
         }
         Target::Slot { index, field } => {
             let s = mem.slot_header(usize::from(index) % g.slots());

@@ -7,14 +7,15 @@
 //! thread sets the closing flag, which the lease holder checks between slices, so it gives the
 //! state back within one slice and `close()` finishes. The mutex guards only short sections
 //! that neither call Python nor take the GIL, so a thread holding the GIL may lock it without
-//! risk of deadlock.
+//! risk of deadlock. Giving the state back notifies the condvar only when a call waits on
+//! it (counted under the mutex), so an uncontended call makes no futex system call.
 //!
 //! # References
 //!
 //! The shape is `std::sync::mpsc`'s and crossbeam's "take the token, park, hand it back";
 //! the closing flag is the cancellation token of a cooperative wait.
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, PoisonError};
 use std::thread::ThreadId;
 use std::time::Instant;
@@ -37,8 +38,13 @@ enum Place<T> {
 /// An endpoint's state, lent to one blocking call at a time.
 pub(crate) struct Handoff<T> {
     place: Mutex<Place<T>>,
-    /// Notified whenever the state comes back or is closed.
+    /// Notified whenever the state comes back or is closed, if anyone waits on it.
     back: Condvar,
+    /// Calls waiting on `back`: changed and read only under `place`'s lock (so Relaxed: the
+    /// mutex orders them), which a waiter holds from its check of the state until the condvar
+    /// releases it. A notifier that reads 0 under the lock thus misses no waiter: a later one
+    /// sees the new state before it sleeps.
+    waiters: AtomicUsize,
     /// Set by `close()` while the state is lent: the lease holder stops waiting. Relaxed
     /// throughout: a hint polled between slices; the state itself moves under `place`'s lock.
     closing: AtomicBool,
@@ -52,6 +58,7 @@ impl<T: Send> Handoff<T> {
         Self {
             place: Mutex::new(Place::Here(state)),
             back: Condvar::new(),
+            waiters: AtomicUsize::new(0),
             closing: AtomicBool::new(false),
             what,
         }
@@ -104,11 +111,18 @@ impl<T: Send> Handoff<T> {
             matches!(p, Place::Lent(_)) && !(until_closing && self.closing.load(Ordering::Relaxed))
         };
         let back = sliced(py, end, &mut (), |(), slice| {
-            let (guard, _) = self
+            let mut guard = self.lock();
+            if !waiting(&mut guard) {
+                return Ok(Some(()));
+            }
+            // Relaxed: under the lock (see `waiters`).
+            self.waiters.fetch_add(1, Ordering::Relaxed);
+            let (mut guard, _) = self
                 .back
-                .wait_timeout_while(self.lock(), slice, |p| waiting(p))
+                .wait_timeout_while(guard, slice, |p| waiting(p))
                 .unwrap_or_else(PoisonError::into_inner);
-            let mut guard = guard;
+            // Relaxed: under the lock again.
+            self.waiters.fetch_sub(1, Ordering::Relaxed);
             Ok((!waiting(&mut guard)).then_some(()))
         })?;
         Ok(back.is_some())
@@ -194,8 +208,7 @@ impl<T: Send> Handoff<T> {
                             return Err(e.into_py(py));
                         }
                         self.closing.store(true, Ordering::Relaxed);
-                        drop(place);
-                        self.back.notify_all();
+                        self.notify(place);
                         return Ok(Some(t));
                     }
                     Place::Closed => return Ok(None),
@@ -220,8 +233,18 @@ impl<T: Send> Handoff<T> {
         let mut place = self.lock();
         debug_assert!(matches!(*place, Place::Lent(_)));
         *place = Place::Here(state);
+        self.notify(place);
+    }
+
+    /// Unlocks `place` and wakes the calls waiting on `back`, if any (no system call when
+    /// none waits).
+    fn notify(&self, place: MutexGuard<'_, Place<T>>) {
+        // Relaxed: read under the lock (see `waiters`).
+        let waiting = self.waiters.load(Ordering::Relaxed) > 0;
         drop(place);
-        self.back.notify_all();
+        if waiting {
+            self.back.notify_all();
+        }
     }
 }
 

@@ -27,7 +27,7 @@ use std::time::Instant;
 use crate::errors::{self, Fail};
 use crate::handoff::{Handoff, Lease};
 use crate::queue::SendState;
-use crate::wait::{deadline, sliced};
+use crate::wait::{deadline, sliced, sliced_copying};
 
 /// A loan with its borrow of the publisher extended to `'static` (see [`Lent`]).
 type StaticLoan = Loan<'static>;
@@ -190,7 +190,7 @@ impl Producer {
         }
         let end = deadline(timeout)?;
         let mut lease = self.lease(py, end)?;
-        let sent = sliced(py, end, &mut lease, move |lease, slice| {
+        let sent = sliced_copying(py, end, &mut lease, data.1, move |lease, slice| {
             let data = data;
             lease.check_open()?;
             // SAFETY: the lease was taken with `publisher()` as its check (no loan open) and

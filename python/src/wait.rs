@@ -1,6 +1,7 @@
 //! Blocking the Python way: every wait runs with the GIL released, in slices of at most
 //! [`SLICE`], and checks for signals between slices, so Ctrl-C raises `KeyboardInterrupt`
-//! within one slice and other Python threads run meanwhile.
+//! within one slice and other Python threads run meanwhile. A try that cannot block (its
+//! deadline already passed: `timeout=0`) keeps the GIL instead ([`sliced`]).
 //!
 //! # Interpreter exit
 //!
@@ -102,13 +103,39 @@ where
     out
 }
 
+/// The largest copy a non-blocking try makes with the GIL held (see [`sliced_copying`]).
+pub(crate) const GIL_COPY_MAX: usize = 64 * 1024;
+
 /// Calls `attempt(held, slice)` with the GIL released until it returns `Some`, an error, or
 /// the deadline passes (`Ok(None)`); signals are checked between slices. `attempt` gets at
 /// most [`SLICE`] to wait, zero when the deadline has passed (one last non-blocking try).
+///
+/// A try with a zero slice (`timeout=0`, or the last try once the deadline passed) cannot
+/// block, so it runs with the GIL held: releasing and retaking it would cost more than the
+/// try itself (a non-blocking `recv` or `publish` is a few hundred nanoseconds, and taking
+/// the GIL back wakes whichever thread waits for it).
 pub(crate) fn sliced<L, T, F>(
     py: Python<'_>,
     deadline: Option<Instant>,
     held: &mut L,
+    attempt: F,
+) -> PyResult<Option<T>>
+where
+    L: GiveBack,
+    T: Send,
+    F: FnMut(&mut L, Duration) -> Result<Option<T>, Fail> + Send,
+{
+    sliced_copying(py, deadline, held, 0, attempt)
+}
+
+/// [`sliced`] for an `attempt` that copies up to `copies` bytes when it succeeds: a zero-slice
+/// try keeps the GIL only when that copy is at most [`GIL_COPY_MAX`], so a large copy still
+/// lets other Python threads run.
+pub(crate) fn sliced_copying<L, T, F>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    held: &mut L,
+    copies: usize,
     mut attempt: F,
 ) -> PyResult<Option<T>>
 where
@@ -120,7 +147,12 @@ where
         let slice = deadline.map_or(SLICE, |d| {
             d.saturating_duration_since(Instant::now()).min(SLICE)
         });
-        match unlocked(py, held, |h| attempt(h, slice)) {
+        let tried = if slice.is_zero() && copies <= GIL_COPY_MAX {
+            attempt(held, slice)
+        } else {
+            unlocked(py, held, |h| attempt(h, slice))
+        };
+        match tried {
             Ok(Some(v)) => return Ok(Some(v)),
             Ok(None) => {}
             Err(f) => return Err(f.into_py(py)),

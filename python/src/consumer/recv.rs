@@ -10,7 +10,7 @@ use ring_os::RecvTimeoutError;
 
 use super::{no_message, truncated_since, Consumer};
 use crate::errors::{self, Fail};
-use crate::wait::{deadline, sliced};
+use crate::wait::{deadline, sliced_copying};
 
 impl Consumer {
     /// Copies the next message out as `bytes` (waits as `pin` does). A copying read pins
@@ -44,7 +44,7 @@ impl Consumer {
 
     /// Copies the next message into `buffer` (any writable C-contiguous buffer: `bytearray`,
     /// numpy array, `memoryview`, `mmap`) and returns its length; waits as `pin` does, and
-    /// copies with the GIL released. The reader of large messages reuses one buffer instead of
+    /// copies with the GIL released (a `timeout=0` read into at most 64 KiB keeps it). The reader of large messages reuses one buffer instead of
     /// a new `bytes` each time. A message longer than the buffer raises `TooLarge` and is
     /// consumed (a buffer of the ring's `slot_size` holds any message). As `recv`, it works
     /// with `max_pins` messages pinned.
@@ -60,8 +60,9 @@ impl Consumer {
         let mut turn = self.turn(py, end, |_| Ok(()))?;
         let pins = &self.pins;
         let faults = ring_os::raw::sigbus::repaired_faults();
-        // Waits, pins and copies in one go, the GIL released throughout.
-        let got = sliced(py, end, &mut turn.lease, |lease, slice| {
+        // Waits, pins and copies in one go, the GIL released throughout (kept by a
+        // non-blocking try into a small buffer: see `sliced_copying`).
+        let got = sliced_copying(py, end, &mut turn.lease, room, |lease, slice| {
             lease.check_open()?;
             let h = lease.get()?;
             h.settle(pins);

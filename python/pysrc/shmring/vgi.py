@@ -58,6 +58,9 @@ _DONE = b"D"  # the peer is done with these blocks of ours
 _REFLECT = b"R"  # the peer sends these blocks of ours back (each pointer follows on vgi's pipe)
 _MAX_NOTICE = 500  # handles per notice (a 4 KiB slot)
 _READ_FLUSH = 8  # done notices a read sends at once (a write sends any)
+# Smallest batch (bytes of its buffers) checked for reflection: below it the check (decoding the
+# peer's block once more, tens of µs) costs more than the copy it could save.
+_REFLECT_MIN_BYTES = 256 << 10
 _VGI: tuple | None = None
 
 
@@ -265,7 +268,8 @@ class RingSegment:
     def _reflect(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
         """``(-1 - handle, length)`` when `batch` is exactly what the peer's block `handle`
         decodes to (the reflect notice sent), else None."""
-        if not self._views or batch.num_rows == 0 or batch.num_columns == 0:
+        if (not self._views or batch.num_rows == 0 or batch.num_columns == 0
+                or batch.nbytes < _REFLECT_MIN_BYTES):
             return None
         first = next((b for c in batch.columns for b in c.buffers() if b is not None), None)
         if first is None:

@@ -61,8 +61,10 @@ def test_a_block_the_peer_is_done_with_is_written_again(pair):
     assert a._duplex.inspect()["own"]["live"] <= 2
 
 
-def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_done(pair):
+def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_done(
+        pair, monkeypatch):
     a, b = pair.a, pair.b
+    monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", 0)  # the test's batch is small
     want = batch()
     handle, n = a.allocate_and_write(want)
     at_b = _deserialize_from_shm(b.read_buffer(handle, n), want.schema)
@@ -89,6 +91,12 @@ def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_do
     part = _deserialize_from_shm(b.read_buffer(handle, n), want.schema).slice(1)
     h2, _ = b.allocate_and_write(part)
     assert h2 >= 0 and b.stats["reflected"] == 1
+    # Below _REFLECT_MIN_BYTES an unchanged batch is copied too (the check costs more).
+    monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", want.nbytes + 1)
+    handle, n = a.allocate_and_write(want)
+    echo = _deserialize_from_shm(b.read_buffer(handle, n), want.schema)
+    h3, _ = b.allocate_and_write(echo)
+    assert h3 >= 0 and b.stats["reflected"] == 1
 
 
 def test_a_sent_back_handle_the_peer_does_not_hold_is_refused(pair):

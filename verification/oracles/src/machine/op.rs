@@ -341,7 +341,7 @@ pub struct ModelConfig {
     pub max_live: u32,
     /// A never-stall ring (`Config::with_never_stall`, at least 3 slots): the producer writes
     /// each message into a slot nobody pins and routes it from its home slot
-    /// ([`Model::never_stall_slot`] is the choice).
+    /// (`RingModel::claim` makes the choice).
     pub never_stall: bool,
 }
 

@@ -375,9 +375,13 @@ pub fn group_exactly_once() {
         got.iter().flatten().all(|&(_, again)| !again),
         "nothing was redelivered"
     );
+    // Work is shared: more than one member took some. (Not necessarily all three: on a busy
+    // two-core machine one member process can stay descheduled while the others drain the
+    // run, which failed this check once as "every member took some work".)
     assert!(
-        got.iter().all(|m| !m.is_empty()),
-        "every member took some work"
+        got.iter().filter(|m| !m.is_empty()).count() >= 2,
+        "the members shared the work: {:?}",
+        got.iter().map(Vec::len).collect::<Vec<_>>()
     );
     let mut all: Vec<u64> = got.iter().flatten().map(|&(seq, _)| seq).collect();
     all.sort_unstable();

@@ -143,7 +143,27 @@ fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
 
 #[test]
 fn tidying_up_a_segment_leaves_a_dotted_neighbour_alone() {
-    let dir = scratch("dotted");
+    // A child that another test of this binary forks holds a copy of every open descriptor
+    // until its exec closes them, and with it our lock for that moment: a tidy-up that runs
+    // then leaves the files (as it must for a lock someone holds). So a round that finds files
+    // left behind is tried again; a tidy-up that never works fails every round. A tidy-up that
+    // removes the neighbour's files fails at once.
+    let mut outcome = Ok(());
+    for round in 0..5 {
+        outcome = dotted_neighbour_round(round);
+        if outcome.is_ok() {
+            break;
+        }
+    }
+    outcome.unwrap();
+    assert!(is_role_suffix(b"c12") && is_role_suffix(b"creator"));
+    assert!(!is_role_suffix(b"c") && !is_role_suffix(b"c1.producer") && !is_role_suffix(b"gate"));
+}
+
+/// One round of `tidying_up_a_segment_leaves_a_dotted_neighbour_alone`; `Err` names the files
+/// a tidy-up left behind.
+fn dotted_neighbour_round(round: u32) -> Result<(), String> {
+    let dir = scratch(&format!("dotted{round}"));
     // Keys as macOS gives named segments: `cam` and `cam.c1` (names may contain dots).
     let cam = Roles::in_dir(&dir, "n.cam");
     let neighbour = Roles::in_dir(&dir, "n.cam.c1");
@@ -155,13 +175,23 @@ fn tidying_up_a_segment_leaves_a_dotted_neighbour_alone() {
             .unwrap()
             .unwrap(),
     );
-    assert_eq!(files_in(&dir), ["n.cam.c1.gate", "n.cam.c1.producer"]);
+    let mid = files_in(&dir);
+    // The neighbour's files are never removed while it holds its lock.
+    assert!(
+        mid.iter().any(|f| f == "n.cam.c1.gate") && mid.iter().any(|f| f == "n.cam.c1.producer"),
+        "{mid:?}"
+    );
     assert_eq!(probe(&neighbour, Role::Producer), Liveness::Alive);
     drop(held);
-    assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
-    assert!(is_role_suffix(b"c12") && is_role_suffix(b"creator"));
-    assert!(!is_role_suffix(b"c") && !is_role_suffix(b"c1.producer") && !is_role_suffix(b"gate"));
+    let left = files_in(&dir);
     std::fs::remove_dir_all(&dir).unwrap();
+    if mid.len() == 2 && left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "left after cam's tidy-up: {mid:?}; after the neighbour's: {left:?}"
+        ))
+    }
 }
 
 #[test]

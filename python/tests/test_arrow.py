@@ -9,7 +9,7 @@ import workers
 pa = pytest.importorskip("pyarrow")
 
 
-def test_record_batch_in_place(spawn, name):
+def test_record_batch_in_place(spawn, child, name):
     batch = pa.record_batch({"x": pa.array(range(10_000), pa.int64()),
                              "s": pa.array([str(i) for i in range(10_000)])})
     sink = pa.MockOutputStream()
@@ -18,12 +18,8 @@ def test_record_batch_in_place(spawn, name):
     size = sink.size()
     with shmring.Ring.create(name, slots=2, slot_size=size + 4096, pin_only=True) as ring:
         ready, out = spawn.Event(), spawn.Queue()
-        child = spawn.Process(target=workers.arrow_reader, args=(name, ready, out))
-        child.start()
-        try:
-            assert ready.wait(30)
-            p = ring.producer()
-            assert p.wait_for_consumers(1, timeout=30)
+        with child(workers.arrow_reader, name, ready, out) as proc:
+            p = workers.producer_when_ready(ring, ready)
             claim = p.claim(size)
             with claim as buf:
                 target = pa.py_buffer(buf)
@@ -35,9 +31,6 @@ def test_record_batch_in_place(spawn, name):
                         stream.write(b"overflow")
                 del target, stream, w  # every Arrow view of the slot goes before publishing
             rows, total, zero_copy, pid = out.get(timeout=30)
-            child.join(30)
+            proc.join(30)
             assert (rows, total) == (10_000, sum(range(10_000)))
             assert zero_copy, "the reader's column does not point into its mapping"
-        finally:
-            if child.is_alive():
-                child.kill()

@@ -105,13 +105,11 @@ def test_release_in_any_order(name):
         b.release()
 
 
-def test_a_gating_producer_waits_for_the_oldest_pin(spawn, name):
+def test_a_gating_producer_waits_for_the_oldest_pin(child, name):
     n = 12
     with shmring.Ring.create(name, slots=4, slot_size=8192) as ring:
         c = ring.consumer("gating", max_pins=2)
-        child = spawn.Process(target=workers.produce_payloads, args=(name, n))
-        child.start()
-        try:
+        with child(workers.produce_payloads, name, n) as proc:
             oldest = c.pin(timeout=30)
             assert workers.check(oldest) == 0
             for k in range(1, 4):  # read and released: only the oldest stays pinned
@@ -122,7 +120,7 @@ def test_a_gating_producer_waits_for_the_oldest_pin(spawn, name):
                 time.sleep(0.01)
             time.sleep(0.5)
             # Held back: message 4 would reuse the oldest's slot.
-            assert ring.inspect()["head"] == 4 and child.is_alive()
+            assert ring.inspect()["head"] == 4 and proc.is_alive()
             assert workers.check(oldest) == 0  # intact
             oldest.release()
             got = []
@@ -133,11 +131,7 @@ def test_a_gating_producer_waits_for_the_oldest_pin(spawn, name):
                 except shmring.Disconnected:
                     break
             assert got == list(range(4, n))
-            child.join(30)
-            assert child.exitcode == 0
-        finally:
-            if child.is_alive():
-                child.kill()
+            workers.finished(proc)
 
 
 def test_pinning_beyond_max_pins_raises_at_once(name):
@@ -207,15 +201,11 @@ def test_an_exported_message_cannot_be_released_until_its_view_goes(name):
         c.close()
 
 
-def test_a_consumer_killed_holding_several_is_reclaimed(spawn, name):
+def test_a_consumer_killed_holding_several_is_reclaimed(spawn, child, name):
     with shmring.Ring.create(name, slots=4, slot_size=1024) as ring:
         ready, held = spawn.Event(), spawn.Event()
-        child = spawn.Process(target=workers.hold_several, args=(name, 3, ready, held))
-        child.start()
-        try:
-            assert ready.wait(30)
-            p = ring.producer()
-            assert p.wait_for_consumers(1, timeout=30)
+        with child(workers.hold_several, name, 3, ready, held) as proc:
+            p = workers.producer_when_ready(ring, ready)
             for k in range(4):
                 p.publish(bytes([k]) * 1024, timeout=5)
             assert held.wait(30)
@@ -223,10 +213,7 @@ def test_a_consumer_killed_holding_several_is_reclaimed(spawn, name):
             assert entry["cursor"] == 0  # its oldest pin
             with pytest.raises(shmring.Full):  # held back by the child's pins
                 p.publish(b"\x09" * 1024, timeout=0.2)
-            workers.kill_and_go_on(child, ring, p, 1024)
-        finally:
-            if child.is_alive():
-                child.kill()
+            workers.kill_and_go_on(proc, ring, p, 1024)
 
 
 def test_a_release_while_another_thread_waits_in_pin_frees_the_slot(name):

@@ -54,27 +54,10 @@ def test_from_fd_refuses_what_is_not_a_sealed_memfd(name):
         shmring.Ring.from_fd("3")
 
 
-def test_a_served_memfd_ring_reaches_a_spawned_process(spawn, name):
+def test_a_served_memfd_ring_reaches_a_spawned_process(spawn, child, name):
     ring = shmring.Ring.memfd(slots=4, slot_size=4096 + 64, serve=name)
-    ready, results = spawn.Event(), spawn.Queue()
-    child = spawn.Process(target=workers.consume,
-                          args=("memfd:" + name, "gating", ready, results, 0.0))
-    child.start()
-    try:
-        assert ready.wait(30)
-        p = ring.producer()
-        assert p.wait_for_consumers(1, timeout=30)
-        for seq in range(200):
-            p.publish(workers.payload(seq))
-        p.close()
-        got, torn, received, missed = results.get(timeout=60)
-        child.join(30)
-        assert child.exitcode == 0
-    finally:
-        if child.is_alive():
-            child.kill()
-        ring.close()
-    assert torn == 0 and [g[0] for g in got] == list(range(200)) and missed == 0
+    got, received, missed = workers.consumed(spawn, child, ring, "memfd:" + name, "gating", 200)
+    assert [g[0] for g in got] == list(range(200)) and missed == 0
 
 
 def test_connect_to_a_name_nobody_serves(name):

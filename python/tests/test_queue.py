@@ -233,49 +233,42 @@ def test_close_ends_the_stream(name):
         s.put(1)
 
 
-def test_endpoints_pickle_to_spawned_workers(spawn, name):
+def test_endpoints_pickle_to_spawned_workers(child, name):
     to_worker, from_parent = shmring.create_pair(4, max_message=1 << 16, name=name)
     to_parent, from_worker = shmring.create_pair(4, max_message=1 << 16, name=name + "-back")
-    child = spawn.Process(target=workers.queue_echo, args=(from_parent, to_parent))
-    child.start()
     try:
-        objs = [np.arange(i * 100, dtype=np.float64) for i in range(20)] + [b"", {"k": b"v"}]
-        for obj in objs:
-            to_worker.put(obj, timeout=30)
-            got = from_worker.get(timeout=30)
-            if isinstance(obj, np.ndarray):
-                assert np.array_equal(got, obj)
-            else:
-                assert got == obj
-        to_worker.put(None, timeout=30)
-        assert from_worker.get(timeout=30) is None
-        assert to_worker.wait_for_all_ack(timeout=30)
-        child.join(30)
-        assert child.exitcode == 0
+        with child(workers.queue_echo, from_parent, to_parent) as proc:
+            objs = [np.arange(i * 100, dtype=np.float64) for i in range(20)] + [b"", {"k": b"v"}]
+            for obj in objs:
+                to_worker.put(obj, timeout=30)
+                got = from_worker.get(timeout=30)
+                if isinstance(obj, np.ndarray):
+                    assert np.array_equal(got, obj)
+                else:
+                    assert got == obj
+            to_worker.put(None, timeout=30)
+            assert from_worker.get(timeout=30) is None
+            assert to_worker.wait_for_all_ack(timeout=30)
+            workers.finished(proc)
     finally:
-        if child.is_alive():
-            child.kill()
         to_worker.close()
         from_worker.close()
 
 
-def test_zero_copy_get_in_a_worker(spawn, name):
+def test_zero_copy_get_in_a_worker(spawn, child, name):
     s, r = shmring.create_pair(2, max_message=1 << 20, name=name)
     out = spawn.Queue()
-    child = spawn.Process(target=workers.queue_sum, args=(r, out))
-    child.start()
     try:
-        total = 0
-        for i in range(30):
-            a = np.full(100_000, i, dtype=np.int64)
-            total += int(a.sum())
-            s.put(a, timeout=30)
-        s.put(None, timeout=30)
-        assert out.get(timeout=30) == total
-        child.join(30)
+        with child(workers.queue_sum, r, out) as proc:
+            total = 0
+            for i in range(30):
+                a = np.full(100_000, i, dtype=np.int64)
+                total += int(a.sum())
+                s.put(a, timeout=30)
+            s.put(None, timeout=30)
+            assert out.get(timeout=30) == total
+            proc.join(30)
     finally:
-        if child.is_alive():
-            child.kill()
         s.close()
 
 
@@ -332,20 +325,10 @@ def test_a_payload_over_one_gib(name):
         assert got.nbytes == n // 2 + 1 and got.flags.writeable and int(got[-1]) == 1
 
 
-def test_blocking_queue_calls_release_the_gil_and_ctrl_c_interrupts(name):
+def test_blocking_queue_calls_release_the_gil_and_ctrl_c_interrupts(ticking, name):
     s, r = shmring.create_pair(1, max_message=1024, name=name)
     with s, r:
-        ticks = []
-        stop = threading.Event()
-
-        def spin():
-            while not stop.is_set():
-                ticks.append(1)
-                time.sleep(0.005)
-
-        t = threading.Thread(target=spin)
-        t.start()
-        try:
+        with ticking() as ticks:
             for i, blocked in enumerate((lambda: r.get(timeout=None),
                                          lambda: s.put(2, timeout=None))):
                 if i == 1:
@@ -357,9 +340,6 @@ def test_blocking_queue_calls_release_the_gil_and_ctrl_c_interrupts(name):
                     blocked()
                 assert time.monotonic() - start < 2.0, "Ctrl-C was not noticed within a slice"
                 assert len(ticks) - n > 20, "the GIL was held during the wait"
-        finally:
-            stop.set()
-            t.join()
         assert r.get(timeout=1) == 1  # both ends still work after the interrupts
         s.put(3, timeout=1)
         assert r.get(timeout=1) == 3

@@ -164,26 +164,15 @@ def test_claim_refuses_rings_that_are_not_pin_only(name):
             p.claim(8)
 
 
-def test_blocking_pin_releases_the_gil_and_ctrl_c_interrupts(name):
+def test_blocking_pin_releases_the_gil_and_ctrl_c_interrupts(ticking, name):
     with shmring.Ring.create(name, slots=2, slot_size=64) as ring:
         c = ring.consumer()
-        ticks = []
-        stop = threading.Event()
-
-        def spin():
-            while not stop.is_set():
-                ticks.append(1)
-                time.sleep(0.005)
-
-        t = threading.Thread(target=spin)
-        t.start()
-        threading.Timer(0.4, signal.raise_signal, (signal.SIGINT,)).start()
-        start = time.monotonic()
-        with pytest.raises(KeyboardInterrupt):
-            c.pin(timeout=None)
-        took = time.monotonic() - start
-        stop.set()
-        t.join()
+        with ticking() as ticks:
+            threading.Timer(0.4, signal.raise_signal, (signal.SIGINT,)).start()
+            start = time.monotonic()
+            with pytest.raises(KeyboardInterrupt):
+                c.pin(timeout=None)
+            took = time.monotonic() - start
         assert took < 2.0, "Ctrl-C was not noticed within a wait slice"
         assert len(ticks) > 20, "the GIL was held during the wait"
         # The consumer is still usable after the interrupt.

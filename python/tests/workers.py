@@ -1,4 +1,5 @@
-"""Child-process bodies for the cross-process tests (spawned: importable, top level)."""
+"""Child-process bodies for the cross-process tests (spawned: importable, top level), and the
+parent's side of them (producer_when_ready, consumed, finished, kill_and_go_on)."""
 
 import os
 import struct
@@ -133,6 +134,38 @@ def arrow_reader(name, ready, out):
              os.getpid()))
     del table, col, buf
     msg.close()
+
+
+def producer_when_ready(ring, ready):
+    """Once the spawned consumer has set `ready`: a producer of `ring` that has seen it join."""
+    assert ready.wait(30)
+    p = ring.producer()
+    assert p.wait_for_consumers(1, timeout=30)
+    return p
+
+
+def consumed(spawn, child, ring, name, mode, n, delay=0.0, publish_timeout=None):
+    """Publishes `n` checksummed payloads on `ring` to a spawned `mode` consumer of `name`; what
+    it got (its (seq, missed, ...) list, received, missed), none torn. Closes `ring`."""
+    ready, results = spawn.Event(), spawn.Queue()
+    try:
+        with child(consume, name, mode, ready, results, delay) as proc:
+            p = producer_when_ready(ring, ready)
+            for seq in range(n):
+                p.publish(payload(seq), timeout=publish_timeout)
+            p.close()
+            got, torn, received, missed = results.get(timeout=60)
+            finished(proc)
+    finally:
+        ring.close()
+    assert torn == 0
+    return got, received, missed
+
+
+def finished(child):
+    """Waits for `child` and checks that it exited cleanly."""
+    child.join(30)
+    assert child.exitcode == 0
 
 
 def kill_and_go_on(child, ring, producer, size):

@@ -14,6 +14,9 @@ rm -rf "$VENV"
 "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 "$VENV/bin/pip" install --quiet ./python pytest numpy pyarrow
+# pytest-timeout: a test that hangs fails after 10 minutes with every thread's stack, naming
+# itself, instead of holding CI until its overall limit.
+"$VENV/bin/pip" install --quiet pytest-timeout==2.4.0
 # The real UnrealCV client, for test_unrealcv.py (which builds examples/frame-server itself).
 "$VENV/bin/pip" install --quiet unrealcv==1.3.2
 # The hand-written stubs (python/pysrc/shmring/_shmring.pyi) against the built extension:
@@ -23,7 +26,7 @@ rm -rf "$VENV"
 # Run from outside the source tree so the installed package (not python/pysrc) is imported.
 cd python/tests
 ../../"$VENV"/bin/python -m mypy.stubtest shmring._shmring
-../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider .
+../../"$VENV"/bin/python -m pytest -q -p no:cacheprovider --timeout 600 .
 # The asyncio client example checks its own result (frames in order, checksums, the other task
 # kept running) and exits non-zero otherwise.
 ../../"$VENV"/bin/python ../examples/asyncio_frames.py

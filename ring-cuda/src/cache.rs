@@ -113,15 +113,7 @@ impl<K: Hash + Eq> MappingCache<K> {
     /// # Errors
     /// The first close that failed.
     pub fn close_all<D: Device + ?Sized>(&mut self, device: &D) -> Result<()> {
-        let mut first = Ok(());
-        for m in self.drain() {
-            if let Err(e) = device.close(m) {
-                if first.is_ok() {
-                    first = Err(e);
-                }
-            }
-        }
-        first
+        first_error(self.drain(), |m| device.close(m))
     }
 }
 
@@ -131,14 +123,18 @@ impl<K: Hash + Eq> EventCache<K> {
     /// # Errors
     /// The first destroy that failed.
     pub fn destroy_all<D: Device + ?Sized>(&mut self, device: &D) -> Result<()> {
-        let mut first = Ok(());
-        for e in self.drain() {
-            if let Err(err) = device.destroy_event(e) {
-                if first.is_ok() {
-                    first = Err(err);
-                }
-            }
-        }
-        first
+        first_error(self.drain(), |e| device.destroy_event(e))
     }
+}
+
+/// Runs `f` on every value, even after one failed; returns the first error.
+fn first_error<V>(values: Vec<V>, mut f: impl FnMut(V) -> Result<()>) -> Result<()> {
+    let mut first = Ok(());
+    for v in values {
+        let r = f(v);
+        if first.is_ok() {
+            first = r;
+        }
+    }
+    first
 }

@@ -1,12 +1,13 @@
 //! The [`Device`] trait: what the device ring needs from a GPU (or its emulation).
 
 use core::time::Duration;
+use std::collections::HashMap;
 
 use crate::accounting::Ledger;
 use crate::error::Result;
 use crate::handle::{
     BufferId, EventId, ExportKind, IpcEventHandle, MappingId, Mem, MemHandle, MemInfo, Owner,
-    StreamId,
+    ResourceKind, StreamId,
 };
 
 /// A device that holds ring payloads: allocation, copies, IPC export/import and interprocess
@@ -129,4 +130,20 @@ pub(crate) fn release_vmm(
 ) -> Result<()> {
     let steps = [unmap(), address_free(), release()];
     steps.into_iter().find(Result::is_err).unwrap_or(Ok(()))
+}
+
+/// One table of a device implementation's resources: their kind (named in errors and in the
+/// ledger) and where its map from id to resource lies in the implementation's tables `S`.
+pub(crate) struct Table<S, T> {
+    /// The kind of resource the table holds.
+    pub(crate) kind: ResourceKind,
+    /// The map, in `S`.
+    pub(crate) map: fn(&mut S) -> &mut HashMap<u64, T>,
+}
+
+impl<S, T> Table<S, T> {
+    /// The table of `kind` at `map`.
+    pub(crate) const fn new(kind: ResourceKind, map: fn(&mut S) -> &mut HashMap<u64, T>) -> Self {
+        Self { kind, map }
+    }
 }

@@ -3,6 +3,7 @@
 
 use core::fmt;
 use core::time::Duration;
+use std::collections::HashMap;
 
 use crate::handle::ResourceKind;
 
@@ -106,6 +107,16 @@ impl Error {
     pub(crate) const fn unknown(kind: ResourceKind, id: u64) -> Self {
         Self::UnknownId { kind, id }
     }
+}
+
+/// A copy of what a device's `table` of `kind` holds for `id`, or [`Error::UnknownId`].
+pub(crate) fn found<V: Clone>(table: &HashMap<u64, V>, kind: ResourceKind, id: u64) -> Result<V> {
+    table.get(&id).cloned().ok_or(Error::unknown(kind, id))
+}
+
+/// Takes `id`'s entry out of a device's `table` of `kind`, or [`Error::UnknownId`].
+pub(crate) fn taken<V>(table: &mut HashMap<u64, V>, kind: ResourceKind, id: u64) -> Result<V> {
+    table.remove(&id).ok_or(Error::unknown(kind, id))
 }
 
 impl fmt::Display for Error {

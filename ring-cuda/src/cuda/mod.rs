@@ -23,7 +23,7 @@ use std::time::Instant;
 use cudarc::driver::sys;
 
 use crate::accounting::{Ledger, Limits};
-use crate::error::{Error, Result};
+use crate::error::{found, Error, Result};
 use crate::handle::{EventId, ExportKind, Mem, ResourceKind, StreamId};
 
 fn check(call: &'static str, r: sys::CUresult) -> Result<()> {
@@ -91,6 +91,13 @@ struct Tables {
     events: HashMap<u64, usize>,
     streams: HashMap<u64, usize>,
 }
+
+/// One of [`Tables`]' maps with its resource kind.
+type Table<T> = crate::device::Table<Tables, T>;
+const BUFFERS: Table<DevMem> = Table::new(ResourceKind::Buffer, |t| &mut t.buffers);
+const MAPPINGS: Table<DevMem> = Table::new(ResourceKind::Mapping, |t| &mut t.mappings);
+const EVENTS: Table<usize> = Table::new(ResourceKind::Event, |t| &mut t.events);
+const STREAMS: Table<usize> = Table::new(ResourceKind::Stream, |t| &mut t.streams);
 
 /// A CUDA GPU behind the [`Device`](crate::Device) trait.
 pub struct CudaDevice {
@@ -255,16 +262,8 @@ impl CudaDevice {
     fn mem(&self, mem: Mem) -> Result<DevMem> {
         let t = self.lock();
         match mem {
-            Mem::Buffer(b) => t
-                .buffers
-                .get(&b.0)
-                .copied()
-                .ok_or(Error::unknown(ResourceKind::Buffer, b.0)),
-            Mem::Mapping(m) => t
-                .mappings
-                .get(&m.0)
-                .copied()
-                .ok_or(Error::unknown(ResourceKind::Mapping, m.0)),
+            Mem::Buffer(b) => found(&t.buffers, ResourceKind::Buffer, b.0),
+            Mem::Mapping(m) => found(&t.mappings, ResourceKind::Mapping, m.0),
         }
     }
 
@@ -281,21 +280,11 @@ impl CudaDevice {
     }
 
     fn stream(&self, s: StreamId) -> Result<sys::CUstream> {
-        let t = self.lock();
-        let p = t
-            .streams
-            .get(&s.0)
-            .ok_or(Error::unknown(ResourceKind::Stream, s.0))?;
-        Ok(*p as sys::CUstream)
+        Ok(found(&self.lock().streams, ResourceKind::Stream, s.0)? as sys::CUstream)
     }
 
     fn event(&self, e: EventId) -> Result<sys::CUevent> {
-        let t = self.lock();
-        let p = t
-            .events
-            .get(&e.0)
-            .ok_or(Error::unknown(ResourceKind::Event, e.0))?;
-        Ok(*p as sys::CUevent)
+        Ok(found(&self.lock().events, ResourceKind::Event, e.0)? as sys::CUevent)
     }
 
     /// Reserves an address range for a VMM handle, maps it and grants this device read-write

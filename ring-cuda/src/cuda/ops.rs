@@ -7,13 +7,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use cudarc::driver::sys;
 
-use super::{check, not_ready, poll, round_up, CudaDevice, DevMem};
+use super::{check, not_ready, poll, round_up, CudaDevice, DevMem, Table};
+use super::{BUFFERS, EVENTS, MAPPINGS, STREAMS};
 use crate::accounting::{padded_len, Ledger};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
     BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
-    MemInfo, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
+    MemInfo, Owner, StreamId, IPC_HANDLE_SIZE,
 };
 
 fn to_raw(bytes: &[core::ffi::c_char; IPC_HANDLE_SIZE]) -> [u8; IPC_HANDLE_SIZE] {
@@ -45,16 +46,15 @@ fn usize_len(len: u64) -> Result<usize> {
 impl CudaDevice {
     fn acquire<T>(
         &self,
-        kind: ResourceKind,
+        table: Table<T>,
         owner: Owner,
         bytes: u64,
         make: impl FnOnce() -> Result<T>,
-        insert: impl FnOnce(&mut super::Tables, u64, T),
     ) -> Result<u64> {
-        self.ledger.admit(kind, owner, bytes, || {
+        self.ledger.admit(table.kind, owner, bytes, || {
             let v = self.bind().and_then(|()| make())?;
             let id = self.id();
-            insert(&mut self.lock(), id, v);
+            (table.map)(&mut self.lock()).insert(id, v);
             Ok(id)
         })
     }
@@ -67,12 +67,12 @@ impl CudaDevice {
     /// the handle), the entry is marked with the failed call.
     fn retire<T>(
         &self,
-        kind: ResourceKind,
+        table: Table<T>,
         id: u64,
-        table: fn(&mut super::Tables) -> &mut std::collections::HashMap<u64, T>,
         driver: impl FnOnce(&T) -> core::result::Result<(), Failed>,
     ) -> Result<()> {
-        let v = table(&mut self.lock())
+        let Table { kind, map } = table;
+        let v = map(&mut self.lock())
             .remove(&id)
             .ok_or(Error::UnknownId { kind, id })?;
         match self.bind().map_err(Failed::Kept).and_then(|()| driver(&v)) {
@@ -82,7 +82,7 @@ impl CudaDevice {
                 .map(drop)
                 .ok_or(Error::UnknownId { kind, id }),
             Err(Failed::Kept(e)) => {
-                table(&mut self.lock()).insert(id, v);
+                map(&mut self.lock()).insert(id, v);
                 Err(e)
             }
             // The entry stays (what the failed step kept may still hold device memory), marked
@@ -155,19 +155,11 @@ impl Device for CudaDevice {
         };
         let charged =
             padded_len(len, export, self.granularity as u64).ok_or(Error::InvalidLength { len })?;
-        let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, m| {
-            t.buffers.insert(id, m);
-        })?;
-        Ok(BufferId(id))
+        self.acquire(BUFFERS, owner, charged, make).map(BufferId)
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        self.retire(
-            ResourceKind::Buffer,
-            buf.0,
-            |t| &mut t.buffers,
-            |m| self.release_mem(m, false),
-        )
+        self.retire(BUFFERS, buf.0, |m| self.release_mem(m, false))
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
@@ -286,19 +278,11 @@ impl Device for CudaDevice {
         };
         let charged = padded_len(len, handle.kind(), self.granularity as u64)
             .ok_or(Error::InvalidHandle("length overflows"))?;
-        let id = self.acquire(ResourceKind::Mapping, owner, charged, make, |t, id, m| {
-            t.mappings.insert(id, m);
-        })?;
-        Ok(MappingId(id))
+        self.acquire(MAPPINGS, owner, charged, make).map(MappingId)
     }
 
     fn close(&self, mapping: MappingId) -> Result<()> {
-        self.retire(
-            ResourceKind::Mapping,
-            mapping.0,
-            |t| &mut t.mappings,
-            |m| self.release_mem(m, true),
-        )
+        self.retire(MAPPINGS, mapping.0, |m| self.release_mem(m, true))
     }
 
     fn size(&self, mem: Mem) -> Result<u64> {
@@ -317,25 +301,17 @@ impl Device for CudaDevice {
             })
             .map(|()| s as usize)
         };
-        let id = self.acquire(ResourceKind::Stream, owner, 0, make, |t, id, s| {
-            t.streams.insert(id, s);
-        })?;
-        Ok(StreamId(id))
+        self.acquire(STREAMS, owner, 0, make).map(StreamId)
     }
 
     fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let synced = self.sync_stream(stream, timeout);
-        self.retire(
-            ResourceKind::Stream,
-            stream.0,
-            |t| &mut t.streams,
-            |&s| {
-                // SAFETY: removed from the table, so no id refers to it; queued work still
-                // completes (cuStreamDestroy does not wait for it, nor cancel it).
-                let r = unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) };
-                kept("cuStreamDestroy", r)
-            },
-        )?;
+        self.retire(STREAMS, stream.0, |&s| {
+            // SAFETY: removed from the table, so no id refers to it; queued work still
+            // completes (cuStreamDestroy does not wait for it, nor cancel it).
+            let r = unsafe { sys::cuStreamDestroy_v2(s as sys::CUstream) };
+            kept("cuStreamDestroy", r)
+        })?;
         synced
     }
 
@@ -412,10 +388,7 @@ impl Device for CudaDevice {
             })
             .map(|()| e as usize)
         };
-        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
-            t.events.insert(id, e);
-        })?;
-        Ok(EventId(id))
+        self.acquire(EVENTS, owner, 0, make).map(EventId)
     }
 
     fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
@@ -445,23 +418,15 @@ impl Device for CudaDevice {
             })
             .map(|()| e as usize)
         };
-        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, e| {
-            t.events.insert(id, e);
-        })?;
-        Ok(EventId(id))
+        self.acquire(EVENTS, owner, 0, make).map(EventId)
     }
 
     fn destroy_event(&self, event: EventId) -> Result<()> {
-        self.retire(
-            ResourceKind::Event,
-            event.0,
-            |t| &mut t.events,
-            |&e| {
-                // SAFETY: removed from the table, so no id refers to it.
-                let r = unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) };
-                kept("cuEventDestroy", r)
-            },
-        )
+        self.retire(EVENTS, event.0, |&e| {
+            // SAFETY: removed from the table, so no id refers to it.
+            let r = unsafe { sys::cuEventDestroy_v2(e as sys::CUevent) };
+            kept("cuEventDestroy", r)
+        })
     }
 
     fn record(&self, event: EventId, stream: StreamId) -> Result<()> {

@@ -22,7 +22,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
 use self::shm::Region;
 use self::stream::{Stream, Timing};
 use crate::accounting::{Ledger, Limits};
-use crate::error::{Error, Result};
+use crate::error::{found, Error, Result};
 use crate::handle::{EventId, ExportKind, Mem, Owner, ResourceKind, StreamId};
 
 /// Options of an [`EmulatedDevice`].
@@ -64,11 +64,20 @@ impl Default for EmulatedOptions {
 
 #[derive(Default)]
 struct Tables {
-    buffers: HashMap<u64, (Arc<Region>, ExportKind)>,
-    mappings: HashMap<u64, (Arc<Region>, ExportKind)>,
+    buffers: HashMap<u64, Entry>,
+    mappings: HashMap<u64, Entry>,
     events: HashMap<u64, Arc<Region>>,
     streams: HashMap<u64, Arc<Stream>>,
 }
+
+/// One of [`Tables`]' maps with its resource kind.
+type Table<T> = crate::device::Table<Tables, T>;
+/// A buffer's or mapping's memory and the kind it was allocated or exported as.
+type Entry = (Arc<Region>, ExportKind);
+const BUFFERS: Table<Entry> = Table::new(ResourceKind::Buffer, |t| &mut t.buffers);
+const MAPPINGS: Table<Entry> = Table::new(ResourceKind::Mapping, |t| &mut t.mappings);
+const EVENTS: Table<Arc<Region>> = Table::new(ResourceKind::Event, |t| &mut t.events);
+const STREAMS: Table<Arc<Stream>> = Table::new(ResourceKind::Stream, |t| &mut t.streams);
 
 /// A host-memory device with the [`Device`](crate::Device) semantics of a CUDA GPU.
 pub struct EmulatedDevice {
@@ -245,57 +254,41 @@ impl EmulatedDevice {
 
     fn region(&self, mem: Mem) -> Result<Arc<Region>> {
         let t = self.lock()?;
-        match mem {
-            Mem::Buffer(b) => t
-                .buffers
-                .get(&b.0)
-                .map(|b| b.0.clone())
-                .ok_or(Error::unknown(ResourceKind::Buffer, b.0)),
-            Mem::Mapping(m) => t
-                .mappings
-                .get(&m.0)
-                .map(|m| m.0.clone())
-                .ok_or(Error::unknown(ResourceKind::Mapping, m.0)),
-        }
+        let (region, _) = match mem {
+            Mem::Buffer(b) => found(&t.buffers, ResourceKind::Buffer, b.0),
+            Mem::Mapping(m) => found(&t.mappings, ResourceKind::Mapping, m.0),
+        }?;
+        Ok(region)
     }
 
     fn event(&self, e: EventId) -> Result<Arc<Region>> {
-        self.lock()?
-            .events
-            .get(&e.0)
-            .cloned()
-            .ok_or(Error::unknown(ResourceKind::Event, e.0))
+        found(&self.lock()?.events, ResourceKind::Event, e.0)
     }
 
     fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
-        self.lock()?
-            .streams
-            .get(&s.0)
-            .cloned()
-            .ok_or(Error::unknown(ResourceKind::Stream, s.0))
+        found(&self.lock()?.streams, ResourceKind::Stream, s.0)
     }
 
     /// Charges, creates and tracks one resource; the charge is cancelled if `make` fails.
     fn acquire<T>(
         &self,
-        kind: ResourceKind,
+        table: Table<T>,
         owner: Owner,
         bytes: u64,
         make: impl FnOnce() -> Result<T>,
-        insert: impl FnOnce(&mut Tables, u64, T),
     ) -> Result<u64> {
-        if kind != ResourceKind::Buffer {
+        if table.kind != ResourceKind::Buffer {
             // Relaxed: a statistic (see `resident`).
             self.warm.call_once(|| {
                 self.resident
                     .fetch_add(self.options.context_bytes, Ordering::Relaxed);
             });
         }
-        self.ledger.admit(kind, owner, bytes, || {
+        self.ledger.admit(table.kind, owner, bytes, || {
             self.healthy()?;
             let v = make()?;
             let id = self.id();
-            insert(&mut *self.lock()?, id, v);
+            (table.map)(&mut *self.lock()?).insert(id, v);
             Ok(id)
         })
     }

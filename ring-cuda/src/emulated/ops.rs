@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use super::shm::{Region, EVENT_BYTES, EVENT_MAGIC, MEM_MAGIC};
 use super::stream::{wait_counter, Op, Stream, COMPLETED, RECORDED};
-use super::{range, EmulatedDevice};
+use super::{range, EmulatedDevice, BUFFERS, EVENTS, MAPPINGS, STREAMS};
 use crate::accounting::{padded_len, Ledger, LARGE_PAGE};
 use crate::device::Device;
-use crate::error::{Error, Result};
+use crate::error::{found, taken, Error, Result};
 use crate::handle::{
     BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
     MemInfo, Owner, ResourceKind, StreamId,
@@ -43,20 +43,13 @@ impl Device for EmulatedDevice {
             if export == ExportKind::Fd {
                 self.reserve(charged);
             }
-            Ok(r)
+            Ok((Arc::new(r), export))
         };
-        let id = self.acquire(ResourceKind::Buffer, owner, charged, make, |t, id, r| {
-            t.buffers.insert(id, (Arc::new(r), export));
-        })?;
-        Ok(BufferId(id))
+        self.acquire(BUFFERS, owner, charged, make).map(BufferId)
     }
 
     fn free(&self, buf: BufferId) -> Result<()> {
-        let (region, kind) = self
-            .lock()?
-            .buffers
-            .remove(&buf.0)
-            .ok_or(Error::unknown(ResourceKind::Buffer, buf.0))?;
+        let (region, kind) = taken(&mut self.lock()?.buffers, ResourceKind::Buffer, buf.0)?;
         // Queued work holds its own references to the region. Like cuMemFree, wait for it to
         // finish (bounded: `host_wait`), so the memfd is closed — and the exported handle
         // stale — on return. Only then does the ledger entry go; on a timeout the buffer goes
@@ -96,12 +89,7 @@ impl Device for EmulatedDevice {
     }
 
     fn export(&self, buf: BufferId, kind: ExportKind) -> Result<MemHandle> {
-        let (r, allocated_as) = self
-            .lock()?
-            .buffers
-            .get(&buf.0)
-            .cloned()
-            .ok_or(Error::unknown(ResourceKind::Buffer, buf.0))?;
+        let (r, allocated_as) = found(&self.lock()?.buffers, ResourceKind::Buffer, buf.0)?;
         if allocated_as != kind {
             return Err(Error::InvalidOperation(
                 "export kind differs from the kind the buffer was allocated for",
@@ -138,21 +126,13 @@ impl Device for EmulatedDevice {
             if handle.kind() == ExportKind::Fd {
                 self.reserve(charged);
             }
-            Ok(r)
+            Ok((Arc::new(r), handle.kind()))
         };
-        let kind = handle.kind();
-        let id = self.acquire(ResourceKind::Mapping, owner, charged, make, |t, id, r| {
-            t.mappings.insert(id, (Arc::new(r), kind));
-        })?;
-        Ok(MappingId(id))
+        self.acquire(MAPPINGS, owner, charged, make).map(MappingId)
     }
 
     fn close(&self, mapping: MappingId) -> Result<()> {
-        let (r, kind) = self
-            .lock()?
-            .mappings
-            .remove(&mapping.0)
-            .ok_or(Error::unknown(ResourceKind::Mapping, mapping.0))?;
+        let (r, kind) = taken(&mut self.lock()?.mappings, ResourceKind::Mapping, mapping.0)?;
         if kind == ExportKind::Fd {
             let padded = padded_len(r.len(), kind, LARGE_PAGE).unwrap_or(0);
             if let Err(e) = self.release_vmm(r, padded) {
@@ -171,16 +151,8 @@ impl Device for EmulatedDevice {
 
     fn create_stream(&self, owner: Owner) -> Result<StreamId> {
         let (timing, poison) = (self.timing(), Arc::clone(&self.poison));
-        let id = self.acquire(
-            ResourceKind::Stream,
-            owner,
-            0,
-            || Stream::spawn(timing, poison),
-            |t, id, s| {
-                t.streams.insert(id, Arc::new(s));
-            },
-        )?;
-        Ok(StreamId(id))
+        let make = || Stream::spawn(timing, poison).map(Arc::new);
+        self.acquire(STREAMS, owner, 0, make).map(StreamId)
     }
 
     fn destroy_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
@@ -249,16 +221,8 @@ impl Device for EmulatedDevice {
     }
 
     fn create_event(&self, owner: Owner) -> Result<EventId> {
-        let id = self.acquire(
-            ResourceKind::Event,
-            owner,
-            0,
-            || Region::create("evt", EVENT_BYTES),
-            |t, id, r| {
-                t.events.insert(id, Arc::new(r));
-            },
-        )?;
-        Ok(EventId(id))
+        let make = || Region::create("evt", EVENT_BYTES).map(Arc::new);
+        self.acquire(EVENTS, owner, 0, make).map(EventId)
     }
 
     fn export_event(&self, event: EventId) -> Result<IpcEventHandle> {
@@ -274,19 +238,13 @@ impl Device for EmulatedDevice {
             if r.len() != EVENT_BYTES {
                 return Err(Error::InvalidHandle("event region of the wrong size"));
             }
-            Ok(r)
+            Ok(Arc::new(r))
         };
-        let id = self.acquire(ResourceKind::Event, owner, 0, make, |t, id, r| {
-            t.events.insert(id, Arc::new(r));
-        })?;
-        Ok(EventId(id))
+        self.acquire(EVENTS, owner, 0, make).map(EventId)
     }
 
     fn destroy_event(&self, event: EventId) -> Result<()> {
-        self.lock()?
-            .events
-            .remove(&event.0)
-            .ok_or(Error::unknown(ResourceKind::Event, event.0))?;
+        taken(&mut self.lock()?.events, ResourceKind::Event, event.0)?;
         self.release(ResourceKind::Event, event.0)
     }
 

@@ -235,16 +235,7 @@ impl Stream {
     pub(crate) fn sync(&self, timeout: Duration) -> Result<()> {
         let (reply, rx) = mpsc::channel();
         self.push(Op::Marker { reply })?;
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
-                what: "stream work",
-                after: timeout,
-            }),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(Error::StreamFault("the stream's worker thread has stopped"))
-            }
-        }
+        reply_within(&rx, timeout, "stream work")
     }
 
     /// Queues a read and waits for its bytes, at most `timeout`.
@@ -262,15 +253,24 @@ impl Stream {
             len,
             reply,
         })?;
-        match rx.recv_timeout(timeout) {
-            Ok(r) => r,
-            Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
-                what: "a device-to-host read",
-                after: timeout,
-            }),
-            Err(mpsc::RecvTimeoutError::Disconnected) => {
-                Err(Error::StreamFault("the stream's worker thread has stopped"))
-            }
+        reply_within(&rx, timeout, "a device-to-host read")
+    }
+}
+
+/// The worker's reply on `rx`, at most `timeout` away (`what` names the wait in the error).
+fn reply_within<T>(
+    rx: &mpsc::Receiver<Result<T>>,
+    timeout: Duration,
+    what: &'static str,
+) -> Result<T> {
+    match rx.recv_timeout(timeout) {
+        Ok(r) => r,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(Error::Timeout {
+            what,
+            after: timeout,
+        }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Err(Error::StreamFault("the stream's worker thread has stopped"))
         }
     }
 }

@@ -124,22 +124,22 @@ impl Ctl {
 
     /// Receives one message and fails unless it is `Ok` (an `Err` from the peer becomes an error).
     pub fn expect_ok(&mut self) -> Result<(), BenchError> {
-        match self.recv()? {
-            Msg::Ok => Ok(()),
-            Msg::Err(what) => Err(BenchError::Peer { what }),
-            other => Err(BenchError::Peer {
-                what: format!("expected Ok, got {other:?}"),
-            }),
-        }
+        self.expect("Ok", |m| matches!(m, Msg::Ok))
     }
 
     /// Receives one message and fails unless it is `Ready`.
     pub fn expect_ready(&mut self) -> Result<(), BenchError> {
+        self.expect("Ready", |m| matches!(m, Msg::Ready))
+    }
+
+    /// Receives one message and fails unless `is_it` holds for it (named `what` in the error);
+    /// an `Err` from the peer becomes that error.
+    fn expect(&mut self, what: &str, is_it: fn(&Msg) -> bool) -> Result<(), BenchError> {
         match self.recv()? {
-            Msg::Ready => Ok(()),
+            m if is_it(&m) => Ok(()),
             Msg::Err(what) => Err(BenchError::Peer { what }),
             other => Err(BenchError::Peer {
-                what: format!("expected Ready, got {other:?}"),
+                what: format!("expected {what}, got {other:?}"),
             }),
         }
     }

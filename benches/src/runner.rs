@@ -3,7 +3,7 @@
 use crate::case::{plan, Case, Metric, Transport, REQUEST_BYTES, THROUGHPUT_BATCH};
 use crate::child::{self, ChildProc, Watchdog};
 use crate::ctl::{Msg, Setup};
-use crate::link::{self, Link, Peers};
+use crate::link::{self, Link, Peers, Tx};
 use crate::stats::{human_bytes, Results};
 use crate::wait::RUN_TIMEOUT;
 use crate::BenchError;
@@ -191,31 +191,19 @@ fn run_link(
                 // that is waiting): give a blocking peer time to park, so that `ring-futex`,
                 // `iceoryx2-event` and the sockets pay their real wake-up.
                 std::thread::sleep(IDLE_BEFORE_REQUEST);
-                let mut t0 = Instant::now();
-                tx.send(REQUEST_BYTES, &mut || {
-                    t0 = Instant::now();
-                    Ok(())
-                })?;
+                let t0 = send_timed(tx.as_mut(), REQUEST_BYTES)?;
                 rx.recv(0, up, deadline)?;
                 record(elapsed_ns(t0));
             }
             Metric::Throughput => {
-                let mut t0 = Instant::now();
-                tx.send(REQUEST_BYTES, &mut || {
-                    t0 = Instant::now();
-                    Ok(())
-                })?;
+                let t0 = send_timed(tx.as_mut(), REQUEST_BYTES)?;
                 for _ in 0..THROUGHPUT_BATCH {
                     rx.recv(0, up, deadline)?;
                 }
                 record(elapsed_ns(t0) / THROUGHPUT_BATCH as u64);
             }
             Metric::Fanout => {
-                let mut t0 = Instant::now();
-                tx.send(down, &mut || {
-                    t0 = Instant::now();
-                    Ok(())
-                })?;
+                let t0 = send_timed(tx.as_mut(), down)?;
                 for peer in 0..n {
                     rx.recv(peer, up, deadline)?;
                 }
@@ -227,6 +215,16 @@ fn run_link(
         c.ctl.expect_ok()?;
     }
     Ok(())
+}
+
+/// Sends a `len`-byte message; the instant right before it became visible to the peers.
+fn send_timed(tx: &mut dyn Tx, len: usize) -> Result<Instant, BenchError> {
+    let mut t0 = Instant::now();
+    tx.send(len, &mut || {
+        t0 = Instant::now();
+        Ok(())
+    })?;
+    Ok(t0)
 }
 
 fn elapsed_ns(t0: Instant) -> u64 {

@@ -102,6 +102,16 @@ pub fn built(t: Transport, peers: Option<&Peers>) -> bool {
     !t.is_peer() || peers.is_some_and(|p| p.transports.contains(&t))
 }
 
+/// The first child's setup (a transport's parent side needs at least one child).
+///
+/// # Errors
+/// [`BenchError::Usage`] when `setups` is empty.
+pub fn first_setup(setups: &[Setup]) -> Result<&Setup, BenchError> {
+    setups.first().ok_or_else(|| BenchError::Usage {
+        what: "a transport needs at least one child".to_owned(),
+    })
+}
+
 /// The links of peer transport `t`, or the error that says where it is measured.
 fn peer(t: Transport, peers: Option<&Peers>) -> Result<&Peers, BenchError> {
     peers
@@ -119,43 +129,39 @@ fn peer(t: Transport, peers: Option<&Peers>) -> Result<&Peers, BenchError> {
 /// child's `Ok`, and call the returned closure to finish. `peers` builds the peer crates'
 /// transports (see [`Peers`]).
 pub fn parent_begin(setups: &mut [Setup], peers: Option<&Peers>) -> Result<Pending, BenchError> {
-    let Some(first) = setups.first() else {
-        return Err(BenchError::Usage {
-            what: "a transport needs at least one child".to_owned(),
-        });
-    };
-    match first.transport {
-        Transport::Floor => floor::parent_begin(setups),
-        Transport::Unix | Transport::Tcp | Transport::Pipe => stream::parent_begin(setups),
-        t @ (Transport::Iceoryx2 | Transport::Iceoryx2Event) => {
-            (peer(t, peers)?.parent_begin)(setups)
-        }
-        Transport::RingPinned
-        | Transport::RingCopy
-        | Transport::RingFutex
-        | Transport::RingBatch => ring::parent_begin(setups),
-        Transport::Memcpy => Err(BenchError::Usage {
-            what: "memcpy runs in the parent alone".to_owned(),
-        }),
-    }
+    let transport = first_setup(setups)?.transport;
+    (builder(transport, peers)?.parent_begin)(setups)
 }
 
 /// A child's setup: builds its end of the transport described by `setup`.
 pub fn child_setup(setup: &Setup, peers: Option<&Peers>) -> Result<Link, BenchError> {
-    match setup.transport {
-        Transport::Floor => floor::child_setup(setup),
-        Transport::Unix | Transport::Tcp | Transport::Pipe => stream::child_setup(setup),
-        t @ (Transport::Iceoryx2 | Transport::Iceoryx2Event) => {
-            (peer(t, peers)?.child_setup)(setup)
+    (builder(setup.transport, peers)?.child_setup)(setup)
+}
+
+/// The module that builds transport `t`'s ends (as a [`Peers`]: its two halves), or the error
+/// for `memcpy` (no link) and for a peer transport this build lacks.
+fn builder(t: Transport, peers: Option<&Peers>) -> Result<Peers, BenchError> {
+    let local = |parent_begin, child_setup| Peers {
+        transports: &[],
+        parent_begin,
+        child_setup,
+    };
+    Ok(match t {
+        Transport::Floor => local(floor::parent_begin, floor::child_setup),
+        Transport::Unix | Transport::Tcp | Transport::Pipe => {
+            local(stream::parent_begin, stream::child_setup)
         }
+        Transport::Iceoryx2 | Transport::Iceoryx2Event => *peer(t, peers)?,
         Transport::RingPinned
         | Transport::RingCopy
         | Transport::RingFutex
-        | Transport::RingBatch => ring::child_setup(setup),
-        Transport::Memcpy => Err(BenchError::Usage {
-            what: "memcpy runs in the parent alone".to_owned(),
-        }),
-    }
+        | Transport::RingBatch => local(ring::parent_begin, ring::child_setup),
+        Transport::Memcpy => {
+            return Err(BenchError::Usage {
+                what: "memcpy runs in the parent alone".to_owned(),
+            })
+        }
+    })
 }
 
 /// Writes `seq` into the first and last 8 bytes of `msg` (only the first if shorter than 16).

@@ -10,7 +10,9 @@
 //! child → parent (one per child). The producer writes the message into a claimed slot before the
 //! timed publish, as a renderer that draws into the slot would.
 
-use super::{check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx};
+use super::{
+    check, first_setup, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx,
+};
 use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::wait::spin_until;
@@ -90,19 +92,38 @@ impl Tx for RingTx {
     }
 }
 
+/// What a receiving half keeps per peer.
+struct RingPeer {
+    consumer: ShmConsumer,
+    /// The sequence number the next message read must carry.
+    seq: u64,
+    /// `ring-batch`: messages read and checked, not yet handed out by `recv`.
+    ready: usize,
+}
+
+impl RingPeer {
+    fn new(consumer: ShmConsumer) -> Self {
+        Self {
+            consumer,
+            seq: 0,
+            ready: 0,
+        }
+    }
+}
+
 struct RingRx {
     transport: Transport,
     mode: Mode,
-    consumers: Vec<ShmConsumer>,
+    peers: Vec<RingPeer>,
     buf: Vec<u8>,
-    seq: Vec<u64>,
 }
 
 impl Rx for RingRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let c = peer_entry(&mut self.consumers, transport, peer)?;
-        let seq = peer_entry(&mut self.seq, transport, peer)?;
+        let RingPeer {
+            consumer: c, seq, ..
+        } = peer_entry(&mut self.peers, transport, peer)?;
         match self.mode {
             Mode::Pinned => spin_until(deadline, "a ring message", || match c.try_pin() {
                 // Every byte is usable in place: check the stamps at both ends.
@@ -231,19 +252,17 @@ impl Tx for RingBatchTx {
 /// are served from that count until it runs out.
 struct RingBatchRx {
     transport: Transport,
-    consumers: Vec<ShmConsumer>,
-    /// Per peer: the sequence number the next message read must carry.
-    seq: Vec<u64>,
-    /// Per peer: messages read and checked, not yet handed out by `recv`.
-    ready: Vec<usize>,
+    peers: Vec<RingPeer>,
 }
 
 impl Rx for RingBatchRx {
     fn recv(&mut self, peer: usize, len: usize, deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let c = peer_entry(&mut self.consumers, transport, peer)?;
-        let seq = peer_entry(&mut self.seq, transport, peer)?;
-        let ready = peer_entry(&mut self.ready, transport, peer)?;
+        let RingPeer {
+            consumer: c,
+            seq,
+            ready,
+        } = peer_entry(&mut self.peers, transport, peer)?;
         if *ready == 0 {
             let mut bad = None;
             let n = spin_until(deadline, "ring messages", || {
@@ -298,11 +317,7 @@ fn up_path(s: &Setup, child: usize) -> PathBuf {
 
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
-    let Some(first) = setups.first() else {
-        return Err(BenchError::Usage {
-            what: "no children".to_owned(),
-        });
-    };
+    let first = first_setup(setups)?;
     let transport = first.transport;
     let case = first.case.clone();
     let down = create(
@@ -310,30 +325,25 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
         &config(case.down_bytes(), case.depth(), setups.len())?,
     )?;
     let producer = ShmRing::producer(&down).map_err(err)?;
-    let mut consumers = Vec::new();
+    let mut peers = Vec::new();
     for s in setups.iter() {
         let up = create(
             &up_path(s, s.child),
             &config(case.up_bytes(), case.depth(), 1)?,
         )?;
-        consumers.push(ShmRing::consumer(&up, DeliveryClass::Gating).map_err(err)?);
+        peers.push(RingPeer::new(
+            ShmRing::consumer(&up, DeliveryClass::Gating).map_err(err)?,
+        ));
     }
-    let n = consumers.len();
     Ok(Box::new(move |_| {
         let rx: Box<dyn Rx> = if transport == Transport::RingBatch {
-            Box::new(RingBatchRx {
-                transport,
-                consumers,
-                seq: vec![0; n],
-                ready: vec![0; n],
-            })
+            Box::new(RingBatchRx { transport, peers })
         } else {
             Box::new(RingRx {
                 transport,
                 mode: mode(transport),
-                consumers,
+                peers,
                 buf: vec![0; case.up_bytes()],
-                seq: vec![0; n],
             })
         };
         Ok(Link {
@@ -369,9 +379,8 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
         rx: Box::new(RingRx {
             transport: s.transport,
             mode: mode(s.transport),
-            consumers: vec![consumer],
+            peers: vec![RingPeer::new(consumer)],
             buf: vec![0; s.case.down_bytes()],
-            seq: vec![0],
         }),
     })
 }

@@ -5,7 +5,9 @@
 //! (large reads bypass it and land directly in the destination buffer), which is how a careful
 //! user of a stream reads fixed-size frames.
 
-use super::{check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx};
+use super::{
+    check, first_setup, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx,
+};
 use crate::case::Transport;
 use crate::ctl::Setup;
 use crate::BenchError;
@@ -57,16 +59,15 @@ impl Tx for StreamTx {
 
 struct StreamRx {
     transport: Transport,
-    readers: Vec<BufReader<Box<dyn Read>>>,
+    /// Per peer: its reader and the sequence number the next message must carry.
+    peers: Vec<(BufReader<Box<dyn Read>>, u64)>,
     buf: Vec<u8>,
-    seq: Vec<u64>,
 }
 
 impl Rx for StreamRx {
     fn recv(&mut self, peer: usize, len: usize, _deadline: Instant) -> Result<(), BenchError> {
         let transport = self.transport;
-        let r = peer_entry(&mut self.readers, transport, peer)?;
-        let seq = peer_entry(&mut self.seq, transport, peer)?;
+        let (r, seq) = peer_entry(&mut self.peers, transport, peer)?;
         let msg = message_buf(&mut self.buf, transport, len)?;
         // Bounded by the watchdog: a hung peer is killed, which ends this read with EOF.
         r.read_exact(msg)
@@ -77,13 +78,9 @@ impl Rx for StreamRx {
     }
 }
 
-fn link(
-    transport: Transport,
-    max: usize,
-    writers: Vec<Box<dyn Write>>,
-    readers: Vec<Box<dyn Read>>,
-) -> Link {
-    let n = readers.len();
+/// The link over each peer's ends.
+fn link(transport: Transport, max: usize, ends: Vec<Halves>) -> Link {
+    let (writers, readers): (Vec<_>, Vec<_>) = ends.into_iter().unzip();
     Link {
         tx: Box::new(StreamTx {
             transport,
@@ -93,12 +90,11 @@ fn link(
         }),
         rx: Box::new(StreamRx {
             transport,
-            readers: readers
+            peers: readers
                 .into_iter()
-                .map(|r| BufReader::with_capacity(READ_BUFFER, r))
+                .map(|r| (BufReader::with_capacity(READ_BUFFER, r), 0))
                 .collect(),
             buf: pattern(max),
-            seq: vec![0; n],
         }),
     }
 }
@@ -167,11 +163,7 @@ fn accept_by<T>(
 
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
-    let Some(first) = setups.first() else {
-        return Err(BenchError::Usage {
-            what: "no children".to_owned(),
-        });
-    };
+    let first = first_setup(setups)?;
     let transport = first.transport;
     let max = first.case.max_bytes();
     match transport {
@@ -185,17 +177,15 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 listeners.push(l);
             }
             Ok(Box::new(move |deadline| {
-                let (mut ws, mut rs) = (Vec::new(), Vec::new());
+                let mut ends = Vec::new();
                 for l in &listeners {
                     let (s, _) = accept_by(deadline, "unix accept", || l.accept())?;
                     s.set_nonblocking(false)
                         .map_err(|e| BenchError::io("unix blocking", e))?;
                     tune_unix(&s)?;
-                    let (w, r) = split(s, UnixStream::try_clone)?;
-                    ws.push(w);
-                    rs.push(r);
+                    ends.push(split(s, UnixStream::try_clone)?);
                 }
-                Ok(link(transport, max, ws, rs))
+                Ok(link(transport, max, ends))
             }))
         }
         Transport::Tcp => {
@@ -212,18 +202,16 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 listeners.push(l);
             }
             Ok(Box::new(move |deadline| {
-                let (mut ws, mut rs) = (Vec::new(), Vec::new());
+                let mut ends = Vec::new();
                 for l in &listeners {
                     let (s, _) = accept_by(deadline, "tcp accept", || l.accept())?;
                     s.set_nonblocking(false)
                         .map_err(|e| BenchError::io("tcp blocking", e))?;
                     s.set_nodelay(true)
                         .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
-                    let (w, r) = split(s, TcpStream::try_clone)?;
-                    ws.push(w);
-                    rs.push(r);
+                    ends.push(split(s, TcpStream::try_clone)?);
                 }
-                Ok(link(transport, max, ws, rs))
+                Ok(link(transport, max, ends))
             }))
         }
         Transport::Pipe => {
@@ -244,15 +232,11 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 downs.push(fifo_path(&s.dir, "down", s.child));
             }
             Ok(Box::new(move |_deadline| {
-                let mut ws: Vec<Box<dyn Write>> = Vec::new();
-                for p in &downs {
-                    ws.push(Box::new(open_fifo(p, true)?));
+                let mut ends: Vec<Halves> = Vec::new();
+                for (p, up) in downs.iter().zip(ups) {
+                    ends.push((Box::new(open_fifo(p, true)?), Box::new(up)));
                 }
-                let rs = ups
-                    .into_iter()
-                    .map(|f| Box::new(f) as Box<dyn Read>)
-                    .collect();
-                Ok(link(transport, max, ws, rs))
+                Ok(link(transport, max, ends))
             }))
         }
         other => Err(BenchError::Usage {
@@ -292,5 +276,5 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
             })
         }
     };
-    Ok(link(s.transport, max, vec![w], vec![r]))
+    Ok(link(s.transport, max, vec![(w, r)]))
 }

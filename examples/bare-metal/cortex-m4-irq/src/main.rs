@@ -8,21 +8,8 @@
 #![no_std]
 #![no_main]
 
-use bare_metal_traffic as traffic;
-use cortex_m_rt::{entry, exception};
 use semihosting as _; // The panic handler: a panic exits non-zero.
 
-/// The ring's bytes: formatted in thread mode, attached to by the SysTick handler.
-static SEGMENT: traffic::Segment = traffic::Segment::new();
-
-#[entry]
-fn main() -> ! {
-    traffic::cortex_m_thread(&SEGMENT)
-}
-
-#[exception]
-fn SysTick() {
-    static mut RECEIVER: traffic::Receiver =
-        traffic::Receiver::new("thumbv7em (Cortex-M4), SysTick");
-    RECEIVER.poll(&SEGMENT);
-}
+// The ring's segment, `main` (thread mode: the producer) and the SysTick handler (the
+// consumer), shared with the other Cortex-M example.
+bare_metal_traffic::cortex_m_example!("thumbv7em (Cortex-M4), SysTick");

@@ -220,6 +220,30 @@ pub fn cortex_m_thread(segment: &'static Segment) -> ! {
     }
 }
 
+/// A Cortex-M example's program: the ring's static [`Segment`], thread mode producing
+/// ([`cortex_m_thread`]) and the SysTick handler consuming ([`Receiver::poll`]); `$machine`
+/// names the run in the report. The example depends on `cortex-m-rt`, whose `entry` and
+/// `exception` attributes the expansion uses.
+#[cfg(feature = "cortex-m")]
+#[macro_export]
+macro_rules! cortex_m_example {
+    ($machine:expr) => {
+        /// The ring's bytes: formatted in thread mode, attached to by the SysTick handler.
+        static SEGMENT: $crate::Segment = $crate::Segment::new();
+
+        #[cortex_m_rt::entry]
+        fn main() -> ! {
+            $crate::cortex_m_thread(&SEGMENT)
+        }
+
+        #[cortex_m_rt::exception]
+        fn SysTick() {
+            static mut RECEIVER: $crate::Receiver = $crate::Receiver::new($machine);
+            RECEIVER.poll(&SEGMENT);
+        }
+    };
+}
+
 /// The consumer's side, polled by its hart's loop or its interrupt handler.
 #[derive(Debug)]
 pub struct Receiver {

@@ -15,6 +15,16 @@ fn scratch(tag: &str) -> PathBuf {
     dir
 }
 
+/// `role` of `roles`, which must be free.
+fn hold(roles: &Roles, role: Role) -> RoleLock {
+    RoleLock::try_acquire(roles, role).unwrap().unwrap()
+}
+
+/// Whether `role` of `roles` is free: taken and let go at once.
+fn takes(roles: &Roles, role: Role) -> bool {
+    RoleLock::try_acquire(roles, role).unwrap().is_some()
+}
+
 /// The lock files of `dir`, sorted.
 fn files_in(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -31,21 +41,15 @@ fn a_role_is_seen_by_its_own_process_refused_to_a_second_holder_and_freed_on_dro
     let roles = Roles::in_dir(&dir, "ring");
     assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
     assert_eq!(probe_any(&roles), Liveness::Dead);
-    let held = RoleLock::try_acquire(&roles, Role::Producer)
-        .unwrap()
-        .unwrap();
+    let held = hold(&roles, Role::Producer);
     assert_eq!(held.role(), Role::Producer);
     assert_eq!(probe(&roles, Role::Producer), Liveness::Alive);
     assert_eq!(probe_any(&roles), Liveness::Alive);
-    assert!(RoleLock::try_acquire(&roles, Role::Producer)
-        .unwrap()
-        .is_none());
+    assert!(!takes(&roles, Role::Producer));
     assert!(AllRoles::try_acquire(&roles).unwrap().is_none());
     // Other roles are other files.
     assert_eq!(probe(&roles, Role::Consumer(0)), Liveness::Dead);
-    let c7 = RoleLock::try_acquire(&roles, Role::Consumer(7))
-        .unwrap()
-        .unwrap();
+    let c7 = hold(&roles, Role::Consumer(7));
     assert_eq!(probe(&roles, Role::Consumer(7)), Liveness::Alive);
     drop(held);
     assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
@@ -66,25 +70,17 @@ fn a_role_is_seen_by_its_own_process_refused_to_a_second_holder_and_freed_on_dro
 fn a_cleaner_holding_every_role_keeps_participants_out_and_removes_the_files() {
     let dir = scratch("all");
     let roles = Roles::in_dir(&dir, "ring");
-    drop(
-        RoleLock::try_acquire(&roles, Role::Creator)
-            .unwrap()
-            .unwrap(),
-    );
+    drop(hold(&roles, Role::Creator));
     let creator = RoleLock::try_acquire(&roles, Role::Creator).unwrap();
     let all = AllRoles::try_acquire(&roles).unwrap();
     assert!(all.is_none(), "a held role must refuse the cleaner");
     drop(creator);
     let all = AllRoles::try_acquire(&roles).unwrap().unwrap();
-    assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))
-        .unwrap()
-        .is_none());
+    assert!(!takes(&roles, Role::Consumer(3)));
     assert_eq!(probe_any(&roles), Liveness::Alive);
     drop(all);
     assert!(files_in(&dir).is_empty(), "{:?}", files_in(&dir));
-    assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))
-        .unwrap()
-        .is_some());
+    assert!(takes(&roles, Role::Consumer(3)));
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -114,9 +110,7 @@ fn child_holding(fds: &[BorrowedFd<'_>]) -> std::process::Child {
 fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
     let dir = scratch("child");
     let roles = Roles::in_dir(&dir, "ring");
-    let lock = RoleLock::try_acquire(&roles, Role::Consumer(1))
-        .unwrap()
-        .unwrap();
+    let lock = hold(&roles, Role::Consumer(1));
     // The child shares both descriptions (as a forked heir would); then ours go.
     let mut child = child_holding(&[
         lock.file.as_ref().unwrap().as_fd(),
@@ -124,9 +118,7 @@ fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
     ]);
     drop(lock);
     assert_eq!(probe(&roles, Role::Consumer(1)), Liveness::Alive);
-    assert!(RoleLock::try_acquire(&roles, Role::Consumer(1))
-        .unwrap()
-        .is_none());
+    assert!(!takes(&roles, Role::Consumer(1)));
     child.kill().unwrap();
     // Killed, not yet reaped: the kernel closed its files at exit, so the role is free.
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -134,9 +126,7 @@ fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
         assert!(Instant::now() < deadline, "a killed holder still holds it");
         std::thread::sleep(Duration::from_millis(2));
     }
-    assert!(RoleLock::try_acquire(&roles, Role::Consumer(1))
-        .unwrap()
-        .is_some());
+    assert!(takes(&roles, Role::Consumer(1)));
     child.wait().unwrap();
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -167,14 +157,8 @@ fn dotted_neighbour_round(round: u32) -> Result<(), String> {
     // Keys as macOS gives named segments: `cam` and `cam.c1` (names may contain dots).
     let cam = Roles::in_dir(&dir, "n.cam");
     let neighbour = Roles::in_dir(&dir, "n.cam.c1");
-    let held = RoleLock::try_acquire(&neighbour, Role::Producer)
-        .unwrap()
-        .unwrap();
-    drop(
-        RoleLock::try_acquire(&cam, Role::Consumer(1))
-            .unwrap()
-            .unwrap(),
-    );
+    let held = hold(&neighbour, Role::Producer);
+    drop(hold(&cam, Role::Consumer(1)));
     let mid = files_in(&dir);
     // The neighbour's files are never removed while it holds its lock.
     assert!(
@@ -198,9 +182,7 @@ fn dotted_neighbour_round(round: u32) -> Result<(), String> {
 fn a_sweep_removes_the_files_of_dead_holders_only() {
     let dir = scratch("sweep");
     let live = Roles::in_dir(&dir, "i.1.7");
-    let held = RoleLock::try_acquire(&live, Role::Consumer(2))
-        .unwrap()
-        .unwrap();
+    let held = hold(&live, Role::Consumer(2));
     // What a holder killed before its tidy-up leaves: files nobody has locked (the kernel closed
     // its descriptors), here a gate-less remnant too; and a file that is not a lock file.
     for orphan in ["n.cam.gate", "n.cam.producer", "n.cam.c3", "n.old.creator"] {
@@ -226,9 +208,7 @@ fn a_lock_on_a_removed_file_is_not_the_role() {
     rustix::fs::flock(&stale, FlockOperation::NonBlockingLockExclusive).unwrap();
     std::fs::remove_file(&path).unwrap();
     assert_eq!(probe(&roles, Role::Producer), Liveness::Dead);
-    let held = RoleLock::try_acquire(&roles, Role::Producer)
-        .unwrap()
-        .unwrap();
+    let held = hold(&roles, Role::Producer);
     assert_eq!(probe(&roles, Role::Producer), Liveness::Alive);
     assert!(still_named(&path, held.file.as_ref().unwrap().as_fd()).unwrap());
     drop((held, stale));

@@ -25,6 +25,16 @@ fn files(tag: &str) -> Vec<(&'static str, OwnedFd, Option<std::path::PathBuf>)> 
     out
 }
 
+/// `role` on `file`, which must be free.
+fn hold(file: BorrowedFd<'_>, role: Role) -> RoleLock {
+    RoleLock::try_acquire(file, role).unwrap().unwrap()
+}
+
+/// Whether `role` on `file` is free: taken and let go at once.
+fn takes(file: BorrowedFd<'_>, role: Role) -> bool {
+    RoleLock::try_acquire(file, role).unwrap().is_some()
+}
+
 /// Waits (at most 10 s) for `check` to say dead. A lock is released when the last reference to
 /// its open file description closes; a child that another test forks meanwhile holds a
 /// reference until it execs (the descriptors are close-on-exec), so a release can take a moment.
@@ -41,19 +51,12 @@ fn a_lock_is_seen_through_the_segment_descriptor_and_freed_on_drop() {
     for (what, fd, path) in files("own") {
         let file = fd.as_fd();
         assert_eq!(probe(file, Role::Producer), Liveness::Dead, "{what}");
-        let held = RoleLock::try_acquire(file, Role::Producer)
-            .unwrap()
-            .unwrap();
+        let held = hold(file, Role::Producer);
         assert_eq!(held.role(), Role::Producer);
         // Same process, another description: must be seen, and must refuse a second holder.
         assert_eq!(probe(file, Role::Producer), Liveness::Alive, "{what}");
         assert_eq!(probe_any(file), Liveness::Alive, "{what}");
-        assert!(
-            RoleLock::try_acquire(file, Role::Producer)
-                .unwrap()
-                .is_none(),
-            "{what}"
-        );
+        assert!(!takes(file, Role::Producer), "{what}");
         assert!(
             AllRoles::try_acquire(file, None).unwrap().is_none(),
             "{what}"
@@ -61,9 +64,7 @@ fn a_lock_is_seen_through_the_segment_descriptor_and_freed_on_drop() {
         // Other roles are other bytes.
         assert_eq!(probe(file, Role::Creator), Liveness::Dead, "{what}");
         assert_eq!(probe(file, Role::Consumer(0)), Liveness::Dead, "{what}");
-        let c7 = RoleLock::try_acquire(file, Role::Consumer(7))
-            .unwrap()
-            .unwrap();
+        let c7 = hold(file, Role::Consumer(7));
         assert_eq!(probe(file, Role::Consumer(7)), Liveness::Alive, "{what}");
         assert_eq!(probe(file, Role::Consumer(6)), Liveness::Dead, "{what}");
         drop(held);
@@ -75,20 +76,10 @@ fn a_lock_is_seen_through_the_segment_descriptor_and_freed_on_drop() {
         drop(c7);
         assert_eq!(settles_dead(|| probe_any(file)), Liveness::Dead, "{what}");
         let all = AllRoles::try_acquire(file, None).unwrap().unwrap();
-        assert!(
-            RoleLock::try_acquire(file, Role::Consumer(3))
-                .unwrap()
-                .is_none(),
-            "{what}"
-        );
+        assert!(!takes(file, Role::Consumer(3)), "{what}");
         drop(all);
         settles_dead(|| probe_any(file));
-        assert!(
-            RoleLock::try_acquire(file, Role::Consumer(3))
-                .unwrap()
-                .is_some(),
-            "{what}"
-        );
+        assert!(takes(file, Role::Consumer(3)), "{what}");
         if let Some(p) = path {
             std::fs::remove_file(p).unwrap();
         }
@@ -99,9 +90,7 @@ fn a_lock_is_seen_through_the_segment_descriptor_and_freed_on_drop() {
 fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
     for (what, fd, path) in files("child") {
         let file = fd.as_fd();
-        let lock = RoleLock::try_acquire(file, Role::Consumer(1))
-            .unwrap()
-            .unwrap();
+        let lock = hold(file, Role::Consumer(1));
         // Hand the lock's own description to a child (as fd 3), then let go of ours: the lock
         // now lives exactly as long as the child.
         let raw = lock._file.as_raw_fd();
@@ -127,12 +116,7 @@ fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
         let mut child = cmd.spawn().unwrap();
         drop(lock);
         assert_eq!(probe(file, Role::Consumer(1)), Liveness::Alive, "{what}");
-        assert!(
-            RoleLock::try_acquire(file, Role::Consumer(1))
-                .unwrap()
-                .is_none(),
-            "{what}"
-        );
+        assert!(!takes(file, Role::Consumer(1)), "{what}");
         child.kill().unwrap();
         // Killed, not yet reaped: the kernel closed its files at exit, so the byte is free.
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -143,12 +127,7 @@ fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
             );
             std::thread::sleep(Duration::from_millis(2));
         }
-        assert!(
-            RoleLock::try_acquire(file, Role::Consumer(1))
-                .unwrap()
-                .is_some(),
-            "{what}"
-        );
+        assert!(takes(file, Role::Consumer(1)), "{what}");
         child.wait().unwrap();
         if let Some(p) = path {
             std::fs::remove_file(p).unwrap();

@@ -29,6 +29,12 @@ impl Drop for Cleanup {
     }
 }
 
+/// A unique name (see [`unique`]) and the guard that removes its segment.
+fn scratch_name(tag: &str) -> (SegmentName, Cleanup) {
+    let name = unique(tag);
+    (name.clone(), Cleanup(name))
+}
+
 /// A scratch directory unique to this test.
 fn scratch(tag: &str) -> PathBuf {
     let dir = std::env::temp_dir().join(format!("ring-os-{tag}-{}", std::process::id()));
@@ -49,8 +55,7 @@ fn shares(a: &Segment, b: &Segment, off: usize, v: u8) -> bool {
 
 #[test]
 fn named_create_open_share_and_unlink() {
-    let name = unique("named");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("named");
     let a = Segment::create_named(&name, 8192, CreateOptions::new()).unwrap();
     assert_eq!(a.len(), 8192);
     assert_eq!(a.as_ptr().as_ptr() as usize % 4096, 0, "page-aligned");
@@ -82,8 +87,7 @@ fn named_create_open_share_and_unlink() {
 
 #[test]
 fn unlink_on_drop_removes_the_name() {
-    let name = unique("drop");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("drop");
     let mut a = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
     a.set_unlink_on_drop(true);
     drop(a);
@@ -95,8 +99,7 @@ fn unlink_on_drop_removes_the_name() {
 
 #[test]
 fn zero_length_is_refused() {
-    let name = unique("zero");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("zero");
     assert!(matches!(
         Segment::create_named(&name, 0, CreateOptions::new()),
         Err(Error::BadLength { len: 0 })
@@ -109,8 +112,7 @@ fn zero_length_is_refused() {
 
 #[test]
 fn more_than_the_file_system_holds_is_no_space_and_leaves_nothing() {
-    let name = unique("nospace");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("nospace");
     let vfs = rustix::fs::statvfs("/dev/shm").unwrap();
     let available = vfs.f_bavail * vfs.f_frsize;
     assert!(vfs.f_blocks != 0, "/dev/shm reports no size limit");
@@ -136,8 +138,7 @@ fn more_than_the_file_system_holds_is_no_space_and_leaves_nothing() {
 
 #[test]
 fn a_planted_symlink_is_not_followed() {
-    let name = unique("link");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("link");
     let target = scratch("link").join("target");
     std::fs::write(&target, [0_u8; 4096]).unwrap();
     let path = PathBuf::from("/dev/shm").join(name.file_name());
@@ -160,8 +161,7 @@ fn a_planted_symlink_is_not_followed() {
 #[test]
 fn a_segment_writable_by_others_is_refused() {
     use std::os::unix::fs::PermissionsExt as _;
-    let name = unique("perm");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("perm");
     let a = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
     let path = PathBuf::from("/dev/shm").join(name.file_name());
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
@@ -174,8 +174,7 @@ fn a_segment_writable_by_others_is_refused() {
 
 #[test]
 fn truncation_by_a_peer_is_detected() {
-    let name = unique("trunc");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("trunc");
     let a = Segment::create_named(&name, 3 * 4096, CreateOptions::new()).unwrap();
     a.check_len().unwrap();
     // The "peer": any process of this user can open and truncate a named segment.
@@ -290,8 +289,7 @@ fn file_segments_round_trip() {
 
 #[test]
 fn huge_pages_work_or_say_why_not() {
-    let name = unique("huge");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("huge");
     assert!(matches!(
         Segment::create_named(&name, 4096, CreateOptions::new().huge_pages(true)),
         Err(Error::HugePages { .. })
@@ -324,8 +322,7 @@ fn huge_pages_work_or_say_why_not() {
 
 #[test]
 fn unlink_leaves_a_re_created_name_alone() {
-    let name = unique("recreated");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("recreated");
     let mut old = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
     old.set_unlink_on_drop(true);
     // Someone else removes our name and creates a new segment under it.
@@ -345,8 +342,7 @@ fn unlink_leaves_a_re_created_name_alone() {
 
 #[test]
 fn a_creating_handle_holds_the_creator_lock() {
-    let name = unique("creator-lock");
-    let _c = Cleanup(name.clone());
+    let (name, _c) = scratch_name("creator-lock");
     let seg = Segment::create_named(&name, 4096, CreateOptions::new()).unwrap();
     let other = Segment::open_named(&name, SizeCheck::AtLeast(1)).unwrap();
     assert_eq!(other.probe(Role::Creator), Liveness::Alive);

@@ -3,24 +3,18 @@
 
 use ring_core::inspect::{consumer_info, producer_info, total_pins, EntryState};
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, Error, HeapSegment, OwnedSegment, OwnerId,
-    Producer, ReadError, Spin,
+    ClaimError, Config, Consumer, DeliveryClass, Error, OwnedSegment, Producer, ReadError, Spin,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
-
-fn seg(slots: u32, cap: u32) -> HeapSegment {
-    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
-}
+mod common;
+use common::{consumer, id, producer, seg};
 
 #[test]
 fn publish_then_pin_and_copy_see_the_message() {
     let s = seg(4, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut pin = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let mut copy = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    let mut p = producer(&s);
+    let mut pin = consumer(&s, DeliveryClass::Gating, 2);
+    let mut copy = consumer(&s, DeliveryClass::SkipOnLag, 3);
     let mut slot = p.try_claim().unwrap();
     slot.write(b"hello world").unwrap();
     slot.set_meta([11, 22]);
@@ -45,8 +39,8 @@ fn publish_then_pin_and_copy_see_the_message() {
 #[test]
 fn gating_consumer_holds_the_producer_back_and_is_named() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut g = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut g = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
     assert_eq!(
@@ -68,8 +62,8 @@ fn gating_consumer_holds_the_producer_back_and_is_named() {
 #[test]
 fn a_pinned_slot_cannot_be_claimed() {
     let s = seg(1, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
     p.try_publish(b"x").unwrap();
     let bit = 1u32 << c.index();
     let m = c.try_pin().unwrap();
@@ -88,8 +82,8 @@ fn a_pinned_slot_cannot_be_claimed() {
 #[test]
 fn skip_on_lag_counts_exactly_what_it_missed() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
     for i in 0..10u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -106,8 +100,8 @@ fn skip_on_lag_counts_exactly_what_it_missed() {
 #[test]
 fn latest_only_returns_the_newest_and_counts_skips() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -122,8 +116,8 @@ fn latest_only_returns_the_newest_and_counts_skips() {
 #[test]
 fn close_lets_consumers_drain_then_reports_closed() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"last").unwrap();
     p.close();
     assert_eq!(p.try_publish(b"more"), Err(ClaimError::Closed));
@@ -136,7 +130,7 @@ fn close_lets_consumers_drain_then_reports_closed() {
 #[test]
 fn one_producer_only_and_takeover_after_death() {
     let s = seg(2, 16);
-    let p = Producer::new(&s, id(1)).unwrap();
+    let p = producer(&s);
     assert_eq!(
         Producer::new(&s, id(9)).unwrap_err(),
         Error::ProducerExists { owner: 1 }
@@ -167,10 +161,10 @@ fn one_producer_only_and_takeover_after_death() {
 #[test]
 fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     // Skip-on-lag: its reads set a reader bit (a gating reader's pin is its cursor).
-    let mut dead = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
-    let mut live = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    let mut dead = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let mut live = consumer(&s, DeliveryClass::LatestOnly, 3);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
     let live_pin = live.try_pin().unwrap();
@@ -209,8 +203,8 @@ fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
 #[test]
 fn a_reclaimed_consumer_learns_it_was_evicted() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     // SAFETY: `c` is alive but between calls and holds no pin: the lying-oracle case the
     // contract allows.
     unsafe { p.reclaim(c.index(), id(2)) }.unwrap();
@@ -234,8 +228,8 @@ fn the_consumer_table_fills_and_frees() {
 #[test]
 fn oversized_messages_and_small_buffers_are_refused() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     assert_eq!(
         p.try_publish(&[0; 17]),
         Err(ClaimError::TooLarge {
@@ -260,8 +254,8 @@ fn oversized_messages_and_small_buffers_are_refused() {
 #[test]
 fn bounded_waits_time_out() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     assert_eq!(c.wait_ready(&mut Spin::new(100)), Err(ReadError::Timeout));
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
@@ -279,8 +273,8 @@ fn bounded_waits_time_out() {
 #[test]
 fn aborted_claims_reuse_the_sequence() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     let mut slot = p.try_claim().unwrap();
     slot.write(b"never").unwrap();
     slot.abort();
@@ -292,8 +286,8 @@ fn aborted_claims_reuse_the_sequence() {
 #[test]
 fn owned_segment_runs_the_same_protocol() {
     let s = OwnedSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"typed").unwrap();
     let mut buf = [0u8; 16];
     let got = c.try_copy(&mut buf).unwrap();
@@ -305,11 +299,11 @@ fn a_gating_consumer_that_joins_late_is_still_gated() {
     // The producer caches a bound below which it skips the gating scan; a gating consumer that
     // joins after a scan that found none must still hold the producer back.
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     for i in 0..5u8 {
         p.try_publish(&[i]).unwrap();
     }
-    let mut g = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut g = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
     assert!(matches!(
@@ -323,11 +317,11 @@ fn a_gating_consumer_that_joins_late_is_still_gated() {
 #[test]
 fn dropping_the_producer_aborts_the_stream_and_close_finishes_it() {
     let s = seg(2, 16);
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     let mut buf = [0u8; 16];
     {
         // Dropped without closing (a failure, a panic, an early return): aborted, code 0.
-        let mut p = Producer::new(&s, id(1)).unwrap();
+        let mut p = producer(&s);
         p.try_publish(b"bye").unwrap();
     }
     assert_eq!(c.try_copy(&mut buf).unwrap().seq, 0);
@@ -358,12 +352,12 @@ fn dropping_the_producer_aborts_the_stream_and_close_finishes_it() {
 fn a_consumer_that_died_while_joining_is_reclaimed() {
     use ring_core::Memory;
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     // A consumer that died right after claiming entry 0's owner word: owner set, state FREE.
     s.consumer_entry(0)
         .owner
         .store(42, core::sync::atomic::Ordering::Relaxed);
-    let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let c = consumer(&s, DeliveryClass::Gating, 2);
     assert_eq!(c.index(), 1, "a claimed owner word keeps the entry taken");
     // SAFETY: owner 42 is no consumer handle at all: nothing can call through it.
     let r = unsafe { p.reclaim(0, id(42)) }.unwrap();
@@ -381,7 +375,7 @@ fn a_consumer_that_died_while_joining_is_reclaimed() {
 fn stray_reader_bits_beyond_the_table_are_cleared_by_the_producer() {
     use ring_core::Memory;
     let s = seg(1, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     // The table has 4 entries; bit 20 and bit 40 belong to no one.
     s.slot_header(0)
         .state
@@ -409,7 +403,7 @@ fn every_class_reports_an_abort_after_draining() {
         .enumerate()
         .map(|(k, &class)| Consumer::new(&s, class, id(10 + k as u64)).unwrap())
         .collect();
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -438,8 +432,8 @@ fn every_class_reports_an_abort_after_draining() {
 #[test]
 fn a_late_latest_only_consumer_gets_the_newest_message_present() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut early = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut early = consumer(&s, DeliveryClass::LatestOnly, 2);
     assert_eq!(
         early.try_pin().unwrap_err(),
         ReadError::Empty,
@@ -448,9 +442,9 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
     for i in 0..6u8 {
         p.try_publish(&[i]).unwrap();
     }
-    let mut late = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
-    let mut gating = Consumer::new(&s, DeliveryClass::Gating, id(4)).unwrap();
-    let mut skip = Consumer::new(&s, DeliveryClass::SkipOnLag, id(5)).unwrap();
+    let mut late = consumer(&s, DeliveryClass::LatestOnly, 3);
+    let mut gating = consumer(&s, DeliveryClass::Gating, 4);
+    let mut skip = consumer(&s, DeliveryClass::SkipOnLag, 5);
     let m = late.try_pin().unwrap();
     assert_eq!((m.seq(), m.missed(), m.bytes()), (5, 0, &[5u8][..]));
     drop(m);
@@ -461,7 +455,7 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
     drop((gating, skip));
     p.try_publish(&[6]).unwrap();
     p.close();
-    let mut closed_late = Consumer::new(&s, DeliveryClass::LatestOnly, id(6)).unwrap();
+    let mut closed_late = consumer(&s, DeliveryClass::LatestOnly, 6);
     assert_eq!(
         closed_late.try_copy(&mut buf).unwrap().seq,
         6,
@@ -481,13 +475,13 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
 #[test]
 fn a_late_skip_on_lag_consumer_starts_with_history() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     for i in 0..6u8 {
         p.try_publish(&[i]).unwrap();
     }
     let mut buf = [0u8; 16];
     // Three back: messages 3, 4, 5.
-    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
     assert_eq!(c.rewind(3), Ok(3));
     for want in 3..6u64 {
         let got = c.try_copy(&mut buf).unwrap();
@@ -500,7 +494,7 @@ fn a_late_skip_on_lag_consumer_starts_with_history() {
     );
     drop(c);
     // Ten back: only the ring's 4 are there (2..6).
-    let mut far = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    let mut far = consumer(&s, DeliveryClass::SkipOnLag, 3);
     assert_eq!(far.rewind(10), Ok(4));
     assert_eq!(far.cursor(), 2);
     // Two more messages overwrite 2 and 3 before it reads: it reports exactly those missed.
@@ -511,9 +505,9 @@ fn a_late_skip_on_lag_consumer_starts_with_history() {
     assert_eq!(far.missed() + far.received(), 4 - 2 + 1);
     // A latest-only reader starts at the newest message already; a gating one may start back
     // (tests/holds.rs covers how it reads its history).
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 4);
     assert!(matches!(c.rewind(1), Err(ReadError::NotSupported(_))));
     drop(c);
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(4)).unwrap();
+    let mut c = consumer(&s, DeliveryClass::Gating, 4);
     assert_eq!(c.rewind(1), Ok(1));
 }

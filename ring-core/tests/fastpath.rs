@@ -7,17 +7,11 @@ use core::sync::atomic::Ordering::Relaxed;
 use ring_core::inspect::{consumer_info, total_pins};
 use ring_core::layout::SEQ_LIMIT;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
-    INLINE_CAPACITY,
+    ClaimError, Config, DeliveryClass, HeapSegment, Memory, Producer, ReadError, INLINE_CAPACITY,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
-
-fn seg(slots: u32, cap: u32) -> HeapSegment {
-    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
-}
+mod common;
+use common::{consumer, id, producer, ring, seg};
 
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
@@ -40,8 +34,8 @@ fn lies_inline(s: &HeapSegment, slot: usize, ptr: *const u8) -> bool {
 fn small_messages_lie_in_the_slot_line_and_large_ones_in_the_payload_area() {
     let cap = (INLINE_CAPACITY + 64) as u32;
     let s = seg(4, cap);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     for (len, inline) in [
         (0, true),
         (10, true),
@@ -68,9 +62,9 @@ fn small_messages_lie_in_the_slot_line_and_large_ones_in_the_payload_area() {
 fn every_length_reads_back_the_same_whichever_way_it_was_written() {
     let cap = INLINE_CAPACITY + 40;
     let s = seg(2, cap as u32);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut pin = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let mut copy = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    let mut p = producer(&s);
+    let mut pin = consumer(&s, DeliveryClass::Gating, 2);
+    let mut copy = consumer(&s, DeliveryClass::SkipOnLag, 3);
     for len in (0..=cap).step_by(if cfg!(miri) { 13 } else { 1 }) {
         for way in 0..3 {
             let msg = data(len, (len + way) as u8);
@@ -114,9 +108,9 @@ fn every_length_reads_back_the_same_whichever_way_it_was_written() {
 #[test]
 fn in_place_writes_of_a_small_message_travel_inline() {
     let config = Config::new(2, 256).with_consumers(1).with_pin_only(true);
-    let s = HeapSegment::new(&config, id(1)).unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let s = ring(&config);
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     let mut slot = p.try_claim().unwrap();
     slot.loan(5).unwrap().copy_from_slice(b"drawn");
     slot.publish().unwrap();
@@ -130,9 +124,9 @@ fn in_place_writes_of_a_small_message_travel_inline() {
 #[test]
 fn gating_consumers_follow_the_stamp_not_head() {
     let s = seg(4, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut gating = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let mut latest = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    let mut p = producer(&s);
+    let mut gating = consumer(&s, DeliveryClass::Gating, 2);
+    let mut latest = consumer(&s, DeliveryClass::LatestOnly, 3);
     p.try_publish(b"zero").unwrap();
     p.try_publish(b"one").unwrap();
     s.producer_line().head.store(SEQ_LIMIT + 5, Relaxed);
@@ -145,8 +139,8 @@ fn gating_consumers_follow_the_stamp_not_head() {
 #[test]
 fn a_batch_publishes_a_prefix_and_says_why_not_more() {
     let s = seg(4, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| data(8 + i, i as u8)).collect();
     assert_eq!(p.try_publish_batch::<Vec<u8>>(&[]), Ok(0));
     assert_eq!(
@@ -179,8 +173,8 @@ fn a_batch_publishes_a_prefix_and_says_why_not_more() {
 #[test]
 fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
     let s = seg(8, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     for i in 0..5u8 {
         p.try_publish(&[i; 9]).unwrap();
     }
@@ -215,8 +209,8 @@ fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
 #[test]
 fn a_panicking_batch_callback_leaves_its_message_unread() {
     let s = seg(2, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"first").unwrap();
     p.try_publish(b"second").unwrap();
     let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
@@ -240,7 +234,7 @@ fn a_panicking_batch_callback_leaves_its_message_unread() {
 #[test]
 fn a_successor_moves_head_past_its_predecessors_final_stamps() {
     let s = seg(4, 64);
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     let mut p = Producer::new(&s, id(7)).unwrap();
     p.try_publish(b"zero").unwrap();
     p.try_publish(b"one").unwrap();
@@ -261,8 +255,8 @@ fn a_successor_moves_head_past_its_predecessors_final_stamps() {
 #[test]
 fn is_claimable_agrees_with_try_claim() {
     let s = seg(2, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
     assert!(p.is_claimable());
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
@@ -277,7 +271,7 @@ fn is_claimable_agrees_with_try_claim() {
     drop(c.try_pin().unwrap());
     drop(c.try_pin().unwrap());
     // Slot 1 is pinned by a skip-on-lag reader while the gating one is done with it.
-    let mut skip = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
+    let mut skip = consumer(&s, DeliveryClass::SkipOnLag, 3);
     p.try_publish(b"d").unwrap();
     let held = skip.try_pin().unwrap();
     assert_eq!(held.bytes(), b"d");
@@ -295,8 +289,8 @@ fn is_claimable_agrees_with_try_claim() {
 #[test]
 fn the_futex_word_moves_only_for_parked_consumers() {
     let s = seg(4, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
     let word = || s.producer_line().publish_futex.load(Relaxed);
     let before = word();
     for _ in 0..10 {
@@ -317,8 +311,8 @@ fn the_futex_word_moves_only_for_parked_consumers() {
 #[test]
 fn batch_reads_hold_their_message_while_the_callback_runs() {
     let s = seg(2, 64);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut skip = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut skip = consumer(&s, DeliveryClass::SkipOnLag, 2);
     p.try_publish(b"zero").unwrap();
     p.try_publish(b"one").unwrap();
     let mut calls = 0;
@@ -331,7 +325,7 @@ fn batch_reads_hold_their_message_while_the_callback_runs() {
         .unwrap();
     assert_eq!((n, calls), (1, 1));
     assert_eq!(total_pins(&s), 0);
-    let mut gating = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    let mut gating = consumer(&s, DeliveryClass::Gating, 3);
     p.try_publish(b"two").unwrap();
     let pinned = gating.try_pin().unwrap();
     assert_eq!(pinned.bytes(), b"two");

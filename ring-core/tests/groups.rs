@@ -11,17 +11,12 @@ use ring_core::{
     ClaimError, Config, Consumer, HeapSegment, Memory, OwnerId, Producer, ReadError, MAX_HOLDS,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
+mod common;
+use common::{id, member, msg, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: 150-byte messages live in the payload area, small ones inline.
-    HeapSegment::new(&Config::new(slots, 200).with_consumers(8), id(1)).unwrap()
-}
-
-fn msg(i: u8) -> [u8; 150] {
-    [i; 150]
+    ring(&Config::new(slots, 200).with_consumers(8))
 }
 
 /// Reads one message with a copy; returns (seq, first byte, redelivered).
@@ -35,7 +30,7 @@ fn take<M: Memory>(c: &mut Consumer<M>) -> Result<(u64, u8, bool), ReadError> {
 #[test]
 fn each_message_goes_to_exactly_one_member_and_late_members_get_the_rest() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     let g = p.create_group("workers").unwrap();
     assert_eq!(
         p.create_group("workers").unwrap(),
@@ -43,13 +38,11 @@ fn each_message_goes_to_exactly_one_member_and_late_members_get_the_rest() {
         "create_group finds an existing group"
     );
     // Published before any member joined: the group keeps them for its first member.
-    for i in 0..4u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut a = Consumer::join_group(&s, "workers", id(2)).unwrap();
+    publish_msgs(&mut p, 0..4);
+    let mut a = member(&s, "workers", 2);
     assert_eq!(a.group(), Some(g));
     assert_eq!(take(&mut a).unwrap(), (0, 0, false));
-    let mut b = Consumer::join_group(&s, "workers", id(3)).unwrap();
+    let mut b = member(&s, "workers", 3);
     assert_eq!(
         take(&mut b).unwrap(),
         (1, 1, false),
@@ -68,11 +61,9 @@ fn each_message_goes_to_exactly_one_member_and_late_members_get_the_rest() {
 #[test]
 fn the_group_gates_the_producer_until_a_member_finishes() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     let g = p.create_group("q").unwrap();
-    for i in 0..4u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 0..4);
     // Nobody took message 0: its slot is the group's.
     assert_eq!(
         p.try_publish(&msg(4)),
@@ -81,7 +72,7 @@ fn the_group_gates_the_producer_until_a_member_finishes() {
             cursor: 0
         })
     );
-    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
+    let mut a = member(&s, "q", 2);
     let h = a.try_hold().unwrap();
     assert_eq!(a.held_bytes(&h), Some(&msg(0)[..]));
     // Taken but not finished: the member's claim gates now.
@@ -103,13 +94,11 @@ fn the_group_gates_the_producer_until_a_member_finishes() {
 #[test]
 fn a_member_that_dies_holding_messages_gives_them_to_another_member() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    for i in 0..6u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut doomed = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut live = Consumer::join_group(&s, "q", id(3)).unwrap();
+    publish_msgs(&mut p, 0..6);
+    let mut doomed = member(&s, "q", 2);
+    let mut live = member(&s, "q", 3);
     let h0 = doomed.try_hold().unwrap();
     let h1 = doomed.try_hold().unwrap();
     assert_eq!((h0.seq(), h1.seq()), (0, 1));
@@ -133,22 +122,18 @@ fn a_member_that_dies_holding_messages_gives_them_to_another_member() {
     assert_eq!(take(&mut live).unwrap(), (5, 5, false));
     assert_eq!(take(&mut live), Err(ReadError::Empty));
     // Everything finished: the producer may lap the ring.
-    for i in 6..14u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 6..14);
 }
 
 #[test]
 fn a_dead_members_claims_wait_while_the_redelivery_queue_is_full() {
     let s = seg(32);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    for i in 0..20u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut first = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut second = Consumer::join_group(&s, "q", id(3)).unwrap();
-    let mut live = Consumer::join_group(&s, "q", id(4)).unwrap();
+    publish_msgs(&mut p, 0..20);
+    let mut first = member(&s, "q", 2);
+    let mut second = member(&s, "q", 3);
+    let mut live = member(&s, "q", 4);
     for c in [&mut first, &mut second] {
         c.set_max_holds(MAX_HOLDS).unwrap();
         for _ in 0..6 {
@@ -185,7 +170,7 @@ fn a_dead_members_claims_wait_while_the_redelivery_queue_is_full() {
 #[test]
 fn misuse_and_limits_are_errors() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     assert_eq!(
         Consumer::join_group(&s, "nobody", id(2)).err(),
         Some(ring_core::Error::NoSuchGroup)
@@ -195,10 +180,8 @@ fn misuse_and_limits_are_errors() {
     let owner = OwnerId::new(ring_core::layout::OWNER_GROUP).unwrap();
     // SAFETY: the record has no process; nothing runs inside it.
     assert!(!unsafe { p.reclaim(g, owner) }.unwrap().was_registered);
-    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
-    for i in 0..8u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    let mut a = member(&s, "q", 2);
+    publish_msgs(&mut p, 0..8);
     // A buffer too small keeps the message for the retry.
     let mut small = [0u8; 10];
     assert_eq!(
@@ -231,10 +214,10 @@ fn misuse_and_limits_are_errors() {
 #[test]
 fn members_drain_then_see_the_end() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut b = Consumer::join_group(&s, "q", id(3)).unwrap();
+    let mut a = member(&s, "q", 2);
+    let mut b = member(&s, "q", 3);
     p.try_publish(b"last").unwrap();
     p.abort(7);
     let mut n = 0;
@@ -253,7 +236,7 @@ fn members_drain_then_see_the_end() {
 fn three_member_threads_share_3000_messages_exactly_once() {
     const N: u64 = if cfg!(miri) { 60 } else { 3000 };
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
     let mut got: Vec<Vec<u64>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..3u64)
@@ -309,9 +292,7 @@ fn a_members_finish_orders_its_reads_before_the_rewrite() {
     use core::sync::atomic::Ordering::Relaxed;
 
     use ring_core::AtomicU32;
-    let s = std::sync::Arc::new(
-        HeapSegment::new(&Config::new(1, 200).with_consumers(2), id(1)).unwrap(),
-    );
+    let s = std::sync::Arc::new(ring(&Config::new(1, 200).with_consumers(2)));
     let mut p = Producer::new(std::sync::Arc::clone(&s), id(1)).unwrap();
     p.create_group("q").unwrap();
     p.try_publish(&msg(7)).unwrap();
@@ -356,13 +337,11 @@ fn a_members_finish_orders_its_reads_before_the_rewrite() {
 #[test]
 fn the_end_waits_for_messages_other_members_hold() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut b = Consumer::join_group(&s, "q", id(3)).unwrap();
-    for i in 0..3u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    let mut a = member(&s, "q", 2);
+    let mut b = member(&s, "q", 3);
+    publish_msgs(&mut p, 0..3);
     p.close();
     let held = b.try_hold().unwrap();
     assert_eq!(take(&mut a).unwrap().0, 1);
@@ -376,10 +355,10 @@ fn the_end_waits_for_messages_other_members_hold() {
     assert_eq!(take(&mut a), Err(ReadError::Closed));
     // Again, with the holder dying.
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut b = Consumer::join_group(&s, "q", id(3)).unwrap();
+    let mut a = member(&s, "q", 2);
+    let mut b = member(&s, "q", 3);
     p.try_publish(&msg(0)).unwrap();
     p.close();
     let _held = b.try_hold().unwrap();

@@ -9,32 +9,24 @@
 use core::sync::atomic::Ordering;
 use ring_core::layout::WRITER;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
-    DEFAULT_MAX_HOLDS, MAX_HOLDS,
+    ClaimError, Config, DeliveryClass, HeapSegment, Memory, ReadError, DEFAULT_MAX_HOLDS, MAX_HOLDS,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
+mod common;
+use common::{consumer, id, msg, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: messages longer than the inline capacity live in the payload area.
-    HeapSegment::new(&Config::new(slots, 200), id(1)).unwrap()
+    ring(&Config::new(slots, 200))
 }
 
 /// Message `i`: 150 bytes of `i` (in the payload area).
-fn msg(i: u8) -> [u8; 150] {
-    [i; 150]
-}
-
 #[test]
 fn a_gating_consumer_holds_several_and_the_producer_waits_for_the_oldest() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    for i in 0..4u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    publish_msgs(&mut p, 0..4);
     let h0 = c.try_hold().unwrap();
     let h1 = c.try_hold().unwrap();
     let h2 = c.try_hold().unwrap();
@@ -80,8 +72,8 @@ fn a_gating_consumer_holds_several_and_the_producer_waits_for_the_oldest() {
 fn a_non_gating_consumer_holds_slots_and_the_producer_uses_the_others() {
     for class in [DeliveryClass::SkipOnLag, DeliveryClass::LatestOnly] {
         let s = seg(4);
-        let mut p = Producer::new(&s, id(1)).unwrap();
-        let mut c = Consumer::new(&s, class, id(2)).unwrap();
+        let mut p = producer(&s);
+        let mut c = consumer(&s, class, 2);
         p.try_publish(&msg(0)).unwrap();
         let h0 = c.try_hold().unwrap();
         p.try_publish(&msg(1)).unwrap();
@@ -117,12 +109,10 @@ fn total_bits(s: &HeapSegment) -> u32 {
 #[test]
 fn the_limit_is_an_error_and_release_checks_its_hold() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
-    let mut other = Consumer::new(&s, DeliveryClass::SkipOnLag, id(3)).unwrap();
-    for i in 0..8u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let mut other = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    publish_msgs(&mut p, 0..8);
     assert_eq!(c.max_holds(), DEFAULT_MAX_HOLDS);
     let mut held: Vec<_> = (0..DEFAULT_MAX_HOLDS)
         .map(|_| c.try_hold().unwrap())
@@ -168,8 +158,8 @@ fn the_limit_is_an_error_and_release_checks_its_hold() {
 #[test]
 fn a_scribbled_head_cannot_make_a_read_release_a_held_slot() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
     p.try_publish(&msg(0)).unwrap();
     let h = c.try_hold().unwrap();
     p.try_publish(&msg(1)).unwrap();
@@ -179,9 +169,7 @@ fn a_scribbled_head_cannot_make_a_read_release_a_held_slot() {
     assert!(matches!(c.try_hold(), Err(ReadError::Corrupt(_))));
     assert_eq!(c.held_bytes(&h), Some(&msg(0)[..]));
     s.producer_line().head.store(2, Ordering::Relaxed);
-    for i in 2..4u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 2..4);
     assert!(
         matches!(p.try_publish(&msg(4)), Err(ClaimError::Pinned { .. })),
         "the held slot lost its pin"
@@ -192,9 +180,9 @@ fn a_scribbled_head_cannot_make_a_read_release_a_held_slot() {
 #[test]
 fn a_consumer_that_dies_holding_messages_is_reclaimed_exactly() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     for class in [DeliveryClass::Gating, DeliveryClass::SkipOnLag] {
-        let mut c = Consumer::new(&s, class, id(2)).unwrap();
+        let mut c = consumer(&s, class, 2);
         let index = c.index();
         let base = p.published();
         for i in 0..3 {
@@ -206,9 +194,7 @@ fn a_consumer_that_dies_holding_messages_is_reclaimed_exactly() {
         let r = unsafe { p.reclaim(index, id(2)) }.unwrap();
         let expect = if class == DeliveryClass::Gating { 0 } else { 2 };
         assert_eq!(r.pins_cleared, expect, "{class:?}");
-        for i in 0..4 {
-            p.try_publish(&msg(i)).unwrap();
-        }
+        publish_msgs(&mut p, 0..4);
         assert_eq!(total_bits(&s), 0);
     }
 }
@@ -216,11 +202,9 @@ fn a_consumer_that_dies_holding_messages_is_reclaimed_exactly() {
 #[test]
 fn holds_mix_with_pins_copies_and_batches_in_order() {
     let s = seg(8);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    for i in 0..6u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    publish_msgs(&mut p, 0..6);
     let h0 = c.try_hold().unwrap();
     let mut buf = [0u8; 200];
     assert_eq!(c.try_copy(&mut buf).unwrap().seq, 1);
@@ -231,18 +215,14 @@ fn holds_mix_with_pins_copies_and_batches_in_order() {
     let h5 = c.try_hold().unwrap();
     assert_eq!(h5.seq(), 5);
     // Every read after the hold left the gating cursor at message 0.
-    for i in 6..8u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 6..8);
     assert!(matches!(
         p.try_publish(&msg(8)),
         Err(ClaimError::Full { cursor: 0, .. })
     ));
     c.release(h0).unwrap();
     // Now the oldest hold is 5.
-    for i in 8..13u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 8..13);
     assert!(matches!(
         p.try_publish(&msg(13)),
         Err(ClaimError::Full { cursor: 5, .. })
@@ -256,13 +236,11 @@ fn holds_mix_with_pins_copies_and_batches_in_order() {
 /// and is lossless from where it joined; a latest-only one starts at the newest message.
 #[test]
 fn a_late_gating_consumer_reads_the_rings_history_then_gates() {
-    let s = HeapSegment::new(&Config::new(4, 200).with_history(3), id(1)).unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    for i in 0..6u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut late = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let mut latest = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
+    let s = ring(&Config::new(4, 200).with_history(3));
+    let mut p = producer(&s);
+    publish_msgs(&mut p, 0..6);
+    let mut late = consumer(&s, DeliveryClass::Gating, 2);
+    let mut latest = consumer(&s, DeliveryClass::LatestOnly, 3);
     assert_eq!(
         latest.try_pin().unwrap().seq(),
         5,
@@ -281,9 +259,7 @@ fn a_late_gating_consumer_reads_the_rings_history_then_gates() {
         "unpinned"
     );
     // It gates from its cursor (4) on: message 8 would overwrite message 4.
-    for i in 6..8u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 6..8);
     assert!(matches!(
         p.try_publish(&msg(8)),
         Err(ClaimError::Full { .. })
@@ -311,19 +287,15 @@ fn a_late_gating_consumer_reads_the_rings_history_then_gates() {
 /// History the producer overwrote before the late gating reader got there is missed, counted.
 #[test]
 fn overwritten_history_is_counted_as_missed() {
-    let s = HeapSegment::new(&Config::new(4, 200), id(1)).unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let s = ring(&Config::new(4, 200));
+    let mut p = producer(&s);
     // Six messages: the producer's last gate scan (at message 4, no reader) covers claims up
     // to message 7.
-    for i in 0..6u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut late = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    publish_msgs(&mut p, 0..6);
+    let mut late = consumer(&s, DeliveryClass::Gating, 2);
     assert_eq!(late.rewind(4).unwrap(), 4, "messages 2..5 are there");
     // Messages 6 and 7 go in without a scan: they overwrite history 2 and 3.
-    for i in 6..8u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
+    publish_msgs(&mut p, 6..8);
     let mut buf = [0u8; 200];
     let got = late.try_copy(&mut buf).unwrap();
     assert_eq!(

@@ -5,17 +5,10 @@
 //! `ci/miri.sh`, which reports a data race if a fenced consumer still reads a rewritten slot.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
-use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer, ReadError,
-};
+use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
-
-fn msg(i: u8) -> [u8; 150] {
-    [i; 150]
-}
+mod common;
+use common::{consumer, id, member, msg, producer, publish_msgs, ring};
 
 #[test]
 fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
@@ -24,12 +17,10 @@ fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
         DeliveryClass::SkipOnLag,
         DeliveryClass::LatestOnly,
     ] {
-        let s = HeapSegment::new(&Config::new(4, 200), id(1)).unwrap();
-        let mut p = Producer::new(&s, id(1)).unwrap();
-        let mut victim = Consumer::new(&s, class, id(2)).unwrap();
-        for i in 0..4u8 {
-            p.try_publish(&msg(i)).unwrap();
-        }
+        let s = ring(&Config::new(4, 200));
+        let mut p = producer(&s);
+        let mut victim = consumer(&s, class, 2);
+        publish_msgs(&mut p, 0..4);
         let held = victim.try_hold().unwrap();
         assert_eq!(victim.held_bytes(&held), Some(&msg(held.seq() as u8)[..]));
         // The oracle says "dead"; the consumer is alive, inside no call, borrowing no bytes.
@@ -47,12 +38,10 @@ fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
         assert_eq!(victim.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
         assert!(matches!(victim.try_hold(), Err(ReadError::Evicted)));
         // The producer reuses every slot, the held one included, a lap and more.
-        for i in 4..12u8 {
-            p.try_publish(&msg(i)).unwrap();
-        }
+        publish_msgs(&mut p, 4..12);
         // The fenced consumer's release and drop write nothing: a reader that registers into
         // the same entry meanwhile keeps its pins.
-        let mut next = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let mut next = consumer(&s, DeliveryClass::SkipOnLag, 2);
         assert_eq!(next.index(), r.index, "the entry is reused");
         p.try_publish(&msg(12)).unwrap();
         let keep = next.try_hold().unwrap();
@@ -72,14 +61,12 @@ fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
 
 #[test]
 fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_others() {
-    let s = HeapSegment::new(&Config::new(8, 200).with_consumers(4), id(1)).unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let s = ring(&Config::new(8, 200).with_consumers(4));
+    let mut p = producer(&s);
     p.create_group("q").unwrap();
-    for i in 0..4u8 {
-        p.try_publish(&msg(i)).unwrap();
-    }
-    let mut victim = Consumer::join_group(&s, "q", id(2)).unwrap();
-    let mut other = Consumer::join_group(&s, "q", id(3)).unwrap();
+    publish_msgs(&mut p, 0..4);
+    let mut victim = member(&s, "q", 2);
+    let mut other = member(&s, "q", 3);
     let h = victim.try_hold().unwrap();
     assert_eq!(h.seq(), 0);
     // SAFETY: no call of `victim` runs and no borrow of its held bytes is alive.

@@ -8,17 +8,15 @@
 
 use ring_core::layout::route_word;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, LayoutError, Memory, OwnerId,
-    Producer, ReadError,
+    ClaimError, Config, DeliveryClass, HeapSegment, LayoutError, Memory, Producer, ReadError,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
+mod common;
+use common::{consumer, id, member, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: messages of 150 bytes live in the payload area, 8-byte ones inline.
-    HeapSegment::new(&Config::new(slots, 200).with_never_stall(true), id(1)).unwrap()
+    ring(&Config::new(slots, 200).with_never_stall(true))
 }
 
 /// Message `i`: 150 bytes, each `i` (payload area).
@@ -39,14 +37,14 @@ fn a_never_stall_ring_needs_three_slots() {
         ring_core::Geometry::new(&Config::new(2, 64).with_never_stall(true)),
         Err(LayoutError::NeverStallSlots { value: 2 })
     ));
-    HeapSegment::new(&Config::new(3, 64).with_never_stall(true), id(1)).unwrap();
+    ring(&Config::new(3, 64).with_never_stall(true));
 }
 
 #[test]
 fn a_latest_only_pin_never_stalls_the_producer_and_keeps_its_bytes() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut grabber = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut grabber = consumer(&s, DeliveryClass::LatestOnly, 2);
     p.try_publish(&big(0)).unwrap();
     let held = grabber.try_hold().unwrap();
     assert_eq!(held.seq(), 0);
@@ -70,16 +68,14 @@ fn a_latest_only_pin_never_stalls_the_producer_and_keeps_its_bytes() {
 fn the_producer_waits_exactly_when_slots_fall_below_pins_plus_two() {
     // 5 slots: 3 pinned messages leave the newest and one to write.
     let s = seg(5);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut r = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
     let mut holds = Vec::new();
     for i in 0..3u64 {
         p.try_publish(&big(i)).unwrap();
         holds.push(r.try_hold().unwrap());
     }
-    for i in 3..3 + LAPS * 5 {
-        p.try_publish(&big(i)).unwrap();
-    }
+    publish_msgs(&mut p, 3..3 + LAPS * 5);
     // A fourth pin, on the newest: the producer still has the fifth slot.
     holds.push(r.try_hold().unwrap());
     p.try_publish(&big(98)).unwrap();
@@ -108,8 +104,8 @@ fn the_producer_waits_exactly_when_slots_fall_below_pins_plus_two() {
 #[test]
 fn skip_on_lag_readers_count_every_message_they_lose_while_they_pin() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut r = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut r = consumer(&s, DeliveryClass::SkipOnLag, 2);
     let mut next_expected = 0;
     let mut missed = 0;
     let total = LAPS * 4;
@@ -149,12 +145,10 @@ fn skip_on_lag_readers_count_every_message_they_lose_while_they_pin() {
 #[test]
 fn gating_consumers_still_hold_the_producer_back_and_lose_nothing() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut gate = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let mut grab = Consumer::new(&s, DeliveryClass::LatestOnly, id(3)).unwrap();
-    for i in 0..4 {
-        p.try_publish(&big(i)).unwrap();
-    }
+    let mut p = producer(&s);
+    let mut gate = consumer(&s, DeliveryClass::Gating, 2);
+    let mut grab = consumer(&s, DeliveryClass::LatestOnly, 3);
+    publish_msgs(&mut p, 0..4);
     assert!(matches!(
         p.try_publish(&big(4)),
         Err(ClaimError::Full { cursor: 0, .. })
@@ -204,11 +198,11 @@ fn a_group_still_gets_every_message_exactly_once() {
         id(1),
     )
     .unwrap();
-    let mut p = Producer::new(&s, id(1)).unwrap();
+    let mut p = producer(&s);
     p.create_group("w").unwrap();
-    let mut a = Consumer::join_group(&s, "w", id(2)).unwrap();
-    let mut b = Consumer::join_group(&s, "w", id(3)).unwrap();
-    let mut grab = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    let mut a = member(&s, "w", 2);
+    let mut b = member(&s, "w", 3);
+    let mut grab = consumer(&s, DeliveryClass::LatestOnly, 4);
     let mut got = Vec::new();
     let mut buf = [0u8; 64];
     let mut held = None;
@@ -249,8 +243,8 @@ fn a_group_still_gets_every_message_exactly_once() {
 #[test]
 fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut r = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
     let route = |seq: u64| {
         s.slot_header((seq % 4) as usize)
             .route
@@ -261,9 +255,7 @@ fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
         assert_eq!(route(i), route_word(i, i as usize), "unpinned: home slot");
     }
     let h = r.try_hold().unwrap(); // message 3, slot 3
-    for i in 4..7 {
-        p.try_publish(&big(i)).unwrap();
-    }
+    publish_msgs(&mut p, 4..7);
     // Message 7's home (slot 3) is pinned: it goes to the slot of the oldest message (4, slot 0),
     // and the claim says so (per-slot bookkeeping keys on it, not on `seq % slots`).
     let mut w = p.try_claim().unwrap();
@@ -288,11 +280,9 @@ fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
 fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
     let s = seg(4);
     {
-        let mut p = Producer::new(&s, id(1)).unwrap();
-        let mut r = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
-        for i in 0..3 {
-            p.try_publish(&big(i)).unwrap();
-        }
+        let mut p = producer(&s);
+        let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
+        publish_msgs(&mut p, 0..3);
         let _h = r.try_hold().unwrap(); // keeps message 2 in slot 2
         p.try_publish(&big(3)).unwrap();
         // Three batch messages: the last two are published but `head` is stored only at the
@@ -314,7 +304,7 @@ fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
     );
     // Message 6 must not go into message 5's slot (the newest), and nothing is lost for a
     // skip-on-lag reader that joins now and reads on.
-    let mut r = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    let mut r = consumer(&s, DeliveryClass::LatestOnly, 4);
     p.try_publish(&big(6)).unwrap();
     let mut buf = [0u8; 200];
     let c = r.try_copy(&mut buf).unwrap();
@@ -324,11 +314,9 @@ fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
 #[test]
 fn a_scribbled_route_is_a_clear_error_or_an_overrun_never_a_wrong_message() {
     let s = seg(4);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut r = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
-    for i in 0..2 {
-        p.try_publish(&big(i)).unwrap();
-    }
+    let mut p = producer(&s);
+    let mut r = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    publish_msgs(&mut p, 0..2);
     // Route message 0 to slot 1 (which holds message 1), and message 1 beyond the table.
     let relaxed = core::sync::atomic::Ordering::Relaxed;
     s.slot_header(0).route.store(route_word(0, 1), relaxed);
@@ -353,6 +341,6 @@ fn attach_sees_the_never_stall_flag() {
     let s = seg(4);
     let g = *s.geometry();
     assert!(g.config().never_stall);
-    let plain = HeapSegment::new(&Config::new(4, 200), id(1)).unwrap();
+    let plain = ring(&Config::new(4, 200));
     assert!(!plain.geometry().config().never_stall);
 }

@@ -18,31 +18,26 @@ use ring_core::inspect::{consumer_info, total_pins};
 
 use ring_core::AtomicU32;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, Producer, ReadError,
     SpinThenYield, WaitStrategy,
 };
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
-
-fn seg(slots: u32, cap: u32) -> HeapSegment {
-    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
-}
+mod common;
+use common::{consumer, id, producer, seg};
 
 /// Defect 2: after A is reclaimed (while in fact alive) and B registers into the same entry
 /// with the same owner id (two consumers of one process), nothing A does touches B.
 #[test]
 fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut a = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut a = consumer(&s, DeliveryClass::SkipOnLag, 2);
     p.try_publish(b"m0").unwrap();
     // SAFETY: `a` is between calls and holds no pin (the lying-oracle case the contract allows).
     let r = unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
     assert!(r.was_registered);
     assert!(!a.is_registered());
-    let mut b = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut b = consumer(&s, DeliveryClass::SkipOnLag, 2);
     assert_eq!(b.index(), a.index(), "B takes the freed entry");
     assert_ne!(b.generation(), a.generation());
     p.try_publish(b"m1").unwrap();
@@ -73,11 +68,11 @@ fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
 #[test]
 fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut a = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut a = consumer(&s, DeliveryClass::Gating, 2);
     // SAFETY: as above: `a` is between calls and holds no pin.
     unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
-    let b = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let b = consumer(&s, DeliveryClass::Gating, 2);
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -94,8 +89,8 @@ fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
 #[test]
 fn a_leaked_pin_is_taken_back_when_its_consumer_drops() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
     p.try_publish(b"a").unwrap();
     core::mem::forget(c.try_pin().unwrap());
     drop(c);
@@ -109,8 +104,8 @@ fn a_leaked_pin_is_taken_back_when_its_consumer_drops() {
 #[test]
 fn a_leaked_pin_is_taken_back_by_the_next_read() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::LatestOnly, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
     p.try_publish(b"a").unwrap();
     core::mem::forget(c.try_pin().unwrap());
     assert_eq!(total_pins(&s), 1);
@@ -133,8 +128,8 @@ fn a_leaked_pin_is_taken_back_by_the_next_read() {
 #[test]
 fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut p = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
     // Four messages in two slots: 0 and 1 are overwritten before the consumer reads.
     (0..4u8).for_each(|i| assert_eq!(p.try_publish(&[i]), Ok(u64::from(i))));
     let m = c.try_pin().unwrap();
@@ -155,8 +150,8 @@ fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
 #[test]
 fn the_producer_sweeps_bits_of_free_entries_only() {
     let s = seg(2, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let c = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
+    let mut p = producer(&s);
+    let c = consumer(&s, DeliveryClass::Gating, 2);
     let free_bit = 1u64 << 3;
     let live_bit = 1u64 << c.index();
     s.slot_header(0)
@@ -178,8 +173,8 @@ fn the_producer_sweeps_bits_of_free_entries_only() {
 #[test]
 fn a_displaced_producer_publishes_nothing() {
     let s = seg(4, 16);
-    let mut old = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    let mut old = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 3);
     old.try_publish(b"old0").unwrap();
     // Same owner id (one process, two handles): only the epoch tells them apart.
     // SAFETY: `old` is between calls and holds no `WriteSlot`.
@@ -207,8 +202,8 @@ fn a_displaced_producer_publishes_nothing() {
 #[test]
 fn a_claim_taken_before_a_take_over_is_not_published() {
     let s = seg(4, 16);
-    let mut old = Producer::new(&s, id(1)).unwrap();
-    let mut c = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
+    let mut old = producer(&s);
+    let mut c = consumer(&s, DeliveryClass::Gating, 3);
     let mut slot = old.try_claim().unwrap();
     slot.write(b"torn").unwrap();
     // SAFETY: the old producer makes no call while `take_over` runs and writes no payload
@@ -230,7 +225,7 @@ fn the_publish_futex_never_repeats_across_close_and_reopen() {
     let word = || s.producer_line().publish_futex.load(Ordering::Relaxed);
     seen.push(word());
     for round in 0..3 {
-        let mut p = Producer::new(&s, id(1)).unwrap();
+        let mut p = producer(&s);
         for _ in 0..=round {
             p.try_publish(b"x").unwrap();
             seen.push(word());
@@ -302,7 +297,7 @@ fn reclaim_repairs_the_consumer_waiter_count() {
 #[test]
 fn take_over_resets_the_producer_waiting_flag() {
     let s = seg(2, 16);
-    let p = Producer::new(&s, id(1)).unwrap();
+    let p = producer(&s);
     // What a producer killed inside `park` leaves behind.
     s.producer_line()
         .producer_waiting
@@ -402,7 +397,7 @@ fn a_half_registered_subscriber_is_not_ready_and_loses_nothing() {
 #[test]
 fn loans_are_sound_in_pin_only_rings_and_refused_elsewhere() {
     let plain = seg(2, 64);
-    let mut p = Producer::new(&plain, id(1)).unwrap();
+    let mut p = producer(&plain);
     assert_eq!(
         p.try_claim().unwrap().loan(8).unwrap_err(),
         ring_core::LoanError::NotPinOnly
@@ -578,10 +573,10 @@ fn a_leaked_pin_taken_back_by_the_drop_races_nothing() {
 #[test]
 fn a_producer_counts_the_readers_it_reclaimed_and_not_the_ones_that_left() {
     let s = seg(4, 16);
-    let mut p = Producer::new(&s, id(1)).unwrap();
-    let mut dying = Consumer::new(&s, DeliveryClass::Gating, id(2)).unwrap();
-    let finished = Consumer::new(&s, DeliveryClass::Gating, id(3)).unwrap();
-    let latest = Consumer::new(&s, DeliveryClass::LatestOnly, id(4)).unwrap();
+    let mut p = producer(&s);
+    let mut dying = consumer(&s, DeliveryClass::Gating, 2);
+    let finished = consumer(&s, DeliveryClass::Gating, 3);
+    let latest = consumer(&s, DeliveryClass::LatestOnly, 4);
     let (dying_at, latest_at) = (dying.index(), latest.index());
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();

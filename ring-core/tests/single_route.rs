@@ -19,20 +19,18 @@ use core::sync::atomic::Ordering;
 
 use ring_core::AtomicU32;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer, ReadError,
-    INLINE_CAPACITY,
+    ClaimError, Config, Consumer, DeliveryClass, HeapSegment, Memory, ReadError, INLINE_CAPACITY,
 };
+
+mod common;
+use common::{consumer, producer, ring};
 
 /// Longer than the inline words: readers read the payload area.
 const LEN: usize = INLINE_CAPACITY + 40;
 
-fn id(n: u64) -> OwnerId {
-    OwnerId::new(n).unwrap()
-}
-
 /// A one-slot ring: every message after the first reuses the slot the last one was read in.
 fn one_slot() -> Arc<HeapSegment> {
-    Arc::new(HeapSegment::new(&Config::new(1, 256).with_consumers(4), id(1)).unwrap())
+    Arc::new(ring(&Config::new(1, 256).with_consumers(4)))
 }
 
 /// Spins until `flag` is set. Relaxed: a signal, not a synchronisation point (see the module
@@ -53,22 +51,40 @@ fn wait_for(flag: &AtomicU32) {
 /// the pin's `fetch_or` (before the reads): a data race between the reads and the rewrite.
 #[test]
 fn a_dropped_consumers_bit_clear_orders_its_leaked_pins_reads_before_the_rewrite() {
-    let s = one_slot();
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
-    let mut c = Consumer::new(Arc::clone(&s), DeliveryClass::SkipOnLag, id(2)).unwrap();
-    assert_eq!(p.try_publish(&[0xAB; LEN]), Ok(0));
-    let pinned = Arc::new(AtomicU32::new(0));
-    let refused = Arc::new(AtomicU32::new(0));
-    let (pinned2, refused2) = (Arc::clone(&pinned), Arc::clone(&refused));
-    let reader = std::thread::spawn(move || {
+    rewrite_after_let_go(|mut c, pinned| {
         let m = c.try_pin().unwrap();
         assert_eq!(m.bytes(), &[0xAB; LEN][..], "message 0 torn");
         core::mem::forget(m);
-        pinned2.store(1, Ordering::Relaxed);
-        wait_for(&refused2);
+        pinned();
         drop(c);
     });
-    wait_for(&pinned);
+}
+
+/// What the tests of a let-go's Release share (the dropped consumer's bit clear above, the
+/// hold's release below): on a one-slot ring, a skip-on-lag consumer's thread `read`s message
+/// 0 (`0xAB`s) in place, calls its second argument once it holds the slot (which returns once
+/// the producer's claim was refused as `Pinned`), then lets go of the slot. The producer polls
+/// the slot's state word with Relaxed loads until the bit is gone, then claims (no scan, no
+/// fence: the last publish fenced) and rewrites the slot. What `read` returns is dropped after
+/// that rewrite.
+fn rewrite_after_let_go<R: Send + 'static>(
+    read: impl FnOnce(Consumer<Arc<HeapSegment>>, &dyn Fn()) -> R + Send + 'static,
+) {
+    let s = one_slot();
+    let mut p = producer(Arc::clone(&s));
+    let c = consumer(Arc::clone(&s), DeliveryClass::SkipOnLag, 2);
+    assert_eq!(p.try_publish(&[0xAB; LEN]), Ok(0));
+    let holding = Arc::new(AtomicU32::new(0));
+    let refused = Arc::new(AtomicU32::new(0));
+    let (holding2, refused2) = (Arc::clone(&holding), Arc::clone(&refused));
+    let reader = std::thread::spawn(move || {
+        let signal = || {
+            holding2.store(1, Ordering::Relaxed);
+            wait_for(&refused2);
+        };
+        read(c, &signal)
+    });
+    wait_for(&holding);
     assert!(matches!(p.try_claim(), Err(ClaimError::Pinned { .. })));
     refused.store(1, Ordering::Relaxed);
     // Relaxed: the bit's disappearance is the signal; the claim CAS (Acquire) is what must
@@ -77,7 +93,7 @@ fn a_dropped_consumers_bit_clear_orders_its_leaked_pins_reads_before_the_rewrite
         spin_loop();
     }
     assert_eq!(p.try_publish(&[0xCD; LEN]), Ok(1));
-    reader.join().unwrap();
+    drop(reader.join().unwrap());
 }
 
 /// `stamp-follow-acquires`: a skip-on-lag consumer follows slot 0's stamp for message 1 and
@@ -89,10 +105,10 @@ fn a_dropped_consumers_bit_clear_orders_its_leaked_pins_reads_before_the_rewrite
 #[test]
 fn a_stamp_following_pin_sees_the_payload_through_the_stamp_or_the_writer_clear() {
     let s = one_slot();
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let mut p = producer(Arc::clone(&s));
     assert_eq!(p.try_publish(&[0x11; LEN]), Ok(0));
     // Registered after message 0: it starts at message 1.
-    let mut c = Consumer::new(Arc::clone(&s), DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let mut c = consumer(Arc::clone(&s), DeliveryClass::SkipOnLag, 2);
     let reader = std::thread::spawn(move || loop {
         match c.try_pin() {
             Ok(m) => {
@@ -117,9 +133,9 @@ fn a_stamp_following_pin_sees_the_payload_through_the_stamp_or_the_writer_clear(
 #[test]
 fn a_pin_only_copy_read_is_ordered_before_the_next_loan_by_its_unpin() {
     let config = Config::new(1, 256).with_consumers(4).with_pin_only(true);
-    let s = Arc::new(HeapSegment::new(&config, id(1)).unwrap());
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
-    let mut c = Consumer::new(Arc::clone(&s), DeliveryClass::SkipOnLag, id(2)).unwrap();
+    let s = Arc::new(ring(&config));
+    let mut p = producer(Arc::clone(&s));
+    let mut c = consumer(Arc::clone(&s), DeliveryClass::SkipOnLag, 2);
     let mut slot = p.try_claim().unwrap();
     slot.loan(LEN).unwrap().fill(0x33);
     assert_eq!(slot.publish(), Ok(0));
@@ -153,29 +169,11 @@ fn a_pin_only_copy_read_is_ordered_before_the_next_loan_by_its_unpin() {
 /// fence). With the clear Relaxed, a data race between the reads and the rewrite.
 #[test]
 fn a_hold_release_orders_the_held_reads_before_the_rewrite() {
-    let s = one_slot();
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
-    let mut c = Consumer::new(Arc::clone(&s), DeliveryClass::SkipOnLag, id(2)).unwrap();
-    assert_eq!(p.try_publish(&[0xAB; LEN]), Ok(0));
-    let held = Arc::new(AtomicU32::new(0));
-    let refused = Arc::new(AtomicU32::new(0));
-    let (held2, refused2) = (Arc::clone(&held), Arc::clone(&refused));
-    let reader = std::thread::spawn(move || {
+    rewrite_after_let_go(|mut c, held| {
         let h = c.try_hold().unwrap();
         assert_eq!(c.held_bytes(&h), Some(&[0xAB; LEN][..]), "message 0 torn");
-        held2.store(1, Ordering::Relaxed);
-        wait_for(&refused2);
+        held();
         c.release(h).unwrap();
         c
     });
-    wait_for(&held);
-    assert!(matches!(p.try_claim(), Err(ClaimError::Pinned { .. })));
-    refused.store(1, Ordering::Relaxed);
-    // Relaxed: the bit's disappearance is the signal; the claim CAS (Acquire) is what must
-    // order the reader's reads before the write below.
-    while s.slot_header(0).state.load(Ordering::Relaxed) != 0 {
-        spin_loop();
-    }
-    assert_eq!(p.try_publish(&[0xCD; LEN]), Ok(1));
-    drop(reader.join().unwrap());
 }

@@ -1,0 +1,52 @@
+//! What ring-core's test binaries share: owner ids, the rings they build and the handles they
+//! open on them. Each binary uses some of these (`mod common;`), hence `dead_code`.
+#![allow(dead_code, reason = "each test binary uses a different part")]
+
+use core::ops::Range;
+
+use ring_core::{
+    Config, Consumer, DeliveryClass, HeapSegment, Memory, OpenJoin, OwnerId, Producer,
+};
+
+/// Owner id `n` (the producer is 1 in every test, consumers 2 and up).
+pub fn id(n: u64) -> OwnerId {
+    OwnerId::new(n).unwrap()
+}
+
+/// A heap ring of `slots` slots of `cap` bytes and a 4-entry consumer table.
+pub fn seg(slots: u32, cap: u32) -> HeapSegment {
+    HeapSegment::new(&Config::new(slots, cap).with_consumers(4), id(1)).unwrap()
+}
+
+/// A heap ring of `config`, created by owner 1.
+pub fn ring(config: &Config) -> HeapSegment {
+    HeapSegment::new(config, id(1)).unwrap()
+}
+
+/// Message `i`: 150 bytes of `i`, longer than the inline words (in the payload area of a
+/// 200-byte slot).
+pub fn msg(i: u8) -> [u8; 150] {
+    [i; 150]
+}
+
+/// The producer of `mem`, owner 1.
+pub fn producer<M: OpenJoin>(mem: M) -> Producer<M> {
+    Producer::new(mem, id(1)).unwrap()
+}
+
+/// A consumer of `class` on `mem`, owner `owner`.
+pub fn consumer<M: OpenJoin>(mem: M, class: DeliveryClass, owner: u64) -> Consumer<M> {
+    Consumer::new(mem, class, id(owner)).unwrap()
+}
+
+/// A member of `mem`'s group `group`, owner `owner`.
+pub fn member<M: OpenJoin>(mem: M, group: &str, owner: u64) -> Consumer<M> {
+    Consumer::join_group(mem, group, id(owner)).unwrap()
+}
+
+/// Publishes message `i` ([`msg`]`(i as u8)`) for each `i` of `seqs`.
+pub fn publish_msgs<M: Memory>(p: &mut Producer<M>, seqs: Range<u64>) {
+    for i in seqs {
+        p.try_publish(&msg(i as u8)).unwrap();
+    }
+}

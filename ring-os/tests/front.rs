@@ -11,6 +11,10 @@ use std::path::PathBuf;
 
 use ring_os::prelude::*;
 
+mod common;
+
+use common::small;
+
 fn unique(what: &str) -> String {
     format!("front-{what}-{}", std::process::id())
 }
@@ -22,11 +26,7 @@ fn file(name: &str) -> PathBuf {
 #[test]
 fn dropping_the_creator_removes_the_name() {
     let name = unique("drop");
-    let ring = Ring::builder(&name)
-        .slots(2)
-        .slot_size(64)
-        .create()
-        .unwrap();
+    let ring = small(Ring::builder(&name), 2).create().unwrap();
     assert!(file(&name).exists());
     drop(ring);
     assert!(
@@ -38,9 +38,7 @@ fn dropping_the_creator_removes_the_name() {
 #[test]
 fn keep_name_keeps_it_and_remove_removes_it() {
     let name = unique("keep");
-    let ring = Ring::builder(&name)
-        .slots(2)
-        .slot_size(64)
+    let ring = small(Ring::builder(&name), 2)
         .keep_name(true)
         .create()
         .unwrap();
@@ -59,7 +57,7 @@ fn a_panic_still_removes_the_name() {
     let name = unique("panic");
     let n2 = name.clone();
     let result = std::panic::catch_unwind(move || {
-        let _ring = Ring::builder(&n2).slots(2).slot_size(64).create().unwrap();
+        let _ring = small(Ring::builder(&n2), 2).create().unwrap();
         panic!("the program failed half way");
     });
     assert!(result.is_err());
@@ -71,16 +69,8 @@ fn a_panic_still_removes_the_name() {
 #[test]
 fn open_or_create_opens_an_existing_ring_and_only_the_creator_removes_it() {
     let name = unique("ooc");
-    let creator = Ring::builder(&name)
-        .slots(4)
-        .slot_size(64)
-        .open_or_create()
-        .unwrap();
-    let opener = Ring::builder(&name)
-        .slots(4)
-        .slot_size(64)
-        .open_or_create()
-        .unwrap();
+    let creator = small(Ring::builder(&name), 4).open_or_create().unwrap();
+    let opener = small(Ring::builder(&name), 4).open_or_create().unwrap();
     drop(opener);
     assert!(file(&name).exists(), "an opener removed the creator's name");
     assert!(matches!(

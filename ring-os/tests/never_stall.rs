@@ -8,6 +8,10 @@ use core::time::Duration;
 use ring_core::Memory as _;
 use ring_os::prelude::*;
 
+mod common;
+
+use common::small;
+
 fn unique(what: &str) -> String {
     format!("never-stall-{what}-{}", std::process::id())
 }
@@ -15,9 +19,7 @@ fn unique(what: &str) -> String {
 #[test]
 fn create_refuses_fewer_slots_than_pins_plus_two() {
     for (slots, max_pins) in [(5, 4), (3, 2), (2, 0), (1, 0)] {
-        let err = Ring::memfd()
-            .slots(slots)
-            .slot_size(64)
+        let err = small(Ring::memfd(), slots)
             .never_stall(max_pins)
             .create()
             .err();
@@ -29,24 +31,20 @@ fn create_refuses_fewer_slots_than_pins_plus_two() {
         assert!(text.contains("slots >= max_pins + 2"), "{text}");
     }
     for (slots, max_pins) in [(6, 4), (3, 1), (3, 0)] {
-        let ring = Ring::memfd()
-            .slots(slots)
-            .slot_size(64)
+        let ring = small(Ring::memfd(), slots)
             .never_stall(max_pins)
             .create()
             .expect("enough slots");
         assert!(ring.mapping().geometry().config().never_stall);
     }
-    let plain = Ring::memfd().slots(2).slot_size(64).create().unwrap();
+    let plain = small(Ring::memfd(), 2).create().unwrap();
     assert!(!plain.mapping().geometry().config().never_stall);
 }
 
 #[test]
 fn open_checks_the_flag_and_the_pins() {
     let name = unique("open");
-    let ring = Ring::builder(&name)
-        .slots(6)
-        .slot_size(64)
+    let ring = small(Ring::builder(&name), 6)
         .never_stall(4)
         .create()
         .unwrap();
@@ -65,11 +63,7 @@ fn open_checks_the_flag_and_the_pins() {
     drop((opened, ring));
 
     let plain_name = unique("plain");
-    let _plain = Ring::builder(&plain_name)
-        .slots(6)
-        .slot_size(64)
-        .create()
-        .unwrap();
+    let _plain = small(Ring::builder(&plain_name), 6).create().unwrap();
     assert!(matches!(
         quick(Ring::builder(&plain_name).never_stall(1)),
         Err(Error::ConfigMismatch {
@@ -82,12 +76,7 @@ fn open_checks_the_flag_and_the_pins() {
 
 #[test]
 fn a_latest_only_hold_never_makes_the_publisher_wait() {
-    let ring = Ring::memfd()
-        .slots(3)
-        .slot_size(64)
-        .never_stall(1)
-        .create()
-        .unwrap();
+    let ring = small(Ring::memfd(), 3).never_stall(1).create().unwrap();
     let mut publisher = ring.publisher().unwrap();
     let mut grabber = ring.subscriber(DeliveryClass::LatestOnly).unwrap();
     publisher.send(b"first").unwrap();

@@ -13,7 +13,7 @@ use ring_os::raw::rendezvous::{Rendezvous, SocketPlace};
     allow(unused_imports, reason = "memfd tests are not built on macOS")
 )]
 use ring_os::{
-    raw::{ConsumerExt as _, CreateOptions, SegmentName, ShmRing},
+    raw::{ConsumerExt as _, CreateOptions, ShmRing},
     Error,
 };
 
@@ -21,7 +21,9 @@ use ring_os::{
     target_os = "macos",
     allow(unused_imports, reason = "memfd tests are not built on macOS")
 )]
-use crate::support::{check_payload, field, publish_payloads, unique_name, Child};
+use crate::support::{
+    check_payload, child_env_parsed, child_ring_name, field, publish_payloads, unique_name, Child,
+};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 /// The exit status of the test's own SIGBUS handler.
@@ -133,11 +135,8 @@ pub fn chain() {
 
 /// Child: receives the memfd ring over the rendezvous, fails to truncate it, reads `RING_N`.
 pub fn rendezvous_sub() -> i32 {
-    let name = SegmentName::new(&std::env::var("RING_NAME").expect("RING_NAME")).expect("name");
-    let n: u64 = std::env::var("RING_N")
-        .expect("RING_N")
-        .parse()
-        .expect("RING_N");
+    let name = child_ring_name();
+    let n: u64 = child_env_parsed("RING_N");
     let ring = Rendezvous::new(&name, SocketPlace::Abstract)
         .connect(SECS(20))
         .expect("connect");
@@ -164,7 +163,7 @@ pub fn rendezvous_sub() -> i32 {
 
 /// Child: serves a memfd ring and waits to be killed.
 pub fn rendezvous_pub() -> i32 {
-    let name = SegmentName::new(&std::env::var("RING_NAME").expect("RING_NAME")).expect("name");
+    let name = child_ring_name();
     let (_ring, _server) = Rendezvous::new(&name, SocketPlace::Abstract)
         .create(&Config::new(4, 64), CreateOptions::new())
         .expect("serve");

@@ -35,7 +35,7 @@ macro_rules! say {
 }
 
 fn ring_name() -> SegmentName {
-    SegmentName::new(&std::env::var("RING_NAME").expect("child needs RING_NAME")).expect("name")
+    crate::support::child_ring_name()
 }
 
 /// The child roles of this file; `None` for a role it does not know.

@@ -16,7 +16,7 @@ use ring_os::{
     Ring,
 };
 
-use crate::support::{field, unique_name, Child};
+use crate::support::{child_env, child_ring_name, field, unique_name, Child};
 
 /// A 1080p BGRA frame.
 const FRAME: usize = 1920 * 1080 * 4;
@@ -105,12 +105,13 @@ fn produce(ring: &Ring, reader: &Child) -> Run {
 
 /// A never-stall ring named after `tag`, a frame-grabber reading it as `class` and holding
 /// pins by `mode`, and the producer's run against it (the ring is returned so it outlives the
-/// reader's last read).
+/// reader's last read); checks that the reader found no frame torn.
 fn scenario(tag: &str, class: &str, mode: &str) -> (Ring, Child, Run) {
     let name = unique_name(tag);
     let ring = create(&name);
     let reader = grabber(&name, class, mode);
     let run = produce(&ring, &reader);
+    assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     (ring, reader, run)
 }
 
@@ -142,7 +143,6 @@ fn grabber(name: &SegmentName, class: &str, mode: &str) -> Child {
 /// when it asked, and none is torn.
 pub fn latest_only_pins_never_stall() {
     let (_ring, mut reader, run) = scenario("nostall-each", "latest", "each");
-    assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(
         field(&run.done, "stale"),
         0,
@@ -170,7 +170,6 @@ pub fn latest_only_pins_never_stall() {
 /// producer goes on publishing meanwhile without a failed claim, and the 4 frames stay intact.
 pub fn four_pins_for_a_second_never_stall() {
     let (_ring, mut reader, run) = scenario("nostall-four", "latest", "four");
-    assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(field(&run.done, "frames"), 4, "{}", run.done);
     assert_eq!(
         (run.pinned, run.full),
@@ -190,7 +189,6 @@ pub fn four_pins_for_a_second_never_stall() {
 /// frame in order, none torn.
 pub fn gating_reader_still_holds_the_producer_back() {
     let (_ring, mut reader, run) = scenario("nostall-gating", "gating", "each");
-    assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
     assert_eq!(field(&run.done, "stale"), 0, "out of order: {}", run.done);
     let frames = field(&run.done, "frames");
     assert_eq!(frames, GRABS, "{}", run.done);
@@ -218,9 +216,8 @@ fn say(line: &str) {
 /// published when it asked, or a gating frame out of order), then lingers so that a gating
 /// reader keeps holding the producer back until the parent has read the line.
 pub fn grabber_role() -> i32 {
-    let var = |k: &str| std::env::var(k).unwrap_or_else(|_| panic!("child needs {k}"));
-    let name = SegmentName::new(&var("RING_NAME")).expect("valid name");
-    let class = match var("RING_CLASS").as_str() {
+    let name = child_ring_name();
+    let class = match child_env("RING_CLASS").as_str() {
         "gating" => DeliveryClass::Gating,
         _ => DeliveryClass::LatestOnly,
     };
@@ -259,7 +256,7 @@ pub fn grabber_role() -> i32 {
             }
         }
     };
-    if var("GRAB_MODE") == "four" {
+    if child_env("GRAB_MODE") == "four" {
         let mut held = Vec::new();
         while held.len() < 4 {
             let Some(h) = hold(&mut c, &mut stale) else {

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use ring_core::{DeliveryClass, ReadError};
 #[cfg(unix)]
 use ring_os::raw::fdpass;
-use ring_os::raw::{alloc, ConsumerExt as _, SegmentName, ShmReadError, ShmRing};
+use ring_os::raw::{alloc, ConsumerExt as _, SegmentName, ShmConsumer, ShmReadError, ShmRing};
 #[cfg(unix)]
 use ring_os::Error;
 
-use crate::support::{check_payload, make_payload};
+use crate::support::{check_payload, child_env, child_ring_name, make_payload};
 
 /// Prints a line and flushes it at once (the parent waits for it).
 macro_rules! say {
@@ -21,12 +21,8 @@ macro_rules! say {
     }};
 }
 
-fn env(key: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| panic!("child needs {key}"))
-}
-
 fn class() -> DeliveryClass {
-    match env("RING_CLASS").as_str() {
+    match child_env("RING_CLASS").as_str() {
         "gating" => DeliveryClass::Gating,
         "latest" => DeliveryClass::LatestOnly,
         _ => DeliveryClass::SkipOnLag,
@@ -34,7 +30,13 @@ fn class() -> DeliveryClass {
 }
 
 fn name() -> SegmentName {
-    SegmentName::new(&env("RING_NAME")).expect("valid name")
+    child_ring_name()
+}
+
+/// A consumer of class `RING_CLASS` on the ring named `RING_NAME`.
+fn registered() -> ShmConsumer {
+    let ring = ShmRing::open_named(&name()).expect("open");
+    ShmRing::consumer(&ring, class()).expect("register")
 }
 
 /// Runs `role`; returns the exit code.
@@ -165,7 +167,7 @@ fn pin_holder() -> i32 {
 /// and sleeps, printing `HELD seq=S` (the parent kills it holding that message).
 fn member() -> i32 {
     let ring = ShmRing::open_named(&name()).expect("open");
-    let mut c = ShmRing::group_member(&ring, &env("GROUP")).expect("join");
+    let mut c = ShmRing::group_member(&ring, &child_env("GROUP")).expect("join");
     say!("JOINED index={}", c.index());
     let hold_from: Option<u64> = std::env::var("MEMBER_HOLD_FROM")
         .ok()
@@ -204,8 +206,7 @@ fn member() -> i32 {
 /// A reader of class `RING_CLASS` that joins a ring created with history after messages were
 /// published: prints `M seq=S` for each message until the ring closes, then `DONE missed=N`.
 fn late_reader() -> i32 {
-    let ring = ShmRing::open_named(&name()).expect("open");
-    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+    let mut c = registered();
     say!("JOINED cursor={}", c.cursor());
     let mut buf = vec![0u8; 4096];
     loop {
@@ -230,8 +231,7 @@ fn late_reader() -> i32 {
 }
 
 fn holder() -> i32 {
-    let ring = ShmRing::open_named(&name()).expect("open");
-    let mut c = ShmRing::consumer(&ring, class()).expect("register");
+    let mut c = registered();
     c.set_max_holds(8).expect("8 holds");
     say!("REGISTERED index={}", c.index());
     let t = Duration::from_secs(20);
@@ -251,7 +251,7 @@ fn holder() -> i32 {
         return 0;
     }
     // Go on once the parent has checked that the producer is held back (it creates the file).
-    let go = std::path::PathBuf::from(env("HOLD_GO"));
+    let go = std::path::PathBuf::from(child_env("HOLD_GO"));
     let deadline = std::time::Instant::now() + t;
     while !go.exists() {
         if std::time::Instant::now() > deadline {
@@ -361,7 +361,7 @@ fn corrupt_peer() -> i32 {
     let seg = ring_os::raw::Segment::open_named(&name(), ring_os::raw::SizeCheck::AtLeast(1))
         .expect("open");
     let base = seg.as_ptr().as_ptr();
-    let seed: u64 = env("RING_SEED").parse().unwrap_or(1);
+    let seed: u64 = child_env("RING_SEED").parse().unwrap_or(1);
     let mut x = seed;
     let mut next = || {
         x ^= x << 13;
@@ -369,7 +369,7 @@ fn corrupt_peer() -> i32 {
         x ^= x << 17;
         x
     };
-    match env("RING_WHAT").as_str() {
+    match child_env("RING_WHAT").as_str() {
         "header" => {
             for i in 0..128 {
                 // SAFETY: the segment is longer than its 128-byte header.
@@ -412,8 +412,8 @@ fn corrupt_peer() -> i32 {
 /// descriptors and reports how they were refused.
 #[cfg(unix)]
 fn memfd_consumer() -> i32 {
-    let sock = std::os::unix::net::UnixStream::connect(env("RING_SOCK")).expect("connect");
-    let n: u64 = env("RING_N").parse().expect("RING_N");
+    let sock = std::os::unix::net::UnixStream::connect(child_env("RING_SOCK")).expect("connect");
+    let n: u64 = child_env("RING_N").parse().expect("RING_N");
     let mut note = [0u8; 8];
     let (fd, _) = fdpass::recv_fd(&sock, &mut note, Duration::from_secs(20)).expect("recv ring");
     let ring = ShmRing::from_fd(fd).expect("from_fd");
@@ -541,7 +541,7 @@ fn truncate_third() -> i32 {
 fn truncate_file() -> i32 {
     let file = std::fs::OpenOptions::new()
         .write(true)
-        .open(env("RING_PATH"))
+        .open(child_env("RING_PATH"))
         .expect("open");
     match file.set_len(100) {
         Err(e) => say!("TRUNCATE REFUSED {e}"),

@@ -9,7 +9,9 @@ use ring_os::{
     Error,
 };
 
-use crate::support::{field, make_payload, named_ring, unique_name, Child, Unlink};
+use crate::support::{
+    field, make_payload, named_ring, one_of_each_class, unique_name, Child, Unlink,
+};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -24,21 +26,7 @@ pub fn stress() {
         .with_consumers(4)
         .with_allocator(1 << 20, 4094);
     let (name, _u, ring) = named_ring("stress", &config);
-    let kids: Vec<Child> = ["gating", "latest", "skip"]
-        .iter()
-        .map(|class| {
-            Child::spawn(
-                "stress-consumer",
-                &[
-                    ("RING_NAME", name.as_str().to_owned()),
-                    ("RING_CLASS", (*class).to_owned()),
-                ],
-            )
-        })
-        .collect();
-    for k in &kids {
-        k.expect_line("READY", SECS(30));
-    }
+    let kids = one_of_each_class("stress-consumer", &name, SECS(30));
     let mut p = AllocProducer::new(ShmRing::producer(&ring).expect("producer")).expect("alloc");
     let start = Instant::now();
     let mut buf = Vec::new();
@@ -169,21 +157,7 @@ pub fn kill_consumer() {
 pub fn kill_producer() {
     let config = Config::new(16, 64).with_consumers(4);
     let (name, _u, ring) = named_ring("killp", &config);
-    let consumers: Vec<Child> = ["gating", "latest", "skip"]
-        .iter()
-        .map(|class| {
-            Child::spawn(
-                "gone-consumer",
-                &[
-                    ("RING_NAME", name.as_str().to_owned()),
-                    ("RING_CLASS", (*class).to_owned()),
-                ],
-            )
-        })
-        .collect();
-    for c in &consumers {
-        c.expect_line("READY", SECS(20));
-    }
+    let consumers = one_of_each_class("gone-consumer", &name, SECS(20));
     let mut producer = Child::spawn("slow-producer", &[("RING_NAME", name.as_str().to_owned())]);
     producer.expect_line("PRODUCING", SECS(20));
     for c in &consumers {

@@ -13,6 +13,44 @@ use ring_os::raw::{CreateOptions, Mapping, SegmentName, ShmRing};
 /// The environment variable that selects a child role.
 pub const ROLE: &str = "RING_OS_TEST_ROLE";
 
+/// A child role's environment variable `key` (the parent sets it; a child fails without it).
+pub fn child_env(key: &str) -> String {
+    std::env::var(key).unwrap_or_else(|_| panic!("child needs {key}"))
+}
+
+/// A child role's environment variable `key`, parsed.
+pub fn child_env_parsed<T: core::str::FromStr>(key: &str) -> T {
+    child_env(key)
+        .parse()
+        .unwrap_or_else(|_| panic!("child's {key} does not parse"))
+}
+
+/// The segment name a child role is given in `RING_NAME`.
+pub fn child_ring_name() -> SegmentName {
+    SegmentName::new(&child_env("RING_NAME")).expect("valid name")
+}
+
+/// Children in `role` on ring `name`, one per delivery class (`RING_CLASS` gating, latest,
+/// skip), each seen to print `READY` within `ready_within`.
+pub fn one_of_each_class(role: &str, name: &SegmentName, ready_within: Duration) -> Vec<Child> {
+    let kids: Vec<Child> = ["gating", "latest", "skip"]
+        .iter()
+        .map(|class| {
+            Child::spawn(
+                role,
+                &[
+                    ("RING_NAME", name.as_str().to_owned()),
+                    ("RING_CLASS", (*class).to_owned()),
+                ],
+            )
+        })
+        .collect();
+    for k in &kids {
+        k.expect_line("READY", ready_within);
+    }
+    kids
+}
+
 /// A child process running this test binary in a role, with its stdout lines on a channel.
 /// Dropping it kills the process (every test ends in bounded time even when one fails).
 pub struct Child {

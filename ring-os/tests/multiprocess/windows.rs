@@ -8,9 +8,9 @@ use std::time::{Duration, Instant};
 use ring_core::inspect::producer_info;
 use ring_core::Config;
 use ring_os::raw::lock::{Role, State};
-use ring_os::raw::{CreateOptions, Segment, SegmentName, ShmRing, SizeCheck};
+use ring_os::raw::{CreateOptions, Segment, ShmRing, SizeCheck};
 
-use crate::support::{unique_name, Child};
+use crate::support::{child_env_parsed, child_ring_name, unique_name, Child};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -80,7 +80,7 @@ fn word(seg: &Segment) -> &AtomicU32 {
 
 /// Child: becomes the producer of `RING_NAME` and waits to be terminated.
 pub fn hold_producer() -> i32 {
-    let name = SegmentName::new(&std::env::var("RING_NAME").expect("RING_NAME")).expect("name");
+    let name = child_ring_name();
     let ring = ShmRing::open_named(&name).expect("open");
     let _p = ShmRing::producer(&ring).expect("producer");
     println!("HELD");
@@ -91,11 +91,8 @@ pub fn hold_producer() -> i32 {
 
 /// Child: parks on the word of `RING_NAME` while it holds `RING_EXPECT`, for up to 20 s.
 pub fn park_word() -> i32 {
-    let name = SegmentName::new(&std::env::var("RING_NAME").expect("RING_NAME")).expect("name");
-    let expect: u32 = std::env::var("RING_EXPECT")
-        .expect("RING_EXPECT")
-        .parse()
-        .expect("n");
+    let name = child_ring_name();
+    let expect: u32 = child_env_parsed("RING_EXPECT");
     let seg = Segment::open_named(&name, SizeCheck::AtLeast(4096)).expect("open");
     println!("PARKING");
     let _ = std::io::stdout().flush();

@@ -7,14 +7,14 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, producer, seg};
+use common::{consumer, id, open_shared, producer, seg};
 
 #[test]
 fn publish_then_pin_and_copy_see_the_message() {
-    let s = seg(4, 64);
-    let mut p = producer(&s);
-    let mut pin = consumer(&s, DeliveryClass::Gating, 2);
-    let mut copy = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    let (s, mut p, [mut pin, mut copy]) = open_shared(
+        seg(4, 64),
+        [DeliveryClass::Gating, DeliveryClass::SkipOnLag],
+    );
     let mut slot = p.try_claim().unwrap();
     slot.write(b"hello world").unwrap();
     slot.set_meta([11, 22]);
@@ -38,9 +38,7 @@ fn publish_then_pin_and_copy_see_the_message() {
 
 #[test]
 fn gating_consumer_holds_the_producer_back_and_is_named() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut g = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut g]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
     assert_eq!(
@@ -61,9 +59,7 @@ fn gating_consumer_holds_the_producer_back_and_is_named() {
 
 #[test]
 fn a_pinned_slot_cannot_be_claimed() {
-    let s = seg(1, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(1, 16), [DeliveryClass::LatestOnly]);
     p.try_publish(b"x").unwrap();
     let bit = 1u32 << c.index();
     let m = c.try_pin().unwrap();
@@ -81,9 +77,7 @@ fn a_pinned_slot_cannot_be_claimed() {
 
 #[test]
 fn skip_on_lag_counts_exactly_what_it_missed() {
-    let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(4, 16), [DeliveryClass::SkipOnLag]);
     for i in 0..10u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -99,9 +93,7 @@ fn skip_on_lag_counts_exactly_what_it_missed() {
 
 #[test]
 fn latest_only_returns_the_newest_and_counts_skips() {
-    let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(4, 16), [DeliveryClass::LatestOnly]);
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();
     }
@@ -115,9 +107,7 @@ fn latest_only_returns_the_newest_and_counts_skips() {
 
 #[test]
 fn close_lets_consumers_drain_then_reports_closed() {
-    let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(4, 16), [DeliveryClass::Gating]);
     p.try_publish(b"last").unwrap();
     p.close();
     assert_eq!(p.try_publish(b"more"), Err(ClaimError::Closed));
@@ -202,9 +192,7 @@ fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
 
 #[test]
 fn a_reclaimed_consumer_learns_it_was_evicted() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     // SAFETY: `c` is alive but between calls and holds no pin: the lying-oracle case the
     // contract allows.
     unsafe { p.reclaim(c.index(), id(2)) }.unwrap();
@@ -227,9 +215,7 @@ fn the_consumer_table_fills_and_frees() {
 
 #[test]
 fn oversized_messages_and_small_buffers_are_refused() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     assert_eq!(
         p.try_publish(&[0; 17]),
         Err(ClaimError::TooLarge {
@@ -253,9 +239,7 @@ fn oversized_messages_and_small_buffers_are_refused() {
 
 #[test]
 fn bounded_waits_time_out() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     assert_eq!(c.wait_ready(&mut Spin::new(100)), Err(ReadError::Timeout));
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
@@ -272,9 +256,7 @@ fn bounded_waits_time_out() {
 
 #[test]
 fn aborted_claims_reuse_the_sequence() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     let mut slot = p.try_claim().unwrap();
     slot.write(b"never").unwrap();
     slot.abort();
@@ -285,9 +267,10 @@ fn aborted_claims_reuse_the_sequence() {
 
 #[test]
 fn owned_segment_runs_the_same_protocol() {
-    let s = OwnedSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap();
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(
+        OwnedSegment::new(&Config::new(2, 16).with_consumers(2), id(1)).unwrap(),
+        [DeliveryClass::Gating],
+    );
     p.try_publish(b"typed").unwrap();
     let mut buf = [0u8; 16];
     let got = c.try_copy(&mut buf).unwrap();
@@ -431,9 +414,7 @@ fn every_class_reports_an_abort_after_draining() {
 /// after a close it gets the last message before `Closed`.
 #[test]
 fn a_late_latest_only_consumer_gets_the_newest_message_present() {
-    let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut early = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (s, mut p, [mut early]) = open_shared(seg(4, 16), [DeliveryClass::LatestOnly]);
     assert_eq!(
         early.try_pin().unwrap_err(),
         ReadError::Empty,

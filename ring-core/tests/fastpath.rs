@@ -11,7 +11,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, producer, ring, seg};
+use common::{consumer, id, open_shared, ring, seg};
 
 fn data(len: usize, seed: u8) -> Vec<u8> {
     (0..len).map(|i| (i as u8).wrapping_mul(7) ^ seed).collect()
@@ -33,9 +33,7 @@ fn lies_inline(s: &HeapSegment, slot: usize, ptr: *const u8) -> bool {
 #[test]
 fn small_messages_lie_in_the_slot_line_and_large_ones_in_the_payload_area() {
     let cap = (INLINE_CAPACITY + 64) as u32;
-    let s = seg(4, cap);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(4, cap), [DeliveryClass::Gating]);
     for (len, inline) in [
         (0, true),
         (10, true),
@@ -61,10 +59,10 @@ fn small_messages_lie_in_the_slot_line_and_large_ones_in_the_payload_area() {
 #[test]
 fn every_length_reads_back_the_same_whichever_way_it_was_written() {
     let cap = INLINE_CAPACITY + 40;
-    let s = seg(2, cap as u32);
-    let mut p = producer(&s);
-    let mut pin = consumer(&s, DeliveryClass::Gating, 2);
-    let mut copy = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    let (_, mut p, [mut pin, mut copy]) = open_shared(
+        seg(2, cap as u32),
+        [DeliveryClass::Gating, DeliveryClass::SkipOnLag],
+    );
     for len in (0..=cap).step_by(if cfg!(miri) { 13 } else { 1 }) {
         for way in 0..3 {
             let msg = data(len, (len + way) as u8);
@@ -108,9 +106,7 @@ fn every_length_reads_back_the_same_whichever_way_it_was_written() {
 #[test]
 fn in_place_writes_of_a_small_message_travel_inline() {
     let config = Config::new(2, 256).with_consumers(1).with_pin_only(true);
-    let s = ring(&config);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(ring(&config), [DeliveryClass::Gating]);
     let mut slot = p.try_claim().unwrap();
     slot.loan(5).unwrap().copy_from_slice(b"drawn");
     slot.publish().unwrap();
@@ -123,10 +119,10 @@ fn in_place_writes_of_a_small_message_travel_inline() {
 /// scribbled does not stop them; latest-only readers, which need `head`, report it.
 #[test]
 fn gating_consumers_follow_the_stamp_not_head() {
-    let s = seg(4, 64);
-    let mut p = producer(&s);
-    let mut gating = consumer(&s, DeliveryClass::Gating, 2);
-    let mut latest = consumer(&s, DeliveryClass::LatestOnly, 3);
+    let (s, mut p, [mut gating, mut latest]) = open_shared(
+        seg(4, 64),
+        [DeliveryClass::Gating, DeliveryClass::LatestOnly],
+    );
     p.try_publish(b"zero").unwrap();
     p.try_publish(b"one").unwrap();
     s.producer_line().head.store(SEQ_LIMIT + 5, Relaxed);
@@ -138,9 +134,7 @@ fn gating_consumers_follow_the_stamp_not_head() {
 
 #[test]
 fn a_batch_publishes_a_prefix_and_says_why_not_more() {
-    let s = seg(4, 64);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(4, 64), [DeliveryClass::Gating]);
     let msgs: Vec<Vec<u8>> = (0..6).map(|i| data(8 + i, i as u8)).collect();
     assert_eq!(p.try_publish_batch::<Vec<u8>>(&[]), Ok(0));
     assert_eq!(
@@ -172,9 +166,7 @@ fn a_batch_publishes_a_prefix_and_says_why_not_more() {
 
 #[test]
 fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
-    let s = seg(8, 64);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(8, 64), [DeliveryClass::Gating]);
     for i in 0..5u8 {
         p.try_publish(&[i; 9]).unwrap();
     }
@@ -208,9 +200,7 @@ fn a_batch_read_reads_at_most_max_in_order_and_stores_its_cursor_once() {
 
 #[test]
 fn a_panicking_batch_callback_leaves_its_message_unread() {
-    let s = seg(2, 64);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(2, 64), [DeliveryClass::Gating]);
     p.try_publish(b"first").unwrap();
     p.try_publish(b"second").unwrap();
     let r = std::panic::catch_unwind(core::panic::AssertUnwindSafe(|| {
@@ -254,9 +244,7 @@ fn a_successor_moves_head_past_its_predecessors_final_stamps() {
 
 #[test]
 fn is_claimable_agrees_with_try_claim() {
-    let s = seg(2, 64);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(2, 64), [DeliveryClass::Gating]);
     assert!(p.is_claimable());
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
@@ -288,9 +276,7 @@ fn is_claimable_agrees_with_try_claim() {
 /// writes nothing to the control line that polling consumers read.
 #[test]
 fn the_futex_word_moves_only_for_parked_consumers() {
-    let s = seg(4, 64);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(4, 64), [DeliveryClass::SkipOnLag]);
     let word = || s.producer_line().publish_futex.load(Relaxed);
     let before = word();
     for _ in 0..10 {
@@ -310,9 +296,7 @@ fn the_futex_word_moves_only_for_parked_consumers() {
 /// so the producer is refused that slot; a gating one holds it by its cursor instead.
 #[test]
 fn batch_reads_hold_their_message_while_the_callback_runs() {
-    let s = seg(2, 64);
-    let mut p = producer(&s);
-    let mut skip = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (s, mut p, [mut skip]) = open_shared(seg(2, 64), [DeliveryClass::SkipOnLag]);
     p.try_publish(b"zero").unwrap();
     p.try_publish(b"one").unwrap();
     let mut calls = 0;

@@ -12,7 +12,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{id, member, msg, producer, publish_msgs, ring};
+use common::{id, member, members, msg, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: 150-byte messages live in the payload area, small ones inline.
@@ -97,8 +97,7 @@ fn a_member_that_dies_holding_messages_gives_them_to_another_member() {
     let mut p = producer(&s);
     p.create_group("q").unwrap();
     publish_msgs(&mut p, 0..6);
-    let mut doomed = member(&s, "q", 2);
-    let mut live = member(&s, "q", 3);
+    let [mut doomed, mut live] = members(&s, "q");
     let h0 = doomed.try_hold().unwrap();
     let h1 = doomed.try_hold().unwrap();
     assert_eq!((h0.seq(), h1.seq()), (0, 1));
@@ -131,9 +130,7 @@ fn a_dead_members_claims_wait_while_the_redelivery_queue_is_full() {
     let mut p = producer(&s);
     p.create_group("q").unwrap();
     publish_msgs(&mut p, 0..20);
-    let mut first = member(&s, "q", 2);
-    let mut second = member(&s, "q", 3);
-    let mut live = member(&s, "q", 4);
+    let [mut first, mut second, mut live] = members(&s, "q");
     for c in [&mut first, &mut second] {
         c.set_max_holds(MAX_HOLDS).unwrap();
         for _ in 0..6 {
@@ -216,8 +213,7 @@ fn members_drain_then_see_the_end() {
     let s = seg(8);
     let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = member(&s, "q", 2);
-    let mut b = member(&s, "q", 3);
+    let [mut a, mut b] = members(&s, "q");
     p.try_publish(b"last").unwrap();
     p.abort(7);
     let mut n = 0;
@@ -339,8 +335,7 @@ fn the_end_waits_for_messages_other_members_hold() {
     let s = seg(8);
     let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = member(&s, "q", 2);
-    let mut b = member(&s, "q", 3);
+    let [mut a, mut b] = members(&s, "q");
     publish_msgs(&mut p, 0..3);
     p.close();
     let held = b.try_hold().unwrap();
@@ -357,8 +352,7 @@ fn the_end_waits_for_messages_other_members_hold() {
     let s = seg(8);
     let mut p = producer(&s);
     p.create_group("q").unwrap();
-    let mut a = member(&s, "q", 2);
-    let mut b = member(&s, "q", 3);
+    let [mut a, mut b] = members(&s, "q");
     p.try_publish(&msg(0)).unwrap();
     p.close();
     let _held = b.try_hold().unwrap();

@@ -13,7 +13,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, msg, producer, publish_msgs, ring};
+use common::{consumer, id, msg, open_shared, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: messages longer than the inline capacity live in the payload area.
@@ -23,9 +23,7 @@ fn seg(slots: u32) -> HeapSegment {
 /// Message `i`: 150 bytes of `i` (in the payload area).
 #[test]
 fn a_gating_consumer_holds_several_and_the_producer_waits_for_the_oldest() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(4), [DeliveryClass::Gating]);
     publish_msgs(&mut p, 0..4);
     let h0 = c.try_hold().unwrap();
     let h1 = c.try_hold().unwrap();
@@ -71,9 +69,7 @@ fn a_gating_consumer_holds_several_and_the_producer_waits_for_the_oldest() {
 #[test]
 fn a_non_gating_consumer_holds_slots_and_the_producer_uses_the_others() {
     for class in [DeliveryClass::SkipOnLag, DeliveryClass::LatestOnly] {
-        let s = seg(4);
-        let mut p = producer(&s);
-        let mut c = consumer(&s, class, 2);
+        let (s, mut p, [mut c]) = open_shared(seg(4), [class]);
         p.try_publish(&msg(0)).unwrap();
         let h0 = c.try_hold().unwrap();
         p.try_publish(&msg(1)).unwrap();
@@ -108,10 +104,8 @@ fn total_bits(s: &HeapSegment) -> u32 {
 
 #[test]
 fn the_limit_is_an_error_and_release_checks_its_hold() {
-    let s = seg(8);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
-    let mut other = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    let (s, mut p, [mut c, mut other]) =
+        open_shared(seg(8), [DeliveryClass::SkipOnLag, DeliveryClass::SkipOnLag]);
     publish_msgs(&mut p, 0..8);
     assert_eq!(c.max_holds(), DEFAULT_MAX_HOLDS);
     let mut held: Vec<_> = (0..DEFAULT_MAX_HOLDS)
@@ -157,9 +151,7 @@ fn the_limit_is_an_error_and_release_checks_its_hold() {
 
 #[test]
 fn a_scribbled_head_cannot_make_a_read_release_a_held_slot() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(4), [DeliveryClass::LatestOnly]);
     p.try_publish(&msg(0)).unwrap();
     let h = c.try_hold().unwrap();
     p.try_publish(&msg(1)).unwrap();
@@ -201,9 +193,7 @@ fn a_consumer_that_dies_holding_messages_is_reclaimed_exactly() {
 
 #[test]
 fn holds_mix_with_pins_copies_and_batches_in_order() {
-    let s = seg(8);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::Gating, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(8), [DeliveryClass::Gating]);
     publish_msgs(&mut p, 0..6);
     let h0 = c.try_hold().unwrap();
     let mut buf = [0u8; 200];

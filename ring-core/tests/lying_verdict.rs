@@ -8,7 +8,7 @@
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 
 mod common;
-use common::{consumer, id, member, msg, producer, publish_msgs, ring};
+use common::{consumer, id, members, msg, open_shared, producer, publish_msgs, ring};
 
 #[test]
 fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
@@ -17,9 +17,7 @@ fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
         DeliveryClass::SkipOnLag,
         DeliveryClass::LatestOnly,
     ] {
-        let s = ring(&Config::new(4, 200));
-        let mut p = producer(&s);
-        let mut victim = consumer(&s, class, 2);
+        let (s, mut p, [mut victim]) = open_shared(ring(&Config::new(4, 200)), [class]);
         publish_msgs(&mut p, 0..4);
         let held = victim.try_hold().unwrap();
         assert_eq!(victim.held_bytes(&held), Some(&msg(held.seq() as u8)[..]));
@@ -65,8 +63,7 @@ fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_othe
     let mut p = producer(&s);
     p.create_group("q").unwrap();
     publish_msgs(&mut p, 0..4);
-    let mut victim = member(&s, "q", 2);
-    let mut other = member(&s, "q", 3);
+    let [mut victim, mut other] = members(&s, "q");
     let h = victim.try_hold().unwrap();
     assert_eq!(h.seq(), 0);
     // SAFETY: no call of `victim` runs and no borrow of its held bytes is alive.

@@ -12,7 +12,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, member, producer, publish_msgs, ring};
+use common::{consumer, id, members, open, open_shared, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: messages of 150 bytes live in the payload area, 8-byte ones inline.
@@ -42,9 +42,7 @@ fn a_never_stall_ring_needs_three_slots() {
 
 #[test]
 fn a_latest_only_pin_never_stalls_the_producer_and_keeps_its_bytes() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut grabber = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (_, mut p, [mut grabber]) = open_shared(seg(4), [DeliveryClass::LatestOnly]);
     p.try_publish(&big(0)).unwrap();
     let held = grabber.try_hold().unwrap();
     assert_eq!(held.seq(), 0);
@@ -67,9 +65,7 @@ fn a_latest_only_pin_never_stalls_the_producer_and_keeps_its_bytes() {
 #[test]
 fn the_producer_waits_exactly_when_slots_fall_below_pins_plus_two() {
     // 5 slots: 3 pinned messages leave the newest and one to write.
-    let s = seg(5);
-    let mut p = producer(&s);
-    let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (_, mut p, [mut r]) = open_shared(seg(5), [DeliveryClass::LatestOnly]);
     let mut holds = Vec::new();
     for i in 0..3u64 {
         p.try_publish(&big(i)).unwrap();
@@ -103,9 +99,7 @@ fn the_producer_waits_exactly_when_slots_fall_below_pins_plus_two() {
 
 #[test]
 fn skip_on_lag_readers_count_every_message_they_lose_while_they_pin() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut r = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (_, mut p, [mut r]) = open_shared(seg(4), [DeliveryClass::SkipOnLag]);
     let mut next_expected = 0;
     let mut missed = 0;
     let total = LAPS * 4;
@@ -144,10 +138,8 @@ fn skip_on_lag_readers_count_every_message_they_lose_while_they_pin() {
 
 #[test]
 fn gating_consumers_still_hold_the_producer_back_and_lose_nothing() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut gate = consumer(&s, DeliveryClass::Gating, 2);
-    let mut grab = consumer(&s, DeliveryClass::LatestOnly, 3);
+    let (_, mut p, [mut gate, mut grab]) =
+        open_shared(seg(4), [DeliveryClass::Gating, DeliveryClass::LatestOnly]);
     publish_msgs(&mut p, 0..4);
     assert!(matches!(
         p.try_publish(&big(4)),
@@ -200,8 +192,7 @@ fn a_group_still_gets_every_message_exactly_once() {
     .unwrap();
     let mut p = producer(&s);
     p.create_group("w").unwrap();
-    let mut a = member(&s, "w", 2);
-    let mut b = member(&s, "w", 3);
+    let [mut a, mut b] = members(&s, "w");
     let mut grab = consumer(&s, DeliveryClass::LatestOnly, 4);
     let mut got = Vec::new();
     let mut buf = [0u8; 64];
@@ -242,9 +233,7 @@ fn a_group_still_gets_every_message_exactly_once() {
 
 #[test]
 fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (s, mut p, [mut r]) = open_shared(seg(4), [DeliveryClass::LatestOnly]);
     let route = |seq: u64| {
         s.slot_header((seq % 4) as usize)
             .route
@@ -280,8 +269,7 @@ fn messages_move_out_of_their_home_slot_only_while_it_is_pinned() {
 fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
     let s = seg(4);
     {
-        let mut p = producer(&s);
-        let mut r = consumer(&s, DeliveryClass::LatestOnly, 2);
+        let (mut p, [mut r]) = open(&s, [DeliveryClass::LatestOnly]);
         publish_msgs(&mut p, 0..3);
         let _h = r.try_hold().unwrap(); // keeps message 2 in slot 2
         p.try_publish(&big(3)).unwrap();
@@ -313,9 +301,7 @@ fn a_take_over_finds_messages_published_past_head_and_the_newest_slot() {
 
 #[test]
 fn a_scribbled_route_is_a_clear_error_or_an_overrun_never_a_wrong_message() {
-    let s = seg(4);
-    let mut p = producer(&s);
-    let mut r = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (s, mut p, [mut r]) = open_shared(seg(4), [DeliveryClass::SkipOnLag]);
     publish_msgs(&mut p, 0..2);
     // Route message 0 to slot 1 (which holds message 1), and message 1 beyond the table.
     let relaxed = core::sync::atomic::Ordering::Relaxed;

@@ -23,15 +23,13 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, producer, seg};
+use common::{consumer, id, open, open_shared, producer, seg};
 
 /// Defect 2: after A is reclaimed (while in fact alive) and B registers into the same entry
 /// with the same owner id (two consumers of one process), nothing A does touches B.
 #[test]
 fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut a = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (s, mut p, [mut a]) = open_shared(seg(2, 16), [DeliveryClass::SkipOnLag]);
     p.try_publish(b"m0").unwrap();
     // SAFETY: `a` is between calls and holds no pin (the lying-oracle case the contract allows).
     let r = unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
@@ -67,9 +65,7 @@ fn a_reclaimed_consumer_writes_nothing_into_its_entrys_next_occupant() {
 /// Defect 2, cursor form: A's copy reads after its reclaim must not advance B's cursor.
 #[test]
 fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
-    let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut a = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [mut a]) = open_shared(seg(4, 16), [DeliveryClass::Gating]);
     // SAFETY: as above: `a` is between calls and holds no pin.
     unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
     let b = consumer(&s, DeliveryClass::Gating, 2);
@@ -88,9 +84,7 @@ fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
 /// Defect 4: `mem::forget(pin)` then `drop(consumer)`: the slot must not stay wedged.
 #[test]
 fn a_leaked_pin_is_taken_back_when_its_consumer_drops() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::LatestOnly]);
     p.try_publish(b"a").unwrap();
     core::mem::forget(c.try_pin().unwrap());
     drop(c);
@@ -103,9 +97,7 @@ fn a_leaked_pin_is_taken_back_when_its_consumer_drops() {
 /// Defect 4, consumer still alive: its next read takes the leaked pin back.
 #[test]
 fn a_leaked_pin_is_taken_back_by_the_next_read() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::LatestOnly, 2);
+    let (s, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::LatestOnly]);
     p.try_publish(b"a").unwrap();
     core::mem::forget(c.try_pin().unwrap());
     assert_eq!(total_pins(&s), 1);
@@ -127,9 +119,7 @@ fn a_leaked_pin_is_taken_back_by_the_next_read() {
 /// back re-reads that message but must not count the skipped ones a second time.
 #[test]
 fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);
+    let (_, mut p, [mut c]) = open_shared(seg(2, 16), [DeliveryClass::SkipOnLag]);
     // Four messages in two slots: 0 and 1 are overwritten before the consumer reads.
     (0..4u8).for_each(|i| assert_eq!(p.try_publish(&[i]), Ok(u64::from(i))));
     let m = c.try_pin().unwrap();
@@ -149,9 +139,7 @@ fn a_leaked_pin_does_not_count_its_skipped_messages_twice() {
 /// producer; bits of registered entries are not.
 #[test]
 fn the_producer_sweeps_bits_of_free_entries_only() {
-    let s = seg(2, 16);
-    let mut p = producer(&s);
-    let c = consumer(&s, DeliveryClass::Gating, 2);
+    let (s, mut p, [c]) = open_shared(seg(2, 16), [DeliveryClass::Gating]);
     let free_bit = 1u64 << 3;
     let live_bit = 1u64 << c.index();
     s.slot_header(0)
@@ -573,10 +561,14 @@ fn a_leaked_pin_taken_back_by_the_drop_races_nothing() {
 #[test]
 fn a_producer_counts_the_readers_it_reclaimed_and_not_the_ones_that_left() {
     let s = seg(4, 16);
-    let mut p = producer(&s);
-    let mut dying = consumer(&s, DeliveryClass::Gating, 2);
-    let finished = consumer(&s, DeliveryClass::Gating, 3);
-    let latest = consumer(&s, DeliveryClass::LatestOnly, 4);
+    let (mut p, [mut dying, finished, latest]) = open(
+        &s,
+        [
+            DeliveryClass::Gating,
+            DeliveryClass::Gating,
+            DeliveryClass::LatestOnly,
+        ],
+    );
     let (dying_at, latest_at) = (dying.index(), latest.index());
     for i in 0..3u8 {
         p.try_publish(&[i]).unwrap();

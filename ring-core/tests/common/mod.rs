@@ -3,6 +3,7 @@
 #![allow(dead_code, reason = "each test binary uses a different part")]
 
 use core::ops::Range;
+use std::sync::Arc;
 
 use ring_core::{
     Config, Consumer, DeliveryClass, HeapSegment, Memory, OpenJoin, OwnerId, Producer,
@@ -49,4 +50,46 @@ pub fn publish_msgs<M: Memory>(p: &mut Producer<M>, seqs: Range<u64>) {
     for i in seqs {
         p.try_publish(&msg(i as u8)).unwrap();
     }
+}
+
+/// The producer of `mem` (owner 1) and, registered in order after it, a consumer of each of
+/// `classes` (owners 2, 3, …).
+pub fn open<M: OpenJoin + Copy, const N: usize>(
+    mem: M,
+    classes: [DeliveryClass; N],
+) -> (Producer<M>, [Consumer<M>; N]) {
+    let p = producer(mem);
+    let mut owner = 1;
+    let consumers = classes.map(|class| {
+        owner += 1;
+        consumer(mem, class, owner)
+    });
+    (p, consumers)
+}
+
+/// `N` members of `mem`'s group `group`, joined in order (owners 2, 3, …).
+pub fn members<M: OpenJoin + Copy, const N: usize>(mem: M, group: &str) -> [Consumer<M>; N] {
+    let mut owner = 1;
+    [(); N].map(|()| {
+        owner += 1;
+        member(mem, group, owner)
+    })
+}
+
+/// A shared segment with its producer and `N` consumers.
+pub type Shared<S, const N: usize> = (Arc<S>, Producer<Arc<S>>, [Consumer<Arc<S>>; N]);
+
+/// `seg`, shared, with [`open`]'s producer and consumers on it (the handles keep it alive).
+pub fn open_shared<S: OpenJoin, const N: usize>(
+    seg: S,
+    classes: [DeliveryClass; N],
+) -> Shared<S, N> {
+    let s = Arc::new(seg);
+    let p = producer(Arc::clone(&s));
+    let mut owner = 1;
+    let consumers = classes.map(|class| {
+        owner += 1;
+        consumer(Arc::clone(&s), class, owner)
+    });
+    (s, p, consumers)
 }

@@ -1,31 +1,49 @@
-//! Wake-up latency and 64 B throughput of a subscriber, three ways, in one run:
-//! `recv_async` on tokio (woken by the reactor thread), the blocking `recv` on a thread of its
-//! own, and the work-around users write today: a blocking thread that `recv`s and forwards
-//! into a tokio `mpsc` channel that a task awaits. Prints a markdown table of the medians and
-//! the ratios to the blocking `recv` (docs/benchmarks.md).
+//! Wake-up latency and 64 B throughput of a subscriber, four ways, in one run: `recv_async` on
+//! tokio's current-thread runtime and on its multi-thread runtime (a spawned task), the
+//! blocking `recv` on a thread of its own, and the work-around users write today: a blocking
+//! thread that `recv`s and forwards into a tokio `mpsc` channel that a task awaits. Wake-ups are
+//! measured twice: with the publisher in this process (where a publish wakes this process's
+//! futures itself) and in another process (this program run with `--publish`: the futures are
+//! woken through the reactor thread). Prints a markdown table of the medians and the ratios to
+//! the blocking `recv` (docs/benchmarks.md).
 //!
 //! ```sh
 //! cargo run --release -p ring-os --features async --example async_bench [-- --quick]
 //! ```
 
 use core::time::Duration;
-use std::sync::OnceLock;
-use std::time::Instant;
+use std::path::Path;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use ring_os::prelude::*;
 
 const SIZE: usize = 64;
 
-/// Nanoseconds since the first call: a clock both threads read.
+/// Nanoseconds of the system clock: one clock for the threads of this process and for the
+/// publisher process of the cross-process rounds.
 fn now_ns() -> u64 {
-    static EPOCH: OnceLock<Instant> = OnceLock::new();
-    let epoch = *EPOCH.get_or_init(Instant::now);
-    u64::try_from(epoch.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Publishes `samples` stamped messages, each after a pause long enough for every receiver to
+/// park, then closes the ring.
+fn publish_stamped(publisher: &mut Publisher, samples: usize) {
+    for _ in 0..samples {
+        std::thread::sleep(Duration::from_micros(200)); // the receiver parks meanwhile
+        let mut m = [0u8; SIZE];
+        m[..8].copy_from_slice(&now_ns().to_le_bytes());
+        publisher.send(&m).expect("send");
+    }
+    publisher.close();
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Way {
     Async,
+    AsyncMulti,
     Blocking,
     Mpsc,
 }
@@ -34,6 +52,7 @@ impl Way {
     fn name(self) -> &'static str {
         match self {
             Self::Async => "`recv_async` on tokio (current-thread runtime)",
+            Self::AsyncMulti => "`recv_async` on tokio (multi-thread runtime, a spawned task)",
             Self::Blocking => "blocking `recv` on its own thread",
             Self::Mpsc => "work-around: blocking `recv` thread → tokio `mpsc` → task",
         }
@@ -58,6 +77,19 @@ fn receive(way: Way, mut subscriber: Subscriber, mut each: impl FnMut(&[u8]) + S
                     each(&buf[..m.len]);
                 }
             });
+        }
+        Way::AsyncMulti => {
+            // The task runs on a worker thread (`block_on`'s own future would run on this one).
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .build()
+                .expect("runtime");
+            let task = rt.spawn(async move {
+                while let Ok(m) = subscriber.recv_async(&mut buf).await {
+                    each(&buf[..m.len]);
+                }
+            });
+            rt.block_on(task).expect("task");
         }
         Way::Mpsc => {
             let (tx, mut rx) = tokio::sync::mpsc::channel::<[u8; SIZE]>(64);
@@ -96,9 +128,22 @@ fn ring(slots: u32) -> (Ring, Subscriber, Publisher) {
 }
 
 /// Median and 99th percentile of publish → received, with the receiver parked before each
-/// message (the publisher pauses 200 µs between messages).
-fn latency(way: Way, samples: usize) -> (u64, u64) {
-    let (_ring, subscriber, mut publisher) = ring(8);
+/// message (the publisher pauses 200 µs between messages). `cross`: the publisher is another
+/// process (this program run with `--publish`), so no shortcut within the process applies.
+fn latency(way: Way, samples: usize, cross: bool) -> (u64, u64) {
+    let path = std::env::temp_dir().join(format!("async-bench-{}.ring", std::process::id()));
+    let (ring, subscriber, publisher) = if cross {
+        let ring = Ring::file(&path)
+            .slots(8)
+            .slot_size(SIZE as u32)
+            .create()
+            .expect("ring");
+        let subscriber = ring.subscriber(DeliveryClass::Gating).expect("subscriber");
+        (ring, subscriber, None)
+    } else {
+        let (ring, subscriber, publisher) = ring(8);
+        (ring, subscriber, Some(publisher))
+    };
     let (tx, rx) = std::sync::mpsc::channel();
     let receiver = std::thread::spawn(move || {
         let mut lat = Vec::with_capacity(samples);
@@ -110,17 +155,30 @@ fn latency(way: Way, samples: usize) -> (u64, u64) {
             }
         });
     });
-    for _ in 0..samples {
-        std::thread::sleep(Duration::from_micros(200)); // the receiver parks meanwhile
-        let mut m = [0u8; SIZE];
-        m[..8].copy_from_slice(&now_ns().to_le_bytes());
-        publisher.send(&m).expect("send");
+    if let Some(mut publisher) = publisher {
+        publish_stamped(&mut publisher, samples);
+    } else {
+        let status = std::process::Command::new(std::env::current_exe().expect("this program"))
+            .arg("--publish")
+            .arg(&path)
+            .arg(samples.to_string())
+            .status()
+            .expect("publisher process");
+        assert!(status.success(), "the publisher process failed: {status}");
     }
     let mut lat = rx.recv().expect("latencies");
-    publisher.close();
     receiver.join().expect("receiver");
+    drop(ring);
+    let _ = std::fs::remove_file(&path);
     lat.sort_unstable();
     (lat[lat.len() / 2], lat[lat.len() * 99 / 100])
+}
+
+/// The cross-process rounds' publisher: opens the ring at `path` and publishes into it.
+fn publisher_process(path: &Path, samples: usize) {
+    let ring = Ring::file(path).open().expect("open the ring");
+    let mut publisher = ring.publisher().expect("publisher");
+    publish_stamped(&mut publisher, samples);
 }
 
 /// Messages per second of `n` 64 B messages sent as fast as the ring takes them.
@@ -152,58 +210,75 @@ fn throughput(way: Way, n: u64) -> f64 {
 }
 
 fn main() {
-    let quick = std::env::args().any(|a| a == "--quick");
+    let args: Vec<String> = std::env::args().collect();
+    if let [_, flag, path, samples] = &args[..] {
+        if flag == "--publish" {
+            publisher_process(Path::new(path), samples.parse().expect("samples"));
+            return;
+        }
+    }
+    let quick = args.iter().any(|a| a == "--quick");
     let (samples, n, rounds) = if quick {
         (200, 20_000, 1)
     } else {
         (2_000, 500_000, 3)
     };
-    let ways = [Way::Blocking, Way::Async, Way::Mpsc];
-    let mut lat = [
-        (Vec::new(), Vec::new()),
-        (Vec::new(), Vec::new()),
-        (Vec::new(), Vec::new()),
-    ];
-    let mut tput = [Vec::new(), Vec::new(), Vec::new()];
+    let ways = [Way::Blocking, Way::Async, Way::AsyncMulti, Way::Mpsc];
+    // Per way: in-process p50s and p99s, cross-process p50s and p99s, throughputs.
+    let mut lat: [[Vec<u64>; 4]; 4] = Default::default();
+    let mut tput: [Vec<f64>; 4] = Default::default();
     // Rounds alternate the ways, so that a slow spell of the machine hits each of them.
     for _ in 0..rounds {
         for (i, &way) in ways.iter().enumerate() {
-            let (p50, p99) = latency(way, samples);
-            lat[i].0.push(p50);
-            lat[i].1.push(p99);
+            let (p50, p99) = latency(way, samples, false);
+            lat[i][0].push(p50);
+            lat[i][1].push(p99);
+            let (p50, p99) = latency(way, samples, true);
+            lat[i][2].push(p50);
+            lat[i][3].push(p99);
             tput[i].push(throughput(way, n));
         }
     }
-    let median_u = |v: &mut Vec<u64>| {
+    let median_u = |v: &[u64]| {
+        let mut v = v.to_vec();
         v.sort_unstable();
         v[v.len() / 2]
     };
-    let median_f = |v: &mut Vec<f64>| {
+    let median_f = |v: &[f64]| {
+        let mut v = v.to_vec();
         v.sort_by(f64::total_cmp);
         v[v.len() / 2]
     };
-    let base_lat = median_u(&mut lat[0].0.clone()) as f64;
-    let base_tput = median_f(&mut tput[0].clone());
+    let base_in = median_u(&lat[0][0]) as f64;
+    let base_cross = median_u(&lat[0][2]) as f64;
+    let base_tput = median_f(&tput[0]);
     println!(
-        "reactor on futex_waitv: {}; {samples} wake-ups and {n} messages per way, median of \
-         {rounds} rounds",
+        "reactor on futex_waitv: {}; {samples} wake-ups per way and place, {n} messages per \
+         way, median of {rounds} rounds",
         ring_os::asyncio::uses_futex_waitv()
     );
     println!();
     println!(
-        "| subscriber | wake-up p50 | p99 | p50 vs blocking | 64 B throughput | vs blocking |"
+        "| subscriber | wake-up p50 (publisher in this process) | p99 | vs blocking | \
+         wake-up p50 (publisher in another process) | p99 | vs blocking | 64 B throughput | \
+         vs blocking |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|---|");
+    let us = |ns: u64| ns as f64 / 1e3;
     for (i, &way) in ways.iter().enumerate() {
-        let p50 = median_u(&mut lat[i].0);
-        let p99 = median_u(&mut lat[i].1);
-        let t = median_f(&mut tput[i]);
+        let (p50, p99) = (median_u(&lat[i][0]), median_u(&lat[i][1]));
+        let (x50, x99) = (median_u(&lat[i][2]), median_u(&lat[i][3]));
+        let t = median_f(&tput[i]);
         println!(
-            "| {} | {:.1} µs | {:.1} µs | {:.2}x | {:.2} M msg/s | {:.2}x |",
+            "| {} | {:.1} µs | {:.1} µs | {:.2}x | {:.1} µs | {:.1} µs | {:.2}x | {:.2} M msg/s | \
+             {:.2}x |",
             way.name(),
-            p50 as f64 / 1e3,
-            p99 as f64 / 1e3,
-            p50 as f64 / base_lat,
+            us(p50),
+            us(p99),
+            p50 as f64 / base_in,
+            us(x50),
+            us(x99),
+            x50 as f64 / base_cross,
             t / 1e6,
             t / base_tput
         );

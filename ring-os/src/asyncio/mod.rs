@@ -39,6 +39,11 @@
 //!   and wakes the wakers of words that changed. Where the kernel lacks it (ENOSYS), on other
 //!   platforms, or with `SHMRING_ASYNC_POLL=1`, it polls the words instead (50 µs doubling to
 //!   1 ms), on the same one thread.
+//! - A publish (or a consumer's progress) made by this process wakes this process's futures
+//!   waiting on that word itself, on the publishing thread, before its futex wake: one thread
+//!   hand-off to the executor instead of two (the reactor's thread, then the executor's). The
+//!   words are matched by address, so a ring mapped twice in one process takes the reactor's
+//!   path; waiters in other processes always do.
 //! - Peers' liveness: every entry also has a deadline one
 //!   [`LIVENESS_PERIOD`](crate::raw::LIVENESS_PERIOD) away. For a subscriber's entry the reactor
 //!   then asks the kernel whether the publisher's role lock is held (once per ring, however

@@ -9,6 +9,11 @@
 //! (one probe per ring, however many subscribers wait on it) and wakes the future only when
 //! the publisher is gone or the segment was cut, so idle subscribers cost no wake-ups.
 //!
+//! A publisher in this process does not wait for the helper: the ring's `notify` calls
+//! [`wake_local`] before its futex wake, which wakes the entries on that word at once on the
+//! publishing thread (the futex wake still follows, for other processes and as the path that
+//! loses nothing).
+//!
 //! Two backends, chosen once per process:
 //! - **`futex_waitv`** (Linux >= 5.16): the helper sleeps in one system call on up to 128
 //!   words: its own kick word plus up to 127 distinct registered words (beyond that it waits
@@ -25,7 +30,7 @@
 //!   thread): one blocking call for all registered sources, wakers collected and woken outside
 //!   the lock.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use core::task::Waker;
 use core::time::Duration;
 use std::collections::HashMap;
@@ -141,11 +146,15 @@ pub(crate) struct Reactor {
     kick: AtomicU32,
     /// Wakes the polling helper.
     cond: Condvar,
+    /// `entries.len()`, stored under the lock after each change: lets [`wake_local`] skip
+    /// the lock when nothing waits.
+    registered: AtomicUsize,
 }
+
+static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
 
 /// The process's reactor; the helper thread starts with the first registration.
 pub(crate) fn reactor() -> &'static Reactor {
-    static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
     REACTOR.get_or_init(|| {
         let forced = std::env::var_os("SHMRING_ASYNC_POLL").is_some_and(|v| v != "0");
         // The portable backend's producers wake no futex (they use the platform's address
@@ -163,6 +172,17 @@ pub(crate) fn reactor() -> &'static Reactor {
     })
 }
 
+/// Wakes at once, on the calling thread, the futures of this process registered on `word`
+/// that it changed: the in-process shortcut of a publish (or a consumer's progress), called
+/// by the ring's `notify` before its futex wake. The futex wake still follows, for waiters in
+/// other processes and as the path that loses nothing (a registration this misses, the helper
+/// finds changed). Costs one load when no future of the process waits.
+pub(crate) fn wake_local(word: &AtomicU32) {
+    if let Some(r) = REACTOR.get() {
+        r.wake_word(word);
+    }
+}
+
 impl Reactor {
     /// A reactor with its helper thread (leaked: it serves the process until exit).
     pub(crate) fn start(backend: Backend) -> &'static Self {
@@ -176,6 +196,7 @@ impl Reactor {
             }),
             kick: AtomicU32::new(0),
             cond: Condvar::new(),
+            registered: AtomicUsize::new(0),
         }));
         // A reactor whose helper cannot start would leave every future pending forever:
         // failing to spawn one thread is as fatal as failing to allocate.
@@ -225,6 +246,7 @@ impl Reactor {
                 _keep: keep,
             },
         );
+        self.count(&st);
         let kick = core::mem::replace(&mut st.idle, false);
         let backend = st.backend;
         drop(st);
@@ -245,7 +267,39 @@ impl Reactor {
     /// Forgets a registration (its waker is not woken); false when it was gone already
     /// (woken, or never there).
     pub(crate) fn cancel(&self, token: Token) -> bool {
-        self.lock().entries.remove(&token).is_some()
+        let mut st = self.lock();
+        let gone = st.entries.remove(&token).is_some();
+        self.count(&st);
+        gone
+    }
+
+    /// Stores `st.entries.len()` for [`wake_local`] (call under the lock, after a change).
+    fn count(&self, st: &State) {
+        // Relaxed: a hint for skipping the lock; `wake_local` misses nothing it must not (the
+        // futex wake after it reaches every registration).
+        self.registered.store(st.entries.len(), Ordering::Relaxed);
+    }
+
+    /// Wakes (and forgets) the entries on `word` whose value changed; see [`wake_local`].
+    fn wake_word(&self, word: &AtomicU32) {
+        // Relaxed: see `count`.
+        if self.registered.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let target = Word(core::ptr::from_ref(word));
+        let mut wakers = Vec::new();
+        let mut st = self.lock();
+        st.entries.retain(|_, e| {
+            let woken = e.word == target && e.load() != e.expected;
+            if woken {
+                wakers.push(e.waker.clone());
+            }
+            !woken
+        });
+        st.woken += wakers.len() as u64;
+        self.count(&st);
+        drop(st);
+        wake_all(&mut wakers);
     }
 
     /// Registrations waiting now.
@@ -289,6 +343,7 @@ impl Reactor {
                 !woken
             });
             st.woken += wakers.len() as u64;
+            self.count(&st);
             let next = st.entries.values().map(|e| e.deadline).min();
             match st.backend {
                 Backend::Waitv => {

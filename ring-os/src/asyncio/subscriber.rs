@@ -488,4 +488,49 @@ mod tests {
         let mut buf = [0u8; 64];
         assert_eq!(sub.try_recv(&mut buf).unwrap().len, 1);
     }
+
+    /// A waker that records the thread that woke it.
+    struct WokenOn(std::sync::Mutex<Option<std::thread::ThreadId>>);
+    impl std::task::Wake for WokenOn {
+        fn wake(self: Arc<Self>) {
+            *self.0.lock().unwrap() = Some(std::thread::current().id());
+        }
+    }
+
+    /// A publish made by this process wakes its pending futures itself, inside `send` on the
+    /// publishing thread, not through the reactor's thread (the one-hand-off path that the
+    /// wake-up benchmark's in-process rows measure).
+    #[test]
+    fn a_publish_in_this_process_wakes_the_future_on_the_publishing_thread() {
+        let ring = Ring::memfd().slots(4).slot_size(64).create().unwrap();
+        let mut sub = ring.subscriber(DeliveryClass::Gating).unwrap();
+        let mut publisher = ring.publisher().unwrap();
+        let mut buf = [0u8; 64];
+        // The reactor's thread may rarely get there first (woken by another test's publish, it
+        // scans our changed word before `send` reaches its shortcut): a few attempts; without
+        // the shortcut every attempt is woken on the reactor's thread.
+        let on_this_thread = (0..3).any(|_| {
+            let woken = Arc::new(WokenOn(std::sync::Mutex::new(None)));
+            let waker = Waker::from(Arc::clone(&woken));
+            let mut cx = Context::from_waker(&waker);
+            let mut wait = ReadyWait::new();
+            assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+            publisher.send(b"x").unwrap();
+            until("the publish woke the wait", || {
+                woken.0.lock().unwrap().is_some()
+            });
+            let by = *woken.0.lock().unwrap();
+            assert!(matches!(
+                sub.poll_ready(&mut wait, &mut cx),
+                Poll::Ready(Ok(()))
+            ));
+            assert_eq!(waiters(&mut sub), 0, "the woken wait kept its count");
+            assert_eq!(sub.try_recv(&mut buf).unwrap().len, 1);
+            by == Some(std::thread::current().id())
+        });
+        assert!(
+            on_this_thread,
+            "never woken by the publishing thread itself"
+        );
+    }
 }

@@ -37,7 +37,7 @@ def test_a_batch_crosses_zero_copy_and_its_block_is_freed_when_done(pair):
     assert a._duplex.inspect()["own"]["live"] == 1
     del got, buf
     gc.collect()
-    b._service()  # b's next call into the channel sends the notice of the view that is gone
+    b._service(flush=True)  # b sends the notice of the view that is gone
     assert a._drain(1.0)  # b's done notice arrives and a frees the block
     assert a._duplex.inspect()["own"]["live"] == 0
     assert b.stats["done_sent"] == 1 and a.stats["freed"] == 1
@@ -54,11 +54,44 @@ def test_a_block_the_peer_is_done_with_is_written_again(pair):
         assert _deserialize_from_shm(buf, want.schema).equals(want)
         del buf
         gc.collect()
-        b._service()  # what b's next write (its reply) does first: send the done notice
+        b._service(flush=True)  # b sends the done notice at once
     # The notice reaches a a call later, so a writes into two blocks in turn, not a new one
     # each time (ring-core's allocator reuses what was freed).
     assert len(offsets) <= 2
     assert a._duplex.inspect()["own"]["live"] <= 2
+
+
+def test_done_notices_go_together_and_every_block_comes_back(pair):
+    a, b = pair.a, pair.b
+    sent = []
+    for i in range(3 * shmring.vgi._FLUSH_COUNT):
+        handle, n = a.allocate_and_write(batch(100))
+        buf = b.read_buffer(handle, n)
+        del buf
+        gc.collect()
+        b._service()  # b's next write: a notice only once _FLUSH_COUNT views are gone
+        sent.append(b.stats["done_sent"])
+        a._service()
+        assert a._duplex.inspect()["own"]["live"] <= shmring.vgi._FLUSH_COUNT
+    assert sent[shmring.vgi._FLUSH_COUNT - 2] == 0, "a notice went before enough waited"
+    assert sent[-1] == 3 * shmring.vgi._FLUSH_COUNT  # three notices of _FLUSH_COUNT each
+    assert a.stats["freed"] == 3 * shmring.vgi._FLUSH_COUNT
+    assert a._duplex.inspect()["own"]["live"] == 0
+
+
+def test_done_notices_of_big_blocks_go_at_once(pair):
+    a, b = pair.a, pair.b
+    big = batch(13_000)  # about 210 KiB: over an eighth of the 1 MiB arena, under a quarter
+    for i in range(5):
+        handle, n = a.allocate_and_write(big)
+        assert 8 * n >= pair.size > 4 * n
+        buf = b.read_buffer(handle, n)
+        del buf
+        gc.collect()
+        b._service()
+        assert b.stats["done_sent"] == i + 1  # every one: the bytes waiting reach 1/8
+        a._service()
+    assert a._duplex.inspect()["own"]["live"] == 0
 
 
 def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_done(
@@ -78,7 +111,7 @@ def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_do
     assert got.equals(want)
     del at_b
     gc.collect()
-    b._service()  # b is done with its view: the done notice
+    b._service(flush=True)  # b is done with its view: the done notice
     a._service()
     assert a._duplex.inspect()["own"]["live"] == 1, "a's own view still holds the block"
     del got, buf
@@ -129,3 +162,26 @@ def test_a_forged_handle_is_refused(pair):
     handle, n = pair.a.allocate_and_write(batch(10))
     with pytest.raises(ValueError):
         pair.b.read_buffer(handle, n + 10**9)
+
+
+def test_a_small_batch_is_written_as_a_stream_writer_writes_it(pair):
+    from vgi_rpc.utils import new_ipc_stream
+
+    a, b = pair.a, pair.b
+    meta = pa.schema([pa.field("x", pa.int64())], metadata={b"k": b"v"})
+    cases = [batch(10), batch(3000), pa.record_batch([pa.array([1, 2, 3])], schema=meta),
+             pa.record_batch({"n": pa.array([None, 1.5, None]), "l": pa.array([[1], [], None])})]
+    for want in cases:
+        assert want.nbytes <= shmring.vgi._SERIALIZE_MAX
+        sink = pa.BufferOutputStream()
+        with new_ipc_stream(sink, want.schema) as w:
+            w.write_batch(want)
+        expected = sink.getvalue().to_pybytes()
+        routed = a.stats["routed"]
+        handle, n = a.allocate_and_write(want)
+        assert a.stats["routed"] == routed + 1
+        assert a._head and a._schema.equals(want.schema, check_metadata=True)  # the small path
+        buf = b.read_buffer(handle, n)
+        assert buf.to_pybytes() == expected
+        got = _deserialize_from_shm(buf, want.schema)
+        assert got.equals(want) and got.schema.equals(want.schema, check_metadata=True)

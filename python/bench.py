@@ -23,12 +23,19 @@ with ``recv_into`` a preallocated ``(H, W, 4)`` array. Frames per second, same r
 import argparse
 import json
 import multiprocessing as mp
+import os
 import socket
 import statistics
 import threading
 import time
 
-import numpy as np
+# No BLAS thread pool, in this process and the spawned ones (they inherit the environment): the
+# bench does no linear algebra, and OpenBLAS's server threads spin for tens of milliseconds
+# after `import numpy` (a fresh import: 0.125 s of CPU against 0.074 s without them), inside
+# the short measurement windows of the large sizes, on whichever CPU a kind's processes need.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
 
 import shmring
 
@@ -311,8 +318,6 @@ def frames_once(kind, w, h, count, ctx):
         proc.join(WAIT)
         conn.close()
         srv.close()
-        import os
-
         os.unlink(path)
     return count / (t1 - t0)
 

@@ -11,6 +11,7 @@
 mod aio;
 mod arena;
 mod consumer;
+mod copy;
 mod dlpack;
 mod errors;
 mod export;

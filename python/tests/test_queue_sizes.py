@@ -51,6 +51,26 @@ def test_a_message_larger_than_the_arena_spills_into_a_segment_the_sender_reuses
     receiver.close()
 
 
+@pytest.mark.parametrize("size", [(4 << 20) - 1, 4 << 20, (5 << 20) + 77, 40_000_037])
+@pytest.mark.parametrize("offset", [0, 1, 13])
+def test_large_parts_copy_exactly_at_any_alignment(size, offset):
+    # Parts from 4 MiB up are copied with streaming stores (src/copy.rs) in the arena and in a
+    # spill segment, by put and by the copying get: every byte, at any source alignment and
+    # length (a head, 64-byte blocks, a tail).
+    sender, receiver = shmring.create_pair(2, max_message=8 << 20)
+    base = (np.arange(size + offset, dtype=np.uint64) * 2654435761 >> 7).astype(np.uint8)
+    part = base[offset:]  # a buffer that starts off any 16-byte boundary when offset > 0
+    sender.put(part, timeout=5)
+    got = receiver.get(timeout=5)
+    assert got.flags.writeable and np.array_equal(got, part)
+    sender.put({"a": part, "b": part[::-1].copy()}, timeout=5)
+    view = receiver.get(timeout=5, zero_copy=True)
+    assert np.array_equal(view["a"], part) and np.array_equal(view["b"], part[::-1])
+    del view
+    sender.close()
+    receiver.close()
+
+
 def test_a_closed_pair_leaves_no_spill_segment():
     sender, receiver = shmring.create_pair(2)
     name = sender._ring.name

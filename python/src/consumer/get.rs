@@ -161,13 +161,11 @@ impl Consumer {
         }
         let faults = ring_os::raw::sigbus::repaired_faults();
         let copy = move || {
-            for (src, dst, len) in jobs {
-                // SAFETY: `src..src + len` lies in the held slot or its allocation (`parse`),
-                // stable while held (this call gives the hold back only after the copy);
-                // `dst` is the memory of a new bytearray or `Buffer` of `len` bytes (held in
-                // `out`) that no other code has seen yet.
-                unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-            }
+            // SAFETY: each `src..src + len` lies in the held slot or its allocation (`parse`),
+            // stable while held (this call gives the hold back only after the copy); each
+            // `dst` is the memory of a new bytearray or `Buffer` of `len` bytes (held in `out`)
+            // that no other code has seen yet.
+            unsafe { crate::copy::all(jobs) };
         };
         if total >= q::RELEASE_GIL_AT {
             unlocked(py, &mut turn.lease, |_| copy());

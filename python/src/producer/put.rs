@@ -299,31 +299,31 @@ pub(super) fn put_parts(
     let target = pending.target.take();
     let spilling = target.is_some();
     let copy = move || -> Result<(Option<Target>, Option<Segment>), Fail> {
-        for (src, dst, len) in jobs {
-            // SAFETY: `src` is `len` bytes of a buffer view held (in `views`) across this call;
-            // `dst` is `len` bytes inside the claimed slot or the fresh allocation (`plan`
-            // placed the part inside the slot's capacity or the allocation's length;
-            // `Arena::address` checked the allocation lies in the arena). Neither is read by
-            // anyone else before the message is published: the slot is claimed in a pin-only
-            // ring (no optimistic readers) and the allocation is referenced by no published
-            // slot. Distinct parts never overlap.
-            unsafe { core::ptr::copy_nonoverlapping(src as *const u8, dst as *mut u8, len) };
-        }
+        // SAFETY: each `src` is `len` bytes of a buffer view held (in `views`) across this
+        // call; each `dst` is `len` bytes inside the claimed slot or the fresh allocation
+        // (`plan` placed the part inside the slot's capacity or the allocation's length;
+        // `Arena::address` checked the allocation lies in the arena). Neither is read by
+        // anyone else before the message is published: the slot is claimed in a pin-only ring
+        // (no optimistic readers) and the allocation is referenced by no published slot.
+        // Distinct parts never overlap.
+        unsafe { crate::copy::all(jobs) };
         let Some(target) = target else {
             return Ok((None, None));
         };
         let (created, base) = spill_data(&target)?;
-        for (src, off, len) in spilled {
-            // SAFETY: `src` is `len` bytes of a held view (as above); `off + len` lies within
-            // the plan's out-of-slot length, at most the segment's data length (`Pool::target`
-            // chose or sized it for that many bytes). The segment is this sender's: either just
-            // created and not published yet, or a pooled one whose last message was consumed
-            // (acknowledged, or its slot claimed again), so no reader uses its data now (the
-            // untrusted-peer caveat of `spill`).
-            unsafe {
-                core::ptr::copy_nonoverlapping(src as *const u8, (base + off) as *mut u8, len)
-            };
-        }
+        // SAFETY: each `src` is `len` bytes of a held view (as above); `off + len` lies within
+        // the plan's out-of-slot length, at most the segment's data length (`Pool::target`
+        // chose or sized it for that many bytes). The segment is this sender's: either just
+        // created and not published yet, or a pooled one whose last message was consumed
+        // (acknowledged, or its slot claimed again), so no reader uses its data now (the
+        // untrusted-peer caveat of `spill`).
+        unsafe {
+            crate::copy::all(
+                spilled
+                    .into_iter()
+                    .map(|(src, off, len)| (src, base + off, len)),
+            )
+        };
         Ok((Some(target), created))
     };
     let copied = if total >= q::RELEASE_GIL_AT || spilling {

@@ -17,6 +17,16 @@ pub(crate) unsafe fn arg<'a, T>(p: *const T, what: &str) -> Res<&'a T> {
     unsafe { p.as_ref() }.ok_or_else(|| null(what))
 }
 
+/// `p` itself when it is not null (an out-parameter to write through, say), or
+/// `INVALID_ARGUMENT` naming `what`.
+pub(crate) fn non_null<T>(p: *mut T, what: &str) -> Res<*mut T> {
+    if p.is_null() {
+        Err(null(what))
+    } else {
+        Ok(p)
+    }
+}
+
 /// `p` as a unique reference, or `INVALID_ARGUMENT` naming `what`.
 ///
 /// # Safety

@@ -2,9 +2,9 @@
 
 use core::ffi::c_int;
 
-use crate::args::{arg_mut, bytes, put};
+use crate::args::{arg_mut, bytes, non_null, put};
 use crate::handles::shmring_loan;
-use crate::status::{fail, guard, null, Res};
+use crate::status::{fail, guard, Res};
 use crate::{SHMRING_E_NOT_PIN_ONLY, SHMRING_E_TOO_LARGE};
 
 /// Stores the slot's writable bytes in `*data` and its capacity in `*capacity` (either may be
@@ -120,9 +120,7 @@ pub unsafe extern "C" fn shmring_loan_set_meta(
 ///
 /// `loan` is null or a live loan handle, used only by this thread, freed by nobody else.
 unsafe fn take_loan(loan: *mut shmring_loan) -> Res<Box<shmring_loan>> {
-    if loan.is_null() {
-        return Err(null("loan"));
-    }
+    let loan = non_null(loan, "loan")?;
     // SAFETY: live by the caller's contract; its owner outlives it (freeing the owner frees
     // the loan) and is used by this thread only.
     let owner = unsafe { &mut *(*loan).owner };

@@ -59,27 +59,36 @@ fn slice(timeout_ms: u64) -> Duration {
     }
 }
 
-/// Waits in slices (see [`slice`]) until `done` says so, for at most `timeout_ms`; `ended`
-/// says why a slice that ended undone ends the wait for good (`None`: wait on), and `timeout`
-/// gives the message past the deadline. Each sees the publisher `p`.
-fn wait_sliced(
-    p: &mut Publisher,
+/// A call's wait on the publisher handle `publisher`: waits in slices (see [`slice`]) until
+/// `done` says so, for at most `timeout_ms`; `ended` says why a slice that ended undone ends
+/// the wait for good (`None`: wait on), and `timeout` gives the message past the deadline.
+/// Each sees the publisher.
+///
+/// # Safety
+///
+/// As for [`publisher`].
+unsafe fn wait_sliced(
+    publisher: *mut shmring_publisher,
     timeout_ms: u64,
     mut done: impl FnMut(&mut Publisher, Duration) -> bool,
     mut ended: impl FnMut(&mut Publisher) -> Option<Fail>,
     timeout: impl FnOnce(&Publisher) -> String,
-) -> Res {
-    loop {
-        if done(p, slice(timeout_ms)) {
-            return Ok(());
+) -> c_int {
+    guard(|| {
+        // SAFETY: the caller's contract.
+        let p = unsafe { self::publisher(publisher) }?;
+        loop {
+            if done(p, slice(timeout_ms)) {
+                return Ok(());
+            }
+            if let Some(e) = ended(p) {
+                return Err(e);
+            }
+            if timeout_ms != SHMRING_FOREVER {
+                return Err(fail(SHMRING_E_TIMEOUT, timeout(p)));
+            }
         }
-        if let Some(e) = ended(p) {
-            return Err(e);
-        }
-        if timeout_ms != SHMRING_FOREVER {
-            return Err(fail(SHMRING_E_TIMEOUT, timeout(p)));
-        }
-    }
+    })
 }
 
 /// Claims a slot (once `deadline` is reached, the ring's last refusal), waiting with reclaim.
@@ -214,11 +223,10 @@ pub unsafe extern "C" fn shmring_publisher_wait_for_subscribers(
     n: usize,
     timeout_ms: u64,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_publisher_send`.
-        let p = unsafe { self::publisher(publisher) }?;
+    // SAFETY: as in `shmring_publisher_send`.
+    unsafe {
         wait_sliced(
-            p,
+            publisher,
             timeout_ms,
             |p, slice| p.wait_for_subscribers(n, slice),
             |_| None,
@@ -229,7 +237,7 @@ pub unsafe extern "C" fn shmring_publisher_wait_for_subscribers(
                 )
             },
         )
-    })
+    }
 }
 
 /// Waits at most `timeout_ms` until every gating subscriber consumed everything published
@@ -242,11 +250,10 @@ pub unsafe extern "C" fn shmring_publisher_wait_drained(
     publisher: *mut shmring_publisher,
     timeout_ms: u64,
 ) -> c_int {
-    guard(|| {
-        // SAFETY: as in `shmring_publisher_send`.
-        let p = unsafe { self::publisher(publisher) }?;
+    // SAFETY: as in `shmring_publisher_send`.
+    unsafe {
         wait_sliced(
-            p,
+            publisher,
             timeout_ms,
             |p, slice| p.wait_drained(slice),
             |p| {
@@ -255,7 +262,7 @@ pub unsafe extern "C" fn shmring_publisher_wait_drained(
             },
             |_| format!("gating subscribers did not drain the ring within {timeout_ms} ms"),
         )
-    })
+    }
 }
 
 /// Reports the messages published so far (the next sequence number) in `*published` and the

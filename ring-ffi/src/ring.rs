@@ -6,10 +6,10 @@ use ring_core::Memory as _;
 use ring_os::prelude::*;
 use ring_os::raw::SegmentName;
 
-use crate::args::{arg, arg_mut, free_handle, millis, out_handle, put, text};
+use crate::args::{arg, arg_mut, free_handle, millis, non_null, out_handle, put, text};
 use crate::fds;
 use crate::handles::{new_ring, shmring_ring};
-use crate::status::{guard, null};
+use crate::status::guard;
 
 /// A ring's geometry. For create: a zero field takes the default (8 slots of 65536 bytes, 8
 /// subscribers). For open: a zero field is not checked; a non-zero one must match the ring
@@ -216,9 +216,7 @@ pub unsafe extern "C" fn shmring_ring_fd(ring: *const shmring_ring, fd: *mut c_i
     guard(|| {
         // SAFETY: `ring` is null or a live handle (header contract).
         let ring = unsafe { arg(ring, "ring") }?;
-        if fd.is_null() {
-            return Err(null("fd"));
-        }
+        let fd = non_null(fd, "fd")?;
         // SAFETY: non-null and writable (header contract).
         unsafe { fds::fd(ring, fd) }
     })
@@ -287,9 +285,7 @@ pub unsafe extern "C" fn shmring_ring_get_info(
     guard(|| {
         // SAFETY: as in `shmring_ring_fd`.
         let ring = unsafe { arg(ring, "ring") }?;
-        if info.is_null() {
-            return Err(null("info"));
-        }
+        let info = non_null(info, "info")?;
         let geometry = ring.ring.mapping().geometry();
         let cfg = geometry.config();
         let value = shmring_ring_info {

@@ -8,7 +8,7 @@ use ring_core::{Copied, DeliveryClass, Pinned};
 use ring_os::prelude::*;
 use ring_os::raw::Mapping;
 
-use crate::args::{arg, arg_mut, free_handle, millis, out_handle, put, text};
+use crate::args::{arg, arg_mut, free_handle, millis, non_null, out_handle, put, text};
 use crate::handles::{shmring_pinned, shmring_ring, shmring_subscriber, Lender};
 use crate::status::{fail, guard, null, read_code, read_fail, Res};
 use crate::{
@@ -251,9 +251,7 @@ pub unsafe extern "C" fn shmring_subscriber_hold(
     msg: *mut shmring_message,
 ) -> c_int {
     guard(|| {
-        if hold.is_null() {
-            return Err(null("hold"));
-        }
+        let hold = non_null(hold, "hold")?;
         // SAFETY: as in `shmring_subscriber_recv`.
         let handle = unsafe { arg_mut(subscriber, "subscriber") }?;
         let s = handle.lender.get()?;
@@ -392,9 +390,7 @@ pub unsafe extern "C" fn shmring_pinned_message(
     guard(|| {
         // SAFETY: `pinned` is null or a live pin (header contract).
         let pinned = unsafe { arg(pinned, "pinned") }?;
-        if msg.is_null() {
-            return Err(null("msg"));
-        }
+        let msg = non_null(msg, "msg")?;
         // SAFETY: non-null and writable (header contract).
         unsafe { put(msg, pinned_message(&pinned.pin)) };
         Ok(())
@@ -408,9 +404,7 @@ pub unsafe extern "C" fn shmring_pinned_message(
 #[no_mangle]
 pub unsafe extern "C" fn shmring_pinned_release(pinned: *mut shmring_pinned) -> c_int {
     guard(|| {
-        if pinned.is_null() {
-            return Err(null("pinned"));
-        }
+        let pinned = non_null(pinned, "pinned")?;
         // SAFETY: a live pin (header contract); its owner outlives it (freeing the owner frees
         // the pin) and is used by this thread only.
         let owner = unsafe { &mut *(*pinned).owner };
@@ -458,9 +452,7 @@ pub unsafe extern "C" fn shmring_subscriber_abort_code(
         // SAFETY: `subscriber` is null or a live handle used only by this thread (header
         // contract); the pin it may have out borrows the boxed `Subscriber`, not this field.
         let handle = unsafe { arg(subscriber, "subscriber") }?;
-        if code.is_null() {
-            return Err(null("code"));
-        }
+        let code = non_null(code, "code")?;
         let Some(value) = handle.abort_code else {
             return Err(fail(
                 SHMRING_E_EMPTY,

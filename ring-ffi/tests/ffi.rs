@@ -192,22 +192,35 @@ fn wait_ok(mut child: Peer, what: &str) {
     assert!(status.success(), "{what}: {status}");
 }
 
-#[test]
-fn error_paths_give_the_documented_codes_and_messages() {
+/// Every peer runs `mode` on a ring of its own (named `tag` and the peer's number), `args`
+/// after the name, and exits reporting `<mode>: ok`.
+fn every_peer_reports_ok(mode: &str, tag: &str, args: &[&str]) {
     for (i, peer) in all_peers().into_iter().enumerate() {
-        let out = run(peer, &["errors", &name(&format!("errors{i}"))]);
+        let name = name(&format!("{tag}{i}"));
+        let out = run(peer, &[&[mode, name.as_str()], args].concat());
         assert!(out.status.success(), "{}: {}", peer.display(), out.status);
-        assert!(String::from_utf8_lossy(&out.stdout).contains("errors: ok"));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(&format!("{mode}: ok")));
+    }
+}
+
+/// Runs `case` for every peer with each `(tag, mode, pin_only)` of `modes` (the tag numbered by
+/// the peer), in that order.
+fn for_every_peer(modes: &[(&str, &str, bool)], case: fn(&Path, &str, &str, bool)) {
+    for (i, peer) in all_peers().into_iter().enumerate() {
+        for &(tag, mode, pin_only) in modes {
+            case(peer, &format!("{tag}{i}"), mode, pin_only);
+        }
     }
 }
 
 #[test]
+fn error_paths_give_the_documented_codes_and_messages() {
+    every_peer_reports_ok("errors", "errors", &[]);
+}
+
+#[test]
 fn a_c_pin_on_a_never_stall_ring_never_stalls_the_publisher() {
-    for (i, peer) in all_peers().into_iter().enumerate() {
-        let out = run(peer, &["never-stall", &name(&format!("nostall{i}")), "20"]);
-        assert!(out.status.success(), "{}: {}", peer.display(), out.status);
-        assert!(String::from_utf8_lossy(&out.stdout).contains("never-stall: ok"));
-    }
+    every_peer_reports_ok("never-stall", "nostall", &["20"]);
 }
 
 #[test]
@@ -257,10 +270,10 @@ fn peer_publishes(peer: &Path, tag: &str, mode: &str, pin_only: bool) {
 
 #[test]
 fn a_c_publisher_feeds_a_rust_subscriber() {
-    for (i, peer) in all_peers().into_iter().enumerate() {
-        peer_publishes(peer, &format!("pub{i}"), "pub", false);
-        peer_publishes(peer, &format!("loan{i}"), "loan-pub", true);
-    }
+    for_every_peer(
+        &[("pub", "pub", false), ("loan", "loan-pub", true)],
+        peer_publishes,
+    );
 }
 
 /// Rust publishes `N` messages (with metadata) to a peer that subscribed, then closes the ring
@@ -307,10 +320,10 @@ fn rust_publishes_then(peer: &Path, tag: &str, mode: &str, pin_only: bool, abort
 
 #[test]
 fn a_rust_publisher_feeds_a_c_subscriber() {
-    for (i, peer) in all_peers().into_iter().enumerate() {
-        rust_publishes(peer, &format!("sub{i}"), "sub", false);
-        rust_publishes(peer, &format!("pinsub{i}"), "pin-sub", true);
-    }
+    for_every_peer(
+        &[("sub", "sub", false), ("pinsub", "pin-sub", true)],
+        rust_publishes,
+    );
 }
 
 /// A C subscriber holds up to three messages at once (`shmring_subscriber_hold`), releases

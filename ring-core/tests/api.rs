@@ -7,7 +7,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, open_shared, producer, seg};
+use common::{consumer, copy_next, id, open, open_shared, producer, publish_bytes, seg};
 
 #[test]
 fn publish_then_pin_and_copy_see_the_message() {
@@ -78,9 +78,7 @@ fn a_pinned_slot_cannot_be_claimed() {
 #[test]
 fn skip_on_lag_counts_exactly_what_it_missed() {
     let (_, mut p, [mut c]) = open_shared(seg(4, 16), [DeliveryClass::SkipOnLag]);
-    for i in 0..10u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..10);
     let mut buf = [0u8; 16];
     let first = c.try_copy(&mut buf).unwrap();
     assert_eq!((first.seq, first.missed, buf[0]), (6, 6, 6));
@@ -94,9 +92,7 @@ fn skip_on_lag_counts_exactly_what_it_missed() {
 #[test]
 fn latest_only_returns_the_newest_and_counts_skips() {
     let (_, mut p, [mut c]) = open_shared(seg(4, 16), [DeliveryClass::LatestOnly]);
-    for i in 0..3u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..3);
     let m = c.try_pin().unwrap();
     assert_eq!((m.seq(), m.missed(), m.bytes()[0]), (2, 2, 2));
     drop(m);
@@ -151,10 +147,9 @@ fn one_producer_only_and_takeover_after_death() {
 #[test]
 fn reclaim_clears_exactly_the_dead_consumers_pins_and_cursor() {
     let s = seg(2, 16);
-    let mut p = producer(&s);
-    // Skip-on-lag: its reads set a reader bit (a gating reader's pin is its cursor).
-    let mut dead = consumer(&s, DeliveryClass::SkipOnLag, 2);
-    let mut live = consumer(&s, DeliveryClass::LatestOnly, 3);
+    // `dead` is skip-on-lag: its reads set a reader bit (a gating reader's pin is its cursor).
+    let (mut p, [mut dead, mut live]) =
+        open(&s, [DeliveryClass::SkipOnLag, DeliveryClass::LatestOnly]);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
     let live_pin = live.try_pin().unwrap();
@@ -272,9 +267,7 @@ fn owned_segment_runs_the_same_protocol() {
         [DeliveryClass::Gating],
     );
     p.try_publish(b"typed").unwrap();
-    let mut buf = [0u8; 16];
-    let got = c.try_copy(&mut buf).unwrap();
-    assert_eq!(&buf[..got.len], b"typed");
+    assert_eq!(copy_next(&mut c).1, b"typed");
 }
 
 #[test]
@@ -283,9 +276,7 @@ fn a_gating_consumer_that_joins_late_is_still_gated() {
     // joins after a scan that found none must still hold the producer back.
     let s = seg(2, 16);
     let mut p = producer(&s);
-    for i in 0..5u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..5);
     let mut g = consumer(&s, DeliveryClass::Gating, 2);
     p.try_publish(b"a").unwrap();
     p.try_publish(b"b").unwrap();
@@ -334,8 +325,7 @@ fn dropping_the_producer_aborts_the_stream_and_close_finishes_it() {
 #[test]
 fn a_consumer_that_died_while_joining_is_reclaimed() {
     use ring_core::Memory;
-    let s = seg(2, 16);
-    let mut p = producer(&s);
+    let (s, mut p, []) = open_shared(seg(2, 16), []);
     // A consumer that died right after claiming entry 0's owner word: owner set, state FREE.
     s.consumer_entry(0)
         .owner
@@ -357,8 +347,7 @@ fn a_consumer_that_died_while_joining_is_reclaimed() {
 #[test]
 fn stray_reader_bits_beyond_the_table_are_cleared_by_the_producer() {
     use ring_core::Memory;
-    let s = seg(1, 16);
-    let mut p = producer(&s);
+    let (s, mut p, []) = open_shared(seg(1, 16), []);
     // The table has 4 entries; bit 20 and bit 40 belong to no one.
     s.slot_header(0)
         .state
@@ -387,9 +376,7 @@ fn every_class_reports_an_abort_after_draining() {
         .map(|(k, &class)| Consumer::new(&s, class, id(10 + k as u64)).unwrap())
         .collect();
     let mut p = producer(&s);
-    for i in 0..3u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..3);
     p.abort(42);
     let mut buf = [0u8; 16];
     for c in &mut cs {
@@ -420,9 +407,7 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
         ReadError::Empty,
         "nothing yet"
     );
-    for i in 0..6u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..6);
     let mut late = consumer(&s, DeliveryClass::LatestOnly, 3);
     let mut gating = consumer(&s, DeliveryClass::Gating, 4);
     let mut skip = consumer(&s, DeliveryClass::SkipOnLag, 5);
@@ -457,9 +442,7 @@ fn a_late_latest_only_consumer_gets_the_newest_message_present() {
 fn a_late_skip_on_lag_consumer_starts_with_history() {
     let s = seg(4, 16);
     let mut p = producer(&s);
-    for i in 0..6u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..6);
     let mut buf = [0u8; 16];
     // Three back: messages 3, 4, 5.
     let mut c = consumer(&s, DeliveryClass::SkipOnLag, 2);

@@ -12,7 +12,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{id, member, members, msg, producer, publish_msgs, ring};
+use common::{grouped, id, member, members, msg, producer, publish_msgs, ring};
 
 fn seg(slots: u32) -> HeapSegment {
     // 200-byte slots: 150-byte messages live in the payload area, small ones inline.
@@ -94,9 +94,7 @@ fn the_group_gates_the_producer_until_a_member_finishes() {
 #[test]
 fn a_member_that_dies_holding_messages_gives_them_to_another_member() {
     let s = seg(8);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
-    publish_msgs(&mut p, 0..6);
+    let mut p = grouped(&s, "q", 0..6);
     let [mut doomed, mut live] = members(&s, "q");
     let h0 = doomed.try_hold().unwrap();
     let h1 = doomed.try_hold().unwrap();
@@ -127,9 +125,7 @@ fn a_member_that_dies_holding_messages_gives_them_to_another_member() {
 #[test]
 fn a_dead_members_claims_wait_while_the_redelivery_queue_is_full() {
     let s = seg(32);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
-    publish_msgs(&mut p, 0..20);
+    let mut p = grouped(&s, "q", 0..20);
     let [mut first, mut second, mut live] = members(&s, "q");
     for c in [&mut first, &mut second] {
         c.set_max_holds(MAX_HOLDS).unwrap();
@@ -211,8 +207,7 @@ fn misuse_and_limits_are_errors() {
 #[test]
 fn members_drain_then_see_the_end() {
     let s = seg(8);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
+    let mut p = grouped(&s, "q", 0..0);
     let [mut a, mut b] = members(&s, "q");
     p.try_publish(b"last").unwrap();
     p.abort(7);
@@ -232,8 +227,7 @@ fn members_drain_then_see_the_end() {
 fn three_member_threads_share_3000_messages_exactly_once() {
     const N: u64 = if cfg!(miri) { 60 } else { 3000 };
     let s = seg(4);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
+    let mut p = grouped(&s, "q", 0..0);
     let mut got: Vec<Vec<u64>> = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..3u64)
             .map(|w| {
@@ -333,8 +327,7 @@ fn a_members_finish_orders_its_reads_before_the_rewrite() {
 #[test]
 fn the_end_waits_for_messages_other_members_hold() {
     let s = seg(8);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
+    let mut p = grouped(&s, "q", 0..0);
     let [mut a, mut b] = members(&s, "q");
     publish_msgs(&mut p, 0..3);
     p.close();
@@ -350,8 +343,7 @@ fn the_end_waits_for_messages_other_members_hold() {
     assert_eq!(take(&mut a), Err(ReadError::Closed));
     // Again, with the holder dying.
     let s = seg(8);
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
+    let mut p = grouped(&s, "q", 0..0);
     let [mut a, mut b] = members(&s, "q");
     p.try_publish(&msg(0)).unwrap();
     p.close();

@@ -8,7 +8,7 @@
 use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
 
 mod common;
-use common::{consumer, id, members, msg, open_shared, producer, publish_msgs, ring};
+use common::{consumer, grouped, id, members, msg, open_shared, publish_msgs, ring};
 
 #[test]
 fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
@@ -60,9 +60,7 @@ fn a_live_holder_reclaimed_by_a_wrong_verdict_is_fenced_and_its_slots_reused() {
 #[test]
 fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_others() {
     let s = ring(&Config::new(8, 200).with_consumers(4));
-    let mut p = producer(&s);
-    p.create_group("q").unwrap();
-    publish_msgs(&mut p, 0..4);
+    let mut p = grouped(&s, "q", 0..4);
     let [mut victim, mut other] = members(&s, "q");
     let h = victim.try_hold().unwrap();
     assert_eq!(h.seq(), 0);

@@ -36,223 +36,58 @@ fn the_good_segment_attaches_with_its_geometry() {
 #[test]
 fn each_corrupt_field_is_named() {
     type Case = (&'static str, fn(&mut Vec<u8>), fn(&AttachError) -> bool);
+    #[rustfmt::skip]
     let cases: Vec<Case> = vec![
-        (
-            "magic",
-            |b| put_u64(b, offset_of!(SegmentHeader, magic), MAGIC ^ 1),
-            |e| matches!(e, AttachError::BadMagic { found } if *found == MAGIC ^ 1),
-        ),
-        (
-            "abi",
-            |b| put_u32(b, offset_of!(SegmentHeader, abi_version), 99),
-            |e| {
-                *e == AttachError::AbiMismatch {
-                    found: 99,
-                    expected: ABI_VERSION,
-                }
-            },
-        ),
-        (
-            "init",
-            |b| put_u32(b, offset_of!(SegmentHeader, init_state), 1),
-            |e| *e == AttachError::NotInitialized { state: 1 },
-        ),
-        (
-            "fingerprint",
-            |b| put_u64(b, offset_of!(SegmentHeader, fingerprint), 5),
-            |e| {
-                *e == AttachError::LayoutMismatch {
-                    found: 5,
-                    expected: LAYOUT_FINGERPRINT,
-                }
-            },
-        ),
-        (
-            "slots=0",
-            |b| put_u32(b, offset_of!(SegmentHeader, slots), 0),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::BadGeometry(LayoutError::Slots { value: 0, .. })
-                )
-            },
-        ),
-        (
-            "slots huge",
-            |b| put_u32(b, offset_of!(SegmentHeader, slots), u32::MAX),
-            |e| matches!(e, AttachError::BadGeometry(LayoutError::Slots { .. })),
-        ),
-        (
-            "slots bigger",
-            |b| put_u32(b, offset_of!(SegmentHeader, slots), 5),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "payloads_off",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "capacity",
-            |b| put_u32(b, offset_of!(SegmentHeader, slot_capacity), 3),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::BadGeometry(LayoutError::SlotCapacity { value: 3, .. })
-                )
-            },
-        ),
-        (
-            "capacity unaligned",
-            |b| put_u32(b, offset_of!(SegmentHeader, slot_capacity), 60),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "slot_capacity",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "consumers",
-            |b| put_u32(b, offset_of!(SegmentHeader, consumers), 33),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::BadGeometry(LayoutError::Consumers { value: 33, .. })
-                )
-            },
-        ),
-        (
-            "alloc ceiling",
-            |b| put_u32(b, offset_of!(SegmentHeader, alloc_max_live), 0),
-            |e| matches!(e, AttachError::BadGeometry(LayoutError::Allocator)),
-        ),
-        (
-            "alloc arena",
-            |b| put_u64(b, offset_of!(SegmentHeader, alloc_arena), u64::MAX),
-            |e| matches!(e, AttachError::BadGeometry(LayoutError::Allocator)),
-        ),
-        (
-            "producer_off",
-            |b| put_u64(b, offset_of!(SegmentHeader, producer_off), 8),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "producer_off",
-                        found: 8,
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "consumers_off",
-            |b| put_u64(b, offset_of!(SegmentHeader, consumers_off), 1 << 40),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "consumers_off",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "slots_off",
-            |b| put_u64(b, offset_of!(SegmentHeader, slots_off), 0),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "slots_off",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "payloads_off",
-            |b| put_u64(b, offset_of!(SegmentHeader, payloads_off), 1),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "payloads_off",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "alloc_off",
-            |b| put_u64(b, offset_of!(SegmentHeader, alloc_off), u64::MAX),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "alloc_off",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "alloc_len",
-            |b| put_u64(b, offset_of!(SegmentHeader, alloc_len), 7),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "alloc_len",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "total_len",
-            |b| put_u64(b, offset_of!(SegmentHeader, total_len), 1 << 62),
-            |e| {
-                matches!(
-                    e,
-                    AttachError::FieldMismatch {
-                        field: "total_len",
-                        ..
-                    }
-                )
-            },
-        ),
-        (
-            "truncated",
-            |b| b.truncate(b.len() - 128),
-            |e| matches!(e, AttachError::Truncated { .. }),
-        ),
-        (
-            "header only",
-            |b| b.truncate(100),
-            |e| matches!(e, AttachError::Truncated { .. }),
-        ),
-        (
-            "empty",
-            |b| b.clear(),
-            |e| matches!(e, AttachError::Truncated { needed: _, len: 0 }),
-        ),
+        ("magic", |b| put_u64(b, offset_of!(SegmentHeader, magic), MAGIC ^ 1), |e| matches!(e, AttachError::BadMagic { found } if *found == MAGIC ^ 1)),
+        ("abi", |b| put_u32(b, offset_of!(SegmentHeader, abi_version), 99), |e| *e == AttachError::AbiMismatch { found: 99, expected: ABI_VERSION }),
+        ("init", |b| put_u32(b, offset_of!(SegmentHeader, init_state), 1), |e| *e == AttachError::NotInitialized { state: 1 }),
+        ("fingerprint", |b| put_u64(b, offset_of!(SegmentHeader, fingerprint), 5), |e| *e == AttachError::LayoutMismatch { found: 5, expected: LAYOUT_FINGERPRINT }),
+        ("slots=0", |b| put_u32(b, offset_of!(SegmentHeader, slots), 0), |e| matches!(e, AttachError::BadGeometry(LayoutError::Slots { value: 0, .. }))),
+        ("slots huge", |b| put_u32(b, offset_of!(SegmentHeader, slots), u32::MAX), |e| matches!(e, AttachError::BadGeometry(LayoutError::Slots { .. }))),
+        ("capacity", |b| put_u32(b, offset_of!(SegmentHeader, slot_capacity), 3), |e| matches!(e, AttachError::BadGeometry(LayoutError::SlotCapacity { value: 3, .. }))),
+        ("consumers", |b| put_u32(b, offset_of!(SegmentHeader, consumers), 33), |e| matches!(e, AttachError::BadGeometry(LayoutError::Consumers { value: 33, .. }))),
+        ("alloc ceiling", |b| put_u32(b, offset_of!(SegmentHeader, alloc_max_live), 0), |e| matches!(e, AttachError::BadGeometry(LayoutError::Allocator))),
+        ("alloc arena", |b| put_u64(b, offset_of!(SegmentHeader, alloc_arena), u64::MAX), |e| matches!(e, AttachError::BadGeometry(LayoutError::Allocator))),
+        ("producer_off", |b| put_u64(b, offset_of!(SegmentHeader, producer_off), 8), |e| matches!(e, AttachError::FieldMismatch { field: "producer_off", found: 8, .. })),
+        ("truncated", |b| b.truncate(b.len() - 128), |e| matches!(e, AttachError::Truncated { .. })),
+        ("header only", |b| b.truncate(100), |e| matches!(e, AttachError::Truncated { .. })),
+        ("empty", |b| b.clear(), |e| matches!(e, AttachError::Truncated { needed: _, len: 0 })),
     ];
     for (name, corrupt, expect) in cases {
-        let mut b = good();
-        corrupt(&mut b);
-        let err = attach(&b).expect_err(name);
+        let err = corrupted(name, corrupt);
         assert!(expect(&err), "{name}: unexpected error {err:?}");
-        assert!(!err.to_string().is_empty());
     }
+    // Fields whose corruption the attacher finds when it recomputes the layout: the error names
+    // the field that disagrees.
+    type Named = (&'static str, fn(&mut Vec<u8>), &'static str);
+    #[rustfmt::skip]
+    let named: Vec<Named> = vec![
+        ("slots bigger", |b| put_u32(b, offset_of!(SegmentHeader, slots), 5), "payloads_off"),
+        ("capacity unaligned", |b| put_u32(b, offset_of!(SegmentHeader, slot_capacity), 60), "slot_capacity"),
+        ("consumers_off", |b| put_u64(b, offset_of!(SegmentHeader, consumers_off), 1 << 40), "consumers_off"),
+        ("slots_off", |b| put_u64(b, offset_of!(SegmentHeader, slots_off), 0), "slots_off"),
+        ("payloads_off", |b| put_u64(b, offset_of!(SegmentHeader, payloads_off), 1), "payloads_off"),
+        ("alloc_off", |b| put_u64(b, offset_of!(SegmentHeader, alloc_off), u64::MAX), "alloc_off"),
+        ("alloc_len", |b| put_u64(b, offset_of!(SegmentHeader, alloc_len), 7), "alloc_len"),
+        ("total_len", |b| put_u64(b, offset_of!(SegmentHeader, total_len), 1 << 62), "total_len"),
+    ];
+    for (name, corrupt, field) in named {
+        let err = corrupted(name, corrupt);
+        assert!(
+            matches!(err, AttachError::FieldMismatch { field: f, .. } if f == field),
+            "{name}: unexpected error {err:?}"
+        );
+    }
+}
+
+/// The error attaching to the good segment corrupted by `corrupt` gives (it must fail, and
+/// say something); `name` names the case in a failure.
+fn corrupted(name: &str, corrupt: fn(&mut Vec<u8>)) -> AttachError {
+    let mut b = good();
+    corrupt(&mut b);
+    let err = attach(&b).expect_err(name);
+    assert!(!err.to_string().is_empty());
+    err
 }
 
 #[test]

@@ -23,7 +23,7 @@ use ring_core::{
 };
 
 mod common;
-use common::{consumer, id, open, open_shared, producer, seg};
+use common::{consumer, copy_next, id, open, open_shared, producer, publish_bytes, seg};
 
 /// Defect 2: after A is reclaimed (while in fact alive) and B registers into the same entry
 /// with the same owner id (two consumers of one process), nothing A does touches B.
@@ -69,9 +69,7 @@ fn a_reclaimed_consumers_reads_do_not_move_the_new_occupants_cursor() {
     // SAFETY: as above: `a` is between calls and holds no pin.
     unsafe { p.reclaim(a.index(), id(2)) }.unwrap();
     let b = consumer(&s, DeliveryClass::Gating, 2);
-    for i in 0..3u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..3);
     let mut buf = [0u8; 16];
     for _ in 0..3 {
         assert_eq!(a.try_copy(&mut buf).unwrap_err(), ReadError::Evicted);
@@ -199,9 +197,7 @@ fn a_claim_taken_before_a_take_over_is_not_published() {
     let mut new = unsafe { Producer::take_over(&s, id(2), id(1)) }.unwrap();
     assert!(matches!(slot.publish(), Err(ClaimError::Displaced { .. })));
     assert_eq!(new.try_publish(b"good"), Ok(0));
-    let mut buf = [0u8; 16];
-    let got = c.try_copy(&mut buf).unwrap();
-    assert_eq!(&buf[..got.len], b"good");
+    assert_eq!(copy_next(&mut c).1, b"good");
 }
 
 /// Defect 5: `publish_futex` must not repeat a value across close and reopen (a parked
@@ -255,8 +251,7 @@ impl WaitStrategy for Gate {
 /// is told it was evicted and does not decrement again.
 #[test]
 fn reclaim_repairs_the_consumer_waiter_count() {
-    let s = Arc::new(seg(2, 16));
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let (s, mut p, []) = open_shared(seg(2, 16), []);
     let entered = Arc::new(AtomicU32::new(0));
     let release = Arc::new(AtomicU32::new(0));
     let mut gate = Gate {
@@ -330,8 +325,7 @@ fn new_at_registers_into_the_given_entry_or_says_why_not() {
 /// publishes loses nothing.
 #[test]
 fn a_half_registered_subscriber_is_not_ready_and_loses_nothing() {
-    let s = Arc::new(seg(4, 16));
-    let mut p = Producer::new(Arc::clone(&s), id(1)).unwrap();
+    let (s, mut p, []) = open_shared(seg(4, 16), []);
     let in_hook = Arc::new(AtomicU32::new(0));
     let go_on = Arc::new(AtomicU32::new(0));
     let (s2, h2, g2) = (Arc::clone(&s), Arc::clone(&in_hook), Arc::clone(&go_on));
@@ -570,9 +564,7 @@ fn a_producer_counts_the_readers_it_reclaimed_and_not_the_ones_that_left() {
         ],
     );
     let (dying_at, latest_at) = (dying.index(), latest.index());
-    for i in 0..3u8 {
-        p.try_publish(&[i]).unwrap();
-    }
+    publish_bytes(&mut p, 0..3);
     let mut buf = [0u8; 16];
     dying.try_copy(&mut buf).unwrap();
     drop(finished);

@@ -6,7 +6,7 @@ use core::ops::Range;
 use std::sync::Arc;
 
 use ring_core::{
-    Config, Consumer, DeliveryClass, HeapSegment, Memory, OpenJoin, OwnerId, Producer,
+    Config, Consumer, Copied, DeliveryClass, HeapSegment, Memory, OpenJoin, OwnerId, Producer,
 };
 
 /// Owner id `n` (the producer is 1 in every test, consumers 2 and up).
@@ -92,4 +92,28 @@ pub fn open_shared<S: OpenJoin, const N: usize>(
         consumer(Arc::clone(&s), class, owner)
     });
     (s, p, consumers)
+}
+
+/// Copies `c`'s next message out (into a 256-byte buffer): what the read reports, and the
+/// message's bytes.
+pub fn copy_next<M: Memory>(c: &mut Consumer<M>) -> (Copied, Vec<u8>) {
+    let mut buf = [0u8; 256];
+    let got = c.try_copy(&mut buf).unwrap();
+    (got, buf[..got.len].to_vec())
+}
+
+/// Publishes the one-byte message `[i]` for each `i` of `seqs`.
+pub fn publish_bytes<M: Memory>(p: &mut Producer<M>, seqs: Range<u8>) {
+    for i in seqs {
+        p.try_publish(&[i]).unwrap();
+    }
+}
+
+/// The producer of `mem` (owner 1), with group `group` created and messages `seqs`
+/// ([`publish_msgs`]) published before anyone joins.
+pub fn grouped<M: OpenJoin>(mem: M, group: &str, seqs: Range<u64>) -> Producer<M> {
+    let mut p = producer(mem);
+    p.create_group(group).unwrap();
+    publish_msgs(&mut p, seqs);
+    p
 }

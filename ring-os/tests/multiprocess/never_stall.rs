@@ -104,15 +104,17 @@ fn produce(ring: &Ring, reader: &Child) -> Run {
 }
 
 /// A never-stall ring named after `tag`, a frame-grabber reading it as `class` and holding
-/// pins by `mode`, and the producer's run against it (the ring is returned so it outlives the
-/// reader's last read); checks that the reader found no frame torn.
-fn scenario(tag: &str, class: &str, mode: &str) -> (Ring, Child, Run) {
+/// pins by `mode`, and the producer's run against it: checks that the reader found no frame
+/// torn, then `check`s the run, then that the reader exits cleanly (the ring outlives its last
+/// read).
+fn scenario(tag: &str, class: &str, mode: &str, check: impl FnOnce(&Run)) {
     let name = unique_name(tag);
     let ring = create(&name);
-    let reader = grabber(&name, class, mode);
+    let mut reader = grabber(&name, class, mode);
     let run = produce(&ring, &reader);
     assert_eq!(field(&run.done, "torn"), 0, "{}", run.done);
-    (ring, reader, run)
+    check(&run);
+    assert!(reader.wait(Duration::from_secs(20)), "the reader failed");
 }
 
 /// A pin-only never-stall ring of 6 1080p slots (pin-only: the producer writes in place).
@@ -142,63 +144,63 @@ fn grabber(name: &SegmentName, class: &str, mode: &str) -> Child {
 /// never fails a claim, every frame the reader gets is at least as new as the newest published
 /// when it asked, and none is torn.
 pub fn latest_only_pins_never_stall() {
-    let (_ring, mut reader, run) = scenario("nostall-each", "latest", "each");
-    assert_eq!(
-        field(&run.done, "stale"),
-        0,
-        "a frame older than the newest one published when the reader asked: {}",
-        run.done
-    );
-    assert_eq!(field(&run.done, "frames"), GRABS, "{}", run.done);
-    assert_eq!(
-        (run.pinned, run.full),
-        (0, 0),
-        "the producer waited for the reader's pins ({} frames published)",
-        run.published
-    );
-    // The reader held frames for at least GRABS * 10 ms: a producer that waited on each pin
-    // would have published about one frame per grab.
-    assert!(
-        run.published > 2 * GRABS,
-        "only {} frames published during {GRABS} grabs",
-        run.published
-    );
-    assert!(reader.wait(Duration::from_secs(20)), "the reader failed");
+    scenario("nostall-each", "latest", "each", |run| {
+        assert_eq!(
+            field(&run.done, "stale"),
+            0,
+            "a frame older than the newest one published when the reader asked: {}",
+            run.done
+        );
+        assert_eq!(field(&run.done, "frames"), GRABS, "{}", run.done);
+        assert_eq!(
+            (run.pinned, run.full),
+            (0, 0),
+            "the producer waited for the reader's pins ({} frames published)",
+            run.published
+        );
+        // The reader held frames for at least GRABS * 10 ms: a producer that waited on each pin
+        // would have published about one frame per grab.
+        assert!(
+            run.published > 2 * GRABS,
+            "only {} frames published during {GRABS} grabs",
+            run.published
+        );
+    });
 }
 
 /// One latest-only reader holds 4 frames at once for a second (6 slots = 4 pins + 2): the
 /// producer goes on publishing meanwhile without a failed claim, and the 4 frames stay intact.
 pub fn four_pins_for_a_second_never_stall() {
-    let (_ring, mut reader, run) = scenario("nostall-four", "latest", "four");
-    assert_eq!(field(&run.done, "frames"), 4, "{}", run.done);
-    assert_eq!(
-        (run.pinned, run.full),
-        (0, 0),
-        "the producer waited for the reader's 4 pins"
-    );
-    assert!(
-        run.during_hold >= 4 * u64::from(SLOTS),
-        "only {} frames published while 4 were held for a second",
-        run.during_hold
-    );
-    assert!(reader.wait(Duration::from_secs(20)), "the reader failed");
+    scenario("nostall-four", "latest", "four", |run| {
+        assert_eq!(field(&run.done, "frames"), 4, "{}", run.done);
+        assert_eq!(
+            (run.pinned, run.full),
+            (0, 0),
+            "the producer waited for the reader's 4 pins"
+        );
+        assert!(
+            run.during_hold >= 4 * u64::from(SLOTS),
+            "only {} frames published while 4 were held for a second",
+            run.during_hold
+        );
+    });
 }
 
 /// The same ring with a gating reader that holds each frame for 10 ms: it still holds the
 /// producer back (it may be at most the ring's slots ahead of the reader), and it reads every
 /// frame in order, none torn.
 pub fn gating_reader_still_holds_the_producer_back() {
-    let (_ring, mut reader, run) = scenario("nostall-gating", "gating", "each");
-    assert_eq!(field(&run.done, "stale"), 0, "out of order: {}", run.done);
-    let frames = field(&run.done, "frames");
-    assert_eq!(frames, GRABS, "{}", run.done);
-    assert!(run.full > 0, "a gating reader never held the producer back");
-    assert!(
-        run.published <= frames + u64::from(SLOTS),
-        "the producer ran {} frames ahead of a gating reader that read {frames}",
-        run.published
-    );
-    assert!(reader.wait(Duration::from_secs(20)), "the reader failed");
+    scenario("nostall-gating", "gating", "each", |run| {
+        assert_eq!(field(&run.done, "stale"), 0, "out of order: {}", run.done);
+        let frames = field(&run.done, "frames");
+        assert_eq!(frames, GRABS, "{}", run.done);
+        assert!(run.full > 0, "a gating reader never held the producer back");
+        assert!(
+            run.published <= frames + u64::from(SLOTS),
+            "the producer ran {} frames ahead of a gating reader that read {frames}",
+            run.published
+        );
+    });
 }
 
 /// Frames a `each` grabber takes.

@@ -39,6 +39,12 @@ fn registered() -> ShmConsumer {
     ShmRing::consumer(&ring, class()).expect("register")
 }
 
+/// Reports a role's failure `e` (`ERR <e>`); the role's exit code for it.
+fn failed(e: impl core::fmt::Display) -> i32 {
+    say!("ERR {e}");
+    2
+}
+
 /// Runs `role`; returns the exit code.
 pub fn run(role: &str) -> i32 {
     match role {
@@ -106,10 +112,7 @@ fn stress_consumer() -> i32 {
         let pin = match c.recv_pinned(Duration::from_secs(30)) {
             Ok(p) => p,
             Err(ShmReadError::Read(ReadError::Closed)) => break,
-            Err(e) => {
-                say!("ERR {e}");
-                return 2;
-            }
+            Err(e) => return failed(e),
         };
         let seq = pin.seq();
         missed += pin.missed();
@@ -149,10 +152,7 @@ fn pin_holder() -> i32 {
     say!("REGISTERED index={}", c.index());
     let pin = match c.recv_pinned(Duration::from_secs(20)) {
         Ok(p) => p,
-        Err(e) => {
-            say!("ERR {e}");
-            return 2;
-        }
+        Err(e) => return failed(e),
     };
     say!("PINNED seq={}", pin.seq());
     std::thread::sleep(Duration::from_secs(60));
@@ -195,10 +195,7 @@ fn member() -> i32 {
                 say!("DONE");
                 return 0;
             }
-            Err(e) => {
-                say!("ERR {e}");
-                return 2;
-            }
+            Err(e) => return failed(e),
         }
     }
 }
@@ -222,10 +219,7 @@ fn late_reader() -> i32 {
                 say!("DONE missed={}", c.missed());
                 return 0;
             }
-            Err(e) => {
-                say!("ERR {e}");
-                return 2;
-            }
+            Err(e) => return failed(e),
         }
     }
 }
@@ -348,10 +342,7 @@ fn gone_consumer() -> i32 {
             say!("GONE got={got}");
             0
         }
-        Some((_, e)) => {
-            say!("ERR {e}");
-            2
-        }
+        Some((_, e)) => failed(e),
         None => 2,
     }
 }

@@ -37,14 +37,13 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use core::ffi::c_int;
 use pyo3::exceptions::{PyBufferError, PyValueError};
-use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 use ring_core::arena::{AllocError, Allocator as Core, MAX_OWNERS};
 use ring_os::raw::Mapping;
 
 use crate::errors::Fail;
-use crate::export;
+use crate::export::{self, RawView};
 use crate::producer::Producer;
 use crate::queue::Arena;
 
@@ -178,11 +177,7 @@ impl Block {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `Py_buffer`.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
         let this = slf.get();
         // Relaxed: see `Shared::freed`.
         if this.shared.freed.load(Ordering::Relaxed) {
@@ -215,7 +210,7 @@ impl Block {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: RawView) {
         let this = slf.get();
         if !this.readonly {
             export::release(&this.shared.exports);

@@ -55,6 +55,12 @@ impl From<Fail> for PyErr {
 }
 
 /// The class of a ring-core read error.
+/// Whether a `with` block is leaving by an exception: `__exit__`'s arguments (taken as
+/// `*args`) start with an exception type that is not `None`.
+pub(crate) fn raised(exit_args: &Bound<'_, pyo3::types::PyTuple>) -> bool {
+    exit_args.get_item(0).is_ok_and(|t| !t.is_none())
+}
+
 pub(crate) fn read(e: ReadError) -> Fail {
     let kind = match e {
         ReadError::Empty => "Empty",

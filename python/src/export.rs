@@ -8,6 +8,18 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use pyo3::ffi;
 use pyo3::prelude::*;
 
+/// The `Py_buffer` the interpreter passes to `__getbuffer__` / `__releasebuffer__`.
+pub(crate) type RawView = *mut ffi::Py_buffer;
+
+/// Refuses a writable request (`PyBUF_WRITABLE` in `flags`) on read-only bytes with a
+/// `BufferError` that says `why`.
+pub(crate) fn refuse_writable(flags: c_int, why: &'static str) -> PyResult<()> {
+    if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
+        return Err(pyo3::exceptions::PyBufferError::new_err(why));
+    }
+    Ok(())
+}
+
 /// Fills `view` over the `len` bytes at `ptr` for `obj` and counts one export in `exports`.
 ///
 /// # Safety

@@ -431,15 +431,9 @@ impl Producer {
     }
 
     /// A clean exit closes (finished); an exception aborts.
-    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<Bound<'_, PyAny>>,
-        _exc: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        if exc_type.is_some_and(|t| !t.is_none()) {
+    #[pyo3(signature = (*args))]
+    fn __exit__(&self, py: Python<'_>, args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        if crate::errors::raised(args) {
             self.abort(py, 0)?;
         } else {
             self.close(py)?;

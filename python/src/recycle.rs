@@ -9,14 +9,14 @@
 //! mapped. At most [`KEEP`] freed buffers are kept, each at most twice the size of the part
 //! that reuses it; buffers are anonymous mappings, asked for transparent huge pages on Linux.
 
+use core::ffi::c_int;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use memmap2::{MmapMut, MmapOptions};
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use crate::errors::Fail;
-use crate::export;
+use crate::export::{self, RawView};
 
 /// Parts at least this long are copied into a recycled [`Buffer`]; smaller ones into a
 /// `bytearray` (the allocator caches small blocks itself).
@@ -138,11 +138,7 @@ impl Buffer {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: core::ffi::c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
         let me = slf.get();
         // SAFETY: `view` is the interpreter's; `addr..addr + len` is memory `map` owns, mapped
         // until this object is freed, which cannot happen while the view holds its reference.
@@ -156,7 +152,7 @@ impl Buffer {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(_slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {}
+    unsafe fn __releasebuffer__(_slf: Bound<'_, Self>, _view: RawView) {}
 
     fn __repr__(&self) -> String {
         format!("<shmring.RecvBuffer of {} bytes>", self.len)

@@ -172,12 +172,15 @@ fn open(name: &str, len: u64) -> Result<Segment, Fail> {
     })
 }
 
+/// The segment named `name` (any size but empty), if the name is valid and exists.
+pub(crate) fn open_existing(name: &str) -> Option<Segment> {
+    let seg_name = SegmentName::new(name).ok()?;
+    Segment::open_named(&seg_name, SizeCheck::AtLeast(1)).ok()
+}
+
 /// Removes the name `name` if it still exists (already removed: nothing to do).
 pub(crate) fn remove(name: &str) {
-    let Ok(seg_name) = SegmentName::new(name) else {
-        return;
-    };
-    if let Ok(seg) = Segment::open_named(&seg_name, SizeCheck::AtLeast(1)) {
+    if let Some(seg) = open_existing(name) {
         // Removes the name only while it names the file just opened.
         let _ = seg.unlink();
     }

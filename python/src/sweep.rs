@@ -117,11 +117,7 @@ pub(crate) fn _remove_idle_spills(py: Python<'_>, name: &str) -> Vec<String> {
 #[cfg(unix)]
 fn queue_is_idle(name: &str) -> bool {
     use ring_os::raw::lock::{Liveness, Role};
-    let Ok(seg_name) = ring_os::raw::SegmentName::new(name) else {
-        return false;
-    };
-    let Ok(seg) = ring_os::raw::Segment::open_named(&seg_name, ring_os::raw::SizeCheck::AtLeast(1))
-    else {
+    let Some(seg) = crate::spill::open_existing(name) else {
         return false;
     };
     ring_os::raw::stale::ring_participants(&seg).is_ok_and(|ps| {
@@ -166,11 +162,7 @@ fn remove_unheld(_name: &str) -> bool {
 /// all, as `stale::clean_listed` does); whether it did.
 #[cfg(unix)]
 fn remove_unheld(name: &str) -> bool {
-    let Ok(seg_name) = ring_os::raw::SegmentName::new(name) else {
-        return false;
-    };
-    let Ok(seg) = ring_os::raw::Segment::open_named(&seg_name, ring_os::raw::SizeCheck::AtLeast(1))
-    else {
+    let Some(seg) = crate::spill::open_existing(name) else {
         return false;
     };
     match seg.lock_all_roles() {

@@ -5,14 +5,13 @@ use core::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use pyo3::exceptions::{PyBufferError, PyValueError};
-use pyo3::ffi;
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::{lock, release_pin, Consumer};
 use crate::errors::Fail;
-use crate::export;
+use crate::export::{self, RawView};
 
 /// A pinned message: exports the slot's bytes read-only through the buffer protocol
 /// (`memoryview(msg)`, `np.frombuffer(msg, np.uint8)`, `pa.py_buffer(msg)`) without a copy.
@@ -170,17 +169,12 @@ impl Message {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
         let py = slf.py();
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "a pinned message is read-only (write in place with Producer.claim)",
-            ));
-        }
+        export::refuse_writable(
+            flags,
+            "a pinned message is read-only (write in place with Producer.claim)",
+        )?;
         let me = slf.get();
         let bytes = me.pinned(py)?;
         // SAFETY: `view` is the interpreter's; the message is pinned (checked with the GIL
@@ -194,7 +188,7 @@ impl Message {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: RawView) {
         release_export(slf.py(), slf.as_any());
     }
 

@@ -1,15 +1,14 @@
 //! `shmring.Part`: one part of a queue message received with `zero_copy` (see `get`).
 
+use core::ffi::c_int;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use pyo3::exceptions::PyBufferError;
-use pyo3::ffi;
 use pyo3::prelude::*;
 
 use super::Consumer;
 use crate::errors::Fail;
-use crate::export;
+use crate::export::{self, RawView};
 
 /// One part of a message received with `zero_copy`: exports the part's bytes in the ring
 /// (slot or allocation) read-only, counted as exports of the consumer's pin, so the pin is
@@ -52,16 +51,11 @@ impl Part {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: core::ffi::c_int,
-    ) -> PyResult<()> {
-        if flags & ffi::PyBUF_WRITABLE == ffi::PyBUF_WRITABLE {
-            return Err(PyBufferError::new_err(
-                "a zero-copy queue buffer is read-only (use get() for a writable copy)",
-            ));
-        }
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
+        export::refuse_writable(
+            flags,
+            "a zero-copy queue buffer is read-only (use get() for a writable copy)",
+        )?;
         let me = slf.get();
         if !super::pin_is(slf.py(), &me.consumer, me.pin_id) {
             return Err(Fail::new(
@@ -90,7 +84,7 @@ impl Part {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: RawView) {
         export::release(&slf.get().exports);
     }
 }

@@ -5,13 +5,12 @@ use core::ffi::c_int;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
-use pyo3::ffi;
 use pyo3::prelude::*;
 use ring_os::raw::Segment;
 
 use super::{put, Lent, Producer};
 use crate::errors::{self, exported_fail, Fail};
-use crate::export;
+use crate::export::{self, RawView};
 
 /// A slot claimed for writing in place (`Producer.claim`). Exports exactly `nbytes` writable
 /// bytes of the slot through the buffer protocol; `publish()` or `abort()` ends it (the `with`
@@ -125,15 +124,9 @@ impl Claim {
     }
 
     /// Publishes on a clean exit, aborts on an exception.
-    #[pyo3(signature = (exc_type, _exc = None, _tb = None))]
-    fn __exit__(
-        &self,
-        py: Python<'_>,
-        exc_type: Option<Bound<'_, PyAny>>,
-        _exc: Option<Bound<'_, PyAny>>,
-        _tb: Option<Bound<'_, PyAny>>,
-    ) -> PyResult<bool> {
-        let failed = exc_type.is_some_and(|t| !t.is_none());
+    #[pyo3(signature = (*args))]
+    fn __exit__(&self, py: Python<'_>, args: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        let failed = crate::errors::raised(args);
         match self.finish(py, !failed) {
             Err(e) if !failed => Err(e),
             // An exception is already propagating: do not replace it.
@@ -146,11 +139,7 @@ impl Claim {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
         let py = slf.py();
         let me = slf.get();
         let bytes = me.with_loan(py, |l| Ok(l.bytes))?;
@@ -165,7 +154,7 @@ impl Claim {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {
+    unsafe fn __releasebuffer__(slf: Bound<'_, Self>, _view: RawView) {
         export::release(&slf.get().exports);
     }
 }
@@ -273,11 +262,7 @@ impl QueueClaim {
     /// # Safety
     ///
     /// Called by the interpreter with a valid `view` to fill.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: RawView, flags: c_int) -> PyResult<()> {
         let me = slf.get();
         me.open(|_| ()).ok_or_else(|| ended().into_py(slf.py()))?;
         // SAFETY: `view` is the interpreter's; the bytes (exactly `nbytes`) are the message's
@@ -292,7 +277,7 @@ impl QueueClaim {
     /// # Safety
     ///
     /// Called by the interpreter for a view this object filled.
-    unsafe fn __releasebuffer__(_slf: Bound<'_, Self>, _view: *mut ffi::Py_buffer) {}
+    unsafe fn __releasebuffer__(_slf: Bound<'_, Self>, _view: RawView) {}
 }
 
 impl Drop for QueueClaim {

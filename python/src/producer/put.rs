@@ -358,13 +358,8 @@ pub(super) fn claim_parts(
     let me = slf.get();
     let view = View::get(head)?;
     let (mut lease, draft) = begin(me, py, &[view.bytes().len(), nbytes], 1, timeout)?;
-    let Draft {
-        mut loan,
-        plan,
-        arena,
-        mut pending,
-    } = draft;
-    let (first, second) = (plan.places[0], plan.places[1]);
+    let (mut loan, mut pending) = (draft.loan, draft.pending);
+    let (first, second) = (draft.plan.places[0], draft.plan.places[1]);
     let slot = loan.bytes();
     let slot_addr = slot.as_ptr() as usize;
     if first.len > 0 {
@@ -374,7 +369,7 @@ pub(super) fn claim_parts(
         at.copy_from_slice(view.bytes());
     }
     drop(view);
-    let (data, spill) = match (arena, pending.target.take()) {
+    let (data, spill) = match (draft.arena, pending.target.take()) {
         (Some(addr), _) => (addr + second.offset, None),
         (None, Some(target)) => {
             let (back, made) = if target.reused_data().is_some() {

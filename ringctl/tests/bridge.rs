@@ -24,17 +24,9 @@ use serde_json::Value;
 
 mod common;
 
-use common::{eventually, finish, spawn, unique, Cleanup};
+use common::{eventually, finish, free_port, spawn, unique, Cleanup};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
-
-/// A TCP port nobody listens on right now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free port")
-}
 
 /// A `ringctl bridge` process and its stdout lines.
 struct Bridge {

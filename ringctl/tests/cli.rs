@@ -34,6 +34,41 @@ fn ringctl(args: &[&str], stdin: &[u8], timeout: Duration) -> Output {
     finish(child, timeout)
 }
 
+/// Runs `ringctl args` with `stdin` as input (within 60 s) and checks that it succeeded.
+fn succeeds(args: &[&str], stdin: &[u8]) -> Output {
+    let out = ringctl(args, stdin, Duration::from_secs(60));
+    let what = args.first().copied().unwrap_or_default();
+    assert!(out.status.success(), "{what}: {}", text(&out.stderr));
+    out
+}
+
+/// `ringctl pub NAME --keep --wait-consumers 0 --frame-size FRAME_SIZE EXTRA...` of `data`,
+/// checked to succeed: it publishes to nobody and leaves the ring for subs started after it.
+fn kept_pub(name: &str, frame_size: &str, extra: &[&str], data: &[u8]) -> Output {
+    let args = [
+        "pub",
+        name,
+        "--keep",
+        "--wait-consumers",
+        "0",
+        "--frame-size",
+        frame_size,
+    ];
+    succeeds(&[&args[..], extra].concat(), data)
+}
+
+/// Asserts that segment `name` is gone (`why` says who should have removed it).
+fn assert_gone(name: &str, why: &str) {
+    assert!(!shm_path(name).exists(), "{why}: {name}");
+}
+
+/// `line` split at spaces, each word `NAME` replaced by `name`: an argument list on one line.
+fn argv<'a>(line: &'a str, name: &'a str) -> Vec<&'a str> {
+    line.split_whitespace()
+        .map(|w| if w == "NAME" { name } else { w })
+        .collect()
+}
+
 fn run(args: &[&str]) -> Output {
     ringctl(args, b"", Duration::from_secs(60))
 }
@@ -97,18 +132,10 @@ fn bad_arguments_fail_with_one_line() {
 #[test]
 fn demo_json_reports_a_clean_run() {
     let (name, _cleanup) = scratch("demo");
-    let out = run(&[
-        "demo",
-        "--frame-size",
-        "4096",
-        "--duration",
-        "1",
-        "--fps",
-        "300",
-        "--name",
+    let out = run(&argv(
+        "demo --frame-size 4096 --duration 1 --fps 300 --name NAME --json",
         &name,
-        "--json",
-    ]);
+    ));
     let v = last_json(&out);
     assert!(out.status.success(), "{v}\n{}", text(&out.stderr));
     assert_eq!(v["torn"], 0, "{v}");
@@ -131,25 +158,16 @@ fn demo_json_reports_a_clean_run() {
         .find(|r| r["class"] == "gating")
         .expect("gating");
     assert_eq!(gating["frames"].as_u64(), Some(messages), "{v}");
-    assert!(!shm_path(&name).exists(), "demo must remove its segment");
+    assert_gone(&name, "demo must remove its segment");
 }
 
 #[test]
 fn demo_publishes_exactly_the_requested_messages() {
-    let out = run(&[
-        "demo",
-        "--frame-size",
-        "64x4",
-        "--messages",
-        "150",
-        "--fps",
-        "0",
-        "--classes",
-        "gating,gating,skip",
-        "--read",
-        "copy",
-        "--json",
-    ]);
+    let out = run(&argv(
+        "demo --frame-size 64x4 --messages 150 --fps 0 --classes gating,gating,skip \
+         --read copy --json",
+        "",
+    ));
     let v = last_json(&out);
     assert!(out.status.success(), "{v}");
     assert_eq!(v["messages"], 150, "{v}");
@@ -160,22 +178,11 @@ fn demo_publishes_exactly_the_requested_messages() {
 #[test]
 fn demo_recovers_from_killed_consumers() {
     let (name, _cleanup) = scratch("kill");
-    let out = run(&[
-        "demo",
-        "--frame-size",
-        "16384",
-        "--messages",
-        "800",
-        "--fps",
-        "800",
-        "--kill-consumer-every",
-        "150",
-        "--hold-us",
-        "2000",
-        "--name",
+    let out = run(&argv(
+        "demo --frame-size 16384 --messages 800 --fps 800 --kill-consumer-every 150 \
+         --hold-us 2000 --name NAME --json",
         &name,
-        "--json",
-    ]);
+    ));
     let v = last_json(&out);
     assert!(out.status.success(), "{v}\n{}", text(&out.stderr));
     assert_eq!(v["messages"], 800, "{v}");
@@ -226,20 +233,12 @@ fn pub_sub_round_trip(what: &str, join_delay_ms: Option<&str>) {
         sub.env("SHMRING_TEST_JOIN_DELAY_MS", ms);
     }
     let sub = sub.spawn().expect("spawning sub");
-    let publ = ringctl(
-        &["pub", &name, "--frame-size", "4096"],
-        &data,
-        Duration::from_secs(60),
-    );
-    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
+    succeeds(&["pub", &name, "--frame-size", "4096"], &data);
     let got = finish(sub, Duration::from_secs(60));
     assert!(got.status.success(), "sub: {}", text(&got.stderr));
     assert_eq!(got.stdout.len(), data.len());
     assert!(got.stdout == data, "bytes differ");
-    assert!(
-        !shm_path(&name).exists(),
-        "pub must remove the ring it created"
-    );
+    assert_gone(&name, "pub must remove the ring it created");
 }
 
 #[test]
@@ -397,25 +396,14 @@ fn list_and_clean_handle_a_dead_owner() {
     let clean = run(&["clean", &name]);
     assert!(clean.status.success());
     assert!(text(&clean.stdout).contains(&format!("removed {name}")));
-    assert!(
-        !shm_path(&name).exists(),
-        "clean must remove the stale ring"
-    );
+    assert_gone(&name, "clean must remove the stale ring");
 }
 
 #[test]
 fn sigterm_ends_the_demo_and_removes_its_ring() {
     let (name, _cleanup) = scratch("sigterm");
     let demo = spawn(
-        &[
-            "demo",
-            "--frame-size",
-            "4096",
-            "--duration",
-            "60",
-            "--name",
-            &name,
-        ],
+        &argv("demo --frame-size 4096 --duration 60 --name NAME", &name),
         Stdio::null(),
         Stdio::piped(),
         Stdio::piped(),
@@ -434,23 +422,13 @@ fn sigterm_ends_the_demo_and_removes_its_ring() {
     assert_eq!(out.status.code(), Some(130), "{}", text(&out.stderr));
     let line = one_line_error(&out);
     assert!(line.contains("interrupted"), "{line}");
-    assert!(!shm_path(&name).exists(), "the ring must be removed");
+    assert_gone(&name, "the ring must be removed");
 }
 
 #[test]
 fn integrity_checks_catch_bad_checksums_and_leaks() {
-    let base = [
-        "demo",
-        "--frame-size",
-        "1024",
-        "--messages",
-        "100",
-        "--fps",
-        "0",
-        "--json",
-        "--inject-fault",
-    ];
-    let out = run(&[&base[..], &["checksum"]].concat());
+    let base = "demo --frame-size 1024 --messages 100 --fps 0 --json --inject-fault";
+    let out = run(&argv(&format!("{base} checksum"), ""));
     let v = last_json(&out);
     assert_eq!(out.status.code(), Some(1), "{v}");
     assert_eq!(v["ok"], false, "{v}");
@@ -461,7 +439,7 @@ fn integrity_checks_catch_bad_checksums_and_leaks() {
         .cloned()
         .expect("gating row");
     assert_eq!(gating["torn"], 14, "{v}");
-    let out = run(&[&base[..], &["leak"]].concat());
+    let out = run(&argv(&format!("{base} leak"), ""));
     let v = last_json(&out);
     assert_eq!(out.status.code(), Some(1), "{v}");
     assert_eq!(v["leaked_allocations"], 20, "{v}");
@@ -555,24 +533,14 @@ fn list_inspect_and_clean_report_half_created_zero_length_truncated_and_foreign_
 /// the old binary's sub exited 2 ("reclaimed as dead") after 1 MiB of 4.
 #[test]
 fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
-    if rustix_is_root_with_unshare().is_none() {
-        eprintln!("skipped: needs root and `unshare` for a pid namespace");
+    if !can_make_a_pid_namespace() {
         return;
     }
     let (name, _cleanup) = scratch("pidns");
     // More than sub's 1 MiB output buffer, the pipe and the ring together, so the slow reader
     // really holds the publisher back.
     let data: Vec<u8> = (0..4u32 << 20).map(|i| (i * 7 + i / 4096) as u8).collect();
-    let mut sub = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            BIN,
-            "sub",
-            &name,
-        ])
+    let mut sub = ringctl_in_a_pid_namespace(&["sub", &name])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -596,12 +564,10 @@ fn a_slow_gating_sub_in_another_pid_namespace_gets_every_byte() {
         }
         got
     });
-    let publ = ringctl(
+    succeeds(
         &["pub", &name, "--frame-size", "4096", "--timeout", "30"],
         &data,
-        Duration::from_secs(60),
     );
-    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
     let got = reader.join().expect("reader");
     let status = finish(sub, Duration::from_secs(30));
     assert!(status.status.success(), "sub: {}", text(&status.stderr));
@@ -621,6 +587,24 @@ fn rustix_is_root_with_unshare() -> Option<()> {
         .ok()?
         .success();
     ok.then_some(())
+}
+
+/// Whether this test can run `ringctl` in a pid namespace of its own (root and `unshare`);
+/// says the test is skipped when not.
+fn can_make_a_pid_namespace() -> bool {
+    let can = rustix_is_root_with_unshare().is_some();
+    if !can {
+        eprintln!("skipped: needs root and `unshare` for a pid namespace");
+    }
+    can
+}
+
+/// `ringctl args` in a new pid namespace (killed with the `unshare` that runs it).
+fn ringctl_in_a_pid_namespace(args: &[&str]) -> Command {
+    let mut cmd = Command::new("unshare");
+    cmd.args(["--pid", "--fork", "--mount-proc", "--kill-child", BIN])
+        .args(args);
+    cmd
 }
 
 /// A `pub` that fails (here: its stdin cannot be read) ends the stream as aborted, and a
@@ -750,22 +734,12 @@ fn a_pub_that_times_out_tells_its_sub_why() {
 /// (it showed as `creator pid 3 (alive)`, host pid 3 being a kernel thread).
 #[test]
 fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
-    if rustix_is_root_with_unshare().is_none() {
-        eprintln!("skipped: needs root and `unshare` for a pid namespace");
+    if !can_make_a_pid_namespace() {
         return;
     }
     let (name, _cleanup) = scratch("nslist");
     // A publisher that waits on its stdin (kept open) inside a new pid namespace.
-    let mut publ = Command::new("unshare")
-        .args([
-            "--pid",
-            "--fork",
-            "--mount-proc",
-            "--kill-child",
-            BIN,
-            "pub",
-            &name,
-        ])
+    let mut publ = ringctl_in_a_pid_namespace(&["pub", &name])
         .args(["--wait-consumers", "0", "--frame-size", "64"])
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
@@ -810,26 +784,8 @@ fn list_says_when_a_live_owner_is_in_another_pid_namespace() {
 #[test]
 fn a_latest_sub_started_after_a_publish_gets_that_message() {
     let (name, _cleanup) = scratch("latejoin");
-    let publ = ringctl(
-        &[
-            "pub",
-            &name,
-            "--keep",
-            "--wait-consumers",
-            "0",
-            "--frame-size",
-            "64",
-        ],
-        b"the frame that is already there",
-        Duration::from_secs(60),
-    );
-    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
-    let sub = ringctl(
-        &["sub", &name, "--class", "latest", "--timeout", "5"],
-        b"",
-        Duration::from_secs(60),
-    );
-    assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
+    kept_pub(&name, "64", &[], b"the frame that is already there");
+    let sub = succeeds(&["sub", &name, "--class", "latest", "--timeout", "5"], b"");
     assert_eq!(text(&sub.stdout), "the frame that is already there");
 }
 
@@ -841,23 +797,8 @@ fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
     let (name, _cleanup) = scratch("history");
     // Ten 8-byte frames into a 4-slot ring: frames 6..9 are still there.
     let data: Vec<u8> = (0..10u8).flat_map(|i| [b'a' + i; 8]).collect();
-    let publ = ringctl(
-        &[
-            "pub",
-            &name,
-            "--keep",
-            "--wait-consumers",
-            "0",
-            "--frame-size",
-            "8",
-            "--slots",
-            "4",
-        ],
-        &data,
-        Duration::from_secs(60),
-    );
-    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
-    let sub = ringctl(
+    kept_pub(&name, "8", &["--slots", "4"], &data);
+    let sub = succeeds(
         &[
             "sub",
             &name,
@@ -869,9 +810,7 @@ fn a_skip_sub_with_history_gets_what_the_ring_still_holds() {
             "2",
         ],
         b"",
-        Duration::from_secs(60),
     );
-    assert!(sub.status.success(), "sub: {}", text(&sub.stderr));
     assert_eq!(sub.stdout, data[7 * 8..], "the last three frames");
     // A gating reader may start back too.
     let gating = ringctl(
@@ -913,7 +852,7 @@ fn three_group_subs_share_a_stream_exactly_once() {
     let subs: Vec<Child> = (0..3)
         .map(|_| spawn_sub(&[&name, "--group", "w", "--timeout", "30"]))
         .collect();
-    let publ = ringctl(
+    succeeds(
         &[
             "pub",
             &name,
@@ -927,9 +866,7 @@ fn three_group_subs_share_a_stream_exactly_once() {
             "30",
         ],
         &data,
-        Duration::from_secs(60),
     );
-    assert!(publ.status.success(), "pub: {}", text(&publ.stderr));
     let mut frames = Vec::new();
     for sub in subs {
         let got = finish(sub, Duration::from_secs(60));
@@ -998,10 +935,7 @@ fn a_spill_of_a_missing_queue_is_listed_as_such_and_cleaned() {
     assert!(out.status.success());
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&format!("removed {spill}")), "{stdout}");
-    assert!(
-        !shm_path(&spill).exists(),
-        "clean must remove the orphaned spill"
-    );
+    assert_gone(&spill, "clean must remove the orphaned spill");
 }
 
 #[test]
@@ -1039,10 +973,7 @@ fn a_spill_of_a_live_queue_is_kept_and_cleaned_once_its_owners_died() {
     let out = run(&["clean", &spill]);
     let stdout = text(&out.stdout);
     assert!(stdout.contains(&format!("removed {spill}")), "{stdout}");
-    assert!(
-        !shm_path(&spill).exists(),
-        "a dead queue's spill is removed"
-    );
+    assert_gone(&spill, "a dead queue's spill is removed");
     assert!(
         shm_path(&queue).exists(),
         "only the named segment is cleaned"
@@ -1070,7 +1001,7 @@ fn never_stall_rings_are_created_checked_and_shown() {
     ]);
     let err = one_line_error(&out);
     assert!(err.contains("slots >= max_pins + 2"), "{err}");
-    assert!(!shm_path(&small).exists(), "a refused ring was left behind");
+    assert_gone(&small, "a refused ring was left behind");
 
     // A never-stall ring shows as one in inspect (JSON and table); a plain one does not.
     let (name, _cleanup) = scratch("nostall");
@@ -1110,21 +1041,11 @@ fn never_stall_rings_are_created_checked_and_shown() {
     drop(finish(idle, Duration::from_secs(30)));
 
     // The demo: on a never-stall ring, and refused with too few slots.
-    let out = run(&[
-        "demo",
-        "--never-stall",
-        "--classes",
-        "latest,skip",
-        "--read",
-        "pin",
-        "--frame-size",
-        "4096",
-        "--messages",
-        "200",
-        "--fps",
-        "0",
-        "--json",
-    ]);
+    let out = run(&argv(
+        "demo --never-stall --classes latest,skip --read pin --frame-size 4096 --messages 200 \
+         --fps 0 --json",
+        "",
+    ));
     let v = last_json(&out);
     assert_eq!(v["never_stall"], true, "{v}");
     assert_eq!(v["ok"], true, "{v}");

@@ -72,6 +72,23 @@ impl Writer<'_> {
         slot.set_meta([ring::monotonic_ns(), sum]);
         Ok(slot.publish()?)
     }
+
+    /// Writes the next frame into the slot a claim gave (see [`write`](Self::write)), moving
+    /// `seq` past it: `None`; or the claim's refusal (a closed ring is an error).
+    fn write_claimed(
+        &mut self,
+        claimed: core::result::Result<WriteSlot<'_, std::sync::Arc<Mapping>>, ClaimError>,
+        seq: &mut u64,
+    ) -> Result<Option<ClaimError>> {
+        match claimed {
+            Ok(slot) => {
+                *seq = self.write(slot)? + 1;
+                Ok(None)
+            }
+            Err(ClaimError::Closed) => Err(ClaimError::Closed.into()),
+            Err(e) => Ok(Some(e)),
+        }
+    }
 }
 
 /// Runs the producer role; prints its report as one JSON line.
@@ -119,31 +136,18 @@ pub fn run(args: &ProducerArgs) -> Result<()> {
             sweep(&mut producer, &mut report);
             next_sweep = Instant::now() + SWEEP_EVERY;
         }
-        let err = match producer.try_claim() {
-            Ok(slot) => {
-                seq = w.write(slot)? + 1;
-                continue;
-            }
-            Err(e) => e,
-        };
-        if err == ClaimError::Closed {
-            return Err(err.into());
+        if w.write_claimed(producer.try_claim(), &mut seq)?.is_none() {
+            continue;
         }
         // Held back (a gating consumer's cursor or a pin): wait, reclaiming dead holders (counted
         // here, which is why this does not use ring-os's `claim_with`).
         report.stalls += 1;
         let since = Instant::now();
         loop {
-            let err = match producer.claim(&mut FutexWait::new(LIVENESS_PERIOD)) {
-                Ok(slot) => {
-                    seq = w.write(slot)? + 1;
-                    break;
-                }
-                Err(e) => e,
+            let claimed = producer.claim(&mut FutexWait::new(LIVENESS_PERIOD));
+            let Some(err) = w.write_claimed(claimed, &mut seq)? else {
+                break;
             };
-            if err == ClaimError::Closed {
-                return Err(err.into());
-            }
             sweep(&mut producer, &mut report);
             if since.elapsed() > STALL_LIMIT {
                 return Err(CliError::Timeout(format!(

@@ -81,6 +81,14 @@ pub fn eventually(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     false
 }
 
+/// A TCP port nobody listens on right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("a free port")
+}
+
 /// Output bytes as text, for messages.
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()

@@ -1,7 +1,6 @@
 """The queue: multiprocessing.Queue-shaped, protocol-5 pickles with out-of-band buffers in
 the ring."""
 
-import glob
 import pickle
 import queue
 import signal
@@ -111,17 +110,17 @@ def test_a_message_over_max_message_spills_into_a_segment_of_its_own(name):
     s, r = shmring.create_pair(2, max_message=1 << 16, name=name)
     with s, r:
         s.put(np.ones(1 << 18, np.uint8), timeout=1)
-        assert len(glob.glob(f"/dev/shm/shmring.{name}.s*")) == 1
+        assert len(workers.spills(name)) == 1
         s.put(np.ones(1 << 15, np.uint8), timeout=1)  # through the arena
         assert r.get(timeout=5).sum() == 1 << 18
         # Acknowledged: it stays in the sender's pool for the next spilled message.
-        spilled = glob.glob(f"/dev/shm/shmring.{name}.s*")
+        spilled = workers.spills(name)
         assert len(spilled) == 1
         assert r.get(timeout=5).sum() == 1 << 15
         s.put(np.full(1 << 18, 2, np.uint8), timeout=1)
-        assert glob.glob(f"/dev/shm/shmring.{name}.s*") == spilled
+        assert workers.spills(name) == spilled
         assert r.get(timeout=5).sum() == 2 << 18
-    assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []  # closing removed it
+    assert workers.spills(name) == []  # closing removed it
 
 
 def test_random_sizes_never_exhaust_the_arena(name):

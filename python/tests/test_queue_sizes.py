@@ -13,10 +13,11 @@ import numpy as np
 import pytest
 
 import shmring
+import workers
 
 
 def spills_of(sender):
-    return glob.glob(f"/dev/shm/shmring.{sender._ring.name}.s*")
+    return workers.spills(sender._ring.name)
 
 
 def test_a_message_larger_than_the_arena_spills_into_a_segment_the_sender_reuses():
@@ -77,9 +78,9 @@ def test_a_closed_pair_leaves_no_spill_segment():
     for i in range(3):
         sender.put(np.full(40_000_000, i, np.uint8), timeout=5)
         assert receiver.get(timeout=5)[0] == i
-    assert len(glob.glob(f"/dev/shm/shmring.{name}.s*")) == 1
+    assert len(workers.spills(name)) == 1
     sender.close()
-    assert glob.glob(f"/dev/shm/shmring.{name}.s*") == []
+    assert workers.spills(name) == []
     receiver.close()
 
 

@@ -1,5 +1,5 @@
 """Child-process bodies for the cross-process tests (spawned: importable, top level), and the
-parent's side of them (producer_when_ready, consumed, finished, kill_and_go_on)."""
+parent's side of them (producer_when_ready, consumed, finished, spills, kill_and_go_on)."""
 
 import os
 import struct
@@ -166,6 +166,13 @@ def finished(child):
     """Waits for `child` and checks that it exited cleanly."""
     child.join(30)
     assert child.exitcode == 0
+
+
+def spills(name):
+    """The spill segments (`<name>.s<seq>-<hex>`) of queue `name` in /dev/shm."""
+    import glob
+
+    return glob.glob(f"/dev/shm/shmring.{name}.s*")
 
 
 def kill_and_go_on(child, ring, producer, size):

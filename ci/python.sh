@@ -17,6 +17,8 @@ rm -rf "$VENV"
 # pytest-timeout: a test that hangs fails after 10 minutes with every thread's stack, naming
 # itself, instead of holding CI until its overall limit.
 "$VENV/bin/pip" install --quiet pytest-timeout==2.4.0
+# uvloop: test_asyncio.py runs the awaitables on its event loop too (pinned, as the tools above).
+"$VENV/bin/pip" install --quiet uvloop==0.23.0
 # The real UnrealCV client, for test_unrealcv.py (which builds examples/frame-server itself).
 "$VENV/bin/pip" install --quiet unrealcv==1.3.2
 # The hand-written stubs (python/pysrc/shmring/_shmring.pyi) against the built extension:

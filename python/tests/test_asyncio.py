@@ -2,7 +2,8 @@
 one reactor thread per process and the loop's readiness fd (python/src/aio.rs, shmring/_aio.py):
 order and completeness, cancel safety (cancelled awaits in a loop, with a checksum over what
 arrived, and nothing left counted or registered), close() from elsewhere, a producer's abort and
-death, and 100 waiting consumers on at most one extra thread."""
+death, and 100 waiting consumers on at most one extra thread. Delivery and cancel safety also
+run on uvloop's event loop."""
 
 import asyncio
 import os
@@ -21,11 +22,29 @@ from shmring import _shmring
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="no readiness fd on Windows")
 
 
-def run(coro, timeout=60):
+try:
+    import uvloop
+except ImportError:  # ci/python.sh installs it; elsewhere the uvloop cases are skipped
+    uvloop = None
+
+# The event loops the awaitables are tested on: asyncio's default loop and uvloop's (libuv's
+# poller watching the same readiness fd through its own add_reader).
+LOOPS = [
+    pytest.param("asyncio", id="asyncio"),
+    pytest.param("uvloop", id="uvloop",
+                 marks=pytest.mark.skipif(uvloop is None, reason="uvloop is not installed")),
+]
+
+
+def run(coro, timeout=60, loop="asyncio"):
     async def bounded():
+        running = type(asyncio.get_running_loop()).__module__
+        assert running.startswith(loop), f"running on {running}, not {loop}"
         async with asyncio.timeout(timeout):
             return await coro
-    return asyncio.run(bounded())
+    factory = uvloop.new_event_loop if loop == "uvloop" else None
+    with asyncio.Runner(loop_factory=factory) as runner:
+        return runner.run(bounded())
 
 
 def publish_slowly(p, n, seed=1, pause=0.0005):
@@ -56,8 +75,9 @@ def settled(c):
     return c._waiters(), _shmring._async_pending()
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("tasks", [1, 2])
-def test_recv_async_receives_every_message_then_disconnected(tasks):
+def test_recv_async_receives_every_message_then_disconnected(tasks, loop):
     """One task gets every message in order; two tasks awaiting one consumer share them, each
     message once. Then both see Disconnected, and nothing is left counted or registered."""
     ring = shmring.Ring.memfd(slots=4, slot_size=64)
@@ -73,7 +93,7 @@ def test_recv_async_receives_every_message_then_disconnected(tasks):
         t.join()
         return outs
 
-    outs = run(main())
+    outs = run(main(), loop=loop)
     if tasks == 1:
         assert outs[0] == list(range(n))
     assert sorted(sum(outs, [])) == list(range(n))
@@ -81,8 +101,9 @@ def test_recv_async_receives_every_message_then_disconnected(tasks):
     assert settled(c) == (0, 0)
 
 
+@pytest.mark.parametrize("loop", LOOPS)
 @pytest.mark.parametrize("how", ["recv", "pin"])
-def test_cancelled_awaits_lose_nothing_and_leak_nothing(how):
+def test_cancelled_awaits_lose_nothing_and_leak_nothing(how, loop):
     """Awaits cancelled at random points (timeouts of 0-300 µs, explicit task.cancel()): every
     message still arrives exactly once and in order (checksum), no pin is left, and the ring's
     waiter count and the reactor's registrations fall back to zero."""
@@ -130,7 +151,7 @@ def test_cancelled_awaits_lose_nothing_and_leak_nothing(how):
         return got, cancelled
 
     leaks = []
-    got, cancelled = run(main(), timeout=120)
+    got, cancelled = run(main(), timeout=120, loop=loop)
     assert set(leaks) == {(0, 0)}, "a cancelled wait kept its waiter count or registration"
     assert cancelled > 100, f"only {cancelled} awaits were cancelled: the test did not test"
     assert len(got) == n
@@ -305,7 +326,8 @@ def test_a_blocking_call_in_another_thread_does_not_stall_the_await():
     assert sorted(got + blocking) == list(range(n))
 
 
-def test_get_async_queue_and_cancel_safety():
+@pytest.mark.parametrize("loop", LOOPS)
+def test_get_async_queue_and_cancel_safety(loop):
     tx, rx = shmring.create_pair(capacity=1 << 16, max_message=256)
     n = 1000
 
@@ -334,7 +356,7 @@ def test_get_async_queue_and_cancel_safety():
         return got, cancelled
 
     try:
-        got, cancelled = run(main(), timeout=120)
+        got, cancelled = run(main(), timeout=120, loop=loop)
     finally:
         rx.close()
     assert cancelled > 50, f"only {cancelled} awaits were cancelled"

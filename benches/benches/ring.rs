@@ -29,10 +29,13 @@
     reason = "bench setup with constant, valid arguments"
 )]
 
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::measurement::WallTime;
+use criterion::{
+    criterion_group, criterion_main, BenchmarkGroup, BenchmarkId, Criterion, Throughput,
+};
 use ring_benches::micro::{self, owner, pair, segment, touch, BATCH, BATCH_BYTES, SIZES};
 use ring_core::arena::{region_len, AllocConfig, Allocator};
-use ring_core::{AtomicU64, Consumer, DeliveryClass, Producer, SpinThenYield};
+use ring_core::{AtomicU64, Consumer, DeliveryClass, HeapSegment, Producer, SpinThenYield};
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
@@ -66,46 +69,65 @@ fn claim_publish(c: &mut Criterion) {
     g.finish();
 }
 
-fn publish_read(c: &mut Criterion) {
-    let mut g = c.benchmark_group("publish_read");
+/// What each message size's cases get: an 8-slot ring's producer and one gating consumer, a
+/// source message and a destination buffer of that size.
+struct Ends<'a> {
+    tx: Producer<&'a HeapSegment>,
+    rx: Consumer<&'a HeapSegment>,
+    src: Vec<u8>,
+    dst: Vec<u8>,
+}
+
+/// The benchmark group `name` over [`SIZES`]: for each size, its throughput and fresh [`Ends`]
+/// handed to `cases`.
+fn over_sizes(
+    c: &mut Criterion,
+    name: &str,
+    mut cases: impl FnMut(&mut BenchmarkGroup<'_, WallTime>, usize, Ends<'_>),
+) {
+    let mut g = c.benchmark_group(name);
     for &n in &SIZES {
         g.throughput(Throughput::Bytes(n as u64));
         let seg = segment(8, n, 1);
-        let (mut tx, mut rx) = pair(&seg);
-        let src = vec![7u8; n];
-        let mut dst = vec![0u8; n];
-        g.bench_with_input(BenchmarkId::new("ring-pinned", n), &n, |b, _| {
-            b.iter(|| {
-                tx.try_publish(&src).unwrap();
-                touch(rx.try_pin().unwrap().bytes());
-            });
-        });
-        g.bench_with_input(BenchmarkId::new("ring-copy", n), &n, |b, _| {
-            b.iter(|| {
-                tx.try_publish(&src).unwrap();
-                black_box(rx.try_copy(&mut dst).unwrap());
-            });
-        });
+        let (tx, rx) = pair(&seg);
+        let ends = Ends {
+            tx,
+            rx,
+            src: vec![7u8; n],
+            dst: vec![0u8; n],
+        };
+        cases(&mut g, n, ends);
     }
     g.finish();
 }
 
+fn publish_read(c: &mut Criterion) {
+    over_sizes(c, "publish_read", |g, n, mut e| {
+        g.bench_with_input(BenchmarkId::new("ring-pinned", n), &n, |b, _| {
+            b.iter(|| {
+                e.tx.try_publish(&e.src).unwrap();
+                touch(e.rx.try_pin().unwrap().bytes());
+            });
+        });
+        g.bench_with_input(BenchmarkId::new("ring-copy", n), &n, |b, _| {
+            b.iter(|| {
+                e.tx.try_publish(&e.src).unwrap();
+                black_box(e.rx.try_copy(&mut e.dst).unwrap());
+            });
+        });
+    });
+}
+
 fn read(c: &mut Criterion) {
-    let mut g = c.benchmark_group("read");
-    for &n in &SIZES {
-        g.throughput(Throughput::Bytes(n as u64));
-        let seg = segment(8, n, 1);
-        let (mut tx, mut rx) = pair(&seg);
-        let src = vec![7u8; n];
-        let mut dst = vec![0u8; n];
+    over_sizes(c, "read", |g, n, mut e| {
         g.bench_with_input(BenchmarkId::new("pinned", n), &n, |b, _| {
             b.iter_custom(|iters| {
                 time_reads(
                     iters,
                     || {
-                        tx.try_publish(&src).unwrap();
+                        e.tx.try_publish(&e.src).unwrap();
                     },
-                    || touch(rx.try_pin().unwrap().bytes()),
+                    || touch(e.rx.try_pin().unwrap().bytes()),
                 )
             });
         });
@@ -114,10 +136,10 @@ fn read(c: &mut Criterion) {
                 time_reads(
                     iters,
                     || {
-                        tx.try_publish(&src).unwrap();
+                        e.tx.try_publish(&e.src).unwrap();
                     },
                     || {
-                        black_box(rx.try_copy(&mut dst).unwrap());
+                        black_box(e.rx.try_copy(&mut e.dst).unwrap());
                     },
                 )
             });
@@ -127,12 +149,11 @@ fn read(c: &mut Criterion) {
         let mut skewed = vec![0u8; n + 2048];
         g.bench_with_input(BenchmarkId::new("memcpy", n), &n, |b, _| {
             b.iter(|| {
-                skewed[2048..].copy_from_slice(&src);
+                skewed[2048..].copy_from_slice(&e.src);
                 black_box(&mut skewed);
             });
         });
-    }
-    g.finish();
+    });
 }
 
 /// Messages per `readers` sample.

@@ -161,6 +161,27 @@ fn accept_by<T>(
     }
 }
 
+/// A socket transport's parent side once its listeners are bound: by the deadline, accepts one
+/// connection on each listener (`accept`) and makes its two halves (`ends`: blocking again, its
+/// socket options set).
+fn accepting<L: 'static, S: 'static, A: 'static>(
+    transport: Transport,
+    max: usize,
+    listeners: Vec<L>,
+    accept: fn(&L) -> std::io::Result<(S, A)>,
+    ends: fn(S) -> Result<Halves, BenchError>,
+) -> Pending {
+    Box::new(move |deadline| {
+        let what = format!("{transport} accept");
+        let mut all = Vec::new();
+        for l in &listeners {
+            let (s, _) = accept_by(deadline, &what, || accept(l))?;
+            all.push(ends(s)?);
+        }
+        Ok(link(transport, max, all))
+    })
+}
+
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let first = first_setup(setups)?;
@@ -176,16 +197,11 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                     .map_err(|e| BenchError::io("unix listener nonblocking", e))?;
                 listeners.push(l);
             }
-            Ok(Box::new(move |deadline| {
-                let mut ends = Vec::new();
-                for l in &listeners {
-                    let (s, _) = accept_by(deadline, "unix accept", || l.accept())?;
-                    s.set_nonblocking(false)
-                        .map_err(|e| BenchError::io("unix blocking", e))?;
-                    tune_unix(&s)?;
-                    ends.push(split(s, UnixStream::try_clone)?);
-                }
-                Ok(link(transport, max, ends))
+            Ok(accepting(transport, max, listeners, UnixListener::accept, |s| {
+                s.set_nonblocking(false)
+                    .map_err(|e| BenchError::io("unix blocking", e))?;
+                tune_unix(&s)?;
+                split(s, UnixStream::try_clone)
             }))
         }
         Transport::Tcp => {
@@ -201,17 +217,12 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                     .port();
                 listeners.push(l);
             }
-            Ok(Box::new(move |deadline| {
-                let mut ends = Vec::new();
-                for l in &listeners {
-                    let (s, _) = accept_by(deadline, "tcp accept", || l.accept())?;
-                    s.set_nonblocking(false)
-                        .map_err(|e| BenchError::io("tcp blocking", e))?;
-                    s.set_nodelay(true)
-                        .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
-                    ends.push(split(s, TcpStream::try_clone)?);
-                }
-                Ok(link(transport, max, ends))
+            Ok(accepting(transport, max, listeners, TcpListener::accept, |s| {
+                s.set_nonblocking(false)
+                    .map_err(|e| BenchError::io("tcp blocking", e))?;
+                s.set_nodelay(true)
+                    .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+                split(s, TcpStream::try_clone)
             }))
         }
         Transport::Pipe => {

@@ -197,12 +197,18 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                     .map_err(|e| BenchError::io("unix listener nonblocking", e))?;
                 listeners.push(l);
             }
-            Ok(accepting(transport, max, listeners, UnixListener::accept, |s| {
-                s.set_nonblocking(false)
-                    .map_err(|e| BenchError::io("unix blocking", e))?;
-                tune_unix(&s)?;
-                split(s, UnixStream::try_clone)
-            }))
+            Ok(accepting(
+                transport,
+                max,
+                listeners,
+                UnixListener::accept,
+                |s| {
+                    s.set_nonblocking(false)
+                        .map_err(|e| BenchError::io("unix blocking", e))?;
+                    tune_unix(&s)?;
+                    split(s, UnixStream::try_clone)
+                },
+            ))
         }
         Transport::Tcp => {
             let mut listeners = Vec::new();
@@ -217,13 +223,19 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                     .port();
                 listeners.push(l);
             }
-            Ok(accepting(transport, max, listeners, TcpListener::accept, |s| {
-                s.set_nonblocking(false)
-                    .map_err(|e| BenchError::io("tcp blocking", e))?;
-                s.set_nodelay(true)
-                    .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
-                split(s, TcpStream::try_clone)
-            }))
+            Ok(accepting(
+                transport,
+                max,
+                listeners,
+                TcpListener::accept,
+                |s| {
+                    s.set_nonblocking(false)
+                        .map_err(|e| BenchError::io("tcp blocking", e))?;
+                    s.set_nodelay(true)
+                        .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+                    split(s, TcpStream::try_clone)
+                },
+            ))
         }
         Transport::Pipe => {
             let mut ups = Vec::new();

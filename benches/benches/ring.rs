@@ -39,18 +39,6 @@ use ring_core::{AtomicU64, Consumer, DeliveryClass, HeapSegment, Producer, SpinT
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
-/// `iters` rounds of `publish` (untimed) then `read` (timed): the read alone.
-fn time_reads(iters: u64, mut publish: impl FnMut(), mut read: impl FnMut()) -> Duration {
-    let mut total = Duration::ZERO;
-    for _ in 0..iters {
-        publish();
-        let t0 = Instant::now();
-        read();
-        total += t0.elapsed();
-    }
-    total
-}
-
 fn claim_publish(c: &mut Criterion) {
     let mut g = c.benchmark_group("claim_publish");
     for &n in &SIZES {
@@ -76,6 +64,25 @@ struct Ends<'a> {
     rx: Consumer<&'a HeapSegment>,
     src: Vec<u8>,
     dst: Vec<u8>,
+}
+
+impl Ends<'_> {
+    /// `iters` rounds of a publish of `src` (untimed) then `read` by the consumer into `dst`
+    /// (timed): the read alone.
+    fn time_reads(
+        &mut self,
+        iters: u64,
+        mut read: impl FnMut(&mut Consumer<&HeapSegment>, &mut [u8]),
+    ) -> Duration {
+        let mut total = Duration::ZERO;
+        for _ in 0..iters {
+            self.tx.try_publish(&self.src).unwrap();
+            let t0 = Instant::now();
+            read(&mut self.rx, &mut self.dst);
+            total += t0.elapsed();
+        }
+        total
+    }
 }
 
 /// The benchmark group `name` over [`SIZES`]: for each size, its throughput and fresh [`Ends`]
@@ -122,26 +129,14 @@ fn read(c: &mut Criterion) {
     over_sizes(c, "read", |g, n, mut e| {
         g.bench_with_input(BenchmarkId::new("pinned", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                time_reads(
-                    iters,
-                    || {
-                        e.tx.try_publish(&e.src).unwrap();
-                    },
-                    || touch(e.rx.try_pin().unwrap().bytes()),
-                )
+                e.time_reads(iters, |rx, _| touch(rx.try_pin().unwrap().bytes()))
             });
         });
         g.bench_with_input(BenchmarkId::new("copy", n), &n, |b, _| {
             b.iter_custom(|iters| {
-                time_reads(
-                    iters,
-                    || {
-                        e.tx.try_publish(&e.src).unwrap();
-                    },
-                    || {
-                        black_box(e.rx.try_copy(&mut e.dst).unwrap());
-                    },
-                )
+                e.time_reads(iters, |rx, dst| {
+                    black_box(rx.try_copy(dst).unwrap());
+                })
             });
         });
         // Half a page of skew between source and destination: no 4 KiB aliasing (which made

@@ -182,6 +182,23 @@ fn accepting<L: 'static, S: 'static, A: 'static>(
     })
 }
 
+/// An accepted unix connection's two halves, blocking, with the 4 MiB buffers.
+fn unix_ends(s: UnixStream) -> Result<Halves, BenchError> {
+    s.set_nonblocking(false)
+        .map_err(|e| BenchError::io("unix blocking", e))?;
+    tune_unix(&s)?;
+    split(s, UnixStream::try_clone)
+}
+
+/// An accepted tcp connection's two halves, blocking, with `TCP_NODELAY`.
+fn tcp_ends(s: TcpStream) -> Result<Halves, BenchError> {
+    s.set_nonblocking(false)
+        .map_err(|e| BenchError::io("tcp blocking", e))?;
+    s.set_nodelay(true)
+        .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
+    split(s, TcpStream::try_clone)
+}
+
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let first = first_setup(setups)?;
@@ -202,12 +219,7 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 max,
                 listeners,
                 UnixListener::accept,
-                |s| {
-                    s.set_nonblocking(false)
-                        .map_err(|e| BenchError::io("unix blocking", e))?;
-                    tune_unix(&s)?;
-                    split(s, UnixStream::try_clone)
-                },
+                unix_ends,
             ))
         }
         Transport::Tcp => {
@@ -228,13 +240,7 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
                 max,
                 listeners,
                 TcpListener::accept,
-                |s| {
-                    s.set_nonblocking(false)
-                        .map_err(|e| BenchError::io("tcp blocking", e))?;
-                    s.set_nodelay(true)
-                        .map_err(|e| BenchError::io("TCP_NODELAY", e))?;
-                    split(s, TcpStream::try_clone)
-                },
+                tcp_ends,
             ))
         }
         Transport::Pipe => {

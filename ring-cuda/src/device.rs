@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use crate::accounting::Ledger;
 use crate::error::Result;
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, MappingId, Mem, MemHandle, MemInfo, Owner,
+    At, BufferId, EventId, ExportKind, IpcEventHandle, MappingId, Mem, MemHandle, MemInfo, Owner,
     ResourceKind, StreamId,
 };
 
@@ -60,28 +60,12 @@ pub trait Device: Send + Sync {
     /// Enqueues a fill of `len` bytes at `offset` with `byte`.
     fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()>;
 
-    /// Enqueues a device-to-device copy.
-    #[allow(clippy::too_many_arguments, reason = "mirrors cuMemcpyDtoDAsync")]
-    fn copy(
-        &self,
-        stream: StreamId,
-        dst: Mem,
-        dst_offset: u64,
-        src: Mem,
-        src_offset: u64,
-        len: u64,
-    ) -> Result<()>;
+    /// Enqueues a device-to-device copy of `len` bytes from `src` to `dst`.
+    fn copy(&self, stream: StreamId, dst: At, src: At, len: u64) -> Result<()>;
 
-    /// Copies device bytes to `dst` after the work queued on `stream` before it, and returns
-    /// when they have arrived (a host sync, bounded by `timeout`).
-    fn read(
-        &self,
-        stream: StreamId,
-        src: Mem,
-        offset: u64,
-        dst: &mut [u8],
-        timeout: Duration,
-    ) -> Result<()>;
+    /// Copies the device bytes at `src` to `dst` after the work queued on `stream` before it,
+    /// and returns when they have arrived (a host sync, bounded by `timeout`).
+    fn read(&self, stream: StreamId, src: At, dst: &mut [u8], timeout: Duration) -> Result<()>;
 
     /// Creates an interprocess event (`CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`),
     /// charged to `owner`.

@@ -86,6 +86,11 @@ pub enum Mem {
     Mapping(MappingId),
 }
 
+/// A place in device memory: a buffer or mapping and a byte offset into it, where a copy or a
+/// read starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct At(pub Mem, pub u64);
+
 impl From<BufferId> for Mem {
     fn from(b: BufferId) -> Self {
         Self::Buffer(b)

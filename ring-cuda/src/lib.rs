@@ -15,7 +15,7 @@
 //! # Examples
 //!
 //! ```
-//! use ring_cuda::{Device, EmulatedDevice, ExportKind, Owner};
+//! use ring_cuda::{At, Device, EmulatedDevice, ExportKind, Owner};
 //! use std::time::Duration;
 //!
 //! let producer = EmulatedDevice::new();
@@ -32,7 +32,7 @@
 //! let mapping = consumer.open(Owner(2), &handle)?;
 //! let cs = consumer.create_stream(Owner(2))?;
 //! let mut out = [0u8; 5];
-//! consumer.read(cs, mapping.into(), 0, &mut out, Duration::from_secs(5))?;
+//! consumer.read(cs, At(mapping.into(), 0), &mut out, Duration::from_secs(5))?;
 //! assert_eq!(&out, b"frame");
 //!
 //! consumer.close(mapping)?;
@@ -66,6 +66,6 @@ pub use device::Device;
 pub use emulated::{EmulatedDevice, EmulatedOptions};
 pub use error::{cu_result_name, Error, Result};
 pub use handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    At, BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
     MemInfo, Owner, ResourceKind, StreamId, IPC_HANDLE_SIZE,
 };

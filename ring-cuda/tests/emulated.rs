@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{conformance, env, hex, role, unhex, Child, T};
 use ring_cuda::{
-    padded_len, BufferId, Device, EmulatedDevice, EmulatedOptions, Error, EventId, ExportKind,
+    padded_len, At, BufferId, Device, EmulatedDevice, EmulatedOptions, Error, EventId, ExportKind,
     IpcMemHandle, MappingCache, MemHandle, Owner, ResourceKind, StreamId, LARGE_PAGE,
 };
 
@@ -75,14 +75,14 @@ fn missing_event_wait_reads_stale_bytes() {
     let (s1, s2) = (d.create_stream(o).unwrap(), d.create_stream(o).unwrap());
     d.fill(s1, buf.into(), 0, 4096, 7).unwrap();
     let mut out = [0u8; 1];
-    d.read(s2, buf.into(), 0, &mut out, T).unwrap();
+    d.read(s2, At(buf.into(), 0), &mut out, T).unwrap();
     assert_eq!(
         out,
         [0],
         "the read overtook nothing: the emulation is not asynchronous"
     );
     d.sync_stream(s1, T).unwrap();
-    d.read(s2, buf.into(), 0, &mut out, T).unwrap();
+    d.read(s2, At(buf.into(), 0), &mut out, T).unwrap();
     assert_eq!(out, [7]);
     d.destroy_stream(s1, T).unwrap();
     d.destroy_stream(s2, T).unwrap();
@@ -138,7 +138,7 @@ fn a_fault_poisons_the_whole_device() {
         "the watchdog did not fire"
     );
     let mut out = [0u8; 1];
-    let other = d.read(slow_stream, buf.into(), 0, &mut out, T);
+    let other = d.read(slow_stream, At(buf.into(), 0), &mut out, T);
     assert!(
         matches!(other, Err(Error::StreamFault(_))),
         "the other stream survived: {other:?}"
@@ -187,7 +187,7 @@ fn stream_waits_have_no_bound_by_default() {
     let o = Owner(8);
     let (buf, slow_stream, waiter, ev) = waiter_behind_a_fill(&d, o, 5);
     let mut out = [0u8; 1];
-    d.read(waiter, buf.into(), 0, &mut out, T).unwrap();
+    d.read(waiter, At(buf.into(), 0), &mut out, T).unwrap();
     assert_eq!(out, [5]);
     // A wait that can never end does not hang the stream's destruction.
     let never = d.create_event(o).unwrap();
@@ -556,7 +556,7 @@ fn ipc_pair_across_two_processes() {
         let s = b.create_stream(o).unwrap();
         b.wait_event(s, ev).unwrap();
         let mut out = [0u8; 6];
-        b.read(s, m.into(), 4096, &mut out, T).unwrap();
+        b.read(s, At(m.into(), 4096), &mut out, T).unwrap();
         assert_eq!(&out, b"across", "the child read before the parent's write");
         b.write(s, m.into(), 0, b"reply").unwrap();
         b.sync_stream(s, T).unwrap();
@@ -586,7 +586,7 @@ fn ipc_pair_across_two_processes() {
     child.expect("CHILD OK");
     child.finish();
     let mut back = [0u8; 5];
-    a.read(s, buf.into(), 0, &mut back, T).unwrap();
+    a.read(s, At(buf.into(), 0), &mut back, T).unwrap();
     assert_eq!(&back, b"reply");
     a.destroy_stream(s, T).unwrap();
     a.destroy_event(ev).unwrap();

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use common::{env, next_line, role, Child, T};
 use ring_core::{Config, DeliveryClass, Memory};
 use ring_cuda::ring::{DeviceConsumer, DeviceProducer, RingError, SharedRing, TableMemory};
-use ring_cuda::{Device, EmulatedDevice, EmulatedOptions, Error, ExportKind, Mem, Owner};
+use ring_cuda::{At, Device, EmulatedDevice, EmulatedOptions, Error, ExportKind, Mem, Owner};
 
 type Ring = Arc<SharedRing>;
 type Producer = DeviceProducer<EmulatedDevice, Ring, Ring>;
@@ -100,16 +100,18 @@ fn read_frames(c: &mut Consumer, n: u64) -> (u64, u64, u64) {
     let private = Mem::Buffer(dev.alloc(Owner(0x77), LEN, ExportKind::Ipc).unwrap());
     let (mut received, mut torn, mut skipped, mut next) = (0, 0, 0, None);
     while received < n {
-        let frame = match c.read_with(T, |d, s, slot, len| d.copy(s, private, 0, slot, 0, len)) {
+        let frame = match c.read_with(T, |d, s, slot, len| {
+            d.copy(s, At(private, 0), At(slot, 0), len)
+        }) {
             Ok(f) => f,
             Err(RingError::Read(ring_core::ReadError::Closed)) => break,
             Err(e) => panic!("read: {e}"),
         };
         let s = c.stream().unwrap();
         let (mut head, mut tail, mut mid) = ([0u8; 8], [0u8; 8], [0u8; 1]);
-        dev.read(s, private, 0, &mut head, T).unwrap();
-        dev.read(s, private, LEN - 8, &mut tail, T).unwrap();
-        dev.read(s, private, LEN / 2, &mut mid, T).unwrap();
+        dev.read(s, At(private, 0), &mut head, T).unwrap();
+        dev.read(s, At(private, LEN - 8), &mut tail, T).unwrap();
+        dev.read(s, At(private, LEN / 2), &mut mid, T).unwrap();
         let ok = u64::from_le_bytes(head) == frame.seq
             && u64::from_le_bytes(tail) == frame.seq
             && mid[0] == pattern(frame.seq);

@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use hdrhistogram::Histogram;
 use ring_cuda::ring::{monotonic_ns, DeviceConsumer, DeviceProducer, RingError, TableMemory};
-use ring_cuda::{Device, Error, ExportKind, Mem, Owner};
+use ring_cuda::{At, Device, Error, ExportKind, Mem, Owner};
 use ring_os::raw::RoleFile;
 
 /// The fill byte of frame `seq`.
@@ -157,7 +157,7 @@ fn consume_into<D: Device, M: RoleFile, T: TableMemory>(
     let mut expect: Option<u64> = None;
     while st.received < frames {
         let frame = match c.read_with(timeout, |d, s, slot, len| {
-            d.copy(s, private, 0, slot, 0, len)
+            d.copy(s, At(private, 0), At(slot, 0), len)
         }) {
             Ok(f) => f,
             Err(RingError::Read(ring_core::ReadError::Closed)) => break,
@@ -169,9 +169,9 @@ fn consume_into<D: Device, M: RoleFile, T: TableMemory>(
         dev.sync_stream(stream, timeout)?;
         let done = monotonic_ns();
         let (mut head, mut tail, mut mid) = ([0u8; 8], [0u8; 8], [0u8; 1]);
-        dev.read(stream, private, 0, &mut head, timeout)?;
-        dev.read(stream, private, frame.len - 8, &mut tail, timeout)?;
-        dev.read(stream, private, frame.len / 2, &mut mid, timeout)?;
+        dev.read(stream, At(private, 0), &mut head, timeout)?;
+        dev.read(stream, At(private, frame.len - 8), &mut tail, timeout)?;
+        dev.read(stream, At(private, frame.len / 2), &mut mid, timeout)?;
         let ok = u64::from_le_bytes(head) == frame.seq
             && u64::from_le_bytes(tail) == frame.seq
             && mid[0] == pattern_byte(frame.seq);

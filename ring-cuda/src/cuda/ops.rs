@@ -13,7 +13,7 @@ use crate::accounting::{padded_len, Ledger};
 use crate::device::Device;
 use crate::error::{Error, Result};
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    At, BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
     MemInfo, Owner, StreamId, IPC_HANDLE_SIZE,
 };
 
@@ -92,6 +92,32 @@ impl CudaDevice {
                 Err(e)
             }
         }
+    }
+
+    /// Enqueues driver call `call` on `stream` (the context bound): `enqueue` makes it, given
+    /// the stream's handle.
+    fn enqueue(
+        &self,
+        stream: StreamId,
+        call: &'static str,
+        enqueue: impl FnOnce(sys::CUstream) -> sys::CUresult,
+    ) -> Result<()> {
+        let s = self.stream(stream)?;
+        self.bind()?;
+        check(call, enqueue(s))
+    }
+
+    /// Polls driver query `call` (`query` makes it, the context bound) until it reports the
+    /// handle's work done, at most `timeout`; `what` names the wait in a timeout.
+    fn poll_done(
+        &self,
+        what: &'static str,
+        call: &'static str,
+        timeout: Duration,
+        query: impl Fn() -> sys::CUresult,
+    ) -> Result<()> {
+        self.bind()?;
+        poll(what, timeout, || not_ready(call, query()))
     }
 
     fn alloc_vmm(&self, len: u64) -> Result<DevMem> {
@@ -317,55 +343,32 @@ impl Device for CudaDevice {
 
     fn write(&self, stream: StreamId, dst: Mem, offset: u64, src: &[u8]) -> Result<()> {
         let d = self.at(dst, offset, src.len() as u64)?;
-        let s = self.stream(stream)?;
-        self.bind()?;
-        // SAFETY: destination range bounds-checked; `src` is pageable host memory, which the
-        // driver stages before returning, so it may be reused as soon as this returns.
-        check("cuMemcpyHtoDAsync", unsafe {
-            sys::cuMemcpyHtoDAsync_v2(d, src.as_ptr().cast(), src.len(), s)
+        self.enqueue(stream, "cuMemcpyHtoDAsync", |s| {
+            // SAFETY: destination range bounds-checked; `src` is pageable host memory, which
+            // the driver stages before returning, so it may be reused as soon as this returns.
+            unsafe { sys::cuMemcpyHtoDAsync_v2(d, src.as_ptr().cast(), src.len(), s) }
         })
     }
 
     fn fill(&self, stream: StreamId, dst: Mem, offset: u64, len: u64, byte: u8) -> Result<()> {
-        let d = self.at(dst, offset, len)?;
-        let s = self.stream(stream)?;
-        self.bind()?;
-        // SAFETY: range bounds-checked.
-        check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(d, byte, usize_len(len)?, s)
+        let (d, n) = (self.at(dst, offset, len)?, usize_len(len)?);
+        self.enqueue(stream, "cuMemsetD8Async", |s| {
+            // SAFETY: range bounds-checked.
+            unsafe { sys::cuMemsetD8Async(d, byte, n, s) }
         })
     }
 
-    fn copy(
-        &self,
-        stream: StreamId,
-        dst: Mem,
-        dst_offset: u64,
-        src: Mem,
-        src_offset: u64,
-        len: u64,
-    ) -> Result<()> {
-        let (d, sp) = (
-            self.at(dst, dst_offset, len)?,
-            self.at(src, src_offset, len)?,
-        );
-        let s = self.stream(stream)?;
-        self.bind()?;
-        // SAFETY: both ranges bounds-checked.
-        check("cuMemcpyDtoDAsync", unsafe {
-            sys::cuMemcpyDtoDAsync_v2(d, sp, usize_len(len)?, s)
+    fn copy(&self, stream: StreamId, dst: At, src: At, len: u64) -> Result<()> {
+        let (d, sp) = (self.at(dst.0, dst.1, len)?, self.at(src.0, src.1, len)?);
+        let n = usize_len(len)?;
+        self.enqueue(stream, "cuMemcpyDtoDAsync", |s| {
+            // SAFETY: both ranges bounds-checked.
+            unsafe { sys::cuMemcpyDtoDAsync_v2(d, sp, n, s) }
         })
     }
 
-    fn read(
-        &self,
-        stream: StreamId,
-        src: Mem,
-        offset: u64,
-        dst: &mut [u8],
-        timeout: Duration,
-    ) -> Result<()> {
-        let sp = self.at(src, offset, dst.len() as u64)?;
+    fn read(&self, stream: StreamId, src: At, dst: &mut [u8], timeout: Duration) -> Result<()> {
+        let sp = self.at(src.0, src.1, dst.len() as u64)?;
         let s = self.stream(stream)?;
         self.sync_stream(stream, timeout)?;
         // SAFETY: range bounds-checked; `dst` is pageable, so the driver returns only once the
@@ -454,22 +457,18 @@ impl Device for CudaDevice {
 
     fn synchronize(&self, event: EventId, timeout: Duration) -> Result<()> {
         let e = self.event(event)?;
-        self.bind()?;
-        poll("an event", timeout, || {
+        self.poll_done("an event", "cuEventQuery", timeout, || {
             // SAFETY: a live handle (destroying it from another thread meanwhile is a caller
             // bug that the driver reports as an error).
-            let r = unsafe { sys::cuEventQuery(e) };
-            not_ready("cuEventQuery", r)
+            unsafe { sys::cuEventQuery(e) }
         })
     }
 
     fn sync_stream(&self, stream: StreamId, timeout: Duration) -> Result<()> {
         let s = self.stream(stream)?;
-        self.bind()?;
-        poll("stream work", timeout, || {
+        self.poll_done("stream work", "cuStreamQuery", timeout, || {
             // SAFETY: a live handle, as in `synchronize`.
-            let r = unsafe { sys::cuStreamQuery(s) };
-            not_ready("cuStreamQuery", r)
+            unsafe { sys::cuStreamQuery(s) }
         })
     }
 

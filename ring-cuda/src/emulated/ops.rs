@@ -12,7 +12,7 @@ use crate::accounting::{padded_len, Ledger, LARGE_PAGE};
 use crate::device::Device;
 use crate::error::{found, taken, Error, Result};
 use crate::handle::{
-    BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
+    At, BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
     MemInfo, Owner, ResourceKind, StreamId,
 };
 
@@ -184,18 +184,10 @@ impl Device for EmulatedDevice {
         })
     }
 
-    fn copy(
-        &self,
-        stream: StreamId,
-        dst: Mem,
-        dst_offset: u64,
-        src: Mem,
-        src_offset: u64,
-        len: u64,
-    ) -> Result<()> {
-        let (d, s) = (self.region(dst)?, self.region(src)?);
-        let (dst_offset, len) = range(dst_offset, len, d.len())?;
-        let (src_offset, _) = range(src_offset, len as u64, s.len())?;
+    fn copy(&self, stream: StreamId, dst: At, src: At, len: u64) -> Result<()> {
+        let (d, s) = (self.region(dst.0)?, self.region(src.0)?);
+        let (dst_offset, len) = range(dst.1, len, d.len())?;
+        let (src_offset, _) = range(src.1, len as u64, s.len())?;
         self.stream(stream)?.push(Op::Copy {
             dst: d,
             dst_offset,
@@ -205,16 +197,9 @@ impl Device for EmulatedDevice {
         })
     }
 
-    fn read(
-        &self,
-        stream: StreamId,
-        src: Mem,
-        offset: u64,
-        dst: &mut [u8],
-        timeout: Duration,
-    ) -> Result<()> {
-        let r = self.region(src)?;
-        let (offset, len) = range(offset, dst.len() as u64, r.len())?;
+    fn read(&self, stream: StreamId, src: At, dst: &mut [u8], timeout: Duration) -> Result<()> {
+        let r = self.region(src.0)?;
+        let (offset, len) = range(src.1, dst.len() as u64, r.len())?;
         let bytes = self.stream(stream)?.read(r, offset, len, timeout)?;
         dst.copy_from_slice(&bytes);
         Ok(())

@@ -10,7 +10,7 @@
 
 use core::time::Duration;
 
-use ring_cuda::{Device, Error, ExportKind, Mem, Owner, ResourceKind};
+use ring_cuda::{At, Device, Error, ExportKind, Mem, Owner, ResourceKind};
 // The verification tree's one `ensure!` (ring-oracles is a dev-dependency: the test binaries
 // `gpu-check.sh` carries are self-contained).
 use ring_oracles::ensure;
@@ -33,9 +33,9 @@ pub fn roundtrip<D: Device>(d: &D, kind: ExportKind) -> Check {
     let s = ok("stream", d.create_stream(o))?;
     ok("write", d.write(s, a.into(), 100, b"hello device"))?;
     ok("fill", d.fill(s, b.into(), 0, 4096, 0xAB))?;
-    ok("copy", d.copy(s, b.into(), 8, a.into(), 100, 12))?;
+    ok("copy", d.copy(s, At(b.into(), 8), At(a.into(), 100), 12))?;
     let mut out = [0u8; 24];
-    ok("read", d.read(s, b.into(), 0, &mut out, T))?;
+    ok("read", d.read(s, At(b.into(), 0), &mut out, T))?;
     ensure!(out[..8] == [0xAB; 8], "fill not visible: {out:?}");
     ensure!(&out[8..20] == b"hello device", "copy not visible: {out:?}");
     ensure!(
@@ -51,7 +51,7 @@ pub fn roundtrip<D: Device>(d: &D, kind: ExportKind) -> Check {
     );
     ensure!(
         matches!(
-            d.read(s, a.into(), u64::MAX, &mut [0u8; 2], T),
+            d.read(s, At(a.into(), u64::MAX), &mut [0u8; 2], T),
             Err(Error::OutOfBounds { .. })
         ),
         "overflowing offset accepted"
@@ -159,7 +159,10 @@ pub fn event_ordering<D: Device>(d: &D, kind: ExportKind) -> Check {
         ok("record", d.record(ev, s1))?;
         ok("wait", d.wait_event(s2, ev))?;
         let mut out = [0u8; 4];
-        ok("read", d.read(s2, buf.into(), (1 << 20) - 4, &mut out, T))?;
+        ok(
+            "read",
+            d.read(s2, At(buf.into(), (1 << 20) - 4), &mut out, T),
+        )?;
         ensure!(
             out == [round + 1; 4],
             "round {round}: stream 2 read {out:?} before the write"
@@ -218,12 +221,12 @@ pub fn ipc_pair<D: Device>(a: &D, b: &D, kind: ExportKind, share_events: bool) -
         None => ok("host sync", a.synchronize(ev, T))?,
     }
     let mut out = [0u8; 6];
-    ok("read", b.read(sb, m.into(), 4096, &mut out, T))?;
+    ok("read", b.read(sb, At(m.into(), 4096), &mut out, T))?;
     ensure!(&out == b"across", "opener read {out:?}");
     ok("write back", b.write(sb, m.into(), 0, b"reply"))?;
     ok("sync", b.sync_stream(sb, T))?;
     let mut back = [0u8; 5];
-    ok("read back", a.read(sa, buf.into(), 0, &mut back, T))?;
+    ok("read back", a.read(sa, At(buf.into(), 0), &mut back, T))?;
     ensure!(&back == b"reply", "exporter read {back:?}");
     ok("close", b.close(m))?;
     ensure!(b.close(m).is_err(), "double close accepted");

@@ -172,6 +172,15 @@ impl<'s> Harness<'s> {
         (!self.readers.is_empty()).then(|| usize::from(who) % self.readers.len())
     }
 
+    /// The ring model (if checked) and the reader an op names, if there is any.
+    pub(super) fn model_and_reader(
+        &mut self,
+        who: u8,
+    ) -> Option<(&mut Option<RingModel>, &mut Reader<'s>)> {
+        let i = self.reader_index(who)?;
+        Some((&mut self.model, &mut self.readers[i]))
+    }
+
     fn publish(&mut self, len: usize, fill: u8) -> Outcome {
         let Some(p) = self.producer.as_mut() else {
             return Ok(());

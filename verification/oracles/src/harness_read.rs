@@ -236,11 +236,9 @@ impl<'s> Harness<'s> {
 
     /// `release` of hold `which % holds`: its bytes are still the message's until then.
     pub(super) fn release(&mut self, who: u8, which: u8) -> Outcome {
-        let Some(i) = self.reader_index(who) else {
+        let Some((model, r)) = self.model_and_reader(who) else {
             return Ok(());
         };
-        let Self { model, readers, .. } = self;
-        let r = &mut readers[i];
         if r.holds.is_empty() {
             return Ok(());
         }
@@ -281,11 +279,9 @@ impl<'s> Harness<'s> {
     }
 
     pub(super) fn copy(&mut self, who: u8, buf_len: usize) -> Outcome {
-        let Some(i) = self.reader_index(who) else {
+        let Some((model, r)) = self.model_and_reader(who) else {
             return Ok(());
         };
-        let Self { model, readers, .. } = self;
-        let r = &mut readers[i];
         let mut buf = vec![0u8; buf_len];
         let want = model.as_ref().map(|m| m.read(&mut r.model, Some(buf_len)));
         match r.consumer.try_copy(&mut buf) {

@@ -72,6 +72,8 @@ pub(crate) struct Consumer {
     mapping: Arc<Mapping>,
     /// Memory of freed large received parts, for the next copying `_get_parts`.
     recycler: Arc<Recycler>,
+    /// The spill segments this consumer mapped, kept for the next messages in them.
+    spills: crate::spill::Mapped,
     /// The group this consumer is a member of (`Ring.consumer(group=)`).
     group: Option<String>,
 }
@@ -132,6 +134,7 @@ impl Consumer {
             missed: AtomicU64::new(0),
             mapping: Arc::clone(mapping),
             recycler: Arc::default(),
+            spills: crate::spill::Mapped::default(),
             group,
         })
     }
@@ -440,6 +443,12 @@ impl Consumer {
     /// Freed received buffers this consumer keeps for reuse (at most two; see `get`).
     fn _recycled(&self) -> usize {
         self.recycler.kept()
+    }
+
+    /// Spill segments this consumer keeps mapped for the next messages in them (at most four;
+    /// see `get`).
+    fn _spills_mapped(&self) -> usize {
+        self.spills.kept()
     }
 
     /// Messages received so far.

@@ -30,6 +30,9 @@
 //! that no creator holds (processes killed by a signal; a pooled segment's creator lock is held
 //! by the sender while it lives).
 //!
+//! A reader keeps the segments it mapped ([`Mapped`], up to [`KEEP`]) for the next messages the
+//! sender puts in them, and lets one go once the sender marked it gone.
+//!
 //! A reader acknowledges only a message that is its alone (a group member's, or the only
 //! reader's): with several broadcast readers, the slot's next claim frees the segment.
 //!
@@ -195,17 +198,16 @@ pub(crate) struct Received {
 }
 
 impl Received {
-    /// Opens the spill segment `name` of `len` bytes and reads which generation it holds.
-    pub(crate) fn open(name: &str, len: u64) -> Result<Self, Fail> {
-        let seg = open(name, len)?;
+    /// The message in `seg` (named `name`): reads which generation it holds.
+    fn of(seg: Arc<Segment>, name: &str) -> Self {
         // Relaxed: the sender wrote the word before it published the slot (Release), and this
         // reader pinned that slot (Acquire) before it read the record naming the segment.
         let generation = words(&seg).0.load(Ordering::Relaxed) / 4;
-        Ok(Self {
-            seg: Arc::new(seg),
+        Self {
+            seg,
             name: name.to_owned(),
             generation,
-        })
+        }
     }
 
     /// The parts' bytes: `(address, length)` after the header.
@@ -241,6 +243,55 @@ impl Received {
     }
 }
 
+/// The spill segments a reader mapped, kept for the next messages the sender puts in them (it
+/// reuses its pooled segments): a message in a kept segment costs no `open`, `mmap` and page
+/// faults. At most [`KEEP`] (the sender's pool), the least recently used dropped first; one the
+/// sender marked gone (outside its pool, removed when idle, or the sender closed) is dropped at
+/// the next open, so a reader keeps the memory of a removed segment only until its next `get`
+/// (or its close). A kept segment is known by name and length: the sender never makes two
+/// segments of one name (the name carries the sequence number and a random tag); a hostile one
+/// that replaces a name under a reader only shows it stale bytes of the old file.
+#[derive(Default)]
+pub(crate) struct Mapped {
+    kept: std::sync::Mutex<Vec<(String, u64, Arc<Segment>)>>,
+}
+
+impl Mapped {
+    /// The message in the spill segment `name` of `len` bytes: a kept mapping, else the
+    /// segment opened now (and kept unless the sender marked it gone).
+    pub(crate) fn open(&self, name: &str, len: u64) -> Result<Received, Fail> {
+        let mut kept = self
+            .kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // Relaxed: a hint only; a segment dropped late or early is only opened once more.
+        kept.retain(|(_, _, seg)| words(seg).1.load(Ordering::Relaxed) == 0);
+        if let Some(i) = kept.iter().position(|(n, l, _)| n == name && *l == len) {
+            let entry = kept.remove(i);
+            let seg = Arc::clone(&entry.2);
+            kept.push(entry); // the most recently used last
+            return Ok(Received::of(seg, name));
+        }
+        let seg = Arc::new(open(name, len)?);
+        // Relaxed: as above.
+        if words(&seg).1.load(Ordering::Relaxed) == 0 {
+            if kept.len() >= KEEP {
+                kept.remove(0);
+            }
+            kept.push((name.to_owned(), len, Arc::clone(&seg)));
+        }
+        Ok(Received::of(seg, name))
+    }
+
+    /// How many segments are kept (for the tests).
+    pub(crate) fn kept(&self) -> usize {
+        self.kept
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .len()
+    }
+}
+
 /// One segment of a sender's pool.
 struct Pooled {
     /// Shared with the in-place claims (`QueueClaim`) whose buffers lie in it.
@@ -255,9 +306,14 @@ struct Pooled {
 }
 
 impl Pooled {
-    /// Removes the name while it names this segment (the mapping goes with the last
-    /// reference).
+    /// Marks the segment gone after its generation (so a reader that keeps it mapped lets it
+    /// go, see [`Mapped`]) and removes the name while it names this segment (the mapping goes
+    /// with the last reference).
     fn remove(self) {
+        // SeqCst: as the busy segments' mark in `Pool::drop`.
+        words(&self.seg)
+            .1
+            .store(self.generation.wrapping_add(1), Ordering::SeqCst);
         let _ = self.seg.unlink();
     }
 }

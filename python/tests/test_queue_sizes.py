@@ -72,6 +72,42 @@ def test_large_parts_copy_exactly_at_any_alignment(size, offset):
     receiver.close()
 
 
+def maps_of(path):
+    """How many mappings of the file ``path`` this process has."""
+    with open("/proc/self/maps") as f:
+        return sum(1 for line in f if line.rstrip().endswith(path))
+
+
+def test_a_receiver_keeps_a_pooled_spill_mapped_until_the_sender_lets_it_go():
+    sender, receiver = shmring.create_pair(2)
+    big = np.arange(40_000_000, dtype=np.uint8)
+    sender.put(big, timeout=5)
+    (path,) = spills_of(sender)
+    assert np.array_equal(receiver.get(timeout=5), big)
+    consumer = receiver._consumer
+    assert consumer._spills_mapped() == 1
+    # The sender reuses its segment; the receiver reads the next messages through the mapping
+    # it kept (one mapping of the file here, the sender's, and one kept by the receiver).
+    for i in range(3):
+        sender.put(np.full(40_000_000, i, np.uint8), timeout=5)
+        got = receiver.get(timeout=5)
+        assert got[0] == got[-1] == i
+        assert spills_of(sender) == [path] and consumer._spills_mapped() == 1
+        assert maps_of(path) == 2
+    # An idle pooled segment the sender removes is marked gone: the receiver's next get lets
+    # its mapping go (the file's memory with it).
+    time.sleep(2.2)
+    sender.put(b"small", timeout=5)  # removes the idle spill (IDLE: 2 s)
+    assert not os.path.exists(path)
+    assert receiver.get(timeout=5) == b"small"
+    assert consumer._spills_mapped() == 1  # not let go yet: a get of a spill looks
+    sender.put(big, timeout=5)
+    assert np.array_equal(receiver.get(timeout=5), big)
+    assert consumer._spills_mapped() == 1 and maps_of(path + " (deleted)") == 0
+    sender.close()
+    receiver.close()
+
+
 def test_a_closed_pair_leaves_no_spill_segment():
     sender, receiver = shmring.create_pair(2)
     name = sender._ring.name

@@ -32,7 +32,7 @@ impl Consumer {
                 format!("the message names a spill segment {name:?} of another queue"),
             ));
         }
-        Ok(Some(crate::spill::Received::open(name, len)?))
+        Ok(Some(self.spills.open(name, len)?))
     }
 
     /// Whether a spilled message this consumer reads is its alone, so that it acknowledges it

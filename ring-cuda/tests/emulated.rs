@@ -89,13 +89,16 @@ fn missing_event_wait_reads_stale_bytes() {
     d.free(buf).unwrap();
 }
 
+/// An IPC-exportable buffer of `len` bytes, a stream and an event on `d`, all charged to `o`.
+fn buffer_stream_event(d: &EmulatedDevice, o: Owner, len: u64) -> (BufferId, StreamId, EventId) {
+    let buf = d.alloc(o, len, ExportKind::Ipc).unwrap();
+    (buf, d.create_stream(o).unwrap(), d.create_event(o).unwrap())
+}
+
 #[test]
 fn query_and_bounded_synchronize() {
     let d = slow(200);
-    let o = Owner(2);
-    let buf = d.alloc(o, 64, ExportKind::Ipc).unwrap();
-    let s = d.create_stream(o).unwrap();
-    let ev = d.create_event(o).unwrap();
+    let (buf, s, ev) = buffer_stream_event(&d, Owner(2), 64);
     d.fill(s, buf.into(), 0, 64, 1).unwrap();
     d.record(ev, s).unwrap();
     assert!(!d.query(ev).unwrap(), "event complete before its work ran");
@@ -568,10 +571,7 @@ fn ipc_pair_across_two_processes() {
         return;
     }
     let a = slow(100);
-    let o = Owner(1);
-    let buf = a.alloc(o, 3_110_400, ExportKind::Ipc).unwrap();
-    let ev = a.create_event(o).unwrap();
-    let s = a.create_stream(o).unwrap();
+    let (buf, s, ev) = buffer_stream_event(&a, Owner(1), 3_110_400);
     a.fill(s, buf.into(), 0, 8192, 0).unwrap();
     a.write(s, buf.into(), 4096, b"across").unwrap();
     a.record(ev, s).unwrap();

@@ -55,6 +55,11 @@ fn child_env(name: &str, delay_us: u64, frames: u64) -> Vec<(&'static str, Strin
     ]
 }
 
+/// In a child (a role is set), its consumer ([`consumer`]); in the parent, `None`.
+fn child_consumer() -> Option<Consumer> {
+    role().is_some().then(consumer)
+}
+
 /// In a child: registers a gating consumer of the parent's ring and says so.
 fn consumer() -> Consumer {
     let ring = Arc::new(SharedRing::open(&env("RING_CUDA_TEST_RING")).unwrap());
@@ -286,8 +291,7 @@ fn an_unusable_read_event_refuses_the_publish() {
 #[test]
 fn a_failed_read_record_keeps_the_pin() {
     const NAME: &str = "a_failed_read_record_keeps_the_pin";
-    if role().is_some() {
-        let mut c = consumer();
+    if let Some(mut c) = child_consumer() {
         // The read closure destroys the consumer's own stream: the record then fails, and so
         // does the host sync that could have shown the copy finished.
         let r = c.read_with(T, |d, s, _, _| d.destroy_stream(s, T));
@@ -327,8 +331,7 @@ fn a_failed_read_record_keeps_the_pin() {
 #[test]
 fn a_departing_consumer_waits_for_the_producer_to_stop_waiting() {
     const NAME: &str = "a_departing_consumer_waits_for_the_producer_to_stop_waiting";
-    if role().is_some() {
-        let mut c = consumer();
+    if let Some(mut c) = child_consumer() {
         c.read_with(T, |_, _, _, _| Ok(())).unwrap();
         let dev = Arc::clone(c.device());
         let leaving = std::thread::spawn(move || drop(c));
@@ -364,8 +367,7 @@ fn a_departing_consumer_waits_for_the_producer_to_stop_waiting() {
 #[test]
 fn the_producer_frees_its_buffers_after_the_importers_closed() {
     const NAME: &str = "the_producer_frees_its_buffers_after_the_importers_closed";
-    if role().is_some() {
-        let c = consumer();
+    if let Some(c) = child_consumer() {
         let _ = next_line();
         drop(c);
         println!("LEFT");
@@ -421,8 +423,7 @@ fn a_consumer_waits_for_frames_on_the_futex() {
 #[test]
 fn registration_opens_every_slot() {
     const NAME: &str = "registration_opens_every_slot";
-    if role().is_some() {
-        let c = consumer();
+    if let Some(c) = child_consumer() {
         let t = c.device().ledger().totals();
         // Three read events of its own, three opened write events, three mappings.
         println!(
@@ -450,8 +451,7 @@ fn registration_opens_every_slot() {
 #[test]
 fn the_producer_does_not_wait_for_a_dead_importer() {
     const NAME: &str = "the_producer_does_not_wait_for_a_dead_importer";
-    if role().is_some() {
-        let c = consumer();
+    if let Some(c) = child_consumer() {
         assert_eq!(c.mapping_stats().opens, 2);
         // Dies: no destructor runs, the table row stays; the kernel releases its role lock.
         std::process::exit(0);
@@ -478,8 +478,7 @@ fn the_producer_does_not_wait_for_a_dead_importer() {
 #[test]
 fn a_sigkilled_consumer_is_reclaimed_by_the_publishes_it_holds_back() {
     const NAME: &str = "a_sigkilled_consumer_is_reclaimed_by_the_publishes_it_holds_back";
-    if role().is_some() {
-        let mut c = consumer();
+    if let Some(mut c) = child_consumer() {
         let (received, torn, _) = read_frames(&mut c, 2);
         c.device().sync_stream(c.stream().unwrap(), T).unwrap();
         println!("READ {received} torn={torn}");

@@ -117,9 +117,10 @@ class RingSegment:
         self._pending: list[int] = []  # done notices not sent yet
         self._pending_bytes = 0  # the bytes of the peer's blocks they name
         self._holds: dict[int, int] = {}  # own block handle -> holders (see the module doc)
-        # peer handle -> (length, weakref to our live view of it, or None below the
-        # reflection threshold: such a view is never checked for reflection)
-        self._views: dict[int, tuple[int, Any]] = {}
+        self._views: dict[int, int] = {}  # peer handle -> length of our live view of it
+        # peer handle -> weakref to our live view of it, for views the reflection check
+        # looks at (from _REFLECT_MIN_BYTES)
+        self._reflectable: dict[int, Any] = {}
         self._send_lock = threading.Lock()
         self._closed = False
         # The last schema written without dictionaries and its stream header (schema message).
@@ -241,14 +242,14 @@ class RingSegment:
             if own not in self._holds:  # not a block of ours the peer holds: forged or stale
                 raise InvalidHandle(f"the peer sent back {own:#x}, which it does not hold")
             return pa.py_buffer(self._own_allocs.view(own, length, True))
-        if 4 * length >= self._peer_size:
-            view = self._peer_allocs.view(handle, length, False)
+        prompt = 4 * length >= self._peer_size
+        view = self._peer_allocs.view(handle, length, not prompt)
+        if prompt:
             weakref.finalize(view, self._done_now, handle)
-            self._views[handle] = (length, weakref.ref(view))
         else:
-            view = self._peer_allocs.view(handle, length, True)
-            self._views[handle] = (length, weakref.ref(view)
-                                   if length >= _REFLECT_MIN_BYTES else None)
+            self._views[handle] = length
+        if length >= _REFLECT_MIN_BYTES:
+            self._reflectable[handle] = weakref.ref(view)
         self.stats["viewed"] += 1
         return pa.py_buffer(view)
 
@@ -278,11 +279,10 @@ class RingSegment:
         returns whether enough wait to be sent (see ``_FLUSH_COUNT``)."""
         peer = self._peer_allocs.take_released()
         if peer:
-            views, n = self._views, 0
+            views, reflectable, n = self._views, self._reflectable, 0
             for h in peer:
-                v = views.pop(h, None)
-                if v is not None:
-                    n += v[0]
+                n += views.pop(h, 0)
+                reflectable.pop(h, None)
             with self._lock:
                 self._pending.extend(peer)
                 self._pending_bytes += n
@@ -309,7 +309,7 @@ class RingSegment:
         thread)."""
         if self._closed:
             return
-        self._views.pop(handle, None)
+        self._reflectable.pop(handle, None)
         with self._lock:
             self._pending.append(handle)
         self._flush()
@@ -343,14 +343,14 @@ class RingSegment:
     def _reflect(self, batch: pa.RecordBatch) -> tuple[int, int] | None:
         """``(-1 - handle, length)`` when `batch` is exactly what the peer's block `handle`
         decodes to (the reflect notice sent), else None."""
-        if (not self._views or batch.num_rows == 0 or batch.num_columns == 0
+        if (not self._reflectable or batch.num_rows == 0 or batch.num_columns == 0
                 or batch.nbytes < _REFLECT_MIN_BYTES):
             return None
         first = next((b for c in batch.columns for b in c.buffers() if b is not None), None)
         if first is None:
             return None
-        for handle, (_, ref) in reversed(list(self._views.items())):  # newest first
-            view = ref() if ref is not None else None
+        for handle, ref in reversed(list(self._reflectable.items())):  # newest first
+            view = ref()
             if view is None:
                 continue
             buf = pa.py_buffer(view)

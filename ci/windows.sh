@@ -35,6 +35,11 @@ trap cleanup EXIT
 export RING_OS_STRESS_N="${RING_OS_STRESS_N:-100000}"
 cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi --all-targets -- -D warnings
 cargo test --target "$target" -p ring-os
+# The async feature: its reactor sleeps on the segments' wait semaphores here (a publish through
+# a second view reaches it through one), and the futures' cancel-safety tests.
+cargo clippy --target "$target" -p ring-os --features async --all-targets -- -D warnings
+cargo test --target "$target" -p ring-os --features async --lib asyncio
+cargo test --target "$target" -p ring-os --features async --test async_cancel
 cargo build --target "$target" -p ringctl
 out="${CARGO_TARGET_DIR:-target}/$target/debug"
 ringctl=("$out/ringctl.exe")

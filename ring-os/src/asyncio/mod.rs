@@ -36,9 +36,11 @@
 //!   registers the drain word; a subscriber's progress bumps it.
 //! - The reactor (`src/asyncio/reactor.rs`) is one helper thread per process, started by the first
 //!   registration, that sleeps in **`futex_waitv`** (Linux >= 5.16) on up to 128 words at once
-//!   and wakes the wakers of words that changed. Where the kernel lacks it (ENOSYS), on other
-//!   platforms, or with `SHMRING_ASYNC_POLL=1`, it polls the words instead (50 µs doubling to
-//!   1 ms), on the same one thread.
+//!   and wakes the wakers of words that changed. On Windows it sleeps in
+//!   `WaitForMultipleObjects` on the segments' wait semaphores (the ones the blocking waits
+//!   use), counted on each bucket as a blocking waiter is. Where the kernel lacks
+//!   `futex_waitv` (ENOSYS), on the other platforms, or with `SHMRING_ASYNC_POLL=1`, it polls
+//!   the words instead (50 µs doubling to 1 ms), on the same one thread.
 //! - A publish (or a consumer's progress) made by this process wakes this process's futures
 //!   waiting on that word itself, on the publishing thread, before its futex wake: one thread
 //!   hand-off to the executor instead of two (the reactor's thread, then the executor's). The

@@ -19,6 +19,11 @@
 //!   words: its own kick word plus up to 127 distinct registered words (beyond that it waits
 //!   on the first 127 with a 1 ms timeout and polls the rest). Shared futexes, as the blocking
 //!   waits use, so a producer in another process wakes it through the page.
+//! - **wait semaphores** (Windows): the segment's named semaphores that the blocking waits use
+//!   (`wait/windows.rs`): the helper counts itself on the bucket of every registered word, fences,
+//!   re-checks the words, and sleeps in `WaitForMultipleObjects` on the buckets' semaphores and
+//!   its own kick event (at most 64 handles; beyond that, or for a word outside any segment, it
+//!   also wakes every millisecond and polls).
 //! - **polling** (older kernels: `ENOSYS`; other platforms; `SHMRING_ASYNC_POLL=1`): the helper
 //!   loads every word, then sleeps on a condition variable for 50 µs doubling to 1 ms while
 //!   nothing changes; a registration wakes it at once.
@@ -69,8 +74,8 @@ struct Entry {
     deadline: Instant,
     /// The ring whose publisher the waiter needs alive: checked here at the deadline.
     watch: Option<Arc<Mapping>>,
-    /// Keeps the memory of `word` mapped for as long as the entry is registered (held, never
-    /// read).
+    /// Keeps the memory of `word` mapped for as long as the entry is registered (held; the
+    /// semaphore backend clones it while it sleeps).
     _keep: Arc<dyn Send + Sync>,
 }
 
@@ -119,6 +124,44 @@ fn wake_all(wakers: &mut Vec<Waker>) {
     }
 }
 
+/// The backend that sleeps on the words' own wait objects: `futex_waitv` on Linux. The
+/// portable backend's producers wake no futex (they use the platform's address wait): poll
+/// there, as on every platform without futex_waitv.
+#[cfg(all(any(target_os = "linux", target_os = "android"), not(ring_portable)))]
+fn native_backend() -> Backend {
+    Backend::Waitv
+}
+
+/// The backend that sleeps on the words' own wait objects: the segments' wait semaphores.
+#[cfg(windows)]
+fn native_backend() -> Backend {
+    Backend::Sems
+}
+
+/// No wait objects the helper can sleep on for many words at once: it polls.
+#[cfg(not(any(
+    all(any(target_os = "linux", target_os = "android"), not(ring_portable)),
+    windows
+)))]
+fn native_backend() -> Backend {
+    Backend::Poll
+}
+
+/// The semaphore backend's kick event (auto-reset, unnamed); `None` when it cannot be made.
+#[cfg(windows)]
+fn new_event() -> Option<crate::windows::sys::Handle> {
+    // SAFETY: no attributes, no name: a private auto-reset event, initially clear.
+    let raw = unsafe {
+        windows_sys::Win32::System::Threading::CreateEventW(
+            core::ptr::null(),
+            0,
+            0,
+            core::ptr::null(),
+        )
+    };
+    crate::windows::sys::Handle::new(raw)
+}
+
 /// Which way the helper sleeps.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Backend {
@@ -126,6 +169,9 @@ pub(crate) enum Backend {
     Waitv,
     /// Load every word, nap, repeat.
     Poll,
+    /// The segments' wait semaphores, many at once (Windows).
+    #[cfg(windows)]
+    Sems,
 }
 
 struct State {
@@ -137,6 +183,9 @@ struct State {
     backend: Backend,
     /// Wake-ups delivered (word changed or deadline).
     woken: u64,
+    /// Sleeps of the semaphore backend that a bucket's semaphore ended (for its test).
+    #[cfg(windows)]
+    sem_wakes: u64,
 }
 
 /// The registry and its helper thread.
@@ -149,6 +198,9 @@ pub(crate) struct Reactor {
     /// `entries.len()`, stored under the lock after each change: lets [`wake_local`] skip
     /// the lock when nothing waits.
     registered: AtomicUsize,
+    /// Kicks the semaphore backend's helper (an auto-reset event; `None`: polling).
+    #[cfg(windows)]
+    event: Option<crate::windows::sys::Handle>,
 }
 
 static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
@@ -157,16 +209,10 @@ static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
 pub(crate) fn reactor() -> &'static Reactor {
     REACTOR.get_or_init(|| {
         let forced = std::env::var_os("SHMRING_ASYNC_POLL").is_some_and(|v| v != "0");
-        // The portable backend's producers wake no futex (they use the platform's address
-        // wait): poll there, as on every platform without futex_waitv.
-        let waitv = cfg!(all(
-            any(target_os = "linux", target_os = "android"),
-            not(ring_portable)
-        ));
-        let backend = if forced || !waitv {
+        let backend = if forced {
             Backend::Poll
         } else {
-            Backend::Waitv
+            native_backend()
         };
         Reactor::start(backend)
     })
@@ -193,11 +239,20 @@ impl Reactor {
                 idle: false,
                 backend,
                 woken: 0,
+                #[cfg(windows)]
+                sem_wakes: 0,
             }),
             kick: AtomicU32::new(0),
             cond: Condvar::new(),
             registered: AtomicUsize::new(0),
+            #[cfg(windows)]
+            event: new_event(),
         }));
+        // Without its kick event the semaphore backend cannot be interrupted: poll instead.
+        #[cfg(windows)]
+        if backend == Backend::Sems && reactor.event.is_none() {
+            reactor.lock().backend = Backend::Poll;
+        }
         // A reactor whose helper cannot start would leave every future pending forever:
         // failing to spawn one thread is as fatal as failing to allocate.
         std::thread::Builder::new()
@@ -259,6 +314,15 @@ impl Reactor {
                     wake_kick(&self.kick);
                 }
                 Backend::Poll => self.cond.notify_one(),
+                #[cfg(windows)]
+                Backend::Sems => {
+                    if let Some(event) = &self.event {
+                        // SAFETY: an open event handle, owned by the reactor (which lives for
+                        // the process). Auto-reset: it stays set until the helper's next wait
+                        // returns on it, so a kick before that wait is not lost.
+                        unsafe { windows_sys::Win32::System::Threading::SetEvent(event.raw()) };
+                    }
+                }
             }
         }
         token
@@ -312,6 +376,12 @@ impl Reactor {
         self.lock().woken
     }
 
+    /// Sleeps of the semaphore backend that a bucket's semaphore ended.
+    #[cfg(all(windows, test))]
+    pub(crate) fn sem_wakes(&self) -> u64 {
+        self.lock().sem_wakes
+    }
+
     /// The backend in use (a `futex_waitv` that the kernel refuses turns into polling).
     pub(crate) fn backend(&self) -> Backend {
         self.lock().backend
@@ -356,6 +426,14 @@ impl Reactor {
                         self.lock().backend = Backend::Poll;
                     }
                 }
+                #[cfg(windows)]
+                Backend::Sems => {
+                    let list = self.sems_list(&st);
+                    st.idle = true;
+                    drop(st);
+                    wake_all(&mut wakers);
+                    self.sleep_sems(&list, next);
+                }
                 Backend::Poll => {
                     let progress = !wakers.is_empty();
                     wake_all(&mut wakers);
@@ -396,6 +474,94 @@ impl Reactor {
             }
         }
         list
+    }
+
+    /// The semaphore backend's words: each distinct registered word once, with the value its
+    /// entries expect and a clone of what keeps it mapped (the helper reads the words itself
+    /// after the lock is dropped, so an entry cancelled meanwhile must not unmap them).
+    #[cfg(windows)]
+    fn sems_list(&self, st: &State) -> Vec<(Word, u32, Arc<dyn Send + Sync>)> {
+        let mut seen = std::collections::HashSet::new();
+        st.entries
+            .values()
+            .filter(|e| seen.insert(e.word))
+            .map(|e| (e.word, e.expected, Arc::clone(&e._keep)))
+            .collect()
+    }
+
+    /// Sleeps on the semaphores of the buckets of `list`'s words and the kick event until one
+    /// is signalled or `deadline`: counts itself on each bucket, fences, and sleeps only if
+    /// every word still holds the value expected (the blocking wait's handshake, many buckets
+    /// at once); the counts go back when it returns.
+    #[cfg(windows)]
+    fn sleep_sems(&self, list: &[(Word, u32, Arc<dyn Send + Sync>)], deadline: Option<Instant>) {
+        use crate::wait::windows::Bucket;
+        use windows_sys::Win32::System::Threading::{WaitForMultipleObjects, INFINITE};
+        /// `MAXIMUM_WAIT_OBJECTS`.
+        const MAX_HANDLES: usize = 64;
+        let Some(event) = &self.event else {
+            return;
+        };
+        let mut handles = vec![event.raw()];
+        let mut held = Vec::new();
+        let mut keys = std::collections::HashSet::new();
+        // A word outside any segment, or more buckets than one wait takes: poll as well.
+        let mut poll = false;
+        for (word, _, _) in list {
+            // SAFETY: the list holds the entry's `keep`, which keeps the word mapped.
+            let Some(bucket) = Bucket::of(unsafe { &*word.0 }) else {
+                poll = true;
+                continue;
+            };
+            if !keys.insert(bucket.key()) {
+                continue;
+            }
+            if handles.len() == MAX_HANDLES {
+                poll = true;
+                continue;
+            }
+            match bucket.announce() {
+                Some(announced) => {
+                    handles.push(announced.handle());
+                    held.push(announced);
+                }
+                None => poll = true,
+            }
+        }
+        // SeqCst: the Dekker pair with the waker's fence in `wait::windows::wake_all` (after its
+        // change of the word): either it sees our counts and releases permits, or we see its
+        // change below and do not sleep.
+        core::sync::atomic::fence(Ordering::SeqCst);
+        let changed = list.iter().any(|(w, e, _)| {
+            // SAFETY: as above, the list's `keep` holds each word's memory. Acquire: as
+            // `Entry::load`.
+            let now = unsafe { &*w.0 }.load(Ordering::Acquire);
+            now != *e
+        });
+        if changed {
+            return; // A word changed: the next scan wakes its entries.
+        }
+        let now = Instant::now();
+        let mut left = deadline.map(|d| d.saturating_duration_since(now));
+        if poll {
+            left = Some(left.map_or(NAP_MAX, |l| l.min(NAP_MAX)));
+        }
+        let ms = left.map_or(INFINITE, crate::windows::sys::wait_ms);
+        let count = u32::try_from(handles.len()).unwrap_or(1);
+        // SAFETY: `handles` holds `count` open handles: the reactor's event and the semaphores
+        // that `held` keeps open. Any outcome (a handle, a timeout, a failure) sends the helper
+        // round its loop, which re-scans; a failure naps first so that it cannot spin.
+        let r = unsafe { WaitForMultipleObjects(count, handles.as_ptr(), 0, ms) };
+        if r == windows_sys::Win32::Foundation::WAIT_FAILED {
+            std::thread::sleep(NAP_MAX);
+        }
+        let mut st = self.lock();
+        st.sem_wakes += u64::from(
+            r > windows_sys::Win32::Foundation::WAIT_OBJECT_0
+                && r < windows_sys::Win32::Foundation::WAIT_OBJECT_0 + count,
+        );
+        drop(st);
+        drop(held);
     }
 
     /// Sleeps in `futex_waitv` until a word in `list` changes, is woken, or `deadline`; false

@@ -533,4 +533,50 @@ mod tests {
             "never woken by the publishing thread itself"
         );
     }
+
+    /// Windows: a ring mapped twice (two views at different addresses, as two processes have
+    /// it), so the in-process shortcut (matched by address) does not apply: a publish through
+    /// one view wakes a wait on the other through the bucket's semaphore, which the reactor
+    /// sleeps on (not by its polling, nor at a liveness deadline).
+    #[test]
+    #[cfg(windows)]
+    fn a_publish_wakes_the_reactor_through_the_wait_semaphore() {
+        use super::super::reactor::{reactor, Backend};
+        let name = format!("reactor-sems-{}", std::process::id());
+        let ring = Ring::builder(&name)
+            .slots(4)
+            .slot_size(64)
+            .create()
+            .unwrap();
+        let other = Ring::builder(&name).open().unwrap();
+        let mut sub = ring.subscriber(DeliveryClass::Gating).unwrap();
+        let mut publisher = other.publisher().unwrap();
+        let mut buf = [0u8; 64];
+        let before = reactor().sem_wakes();
+        for i in 0..5u8 {
+            let flag = Arc::new(Flag(AtomicBool::new(false)));
+            let waker = Waker::from(Arc::clone(&flag));
+            let mut cx = Context::from_waker(&waker);
+            let mut wait = ReadyWait::new();
+            assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
+            assert_eq!(reactor().backend(), Backend::Sems);
+            // Let the helper announce itself and sleep on the semaphore (a publish before that
+            // is found by its re-check instead: hence five rounds).
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            publisher.send(&[i]).unwrap();
+            // Relaxed: the flag is the value checked.
+            until("the publish woke the wait", || {
+                flag.0.load(Ordering::Relaxed)
+            });
+            assert!(matches!(
+                sub.poll_ready(&mut wait, &mut cx),
+                Poll::Ready(Ok(()))
+            ));
+            assert_eq!(sub.try_recv(&mut buf).unwrap().len, 1);
+        }
+        assert!(
+            reactor().sem_wakes() > before,
+            "no publish reached the helper through a semaphore"
+        );
+    }
 }

@@ -207,6 +207,68 @@ pub(crate) fn wait(word: &AtomicU32, expected: u32, timeout: Duration) -> Option
     Some(outcome)
 }
 
+#[cfg(feature = "async")]
+/// A word's bucket (its segment's wait objects and the bucket's index), for a waiter that
+/// sleeps on many buckets at once: the async reactor (`asyncio/reactor.rs`).
+pub(crate) struct Bucket {
+    waits: Arc<Waits>,
+    b: usize,
+}
+
+#[cfg(feature = "async")]
+impl Bucket {
+    /// The bucket of `word`; `None` when it lies in no registered segment.
+    pub(crate) fn of(word: &AtomicU32) -> Option<Self> {
+        let (waits, b) = find(word.as_ptr() as usize)?;
+        Some(Self { waits, b })
+    }
+
+    /// Names the semaphore: two words with the same key share one.
+    pub(crate) fn key(&self) -> (usize, usize) {
+        (Arc::as_ptr(&self.waits) as usize, self.b)
+    }
+
+    /// Counts one waiter on the bucket (as `wait` does before its fence); the count is given
+    /// back when the result is dropped. `None` when the semaphore cannot be opened.
+    pub(crate) fn announce(self) -> Option<Announced> {
+        let handle = self.waits.sem(self.b)?.raw();
+        // Relaxed: ordered by the SeqCst fence the caller runs after its announcements, before
+        // it re-checks the words (the Dekker pair with `wake_all`'s fence, as in `wait`).
+        self.waits.counter(self.b).fetch_add(1, Ordering::Relaxed);
+        Some(Announced {
+            bucket: self,
+            handle,
+        })
+    }
+}
+
+#[cfg(feature = "async")]
+/// A waiter counted on a bucket (see [`Bucket::announce`]), and the semaphore to sleep on.
+pub(crate) struct Announced {
+    bucket: Bucket,
+    handle: windows_sys::Win32::Foundation::HANDLE,
+}
+
+#[cfg(feature = "async")]
+impl Announced {
+    /// The bucket's semaphore (open while `self` lives: `self` holds its wait objects).
+    pub(crate) fn handle(&self) -> windows_sys::Win32::Foundation::HANDLE {
+        self.handle
+    }
+}
+
+#[cfg(feature = "async")]
+impl Drop for Announced {
+    fn drop(&mut self) {
+        // Relaxed: a count; never below zero (a peer may have scribbled it), as `wait`.
+        let _ = self.bucket.waits.counter(self.bucket.b).fetch_update(
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+            |n| n.checked_sub(1),
+        );
+    }
+}
+
 /// Wakes every waiter announced on `word`'s bucket; returns how many permits were released.
 pub(crate) fn wake_all(word: &AtomicU32) -> usize {
     let Some((waits, b)) = find(word.as_ptr() as usize) else {

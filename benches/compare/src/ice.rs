@@ -14,7 +14,7 @@ use iceoryx2::prelude::*;
 use ring_benches::case::{Case, Metric, Transport, THROUGHPUT_BATCH};
 use ring_benches::ctl::Setup;
 use ring_benches::link::{
-    check, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx,
+    check, first_setup, pattern, peer_entry, stamped_message, AtPublish, Link, Pending, Rx, Tx,
 };
 use ring_benches::wait::spin_until;
 use ring_benches::BenchError;
@@ -24,6 +24,10 @@ const NAME: &str = "iceoryx2";
 
 type Pub = Publisher<ipc::Service, [u8], ()>;
 type Sub = Subscriber<ipc::Service, [u8], ()>;
+/// A sending end's event notifier (`iceoryx2-event` only).
+type Notify = Option<Notifier<ipc::Service>>;
+/// A receiving end's event listener (`iceoryx2-event` only).
+type Listen = Option<Listener<ipc::Service>>;
 
 fn err(e: impl core::fmt::Display) -> BenchError {
     BenchError::transport(NAME, e)
@@ -75,15 +79,25 @@ fn services(
 
 struct IceTx {
     publisher: Pub,
-    notifier: Option<Notifier<ipc::Service>>,
+    notifier: Notify,
     buf: Vec<u8>,
     seq: u64,
 }
 
+impl IceTx {
+    fn new(publisher: Pub, notifier: Notify, bytes: usize) -> Self {
+        Self {
+            publisher,
+            notifier,
+            buf: pattern(bytes),
+            seq: 0,
+        }
+    }
+}
+
 impl Tx for IceTx {
     fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
-        let src = message_buf(&mut self.buf, NAME, len)?;
-        stamp(src, self.seq);
+        let src = stamped_message(&mut self.buf, NAME, len, self.seq)?;
         let sample = self.publisher.loan_slice_uninit(len).map_err(err)?;
         let sample = sample.write_from_slice(src);
         at_publish()?;
@@ -99,8 +113,20 @@ impl Tx for IceTx {
 struct IceRx {
     transport: Transport,
     subscribers: Vec<Sub>,
-    listeners: Vec<Option<Listener<ipc::Service>>>,
+    listeners: Vec<Listen>,
     seq: Vec<u64>,
+}
+
+impl IceRx {
+    fn new(transport: Transport, subscribers: Vec<Sub>, listeners: Vec<Listen>) -> Self {
+        let seq = vec![0; subscribers.len()];
+        Self {
+            transport,
+            subscribers,
+            listeners,
+            seq,
+        }
+    }
 }
 
 impl Rx for IceRx {
@@ -154,6 +180,22 @@ impl<T: Tx> Tx for Kept<T> {
     }
 }
 
+/// The link over `tx` and `rx`, which keep `end` (the node and services) alive as long as
+/// either lives.
+fn kept_link(end: End, tx: IceTx, rx: IceRx) -> Link {
+    let end = std::rc::Rc::new(end);
+    Link {
+        tx: Box::new(Kept {
+            inner: tx,
+            _end: std::rc::Rc::clone(&end),
+        }),
+        rx: Box::new(KeptRx {
+            inner: rx,
+            _end: end,
+        }),
+    }
+}
+
 struct KeptRx<T> {
     inner: T,
     _end: std::rc::Rc<End>,
@@ -173,10 +215,7 @@ fn node() -> Result<Node<ipc::Service>, BenchError> {
         .map_err(|e| err(format!("node: {e:?}")))
 }
 
-fn publisher(
-    s: &Services,
-    max: usize,
-) -> Result<(Pub, Option<Notifier<ipc::Service>>), BenchError> {
+fn publisher(s: &Services, max: usize) -> Result<(Pub, Notify), BenchError> {
     let p = s
         .pubsub
         .publisher_builder()
@@ -185,35 +224,20 @@ fn publisher(
         .backpressure_strategy(BackpressureStrategy::RetryUntilDelivered)
         .create()
         .map_err(|e| err(format!("publisher: {e:?}")))?;
-    let n = match &s.event {
-        Some(ev) => Some(
-            ev.notifier_builder()
-                .create()
-                .map_err(|e| err(format!("notifier: {e:?}")))?,
-        ),
-        None => None,
-    };
+    let n = s.event.as_ref().map(|ev| ev.notifier_builder().create());
+    let n = n.transpose().map_err(|e| err(format!("notifier: {e:?}")))?;
     Ok((p, n))
 }
 
-fn subscriber(
-    s: &Services,
-    depth: usize,
-) -> Result<(Sub, Option<Listener<ipc::Service>>), BenchError> {
+fn subscriber(s: &Services, depth: usize) -> Result<(Sub, Listen), BenchError> {
     let sub = s
         .pubsub
         .subscriber_builder()
         .buffer_size(depth)
         .create()
         .map_err(|e| err(format!("subscriber: {e:?}")))?;
-    let l = match &s.event {
-        Some(ev) => Some(
-            ev.listener_builder()
-                .create()
-                .map_err(|e| err(format!("listener: {e:?}")))?,
-        ),
-        None => None,
-    };
+    let l = s.event.as_ref().map(|ev| ev.listener_builder().create());
+    let l = l.transpose().map_err(|e| err(format!("listener: {e:?}")))?;
     Ok((sub, l))
 }
 
@@ -239,11 +263,7 @@ fn up_name(s: &Setup, child: usize) -> String {
 
 /// Parent side, first half (see [`ring_benches::link::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
-    let Some(first) = setups.first() else {
-        return Err(BenchError::Usage {
-            what: "no children".to_owned(),
-        });
-    };
+    let first = first_setup(setups)?;
     let transport = first.transport;
     let event = transport == Transport::Iceoryx2Event;
     let case = first.case.clone();
@@ -261,36 +281,21 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
         all.push(up);
     }
     all.push(down);
-    let n = setups.len();
-    let end = std::rc::Rc::new(End {
+    let end = End {
         _node: node,
         _services: all,
-    });
+    };
     Ok(Box::new(move |_| {
         // The children's subscribers exist now: connect to them before the first send.
         publisher
             .update_connections()
             .map_err(|e| err(format!("update_connections: {e:?}")))?;
-        Ok(Link {
-            tx: Box::new(Kept {
-                inner: IceTx {
-                    publisher,
-                    notifier,
-                    buf: pattern(case.down_bytes()),
-                    seq: 0,
-                },
-                _end: std::rc::Rc::clone(&end),
-            }),
-            rx: Box::new(KeptRx {
-                inner: IceRx {
-                    transport,
-                    subscribers,
-                    listeners,
-                    seq: vec![0; n],
-                },
-                _end: end,
-            }),
-        })
+        let tx = IceTx::new(publisher, notifier, case.down_bytes());
+        Ok(kept_link(
+            end,
+            tx,
+            IceRx::new(transport, subscribers, listeners),
+        ))
     }))
 }
 
@@ -306,28 +311,14 @@ pub fn child_setup(s: &Setup) -> Result<Link, BenchError> {
     publisher
         .update_connections()
         .map_err(|e| err(format!("update_connections: {e:?}")))?;
-    let end = std::rc::Rc::new(End {
+    let end = End {
         _node: node,
         _services: vec![down, up],
-    });
-    Ok(Link {
-        tx: Box::new(Kept {
-            inner: IceTx {
-                publisher,
-                notifier,
-                buf: pattern(case.up_bytes()),
-                seq: 0,
-            },
-            _end: std::rc::Rc::clone(&end),
-        }),
-        rx: Box::new(KeptRx {
-            inner: IceRx {
-                transport: s.transport,
-                subscribers: vec![sub],
-                listeners: vec![l],
-                seq: vec![0],
-            },
-            _end: end,
-        }),
-    })
+    };
+    let tx = IceTx::new(publisher, notifier, case.up_bytes());
+    Ok(kept_link(
+        end,
+        tx,
+        IceRx::new(s.transport, vec![sub], vec![l]),
+    ))
 }

@@ -164,6 +164,22 @@ fn builder(t: Transport, peers: Option<&Peers>) -> Result<Peers, BenchError> {
     })
 }
 
+/// Message `seq` of `len` bytes, ready to send: the first `len` bytes of a buffer sized for the
+/// case (see [`message_buf`]), stamped with `seq` (see [`stamp`]).
+///
+/// # Errors
+/// [`BenchError::Usage`] when `len` exceeds the buffer.
+pub fn stamped_message(
+    buf: &mut [u8],
+    transport: impl core::fmt::Display,
+    len: usize,
+    seq: u64,
+) -> Result<&mut [u8], BenchError> {
+    let msg = message_buf(buf, transport, len)?;
+    stamp(msg, seq);
+    Ok(msg)
+}
+
 /// Writes `seq` into the first and last 8 bytes of `msg` (only the first if shorter than 16).
 pub fn stamp(msg: &mut [u8], seq: u64) {
     let b = seq.to_le_bytes();

@@ -11,7 +11,7 @@
 //! timed publish, as a renderer that draws into the slot would.
 
 use super::{
-    check, first_setup, message_buf, pattern, peer_entry, stamp, AtPublish, Link, Pending, Rx, Tx,
+    check, first_setup, pattern, peer_entry, stamped_message, AtPublish, Link, Pending, Rx, Tx,
 };
 use crate::case::Transport;
 use crate::ctl::Setup;
@@ -62,8 +62,7 @@ struct RingTx {
 
 impl Tx for RingTx {
     fn send(&mut self, len: usize, at_publish: AtPublish<'_>) -> Result<(), BenchError> {
-        let src = message_buf(&mut self.buf, NAME, len)?;
-        stamp(src, self.seq);
+        let src = stamped_message(&mut self.buf, NAME, len, self.seq)?;
         // The deadline is read from the clock only when a wait begins: the floor pays no clock
         // read per message, and neither does a claim that finds its slot free.
         let deadline = || Instant::now() + crate::wait::RUN_TIMEOUT;
@@ -206,8 +205,7 @@ impl Tx for RingBatchTx {
             .group
             .get_mut(self.queued)
             .ok_or_else(|| err("batch group overran"))?;
-        let buf = message_buf(&mut q.buf, NAME, len)?;
-        stamp(buf, self.seq);
+        stamped_message(&mut q.buf, NAME, len, self.seq)?;
         q.len = len;
         self.queued += 1;
         self.seq += 1;

@@ -52,6 +52,29 @@ fn accounting(ring: &Ring) -> (u32, u32, u32) {
     )
 }
 
+/// A memfd ring of `slots` slots of `slot_size` bytes, a `class` subscriber and the publisher.
+fn ends(slots: u32, slot_size: u32, class: DeliveryClass) -> (Ring, Subscriber, Publisher) {
+    let ring = Ring::memfd()
+        .slots(slots)
+        .slot_size(slot_size)
+        .create()
+        .unwrap();
+    let subscriber = ring.subscriber(class).unwrap();
+    let publisher = ring.publisher().unwrap();
+    (ring, subscriber, publisher)
+}
+
+/// Asserts that the median of 8 or more wake-up latencies is under 5 ms (a wake-up lost and
+/// left to the 20 ms liveness deadline shows as a slow median).
+fn assert_quick_median_wake_up(mut lat: Vec<Duration>) {
+    lat.sort_unstable();
+    assert!(
+        lat[4] < Duration::from_millis(5),
+        "median wake-up {:?}",
+        lat[4]
+    );
+}
+
 /// A message's bytes: its index, repeated, with a length that varies.
 fn message(i: u32) -> Vec<u8> {
     let len = 1 + (i as usize * 7) % 200;
@@ -78,9 +101,7 @@ enum Read {
 /// the subscriber makes a fresh future of `how` for every poll, polls it once and drops it.
 fn every_poll_dropped(how: Read) {
     const N: u32 = 3000;
-    let ring = Ring::memfd().slots(4).slot_size(256).create().unwrap();
-    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
-    let mut publisher = ring.publisher().unwrap();
+    let (ring, mut subscriber, mut publisher) = ends(4, 256, DeliveryClass::Gating);
     let sent = std::thread::scope(|s| {
         let sender = s.spawn(move || {
             let mut sum = 0;
@@ -170,9 +191,7 @@ fn recv_held_async_dropped_at_every_poll_loses_nothing() {
 #[test]
 fn send_async_dropped_at_every_poll_sends_each_message_once() {
     const N: u32 = 2000;
-    let ring = Ring::memfd().slots(2).slot_size(256).create().unwrap();
-    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
-    let mut publisher = ring.publisher().unwrap();
+    let (ring, mut subscriber, mut publisher) = ends(2, 256, DeliveryClass::Gating);
     let (sent, received) = std::thread::scope(|s| {
         let reader = s.spawn(|| {
             let mut sum = 0;
@@ -216,11 +235,8 @@ fn send_async_dropped_at_every_poll_sends_each_message_once() {
 
 #[test]
 fn a_send_async_is_woken_by_the_read_that_makes_room() {
-    let ring = Ring::memfd().slots(1).slot_size(64).create().unwrap();
-    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
-    let mut publisher = ring.publisher().unwrap();
-    let rt = runtime(1);
-    let start = Instant::now();
+    let (ring, mut subscriber, mut publisher) = ends(1, 64, DeliveryClass::Gating);
+    let (rt, start) = (runtime(1), Instant::now());
     let task = rt.spawn(async move {
         let mut sent = Vec::new();
         for i in 0..10u8 {
@@ -244,17 +260,12 @@ fn a_send_async_is_woken_by_the_read_that_makes_room() {
     let sent = rt.block_on(task).unwrap();
     // The send of message i+1 waited for the read of message i: woken by that read's bump of
     // the drain word, not by the liveness deadline (20 ms).
-    let mut lat: Vec<Duration> = sent[1..]
+    let lat: Vec<Duration> = sent[1..]
         .iter()
         .zip(&read)
         .map(|(s, r)| s.saturating_sub(*r))
         .collect();
-    lat.sort_unstable();
-    assert!(
-        lat[4] < Duration::from_millis(5),
-        "median wake-up {:?}",
-        lat[4]
-    );
+    assert_quick_median_wake_up(lat);
     assert_eq!(accounting(&ring).1, 0);
 }
 
@@ -299,11 +310,8 @@ fn loan_async_waits_for_room_and_a_dropped_one_claims_nothing() {
 
 #[test]
 fn a_tokio_task_is_woken_by_a_publish_from_another_thread() {
-    let ring = Ring::memfd().slots(4).slot_size(64).create().unwrap();
-    let mut subscriber = ring.subscriber(DeliveryClass::SkipOnLag).unwrap();
-    let mut publisher = ring.publisher().unwrap();
-    let rt = runtime(2);
-    let start = Instant::now();
+    let (ring, mut subscriber, mut publisher) = ends(4, 64, DeliveryClass::SkipOnLag);
+    let (rt, start) = (runtime(2), Instant::now());
     let task = rt.spawn(async move {
         use futures_core::Stream;
         let mut stream = pin!(subscriber.stream());
@@ -328,21 +336,14 @@ fn a_tokio_task_is_woken_by_a_publish_from_another_thread() {
     );
     // Woken by the publish itself, not by the liveness deadline (20 ms after the wait began,
     // some 15 ms after the publish): a lost wake-up shows as a slow median.
-    let mut lat: Vec<Duration> = got.iter().zip(&sent).map(|(g, s)| g.1 - *s).collect();
-    lat.sort_unstable();
-    assert!(
-        lat[4] < Duration::from_millis(5),
-        "median wake-up {:?}",
-        lat[4]
-    );
+    let lat: Vec<Duration> = got.iter().zip(&sent).map(|(g, s)| g.1 - *s).collect();
+    assert_quick_median_wake_up(lat);
     assert_eq!(accounting(&ring).0, 0);
 }
 
 #[test]
 fn the_sink_sends_everything_and_closing_it_completes_the_stream() {
-    let ring = Ring::memfd().slots(2).slot_size(64).create().unwrap();
-    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
-    let mut publisher = ring.publisher().unwrap();
+    let (_ring, mut subscriber, mut publisher) = ends(2, 64, DeliveryClass::Gating);
     let rt = runtime(0);
     rt.block_on(async {
         use futures_sink::Sink;

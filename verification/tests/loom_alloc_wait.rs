@@ -7,9 +7,9 @@
 
 use loom::thread;
 use ring_core::arena::{region_len, AllocConfig, AllocError, Allocator};
-use ring_core::{AtomicU64, Consumer, DeliveryClass, Producer};
+use ring_core::{AtomicU64, DeliveryClass};
 use ring_verification::support::futex::{futex_ring, FutexWait};
-use ring_verification::support::{id, model};
+use ring_verification::support::model;
 use std::sync::Arc;
 
 fn region(arena: u64, max_live: u32) -> Arc<Vec<AtomicU64>> {
@@ -28,23 +28,24 @@ fn init(words: &[AtomicU64], arena: u64, max_live: u32) -> Allocator<'_> {
     Allocator::init(words, config).unwrap()
 }
 
-/// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
-/// so the second allocation reuses both. A reader holding the first handle gets its entry and
-/// its bytes whole, or `InvalidHandle`, never the second allocation's fields or bytes.
-///
-/// loom only explores a load reading a store that already ran, and runs the main thread first:
-/// `yield_first` also runs the model with the reader yielding first, so that the mutator's
-/// stores exist when the reader loads (and loom can pick stale or new values for each load).
-#[test]
-fn reader_never_sees_a_reused_allocation() {
+/// Runs `body` as a loom model twice on a fresh [`region`] of `arena` bytes and `max_live`
+/// entries, with `yield_first` false, then true: `body`'s reader (its main thread) yields first
+/// when it is true. loom only explores a load reading a store that already ran, and runs the
+/// main thread first: the yield lets the mutator's stores exist when the reader loads (and loom
+/// pick stale or new values for each load).
+fn reader_late_then_early(arena: u64, max_live: u32, body: fn(Arc<Vec<AtomicU64>>, bool)) {
     for yield_first in [false, true] {
-        reader_vs_reuse(yield_first);
+        model(move || body(region(arena, max_live), yield_first));
     }
 }
 
-fn reader_vs_reuse(yield_first: bool) {
-    model(move || {
-        let words = region(64, 1);
+/// Alloc/free/reuse racing a reader: the arena is one granule and the entry table one entry,
+/// so the second allocation reuses both. A reader holding the first handle gets its entry and
+/// its bytes whole, or `InvalidHandle`, never the second allocation's fields or bytes.
+/// Run with the reader yielding first and not ([`reader_late_then_early`]).
+#[test]
+fn reader_never_sees_a_reused_allocation() {
+    reader_late_then_early(64, 1, |words, yield_first| {
         let mut alloc = init(&words, 64, 1);
         let a = alloc.alloc(16, 1, 0).unwrap();
         alloc.writer(&a).unwrap().write(&[0xAA; 16]).unwrap();
@@ -133,14 +134,7 @@ fn reader_never_sees_a_half_published_allocation() {
 /// accounting ends exact.
 #[test]
 fn reclaim_of_a_dead_owner_races_a_reader() {
-    for yield_first in [false, true] {
-        reclaim_vs_reader(yield_first);
-    }
-}
-
-fn reclaim_vs_reader(yield_first: bool) {
-    model(move || {
-        let words = region(128, 2);
+    reader_late_then_early(128, 2, |words, yield_first| {
         let mut alloc = init(&words, 128, 2);
         let a = alloc.alloc(10, 3, 0).unwrap();
         let b = alloc.alloc(40, 4, 0).unwrap();

@@ -163,14 +163,20 @@ fn read(name: &str) -> Result {
         check(bytes, k)?;
         k += 1;
     }
-    let all = (k == BATCHES).then_some(());
-    all.ok_or_else(|| format!("{k} of {BATCHES} batches").into())
+    if k != BATCHES {
+        return Err(format!("{k} of {BATCHES} batches").into());
+    }
+    Ok(())
 }
 
+/// With no argument: creates a ring and publishes into it (spawning the reader); with a ring
+/// name: reads that ring.
 fn main() {
-    let arg = std::env::args().nth(1);
-    let name = format!("example-arrow-{}", std::process::id());
-    if let Err(e) = arg.map_or_else(|| produce(&name), |ring| read(&ring)) {
+    let result = match std::env::args().nth(1) {
+        Some(ring) => read(&ring),
+        None => produce(&format!("example-arrow-{}", std::process::id())),
+    };
+    if let Err(e) = result {
         eprintln!("error: {e}");
         std::process::exit(1);
     }

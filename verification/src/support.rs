@@ -1,7 +1,9 @@
 //! Helpers every test layer shares (one copy each): owner ids, the models' segment, ring and
 //! messages and, under loom, the model runner.
 
-use ring_core::{ClaimError, Config, Memory, OwnedSegment, OwnerId, Pinned, Producer};
+use ring_core::{
+    ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, OwnerId, Pinned, Producer,
+};
 use std::sync::Arc;
 
 /// Owner id `n` (non-zero).
@@ -38,6 +40,18 @@ pub fn ring(config: &Config) -> (Seg, Producer<Seg>) {
     let seg = owned(config);
     let p = Producer::new(seg.clone(), id(1)).expect("the first producer");
     (seg, p)
+}
+
+/// A [`ring`] and a consumer of `class` on it (owner 2), registered after the producer.
+///
+/// # Panics
+///
+/// As [`owned`].
+#[must_use]
+pub fn ring_with(config: &Config, class: DeliveryClass) -> (Seg, Producer<Seg>, Consumer<Seg>) {
+    let (seg, p) = ring(config);
+    let c = Consumer::new(seg.clone(), class, id(2)).expect("the first consumer");
+    (seg, p, c)
 }
 
 /// `slots` slots of 16 bytes (one [`msg16`]) and `consumers` consumer entries.

@@ -12,12 +12,12 @@
 
 use loom::thread;
 use ring_core::{
-    ClaimError, Config, Consumer, DeliveryClass, Memory, Producer, ReadError, INLINE_CAPACITY,
+    BatchItem, ClaimError, Config, Consumer, DeliveryClass, Memory, Producer, ReadError,
+    INLINE_CAPACITY,
 };
 use ring_verification::support::futex::{futex_ring, FutexWait};
-use ring_verification::support::{id, model, owned, publish_range, ring, Seg};
+use ring_verification::support::{id, model, owned, publish_range, ring, ring_with, Seg};
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::Arc;
 
 /// Message `seq`, `len` bytes long: byte `i` is `seq * 31 + i` (mod 256).
 fn msg(seq: u64, len: usize) -> Vec<u8> {
@@ -117,6 +117,17 @@ fn read_small(c: &mut Consumer<Seg>, pin: bool) -> Option<(u64, u64)> {
     }
 }
 
+/// Checks that a gating read (`read_small`'s sequence number and missed count) is message
+/// `*next`, none missed, and moves `next` on.
+fn gating_next(next: &mut u64, (seq, missed): (u64, u64)) {
+    assert_eq!(
+        (seq, missed),
+        (*next, 0),
+        "gating consumer skipped or repeated"
+    );
+    *next += 1;
+}
+
 /// A gating consumer that follows its slot's stamp (the target reads the slot line, never
 /// `head`) against a producer publishing three small (inline) messages into a 2-slot ring.
 /// Every read is whole, in order, none missed, and after the producer is done the consumer
@@ -130,8 +141,8 @@ fn read_small(c: &mut Consumer<Seg>, pin: bool) -> Option<(u64, u64)> {
 fn stamp_polling_gating_consumer_reads_every_inline_message() {
     const { assert!(SMALL <= INLINE_CAPACITY) };
     model(|| {
-        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
-        let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, mut g) =
+            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
         let t = thread::spawn(move || {
             let mut published = 0;
             while published < 3 && publish_retrying(&mut p, published, 3) {
@@ -142,23 +153,13 @@ fn stamp_polling_gating_consumer_reads_every_inline_message() {
         });
         let mut next = 0;
         for k in 0..3 {
-            if let Some((seq, missed)) = read_small(&mut g, k % 2 == 0) {
-                assert_eq!(
-                    (seq, missed),
-                    (next, 0),
-                    "gating consumer skipped or repeated"
-                );
-                next += 1;
+            if let Some(got) = read_small(&mut g, k % 2 == 0) {
+                gating_next(&mut next, got);
             }
         }
         let (_p, published) = t.join().unwrap();
-        while let Some((seq, missed)) = read_small(&mut g, next % 2 == 1) {
-            assert_eq!(
-                (seq, missed),
-                (next, 0),
-                "gating consumer skipped or repeated"
-            );
-            next += 1;
+        while let Some(got) = read_small(&mut g, next % 2 == 1) {
+            gating_next(&mut next, got);
         }
         assert_eq!(
             next, published,
@@ -174,8 +175,10 @@ fn stamp_polling_gating_consumer_reads_every_inline_message() {
 #[test]
 fn stamp_polling_skip_on_lag_counts_missed_exactly() {
     model(|| {
-        let (s, mut p) = ring(&Config::new(1, 32).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(
+            &Config::new(1, 32).with_consumers(1),
+            DeliveryClass::SkipOnLag,
+        );
         p.try_publish(&small(0)).unwrap();
         let t = thread::spawn(move || {
             for seq in 1..3 {
@@ -217,6 +220,30 @@ fn alt_len(seq: u64) -> usize {
     }
 }
 
+/// Copies batch item `item` (a small message) out and checks it whole; its sequence number.
+fn whole_small(item: &BatchItem<'_>) -> u64 {
+    let mut buf = [0u8; SMALL];
+    item.copy_to(&mut buf);
+    assert_whole(&buf, item.seq(), SMALL);
+    item.seq()
+}
+
+/// Reads twice with `read` (which checks the message it read and returns its sequence number):
+/// each read finds a message, in increasing order, or nothing yet.
+fn reads_twice_in_order(mut read: impl FnMut() -> Result<u64, ReadError>) {
+    let mut last = None;
+    for _ in 0..2 {
+        match read() {
+            Ok(seq) => {
+                assert!(last.is_none_or(|l| seq > l));
+                last = Some(seq);
+            }
+            Err(ReadError::Empty) => {}
+            Err(e) => panic!("consumer: {e}"),
+        }
+    }
+}
+
 /// Inline and payload messages in the same slot, pinning reader: message 0 (16 bytes, which
 /// `write` puts in the payload area and `publish` copies into the inline words) is published, then the producer rewrites the slot with message 1
 /// (120 bytes, `write` into the payload area) while the reader pins twice. Each pin is
@@ -225,8 +252,10 @@ fn alt_len(seq: u64) -> usize {
 fn inline_then_payload_in_one_slot_pinning_reader() {
     assert!(alt_len(1) > INLINE_CAPACITY && alt_len(0) <= INLINE_CAPACITY);
     model(|| {
-        let (s, mut p) = ring(&Config::new(1, 128).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(
+            &Config::new(1, 128).with_consumers(1),
+            DeliveryClass::SkipOnLag,
+        );
         p.try_publish(&msg(0, alt_len(0))).unwrap();
         let t = thread::spawn(move || {
             match p.try_publish(&msg(1, alt_len(1))) {
@@ -236,22 +265,16 @@ fn inline_then_payload_in_one_slot_pinning_reader() {
             }
             p
         });
-        let mut last = None;
-        for _ in 0..2 {
-            match c.try_pin() {
-                Ok(m) => {
-                    let seq = m.seq();
-                    assert_eq!(m.len(), alt_len(seq), "length of another message");
-                    let mut buf = [0u8; 128];
-                    let n = m.copy_to(&mut buf);
-                    assert_whole(&buf[..n], seq, alt_len(seq));
-                    assert!(last.is_none_or(|l| seq > l));
-                    last = Some(seq);
-                }
-                Err(ReadError::Empty) => {}
-                Err(e) => panic!("consumer: {e}"),
-            }
-        }
+        reads_twice_in_order(|| {
+            c.try_pin().map(|m| {
+                let seq = m.seq();
+                assert_eq!(m.len(), alt_len(seq), "length of another message");
+                let mut buf = [0u8; 128];
+                let n = m.copy_to(&mut buf);
+                assert_whole(&buf[..n], seq, alt_len(seq));
+                seq
+            })
+        });
         drop(t.join().unwrap());
     });
 }
@@ -264,8 +287,10 @@ fn inline_then_payload_in_one_slot_pinning_reader() {
 #[test]
 fn payload_then_inline_in_one_slot_copying_reader() {
     model(|| {
-        let (s, mut p) = ring(&Config::new(1, 128).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(
+            &Config::new(1, 128).with_consumers(1),
+            DeliveryClass::SkipOnLag,
+        );
         p.try_publish(&msg(1, alt_len(1))).unwrap();
         // Sequence 0 holds the 120-byte message: name messages by their content's seq.
         let t = thread::spawn(move || {
@@ -275,21 +300,15 @@ fn payload_then_inline_in_one_slot_copying_reader() {
             p
         });
         let content = |seq: u64| seq + 1;
-        let mut last = None;
-        for _ in 0..2 {
+        reads_twice_in_order(|| {
             let mut buf = [0u8; 128];
-            match c.try_copy(&mut buf) {
-                Ok(got) => {
-                    let want = content(got.seq);
-                    assert_eq!(got.len, alt_len(want), "length of another message");
-                    assert_whole(&buf[..got.len], want, got.len);
-                    assert!(last.is_none_or(|l| got.seq > l));
-                    last = Some(got.seq);
-                }
-                Err(ReadError::Empty) => {}
-                Err(e) => panic!("consumer: {e}"),
-            }
-        }
+            c.try_copy(&mut buf).map(|got| {
+                let want = content(got.seq);
+                assert_eq!(got.len, alt_len(want), "length of another message");
+                assert_whole(&buf[..got.len], want, got.len);
+                got.seq
+            })
+        });
         drop(t.join().unwrap());
     });
 }
@@ -338,8 +357,8 @@ fn registration_races_a_batch() {
 #[test]
 fn batch_publish_vs_batch_read() {
     model(|| {
-        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
-        let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, mut g) =
+            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
         let msgs: Vec<Vec<u8>> = (0..3).map(small).collect();
         let t = thread::spawn(move || {
             let mut done = 0;
@@ -407,9 +426,7 @@ fn consumer_dies_mid_batch(class: DeliveryClass) {
         let mut handed = 0;
         let r = catch_unwind(AssertUnwindSafe(|| {
             c.try_read_batch(4, |item| {
-                let mut buf = [0u8; SMALL];
-                item.copy_to(&mut buf);
-                assert_whole(&buf, item.seq(), SMALL);
+                whole_small(&item);
                 handed += 1;
                 if handed == 2 {
                     std::panic::panic_any(DIES);
@@ -452,8 +469,8 @@ fn consumer_dies_mid_batch(class: DeliveryClass) {
 fn live_consumer_batch_panic_rereads_the_message() {
     quiet_deliberate_panics();
     model(|| {
-        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) =
+            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
         p.try_publish_batch(&[small(0), small(1)]).unwrap();
         let t = thread::spawn(move || {
             let mut first = true;
@@ -469,12 +486,7 @@ fn live_consumer_batch_panic_rereads_the_message() {
             assert_eq!(c.cursor(), 1, "message 0 was consumed, message 1 not");
             let mut seqs = Vec::new();
             let n = c
-                .try_read_batch(4, |item| {
-                    let mut buf = [0u8; SMALL];
-                    item.copy_to(&mut buf);
-                    assert_whole(&buf, item.seq(), SMALL);
-                    seqs.push(item.seq());
-                })
+                .try_read_batch(4, |item| seqs.push(whole_small(&item)))
                 .unwrap();
             assert!(n >= 1 && seqs[0] == 1, "message 1 not read again: {seqs:?}");
             // Nothing pinned now: the only reader is between calls.
@@ -513,10 +525,7 @@ fn parked_stamp_follower_is_woken_by_a_batch() {
         let mut first = None;
         let n = c
             .try_read_batch(2, |item| {
-                let mut buf = [0u8; SMALL];
-                item.copy_to(&mut buf);
-                assert_whole(&buf, item.seq(), SMALL);
-                first.get_or_insert(item.seq());
+                first.get_or_insert(whole_small(&item));
             })
             .unwrap();
         assert!(n >= 1);
@@ -574,8 +583,8 @@ impl AsRef<[u8]> for Bomb {
 fn take_over_after_death_inside_a_batch() {
     quiet_deliberate_panics();
     model(|| {
-        let (s, mut p) = ring(&Config::new(2, 32).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (s, mut p, mut c) =
+            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
         let reader = thread::spawn(move || {
             let got = read_small(&mut c, false);
             if let Some((seq, missed)) = got {
@@ -681,8 +690,10 @@ fn publish_futex_never_repeats_with_a_waiter() {
 #[test]
 fn a_skip_pinner_never_misses_a_message_nothing_overwrote() {
     model(|| {
-        let (s, mut p) = ring(&Config::new(2, SMALL as u32).with_consumers(1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(
+            &Config::new(2, SMALL as u32).with_consumers(1),
+            DeliveryClass::SkipOnLag,
+        );
         let t = thread::spawn(move || {
             p.try_publish(&small(0)).unwrap();
             p

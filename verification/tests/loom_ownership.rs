@@ -13,7 +13,7 @@ use ring_core::{
     AttachError, ClaimError, Config, Consumer, DeliveryClass, Memory, OwnedSegment, Producer,
     ReadError, Spin, INLINE_CAPACITY,
 };
-use ring_verification::support::{assert_pinned16, config16, id, model, owned, ring};
+use ring_verification::support::{assert_pinned16, config16, id, model, owned, ring, ring_with};
 use std::sync::Arc;
 
 /// Registration into an entry its previous holder is freeing (`Consumer::drop`: FREE, then the
@@ -219,8 +219,7 @@ fn producer_handoff_starts_at_the_last_head() {
 #[test]
 fn close_after_publish_loses_nothing() {
     model(|| {
-        let (s, mut p) = ring(&config16(2, 1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(&config16(2, 1), DeliveryClass::Gating);
         let t = thread::spawn(move || {
             assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
             p.close();
@@ -307,6 +306,30 @@ fn work() -> Work {
     Arc::new(loom::sync::atomic::AtomicU64::new(0))
 }
 
+/// The work-visibility models: `worker` runs on a thread with a [`Work`] it marks [`STARTED`]
+/// first and [`FINISHED`] when it calls its argument (Relaxed, both: the ring is what must order
+/// them). The main thread yields first (loom runs it first: the worker's stores then exist when
+/// it loads) and, when `ring_says_over` reports the work over, must see [`FINISHED`] (`what`
+/// says what it saw otherwise). What `worker` returns is dropped after it is joined.
+fn work_is_visible_once<T: Send + 'static>(
+    worker: impl FnOnce(&dyn Fn()) -> T + Send + 'static,
+    ring_says_over: impl FnOnce() -> bool,
+    what: &str,
+) {
+    let w = work();
+    let done = w.clone();
+    let t = thread::spawn(move || {
+        done.store(STARTED, Ordering::Relaxed);
+        worker(&|| done.store(FINISHED, Ordering::Relaxed))
+    });
+    thread::yield_now();
+    if ring_says_over() {
+        // Relaxed: ordered (or not) by the ring.
+        assert_eq!(w.load(Ordering::Relaxed), FINISHED, "{what}");
+    }
+    drop(t.join().unwrap());
+}
+
 /// `wait_drained` is an "ack all": when it returns true, whatever a gating consumer did before
 /// it consumed the last message (here, work done while the message was pinned) happens before
 /// the return. The consumer's Release cursor store (`advance`, after the unpin) pairs with the
@@ -321,32 +344,22 @@ fn work() -> Work {
 #[test]
 fn drained_after_consume_orders_the_consumers_work() {
     model(|| {
-        let (s, mut p) = ring(&config16(2, 1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(&config16(2, 1), DeliveryClass::Gating);
         assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
-        let w = work();
-        let done = w.clone();
-        let t = thread::spawn(move || {
-            // Relaxed (both stores): the ring is what must order them before the return.
-            done.store(STARTED, Ordering::Relaxed);
-            let m = c.try_pin().unwrap();
-            let mut a = [0u8; 16];
-            m.copy_to(&mut a);
-            assert_eq!(a, [0xA0; 16]);
-            done.store(FINISHED, Ordering::Relaxed);
-            drop(m);
-            c
-        });
-        thread::yield_now();
-        if p.wait_drained(&mut Spin::new(0)) {
-            // Relaxed: ordered (or not) by the ring's cursor pair.
-            assert_eq!(
-                w.load(Ordering::Relaxed),
-                FINISHED,
-                "drained, but the consumer's work is not visible"
-            );
-        }
-        drop(t.join().unwrap());
+        work_is_visible_once(
+            move |finish| {
+                let m = c.try_pin().unwrap();
+                let mut a = [0u8; 16];
+                m.copy_to(&mut a);
+                assert_eq!(a, [0xA0; 16]);
+                finish();
+                drop(m);
+                c
+            },
+            // Ordered (or not) by the ring's cursor pair.
+            || p.wait_drained(&mut Spin::new(0)),
+            "drained, but the consumer's work is not visible",
+        );
     });
 }
 
@@ -358,28 +371,18 @@ fn drained_after_consume_orders_the_consumers_work() {
 #[test]
 fn drained_after_leave_orders_the_consumers_work() {
     model(|| {
-        let (s, mut p) = ring(&config16(2, 1));
-        let c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, c) = ring_with(&config16(2, 1), DeliveryClass::Gating);
         assert_eq!(p.try_publish(&[0xA0; 16]), Ok(0));
-        let w = work();
-        let done = w.clone();
-        let t = thread::spawn(move || {
-            // Relaxed (both stores): the ring is what must order them before the return.
-            done.store(STARTED, Ordering::Relaxed);
-            done.store(FINISHED, Ordering::Relaxed);
-            // Leaves with message 0 unread.
-            drop(c);
-        });
-        thread::yield_now();
-        if p.wait_drained(&mut Spin::new(0)) {
-            // Relaxed: ordered (or not) by FREE's Release / the scan's Acquire.
-            assert_eq!(
-                w.load(Ordering::Relaxed),
-                FINISHED,
-                "drained by a leaving consumer, but its work is not visible"
-            );
-        }
-        t.join().unwrap();
+        work_is_visible_once(
+            move |finish| {
+                finish();
+                // Leaves with message 0 unread.
+                drop(c);
+            },
+            // Ordered (or not) by FREE's Release / the scan's Acquire.
+            || p.wait_drained(&mut Spin::new(0)),
+            "drained by a leaving consumer, but its work is not visible",
+        );
     });
 }
 
@@ -392,24 +395,16 @@ fn drained_after_leave_orders_the_consumers_work() {
 fn counted_consumer_orders_the_registrants_work() {
     model(|| {
         let (s, mut p) = ring(&config16(2, 1));
-        let w = work();
-        let (done, s2) = (w.clone(), s.clone());
-        let t = thread::spawn(move || {
-            // Relaxed (both stores): the ring is what must order them before the count.
-            done.store(STARTED, Ordering::Relaxed);
-            done.store(FINISHED, Ordering::Relaxed);
-            Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap()
-        });
-        thread::yield_now();
-        if p.wait_for_consumers(1, &mut Spin::new(0)) {
-            // Relaxed: ordered (or not) by the `ready` pair.
-            assert_eq!(
-                w.load(Ordering::Relaxed),
-                FINISHED,
-                "counted a consumer whose earlier work is not visible"
-            );
-        }
-        drop(t.join().unwrap());
+        let s2 = s.clone();
+        work_is_visible_once(
+            move |finish| {
+                finish();
+                Consumer::new(s2, DeliveryClass::Gating, id(2)).unwrap()
+            },
+            // Ordered (or not) by the `ready` pair.
+            || p.wait_for_consumers(1, &mut Spin::new(0)),
+            "counted a consumer whose earlier work is not visible",
+        );
     });
 }
 

@@ -13,7 +13,7 @@ use loom::thread;
 use ring_core::{ClaimError, Consumer, DeliveryClass, ReadError};
 use ring_verification::support::{
     assert_pinned16, assert_whole16 as assert_whole, bytes_of, config16, id, model, msg16,
-    publish16 as publish, publish16_within, publish_range, ring, Seg,
+    publish16 as publish, publish16_within, publish_range, ring, ring_with, Seg,
 };
 
 /// Publish vs optimistic copy: the producer rewrites the only slot while a reader copies the
@@ -21,8 +21,7 @@ use ring_verification::support::{
 #[test]
 fn copy_is_whole_or_refused() {
     model(|| {
-        let (s, mut p) = ring(&config16(1, 1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(&config16(1, 1), DeliveryClass::SkipOnLag);
         publish(&mut p, 0).unwrap();
         let t = thread::spawn(move || {
             publish(&mut p, 1).unwrap();
@@ -49,8 +48,7 @@ fn copy_is_whole_or_refused() {
 #[test]
 fn pin_excludes_claim_and_sees_one_message() {
     model(|| {
-        let (s, mut p) = ring(&config16(1, 1));
-        let mut c = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(2)).unwrap();
+        let (_, mut p, mut c) = ring_with(&config16(1, 1), DeliveryClass::SkipOnLag);
         publish(&mut p, 0).unwrap();
         let t = thread::spawn(move || {
             // Either it claims (no pin held), or it is refused because of the pin.
@@ -74,8 +72,7 @@ fn pin_excludes_claim_and_sees_one_message() {
 #[test]
 fn producer_wraps_two_slots_under_two_consumers() {
     model(|| {
-        let (s, mut p) = ring(&config16(2, 2));
-        let mut latest = Consumer::new(s.clone(), DeliveryClass::LatestOnly, id(2)).unwrap();
+        let (s, mut p, mut latest) = ring_with(&config16(2, 2), DeliveryClass::LatestOnly);
         let mut lag = Consumer::new(s.clone(), DeliveryClass::SkipOnLag, id(3)).unwrap();
         publish(&mut p, 0).unwrap();
         let tp = thread::spawn(move || {
@@ -115,8 +112,7 @@ fn producer_wraps_two_slots_under_two_consumers() {
 #[test]
 fn gating_consumer_loses_nothing() {
     model(|| {
-        let (s, mut p) = ring(&config16(2, 1));
-        let mut g = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+        let (_, mut p, mut g) = ring_with(&config16(2, 1), DeliveryClass::Gating);
         publish(&mut p, 0).unwrap();
         publish(&mut p, 1).unwrap();
         let t = thread::spawn(move || {
@@ -225,8 +221,7 @@ fn a_late_latest_only_consumer_races_a_publish() {
 fn reclaim_after_crash_at_any_step() {
     for k in 0..4 {
         model(move || {
-            let (s, mut p) = ring(&config16(2, 1));
-            let mut c = Consumer::new(s.clone(), DeliveryClass::Gating, id(2)).unwrap();
+            let (s, mut p, mut c) = ring_with(&config16(2, 1), DeliveryClass::Gating);
             let index = c.index();
             publish(&mut p, 0).unwrap();
             let t = thread::spawn(move || {

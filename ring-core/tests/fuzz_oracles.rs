@@ -278,6 +278,21 @@ fn run_ops(cap_words: u8, ops: Vec<oracles::ops::Op>) -> Outcome {
     oracles::ops::run(&oracles::ops::OpsInput { shape, ops })
 }
 
+/// A skip-on-lag consumer that jumps ahead, is refused for a small buffer, then reads: the
+/// messages it skipped are counted once (`next - start == received + missed`).
+#[test]
+fn ops_skip_then_small_buffer_counts_missed_once() {
+    use oracles::ops::{Class, Op};
+    let ops = vec![
+        Op::Register(Class::SkipOnLag),
+        Op::Publish { len: 5, fill: 1 },
+        Op::Publish { len: 5, fill: 2 },
+        Op::Copy { who: 0, buf: 2 },
+        Op::Copy { who: 0, buf: 8 },
+    ];
+    assert_eq!(run_ops(0, ops), Ok(()));
+}
+
 /// A short message over a longer one in the same slot: `Pinned::words` must still be
 /// zero-padded past the length (found by the `ops` oracle; `WriteSlot::publish` pads now).
 #[test]
@@ -301,21 +316,6 @@ fn ops_shorter_message_over_longer_is_padded() {
         },
     ];
     assert_eq!(run_ops(1, ops), Ok(()));
-}
-
-/// A skip-on-lag consumer that jumps ahead, is refused for a small buffer, then reads: the
-/// messages it skipped are counted once (`next - start == received + missed`).
-#[test]
-fn ops_skip_then_small_buffer_counts_missed_once() {
-    use oracles::ops::{Class, Op};
-    let ops = vec![
-        Op::Register(Class::SkipOnLag),
-        Op::Publish { len: 5, fill: 1 },
-        Op::Publish { len: 5, fill: 2 },
-        Op::Copy { who: 0, buf: 2 },
-        Op::Copy { who: 0, buf: 8 },
-    ];
-    assert_eq!(run_ops(0, ops), Ok(()));
 }
 
 /// A skip-on-lag consumer whose next message is destroyed by an aborted claim (one slot), and

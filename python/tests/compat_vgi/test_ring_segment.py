@@ -124,12 +124,21 @@ def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_do
     part = _deserialize_from_shm(b.read_buffer(handle, n), want.schema).slice(1)
     h2, _ = b.allocate_and_write(part)
     assert h2 >= 0 and b.stats["reflected"] == 1
+    # The same buffers under another schema (its metadata) are not the block's batch: copied.
+    handle, n = a.allocate_and_write(want)
+    at_b2 = _deserialize_from_shm(b.read_buffer(handle, n), want.schema)
+    h4, _ = b.allocate_and_write(at_b2.replace_schema_metadata({"k": "v"}))
+    assert h4 >= 0 and b.stats["reflected"] == 1
+    # Sent back unchanged again (the block's header matches: the batch message is decoded
+    # after it), it is reflected.
+    back2, _ = b.allocate_and_write(at_b2)
+    assert back2 == -1 - handle and b.stats["reflected"] == 2
     # Below _REFLECT_MIN_BYTES an unchanged batch is copied too (the check costs more).
     monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", want.nbytes + 1)
     handle, n = a.allocate_and_write(want)
     echo = _deserialize_from_shm(b.read_buffer(handle, n), want.schema)
     h3, _ = b.allocate_and_write(echo)
-    assert h3 >= 0 and b.stats["reflected"] == 1
+    assert h3 >= 0 and b.stats["reflected"] == 2
 
 
 def test_a_sent_back_handle_the_peer_does_not_hold_is_refused(pair):

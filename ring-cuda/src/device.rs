@@ -125,6 +125,39 @@ pub(crate) struct Table<S, T> {
     pub(crate) map: fn(&mut S) -> &mut HashMap<u64, T>,
 }
 
+/// The steps of making a resource that differ between the CUDA and the emulated device; the
+/// rest, [`Admit::acquire`], is the same for both.
+pub(crate) trait Admit: Device {
+    /// The device's resource tables.
+    type Tables;
+
+    /// Runs before the charge (the emulated device counts its context's memory then).
+    fn before_charge(&self, _kind: ResourceKind) {}
+
+    /// Whether a resource can be made now (CUDA: the context bound; emulated: not faulted).
+    fn ready(&self) -> Result<()>;
+
+    /// Files `v` in `table` under a fresh id (ids are never reused); the id.
+    fn file<T>(&self, table: &Table<Self::Tables, T>, v: T) -> Result<u64>;
+
+    /// Charges `bytes` of `table`'s kind to `owner`, makes the resource with `make` and files
+    /// it; the charge is cancelled if making or filing it fails.
+    fn acquire<T>(
+        &self,
+        table: Table<Self::Tables, T>,
+        owner: Owner,
+        bytes: u64,
+        make: impl FnOnce() -> Result<T>,
+    ) -> Result<u64> {
+        self.before_charge(table.kind);
+        self.ledger().admit(table.kind, owner, bytes, || {
+            self.ready()?;
+            let v = make()?;
+            self.file(&table, v)
+        })
+    }
+}
+
 impl<S, T> Table<S, T> {
     /// The table of `kind` at `map`.
     pub(crate) const fn new(kind: ResourceKind, map: fn(&mut S) -> &mut HashMap<u64, T>) -> Self {

@@ -85,7 +85,7 @@ struct DevMem {
 }
 
 #[derive(Default)]
-struct Tables {
+pub(crate) struct Tables {
     buffers: HashMap<u64, DevMem>,
     mappings: HashMap<u64, DevMem>,
     events: HashMap<u64, usize>,

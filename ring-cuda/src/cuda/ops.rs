@@ -10,7 +10,7 @@ use cudarc::driver::sys;
 use super::{check, not_ready, poll, round_up, CudaDevice, DevMem, Table};
 use super::{BUFFERS, EVENTS, MAPPINGS, STREAMS};
 use crate::accounting::{padded_len, Ledger};
-use crate::device::Device;
+use crate::device::{Admit, Device};
 use crate::error::{Error, Result};
 use crate::handle::{
     At, BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
@@ -43,22 +43,21 @@ fn usize_len(len: u64) -> Result<usize> {
     usize::try_from(len).map_err(|_| Error::InvalidLength { len })
 }
 
-impl CudaDevice {
-    fn acquire<T>(
-        &self,
-        table: Table<T>,
-        owner: Owner,
-        bytes: u64,
-        make: impl FnOnce() -> Result<T>,
-    ) -> Result<u64> {
-        self.ledger.admit(table.kind, owner, bytes, || {
-            let v = self.bind().and_then(|()| make())?;
-            let id = self.id();
-            (table.map)(&mut self.lock()).insert(id, v);
-            Ok(id)
-        })
+impl Admit for CudaDevice {
+    type Tables = super::Tables;
+
+    fn ready(&self) -> Result<()> {
+        self.bind()
     }
 
+    fn file<T>(&self, table: &Table<T>, v: T) -> Result<u64> {
+        let id = self.id();
+        (table.map)(&mut self.lock()).insert(id, v);
+        Ok(id)
+    }
+}
+
+impl CudaDevice {
     /// Releases resource `id` of `kind`: takes it out of its table (so no id names it during
     /// the call), runs the driver call, and only then drops the ledger entry. On failure the
     /// entry stays (the leak report shows it); if nothing was released (`Failed::Kept`), the

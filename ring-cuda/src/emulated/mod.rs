@@ -23,7 +23,7 @@ use self::shm::Region;
 use self::stream::{Stream, Timing};
 use crate::accounting::{Ledger, Limits};
 use crate::error::{found, Error, Result};
-use crate::handle::{EventId, ExportKind, Mem, Owner, ResourceKind, StreamId};
+use crate::handle::{EventId, ExportKind, Mem, ResourceKind, StreamId};
 
 /// Options of an [`EmulatedDevice`].
 #[derive(Clone, Copy, Debug)]
@@ -63,7 +63,7 @@ impl Default for EmulatedOptions {
 }
 
 #[derive(Default)]
-struct Tables {
+pub(crate) struct Tables {
     buffers: HashMap<u64, Entry>,
     mappings: HashMap<u64, Entry>,
     events: HashMap<u64, Arc<Region>>,
@@ -267,30 +267,6 @@ impl EmulatedDevice {
 
     fn stream(&self, s: StreamId) -> Result<Arc<Stream>> {
         found(&self.lock()?.streams, ResourceKind::Stream, s.0)
-    }
-
-    /// Charges, creates and tracks one resource; the charge is cancelled if `make` fails.
-    fn acquire<T>(
-        &self,
-        table: Table<T>,
-        owner: Owner,
-        bytes: u64,
-        make: impl FnOnce() -> Result<T>,
-    ) -> Result<u64> {
-        if table.kind != ResourceKind::Buffer {
-            // Relaxed: a statistic (see `resident`).
-            self.warm.call_once(|| {
-                self.resident
-                    .fetch_add(self.options.context_bytes, Ordering::Relaxed);
-            });
-        }
-        self.ledger.admit(table.kind, owner, bytes, || {
-            self.healthy()?;
-            let v = make()?;
-            let id = self.id();
-            (table.map)(&mut *self.lock()?).insert(id, v);
-            Ok(id)
-        })
     }
 
     /// Refuses a handle that this process exported, as the CUDA driver does

@@ -9,12 +9,36 @@ use super::shm::{Region, EVENT_BYTES, EVENT_MAGIC, MEM_MAGIC};
 use super::stream::{wait_counter, Op, Stream, COMPLETED, RECORDED};
 use super::{range, EmulatedDevice, BUFFERS, EVENTS, MAPPINGS, STREAMS};
 use crate::accounting::{padded_len, Ledger, LARGE_PAGE};
-use crate::device::Device;
+use crate::device::{Admit, Device};
 use crate::error::{found, taken, Error, Result};
 use crate::handle::{
     At, BufferId, EventId, ExportKind, IpcEventHandle, IpcMemHandle, MappingId, Mem, MemHandle,
     MemInfo, Owner, ResourceKind, StreamId,
 };
+
+impl Admit for EmulatedDevice {
+    type Tables = super::Tables;
+
+    fn before_charge(&self, kind: ResourceKind) {
+        if kind != ResourceKind::Buffer {
+            // Relaxed: a statistic (see `resident`).
+            self.warm.call_once(|| {
+                self.resident
+                    .fetch_add(self.options.context_bytes, Ordering::Relaxed);
+            });
+        }
+    }
+
+    fn ready(&self) -> Result<()> {
+        self.healthy()
+    }
+
+    fn file<T>(&self, table: &super::Table<T>, v: T) -> Result<u64> {
+        let id = self.id();
+        (table.map)(&mut *self.lock()?).insert(id, v);
+        Ok(id)
+    }
+}
 
 impl Device for EmulatedDevice {
     fn describe(&self) -> String {

@@ -54,15 +54,15 @@ pub fn publish_msgs<M: Memory>(p: &mut Producer<M>, seqs: Range<u64>) {
 
 /// The producer of `mem` (owner 1) and, registered in order after it, a consumer of each of
 /// `classes` (owners 2, 3, …).
-pub fn open<M: OpenJoin + Copy, const N: usize>(
+pub fn open<M: OpenJoin + Clone, const N: usize>(
     mem: M,
     classes: [DeliveryClass; N],
 ) -> (Producer<M>, [Consumer<M>; N]) {
-    let p = producer(mem);
+    let p = producer(mem.clone());
     let mut owner = 1;
     let consumers = classes.map(|class| {
         owner += 1;
-        consumer(mem, class, owner)
+        consumer(mem.clone(), class, owner)
     });
     (p, consumers)
 }
@@ -85,12 +85,7 @@ pub fn open_shared<S: OpenJoin, const N: usize>(
     classes: [DeliveryClass; N],
 ) -> Shared<S, N> {
     let s = Arc::new(seg);
-    let p = producer(Arc::clone(&s));
-    let mut owner = 1;
-    let consumers = classes.map(|class| {
-        owner += 1;
-        consumer(Arc::clone(&s), class, owner)
-    });
+    let (p, consumers) = open(Arc::clone(&s), classes);
     (s, p, consumers)
 }
 

@@ -33,6 +33,12 @@ fn small(seq: u64) -> Vec<u8> {
     msg(seq, SMALL)
 }
 
+/// A ring of `slots` 32-byte slots (a [`small`] message fits inline), its producer and a
+/// consumer of `class`.
+fn small_ring(slots: u32, class: DeliveryClass) -> (Seg, Producer<Seg>, Consumer<Seg>) {
+    ring_with(&Config::new(slots, 32).with_consumers(1), class)
+}
+
 fn assert_whole(bytes: &[u8], seq: u64, len: usize) {
     assert_eq!(
         bytes,
@@ -141,8 +147,7 @@ fn gating_next(next: &mut u64, (seq, missed): (u64, u64)) {
 fn stamp_polling_gating_consumer_reads_every_inline_message() {
     const { assert!(SMALL <= INLINE_CAPACITY) };
     model(|| {
-        let (_, mut p, mut g) =
-            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
+        let (_, mut p, mut g) = small_ring(2, DeliveryClass::Gating);
         let t = thread::spawn(move || {
             let mut published = 0;
             while published < 3 && publish_retrying(&mut p, published, 3) {
@@ -175,10 +180,7 @@ fn stamp_polling_gating_consumer_reads_every_inline_message() {
 #[test]
 fn stamp_polling_skip_on_lag_counts_missed_exactly() {
     model(|| {
-        let (_, mut p, mut c) = ring_with(
-            &Config::new(1, 32).with_consumers(1),
-            DeliveryClass::SkipOnLag,
-        );
+        let (_, mut p, mut c) = small_ring(1, DeliveryClass::SkipOnLag);
         p.try_publish(&small(0)).unwrap();
         let t = thread::spawn(move || {
             for seq in 1..3 {
@@ -228,6 +230,16 @@ fn whole_small(item: &BatchItem<'_>) -> u64 {
     item.seq()
 }
 
+/// The alternating models' ring: one 128-byte slot (room for [`alt_len`] messages of both
+/// kinds), its producer and a skip-on-lag reader.
+fn alt_ring() -> (Producer<Seg>, Consumer<Seg>) {
+    let (_, p, c) = ring_with(
+        &Config::new(1, 128).with_consumers(1),
+        DeliveryClass::SkipOnLag,
+    );
+    (p, c)
+}
+
 /// Reads twice with `read` (which checks the message it read and returns its sequence number):
 /// each read finds a message, in increasing order, or nothing yet.
 fn reads_twice_in_order(mut read: impl FnMut() -> Result<u64, ReadError>) {
@@ -252,10 +264,7 @@ fn reads_twice_in_order(mut read: impl FnMut() -> Result<u64, ReadError>) {
 fn inline_then_payload_in_one_slot_pinning_reader() {
     assert!(alt_len(1) > INLINE_CAPACITY && alt_len(0) <= INLINE_CAPACITY);
     model(|| {
-        let (_, mut p, mut c) = ring_with(
-            &Config::new(1, 128).with_consumers(1),
-            DeliveryClass::SkipOnLag,
-        );
+        let (mut p, mut c) = alt_ring();
         p.try_publish(&msg(0, alt_len(0))).unwrap();
         let t = thread::spawn(move || {
             match p.try_publish(&msg(1, alt_len(1))) {
@@ -287,10 +296,7 @@ fn inline_then_payload_in_one_slot_pinning_reader() {
 #[test]
 fn payload_then_inline_in_one_slot_copying_reader() {
     model(|| {
-        let (_, mut p, mut c) = ring_with(
-            &Config::new(1, 128).with_consumers(1),
-            DeliveryClass::SkipOnLag,
-        );
+        let (mut p, mut c) = alt_ring();
         p.try_publish(&msg(1, alt_len(1))).unwrap();
         // Sequence 0 holds the 120-byte message: name messages by their content's seq.
         let t = thread::spawn(move || {
@@ -357,8 +363,7 @@ fn registration_races_a_batch() {
 #[test]
 fn batch_publish_vs_batch_read() {
     model(|| {
-        let (_, mut p, mut g) =
-            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
+        let (_, mut p, mut g) = small_ring(2, DeliveryClass::Gating);
         let msgs: Vec<Vec<u8>> = (0..3).map(small).collect();
         let t = thread::spawn(move || {
             let mut done = 0;
@@ -469,8 +474,7 @@ fn consumer_dies_mid_batch(class: DeliveryClass) {
 fn live_consumer_batch_panic_rereads_the_message() {
     quiet_deliberate_panics();
     model(|| {
-        let (s, mut p, mut c) =
-            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
+        let (s, mut p, mut c) = small_ring(2, DeliveryClass::Gating);
         p.try_publish_batch(&[small(0), small(1)]).unwrap();
         let t = thread::spawn(move || {
             let mut first = true;
@@ -583,8 +587,7 @@ impl AsRef<[u8]> for Bomb {
 fn take_over_after_death_inside_a_batch() {
     quiet_deliberate_panics();
     model(|| {
-        let (s, mut p, mut c) =
-            ring_with(&Config::new(2, 32).with_consumers(1), DeliveryClass::Gating);
+        let (s, mut p, mut c) = small_ring(2, DeliveryClass::Gating);
         let reader = thread::spawn(move || {
             let got = read_small(&mut c, false);
             if let Some((seq, missed)) = got {

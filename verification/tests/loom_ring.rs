@@ -10,7 +10,7 @@
 #![allow(clippy::std_instead_of_core, reason = "std test")]
 
 use loom::thread;
-use ring_core::{ClaimError, Consumer, DeliveryClass, ReadError};
+use ring_core::{ClaimError, Consumer, DeliveryClass, Producer, ReadError};
 use ring_verification::support::{
     assert_pinned16, assert_whole16 as assert_whole, bytes_of, config16, id, model, msg16,
     publish16 as publish, publish16_within, publish_range, ring, ring_with, Seg,
@@ -18,11 +18,18 @@ use ring_verification::support::{
 
 /// Publish vs optimistic copy: the producer rewrites the only slot while a reader copies the
 /// old message out. The copy is the old message whole, the new one whole, or refused.
+/// A ring of `slots` 16-byte slots, its producer and a consumer of `class`, with message 0
+/// published after the consumer registered.
+fn published0(slots: u32, class: DeliveryClass) -> (Producer<Seg>, Consumer<Seg>) {
+    let (_, mut p, c) = ring_with(&config16(slots, 1), class);
+    publish(&mut p, 0).unwrap();
+    (p, c)
+}
+
 #[test]
 fn copy_is_whole_or_refused() {
     model(|| {
-        let (_, mut p, mut c) = ring_with(&config16(1, 1), DeliveryClass::SkipOnLag);
-        publish(&mut p, 0).unwrap();
+        let (mut p, mut c) = published0(1, DeliveryClass::SkipOnLag);
         let t = thread::spawn(move || {
             publish(&mut p, 1).unwrap();
         });
@@ -48,8 +55,7 @@ fn copy_is_whole_or_refused() {
 #[test]
 fn pin_excludes_claim_and_sees_one_message() {
     model(|| {
-        let (_, mut p, mut c) = ring_with(&config16(1, 1), DeliveryClass::SkipOnLag);
-        publish(&mut p, 0).unwrap();
+        let (mut p, mut c) = published0(1, DeliveryClass::SkipOnLag);
         let t = thread::spawn(move || {
             // Either it claims (no pin held), or it is refused because of the pin.
             match publish(&mut p, 1) {
@@ -112,8 +118,7 @@ fn producer_wraps_two_slots_under_two_consumers() {
 #[test]
 fn gating_consumer_loses_nothing() {
     model(|| {
-        let (_, mut p, mut g) = ring_with(&config16(2, 1), DeliveryClass::Gating);
-        publish(&mut p, 0).unwrap();
+        let (mut p, mut g) = published0(2, DeliveryClass::Gating);
         publish(&mut p, 1).unwrap();
         let t = thread::spawn(move || {
             // Message 2 needs slot 0, which holds the unconsumed message 0 until the consumer

@@ -553,16 +553,18 @@ mod tests {
         let mut publisher = other.publisher().unwrap();
         let mut buf = [0u8; 64];
         let before = reactor().sem_wakes();
-        for i in 0..5u8 {
+        for i in 0..10u8 {
             let flag = Arc::new(Flag(AtomicBool::new(false)));
             let waker = Waker::from(Arc::clone(&flag));
             let mut cx = Context::from_waker(&waker);
             let mut wait = ReadyWait::new();
             assert!(sub.poll_ready(&mut wait, &mut cx).is_pending());
             assert_eq!(reactor().backend(), Backend::Sems);
-            // Let the helper announce itself and sleep on the semaphore (a publish before that
-            // is found by its re-check instead: hence five rounds).
-            std::thread::sleep(std::time::Duration::from_millis(20));
+            // Let the helper announce itself and sleep on the semaphore, and publish well before
+            // the wait's first liveness deadline (LIVENESS_PERIOD, 20 ms), when the helper wakes
+            // to probe the publisher: a publish while it is awake is found by its re-check
+            // instead (hence ten rounds).
+            std::thread::sleep(std::time::Duration::from_millis(6));
             publisher.send(&[i]).unwrap();
             // Relaxed: the flag is the value checked.
             until("the publish woke the wait", || {

@@ -18,7 +18,7 @@ use ring_os::{
     Error,
 };
 
-use crate::support::{field, named_ring, unique_name, Child, Unlink};
+use crate::support::{clean_only, field, named_ring, unique_name, Child, Unlink};
 
 const SECS: fn(u64) -> Duration = Duration::from_secs;
 
@@ -373,7 +373,7 @@ pub fn half_created() {
             .map(|i| i.status())
     };
     assert_eq!(status(), Some("creating"));
-    let report = ring_os::raw::stale::clean().expect("clean");
+    let report = clean_only(&[&name]);
     assert!(
         !report.removed.contains(&name),
         "removed while being created"
@@ -382,7 +382,7 @@ pub fn half_created() {
     within(SECS(5), "never reported abandoned", || {
         status() == Some("abandoned")
     });
-    let report = ring_os::raw::stale::clean().expect("clean");
+    let report = clean_only(&[&name]);
     assert!(report.removed.contains(&name), "{report:?}");
     let ring = ShmRing::create_named(&name, &Config::new(4, 64), CreateOptions::new())
         .expect("the name is free again");

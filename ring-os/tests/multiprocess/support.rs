@@ -264,3 +264,20 @@ pub fn check_payload(buf: &[u8]) -> Option<u64> {
     }
     Some(u64::from_le_bytes(body[..8].try_into().ok()?))
 }
+
+/// [`stale::clean`](ring_os::raw::stale::clean) limited to the test's own segments: a test
+/// never removes another program's rings, which a cleaner built with the other Linux liveness
+/// backend (`portable`'s lock files against the default's locks in the file) would judge
+/// unheld.
+#[cfg(unix)]
+pub fn clean_only(names: &[&SegmentName]) -> ring_os::raw::stale::CleanReport {
+    use ring_os::raw::stale;
+    #[cfg(ring_portable)]
+    let _ = ring_os::raw::lock::sweep();
+    let mine = stale::list()
+        .expect("list")
+        .into_iter()
+        .filter(|i| names.contains(&&i.name))
+        .collect();
+    stale::clean_listed(std::path::Path::new(stale::SHM_DIR), mine)
+}

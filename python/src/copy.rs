@@ -10,6 +10,7 @@
 //! cache).
 
 /// Parts at least this long are copied with non-temporal stores (x86_64).
+#[cfg(target_arch = "x86_64")]
 pub(crate) const STREAM_AT: usize = 4 << 20;
 
 /// Copies `len` bytes from `src` to `dst`.

@@ -7,7 +7,7 @@
 //! general path's sequence, built from the same pieces: `claim_slot`'s checks, `claim_cas`,
 //! `WriteSlot::fill`'s writes, `seal` (as `finish`) and `announce`.
 
-use super::write_slot::{pad_last_word, write_twice};
+use super::write_slot::{pad_last_word, write_line};
 use super::Producer;
 use crate::error::ClaimError;
 use crate::layout::{FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT};
@@ -39,12 +39,12 @@ impl<M: Memory> Producer<M> {
         }
         let slot = self.mem.geometry().slot_of(seq);
         self.claim_cas(slot, seq)?;
-        let payload = self.mem.payload(slot);
         if data.len() <= INLINE_CAPACITY {
-            // Both copies at once, padded (as `WriteSlot::fill`).
-            write_twice(payload, &self.mem.slot_header(slot).inline, data);
+            // The message line only, padded (as `WriteSlot::fill`).
+            write_line(&self.mem.slot_header(slot).inline, data);
         } else {
             // As `fill` through `write`, then `finish`'s padding of the last word.
+            let payload = self.mem.payload(slot);
             crate::words::write(payload, 0, data);
             pad_last_word(payload, data.len());
         }

@@ -37,11 +37,9 @@ impl<M: Memory> WriteSlot<'_, M> {
     /// # Errors
     /// [`Overflow`] (and nothing written) when `data` is longer than the slot.
     pub fn write(&mut self, data: &[u8]) -> Result<(), Overflow> {
-        // Every message is written into the payload area, small ones too: the payload area then
-        // always holds what the slot held (what `set_len` past the written bytes shows), and
-        // `finish` copies a small message into the message line. (Writing small messages only
-        // inline left the payload area without them; the `ops` fuzz oracle found the
-        // difference through a later `set_len`.)
+        // Written into the payload area, small messages too (`write_at` may add to it), and
+        // `finish` copies a small one into the message line. Only `try_publish` and
+        // `try_publish_batch` (through `fill`) write a small message into the line alone.
         self.write_at(0, data)?;
         self.len = data.len();
         Ok(())
@@ -128,7 +126,10 @@ impl<M: Memory> WriteSlot<'_, M> {
         Ok(&mut whole[..len])
     }
 
-    /// Sets the message length (bytes beyond what was written read as whatever the slot held).
+    /// Sets the message length. Bytes beyond what was written read as whatever the slot's
+    /// payload area held: what the claim API last wrote there, or zeros before any. (A small
+    /// message sent with [`Producer::try_publish`] or [`Producer::try_publish_batch`] is
+    /// written into the slot's header only, so it is never among them.)
     ///
     /// # Errors
     /// [`Overflow`] when `len` exceeds the capacity.
@@ -160,15 +161,14 @@ impl<M: Memory> WriteSlot<'_, M> {
     }
 
     /// Writes `data` as the whole message (the caller checked it fits the slot). A small one
-    /// goes into the payload area and the message line in one pass, each word stored to both
-    /// from `data`, the last one padded: what `write` followed by `finish`'s pad and copy
-    /// leave, without reading the payload back.
+    /// goes into the message line only, its last word padded: what readers of a small message
+    /// read (`message_words`), written once. The payload area keeps what was last written
+    /// through it (see [`set_len`](Self::set_len)).
     #[inline]
     pub(super) fn fill(&mut self, data: &[u8]) {
         if data.len() <= INLINE_CAPACITY {
-            let mem = &self.producer.mem;
-            let hdr = mem.slot_header(self.slot);
-            write_twice_outlined(mem.payload(self.slot), &hdr.inline, data);
+            let hdr = self.producer.mem.slot_header(self.slot);
+            write_line_outlined(&hdr.inline, data);
             self.loaned = false;
             self.inlined = true;
             self.len = data.len();
@@ -186,7 +186,7 @@ impl<M: Memory> WriteSlot<'_, M> {
         let seq = self.seq;
         let len = self.len;
         if self.inlined {
-            // `fill` wrote both copies, padded.
+            // `fill` wrote the message line, padded.
         } else if !self.loaned {
             // Zero the last word past `len`, so `Pinned::words` shows a padded word even where
             // a shorter message overwrote a longer one (partial-word writes keep the old bytes).
@@ -279,42 +279,36 @@ pub(super) fn pad_last_word(words: &[AtomicU64], len: usize) {
     }
 }
 
-/// Stores `data` (at most as long as `a` and `b`) from word 0 of both `a` and `b`, the last word
-/// padded with zeros. Relaxed: the producer's own words, inside the seqlock write window.
+/// Stores `data` (at most as long as `words`) from word 0 of `words`, the last word padded
+/// with zeros. Relaxed: the producer's own words, inside the seqlock write window.
 #[inline(always)]
-pub(super) fn write_twice(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
+pub(super) fn write_line(words: &[AtomicU64], data: &[u8]) {
     let whole = data.len() / 8;
-    let (Some(a), Some(b)) = (
-        a.get(..data.len().div_ceil(8)),
-        b.get(..data.len().div_ceil(8)),
-    ) else {
+    let Some(words) = words.get(..data.len().div_ceil(8)) else {
         debug_assert!(false, "the caller checked the length");
         return;
     };
-    // Three slices of one length: the loop runs without bound checks.
+    // Two slices of one length: the loop runs without bound checks.
     let (src, rest) = data.split_at(whole * 8);
-    for ((x, y), chunk) in a[..whole].iter().zip(&b[..whole]).zip(src.chunks_exact(8)) {
+    for (x, chunk) in words[..whole].iter().zip(src.chunks_exact(8)) {
         let w = u64::from_ne_bytes([
             chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
         ]);
         x.store(w, Ordering::Relaxed);
-        y.store(w, Ordering::Relaxed);
     }
-    if let (Some(x), Some(y)) = (a.get(whole), b.get(whole)) {
+    if let Some(x) = words.get(whole) {
         let mut w = [0u8; 8];
         for (to, from) in w.iter_mut().zip(rest) {
             *to = *from;
         }
-        let w = u64::from_ne_bytes(w);
-        x.store(w, Ordering::Relaxed);
-        y.store(w, Ordering::Relaxed);
+        x.store(u64::from_ne_bytes(w), Ordering::Relaxed);
     }
 }
 
-/// [`write_twice`] as a call: `fill` (a batch publishes through it) keeps its frame small.
+/// [`write_line`] as a call: `fill` (a batch publishes through it) keeps its frame small.
 #[inline(never)]
-fn write_twice_outlined(a: &[AtomicU64], b: &[AtomicU64], data: &[u8]) {
-    write_twice(a, b, data);
+fn write_line_outlined(words: &[AtomicU64], data: &[u8]) {
+    write_line(words, data);
 }
 
 /// Copies the words covering the first `len` bytes of `from` into `to` (both at least that

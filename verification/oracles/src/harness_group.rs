@@ -136,7 +136,7 @@ impl<'s> Harness<'s> {
                     "member try_copy: got {c:?}, model {t:?}"
                 );
                 ensure!(
-                    buf[..t.len] == m.slots[t.slot].bytes[..t.len],
+                    buf[..t.len] == m.slots[t.slot].words()[..t.len],
                     "copied bytes differ from what was written"
                 );
                 m.finish(&mut r.model, t.word);
@@ -188,7 +188,7 @@ impl<'s> Harness<'s> {
                     "member try_hold: got {h:?}, model {t:?}"
                 );
                 ensure!(
-                    r.consumer.held_bytes(&h) == Some(&m.slots[t.slot].bytes[..t.len]),
+                    r.consumer.held_bytes(&h) == Some(&m.slots[t.slot].words()[..t.len]),
                     "held bytes differ from what was written"
                 );
                 r.model.holds.push((t.seq, t.slot));
@@ -257,7 +257,7 @@ impl<'s> Harness<'s> {
             pinned.redelivered()
         );
         ensure!(
-            pinned.bytes() == &m.slots[t.slot].bytes[..t.len],
+            pinned.bytes() == &m.slots[t.slot].words()[..t.len],
             "pinned bytes differ from what was written"
         );
         if let (true, Some(p)) = (claim_while_pinned, producer.as_mut()) {
@@ -274,7 +274,7 @@ impl<'s> Harness<'s> {
                 "the producer overwrote a message a member pins"
             );
             ensure!(
-                pinned.bytes() == &m.slots[t.slot].bytes[..t.len],
+                pinned.bytes() == &m.slots[t.slot].words()[..t.len],
                 "a pinned message changed under a member's pin"
             );
         }

@@ -110,7 +110,7 @@ impl<'s> Harness<'s> {
                 pinned.meta()
             );
             ensure!(
-                pinned.bytes() == &m.slots[slot].bytes[..w.len],
+                pinned.bytes() == &m.slots[slot].words()[..w.len],
                 "pinned bytes differ from what was written"
             );
             let padded = w.len.div_ceil(8) * 8;
@@ -120,13 +120,16 @@ impl<'s> Harness<'s> {
                 .flat_map(|x| x.load(core::sync::atomic::Ordering::Relaxed).to_ne_bytes())
                 .collect();
             ensure!(
-                words == m.slots[slot].bytes[..padded],
+                words == m.slots[slot].words()[..padded],
                 "words() differ from the message (or are not zero-padded past len {}): {words:?}",
                 w.len
             );
             let mut out = vec![0u8; w.len];
             ensure!(pinned.copy_to(&mut out) == w.len, "copy_to length");
-            ensure!(out == m.slots[slot].bytes[..w.len], "copy_to bytes differ");
+            ensure!(
+                out == m.slots[slot].words()[..w.len],
+                "copy_to bytes differ"
+            );
             m.slots[slot].readers |= bit;
             ensure!(
                 total_pins(*seg) == m.slots.iter().map(|s| s.readers.count_ones()).sum::<u32>(),
@@ -219,7 +222,7 @@ impl<'s> Harness<'s> {
                 h.meta()
             );
             ensure!(
-                bytes.as_deref() == Some(&m.slots[w.slot].bytes[..w.len]),
+                bytes.as_deref() == Some(&m.slots[w.slot].words()[..w.len]),
                 "held bytes differ from what was written"
             );
             m.hold(&mut r.model, w.seq, w.slot);
@@ -256,7 +259,7 @@ impl<'s> Harness<'s> {
             if registered {
                 ensure!(
                     m.slots[slot].stamp == 2 * seq + 2
-                        && bytes.as_deref() == Some(&m.slots[slot].bytes[..h.len()]),
+                        && bytes.as_deref() == Some(&m.slots[slot].words()[..h.len()]),
                     "held message {seq} changed before its release"
                 );
             } else {
@@ -302,7 +305,7 @@ impl<'s> Harness<'s> {
                         "try_copy: got {got:?}, model {w:?}"
                     );
                     ensure!(
-                        buf[..w.len] == m.slots[w.slot].bytes[..w.len],
+                        buf[..w.len] == m.slots[w.slot].words()[..w.len],
                         "copied bytes differ from what was written"
                     );
                     m.advance(&mut r.model, w.seq);

@@ -195,8 +195,8 @@ pub enum Op {
     /// The producer publishes [`batch_messages`]`(count, len, seed)` with
     /// `try_publish_batch` (no claim held): the same as that many claim, write, publish in a
     /// row, stopping where a claim fails (an error only when the first one does), `TooLarge`
-    /// up front. Messages are written into the payload area; small ones are copied into the
-    /// message line at publish.
+    /// up front. Longer messages are written into the payload area; small ones into the
+    /// message line alone (the payload area keeps what the claim API last wrote there).
     PublishBatch {
         /// Messages in the batch.
         count: u8,

@@ -61,11 +61,8 @@ impl Model {
         for m in &msgs {
             match self.ring.claim() {
                 Ok(slot) => {
-                    // Written whole into the payload area, the last word padded; a small
-                    // message is then copied into the message line (as `finish` does).
-                    self.ring.begin(slot);
-                    self.ring.write_at(slot, 0, m);
-                    self.ring.publish(slot, m.len(), [0; 2]);
+                    // As `try_publish`: a small message in the message line alone.
+                    self.ring.fill_publish(slot, m);
                     published += 1;
                 }
                 Err(e) if published == 0 => return Outcome::PublishedBatch(Err(e)),

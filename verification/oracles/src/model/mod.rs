@@ -51,8 +51,9 @@ pub struct SlotModel {
     /// Every payload byte of the slot (writes change only the bytes they cover).
     pub bytes: Vec<u8>,
     /// The slot header's inline words ([`INLINE_CAPACITY`] bytes): a message of at most that
-    /// many bytes travels there (copied from the payload area at publish, its last word
-    /// padded); nothing else writes them.
+    /// many bytes travels there (written by `try_publish`/`try_publish_batch` directly, or
+    /// copied from the payload area at a claim's publish; its last word padded); nothing else
+    /// writes them.
     pub inline: Vec<u8>,
 }
 
@@ -60,10 +61,16 @@ impl SlotModel {
     /// The published message's bytes: in the inline words when it is small, else in the
     /// payload area.
     pub fn message(&self) -> &[u8] {
+        &self.words()[..self.len]
+    }
+
+    /// Where readers of the published message read it, from byte 0: the inline words when it
+    /// is small, else the payload area (its padded last word included).
+    pub fn words(&self) -> &[u8] {
         if self.len <= INLINE_CAPACITY {
-            &self.inline[..self.len]
+            &self.inline
         } else {
-            &self.bytes[..self.len]
+            &self.bytes
         }
     }
 }
@@ -473,7 +480,6 @@ impl RingModel {
 
     /// `WriteSlot::publish`: returns the sequence.
     pub fn publish(&mut self, slot: usize, len: usize, meta: [u64; 2]) -> u64 {
-        let seq = self.head;
         let s = &mut self.slots[slot];
         // The last word is zero-padded past `len` (what `Pinned::words` promises).
         let pad_end = len.div_ceil(8) * 8;
@@ -483,6 +489,14 @@ impl RingModel {
             // line.
             s.inline[..pad_end].copy_from_slice(&s.bytes[..pad_end]);
         }
+        self.publish_line(slot, len, meta)
+    }
+
+    /// The end of every publish: length, metadata, stamp, `head` (and a never-stall ring's
+    /// route), with the message's words already in place.
+    fn publish_line(&mut self, slot: usize, len: usize, meta: [u64; 2]) -> u64 {
+        let seq = self.head;
+        let s = &mut self.slots[slot];
         s.len = len;
         s.meta = meta;
         s.stamp = 2 * seq + 2;
@@ -510,8 +524,23 @@ impl RingModel {
             });
         }
         let slot = self.claim()?;
+        Ok(self.fill_publish(slot, data))
+    }
+
+    /// `try_publish` and `try_publish_batch` after a successful claim of `slot`: a message
+    /// longer than the message line is written into the payload area; a small one goes into
+    /// the message line alone, padded, and the payload area keeps what the claim API last
+    /// wrote there (what a later `set_len` past the written bytes shows).
+    pub fn fill_publish(&mut self, slot: usize, data: &[u8]) -> u64 {
         self.begin(slot);
-        self.write_at(slot, 0, data);
-        Ok(self.publish(slot, data.len(), [0; 2]))
+        if data.len() > INLINE_CAPACITY {
+            self.write_at(slot, 0, data);
+            return self.publish(slot, data.len(), [0; 2]);
+        }
+        let s = &mut self.slots[slot];
+        let pad_end = data.len().div_ceil(8) * 8;
+        s.inline[..data.len()].copy_from_slice(data);
+        s.inline[data.len()..pad_end].fill(0);
+        self.publish_line(slot, data.len(), [0; 2])
     }
 }

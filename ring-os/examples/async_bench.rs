@@ -1,14 +1,16 @@
-//! Wake-up latency and 64 B throughput of a subscriber, four ways, in one run: `recv_async` on
-//! tokio's current-thread runtime and on its multi-thread runtime (a spawned task), the
-//! blocking `recv` on a thread of its own, and the work-around users write today: a blocking
-//! thread that `recv`s and forwards into a tokio `mpsc` channel that a task awaits. Wake-ups are
+//! Wake-up latency and 64 B throughput of a subscriber, six ways, in one run: `recv_async` on
+//! tokio's current-thread runtime and on its multi-thread runtime (a spawned task), each also
+//! with an `asyncio::Driver` (io_uring futex waits, its fd in tokio's `AsyncFd`: the runtime's
+//! thread woken by the kernel, Linux >= 6.7), the blocking `recv` on a thread of its own, and the
+//! work-around users write today: a blocking thread that `recv`s and forwards into a tokio
+//! `mpsc` channel that a task awaits. Wake-ups are
 //! measured twice: with the publisher in this process (where a publish wakes this process's
 //! futures itself) and in another process (this program run with `--publish`: the futures are
 //! woken through the reactor thread). Prints a markdown table of the medians and the ratios to
 //! the blocking `recv` (docs/benchmarks.md).
 //!
 //! ```sh
-//! cargo run --release -p ring-os --features async --example async_bench [-- --quick]
+//! cargo run --release -p ring-os --features async --example async_bench [-- --quick] [--cross]
 //! ```
 
 use core::time::Duration;
@@ -44,6 +46,8 @@ fn publish_stamped(publisher: &mut Publisher, samples: usize) {
 enum Way {
     Async,
     AsyncMulti,
+    Uring,
+    UringMulti,
     Blocking,
     Mpsc,
 }
@@ -53,10 +57,51 @@ impl Way {
         match self {
             Self::Async => "`recv_async` on tokio (current-thread runtime)",
             Self::AsyncMulti => "`recv_async` on tokio (multi-thread runtime, a spawned task)",
+            Self::Uring => "`recv_async` + io_uring `Driver` (current-thread runtime)",
+            Self::UringMulti => "`recv_async` + io_uring `Driver` (multi-thread runtime)",
             Self::Blocking => "blocking `recv` on its own thread",
             Self::Mpsc => "work-around: blocking `recv` thread → tokio `mpsc` → task",
         }
     }
+}
+
+/// Runs `asyncio::Driver` on the current tokio runtime: its io_uring fd in tokio's epoll, the
+/// completions reaped (and the futures woken) on the runtime's thread. `false`: no io_uring
+/// futex wait here (the futures keep the reactor thread).
+#[cfg(target_os = "linux")]
+fn spawn_driver() -> bool {
+    let driver = match ring_os::asyncio::Driver::new() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("no io_uring driver: {e}");
+            return false;
+        }
+    };
+    // SAFETY: the driver's fd is the process reactor's io_uring, never closed while the process
+    // lives, so it stays open and the same file for the `AsyncFd`'s whole life.
+    let Ok(fd) = (unsafe { tokio::io::unix::AsyncFd::register(driver) }) else {
+        return false;
+    };
+    tokio::spawn(async move {
+        while let Ok(mut ready) = fd.readable().await {
+            ready.clear_ready(); // before reaping: a completion after it is a new edge
+            ready.get_inner().dispatch();
+        }
+    });
+    true
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_driver() -> bool {
+    false
+}
+
+/// Whether the io_uring driver's ways can run here.
+fn uring_available() -> bool {
+    #[cfg(target_os = "linux")]
+    return ring_os::asyncio::Driver::new().is_ok();
+    #[cfg(not(target_os = "linux"))]
+    false
 }
 
 /// The receiving side of `way`: calls `each(bytes)` per message until the ring is closed.
@@ -68,28 +113,36 @@ fn receive(way: Way, mut subscriber: Subscriber, mut each: impl FnMut(&[u8]) + S
                 each(&buf[..m.len]);
             }
         }
-        Way::Async => {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .build()
-                .expect("runtime");
-            rt.block_on(async {
+        Way::Async | Way::AsyncMulti | Way::Uring | Way::UringMulti => {
+            let multi = matches!(way, Way::AsyncMulti | Way::UringMulti);
+            let driver = matches!(way, Way::Uring | Way::UringMulti);
+            let mut builder = if multi {
+                let mut b = tokio::runtime::Builder::new_multi_thread();
+                b.worker_threads(2);
+                b
+            } else {
+                tokio::runtime::Builder::new_current_thread()
+            };
+            if driver {
+                builder.enable_io(); // the driver's fd in tokio's epoll
+            }
+            let rt = builder.build().expect("runtime");
+            let body = async move {
+                if driver {
+                    spawn_driver();
+                }
                 while let Ok(m) = subscriber.recv_async(&mut buf).await {
                     each(&buf[..m.len]);
                 }
-            });
-        }
-        Way::AsyncMulti => {
-            // The task runs on a worker thread (`block_on`'s own future would run on this one).
-            let rt = tokio::runtime::Builder::new_multi_thread()
-                .worker_threads(2)
-                .build()
-                .expect("runtime");
-            let task = rt.spawn(async move {
-                while let Ok(m) = subscriber.recv_async(&mut buf).await {
-                    each(&buf[..m.len]);
-                }
-            });
-            rt.block_on(task).expect("task");
+            };
+            if multi {
+                // The task runs on a worker thread (`block_on`'s own future would run on this
+                // one).
+                let task = rt.spawn(body);
+                rt.block_on(task).expect("task");
+            } else {
+                rt.block_on(body);
+            }
         }
         Way::Mpsc => {
             let (tx, mut rx) = tokio::sync::mpsc::channel::<[u8; SIZE]>(64);
@@ -223,20 +276,31 @@ fn main() {
     } else {
         (2_000, 500_000, 3)
     };
-    let ways = [Way::Blocking, Way::Async, Way::AsyncMulti, Way::Mpsc];
+    let only_cross = args.iter().any(|a| a == "--cross");
+    let uring = uring_available();
+    let mut ways = vec![Way::Blocking, Way::Async, Way::AsyncMulti];
+    if uring {
+        ways.extend([Way::Uring, Way::UringMulti]);
+    }
+    ways.push(Way::Mpsc);
     // Per way: in-process p50s and p99s, cross-process p50s and p99s, throughputs.
-    let mut lat: [[Vec<u64>; 4]; 4] = Default::default();
-    let mut tput: [Vec<f64>; 4] = Default::default();
+    let mut lat: Vec<[Vec<u64>; 4]> = vec![Default::default(); ways.len()];
+    let mut tput: Vec<Vec<f64>> = vec![Vec::new(); ways.len()];
     // Rounds alternate the ways, so that a slow spell of the machine hits each of them.
     for _ in 0..rounds {
         for (i, &way) in ways.iter().enumerate() {
-            let (p50, p99) = latency(way, samples, false);
+            // `--cross`: the cross-process wake-ups only (the other columns repeat them).
+            let (p50, p99) = if only_cross {
+                (1, 1)
+            } else {
+                latency(way, samples, false)
+            };
             lat[i][0].push(p50);
             lat[i][1].push(p99);
             let (p50, p99) = latency(way, samples, true);
             lat[i][2].push(p50);
             lat[i][3].push(p99);
-            tput[i].push(throughput(way, n));
+            tput[i].push(if only_cross { 1.0 } else { throughput(way, n) });
         }
     }
     let median_u = |v: &[u64]| {
@@ -253,8 +317,8 @@ fn main() {
     let base_cross = median_u(&lat[0][2]) as f64;
     let base_tput = median_f(&tput[0]);
     println!(
-        "reactor on futex_waitv: {}; {samples} wake-ups per way and place, {n} messages per \
-         way, median of {rounds} rounds",
+        "reactor on futex_waitv: {}; io_uring driver: {uring}; {samples} wake-ups per way and \
+         place, {n} messages per way, median of {rounds} rounds",
         ring_os::asyncio::uses_futex_waitv()
     );
     println!();

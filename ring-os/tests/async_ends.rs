@@ -12,11 +12,14 @@ use ring_os::prelude::*;
 
 /// Subscribers of every class on `ring`, waiting in tokio tasks once each read the first
 /// message; returns their tasks after they all wait, and what a blocking subscriber got.
+/// With `driver`, the runtime also polls an `asyncio::Driver` (io_uring futex waits, Linux):
+/// `false` where none can be made here (the caller skips).
 fn all_fail_alike(
     ring: &Ring,
     first: impl FnOnce(),
     end: impl FnOnce(),
-) -> (Vec<RecvError>, RecvError) {
+    driver: bool,
+) -> Option<(Vec<RecvError>, RecvError)> {
     const PER_CLASS: usize = 3;
     let classes = [
         DeliveryClass::Gating,
@@ -35,6 +38,9 @@ fn all_fail_alike(
         .enable_all()
         .build()
         .unwrap();
+    if driver && !spawn_driver(&rt) {
+        return None;
+    }
     let firsts = std::sync::Arc::new(AtomicUsize::new(0));
     let tasks: Vec<_> = subscribers
         .into_iter()
@@ -83,7 +89,35 @@ fn all_fail_alike(
     let blocking = blocked
         .recv_timeout(bound)
         .expect("the blocking recv never saw the end");
-    (errors, blocking)
+    Some((errors, blocking))
+}
+
+/// Polls an `asyncio::Driver` on `rt`; false (saying why) where none can be made.
+#[cfg(target_os = "linux")]
+fn spawn_driver(rt: &tokio::runtime::Runtime) -> bool {
+    let driver = match ring_os::asyncio::Driver::new() {
+        Ok(d) => d,
+        Err(e) => {
+            println!("skipped: no io_uring driver here: {e}");
+            return false;
+        }
+    };
+    let _in = rt.enter();
+    // SAFETY: a driver's fd is the process reactor's io_uring, open until the process exits.
+    let fd = unsafe { tokio::io::unix::AsyncFd::register(driver) }.expect("AsyncFd");
+    rt.spawn(async move {
+        while let Ok(mut ready) = fd.readable().await {
+            ready.clear_ready();
+            ready.get_inner().dispatch();
+        }
+    });
+    true
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawn_driver(_rt: &tokio::runtime::Runtime) -> bool {
+    println!("skipped: io_uring drivers are Linux only");
+    false
 }
 
 #[test]
@@ -102,7 +136,9 @@ fn an_abort_reaches_every_waiting_future_with_its_code() {
             publisher.lock().unwrap().send(b"first").unwrap();
         },
         || publisher.lock().unwrap().abort(300),
-    );
+        false,
+    )
+    .unwrap();
     let want = RecvError::Failed(ReadError::Aborted { code: 300 });
     assert_eq!(blocking, want, "the blocking recv");
     assert!(errors.iter().all(|e| *e == want), "{errors:?}");
@@ -127,7 +163,18 @@ fn child_publisher() {
 
 #[test]
 fn a_killed_publisher_reaches_every_waiting_future_as_disconnected() {
-    let name = format!("async-ends-{}", std::process::id());
+    killed_publisher(false);
+}
+
+#[test]
+fn a_killed_publisher_reaches_futures_waiting_through_a_driver() {
+    killed_publisher(true);
+}
+
+/// The publisher's process, killed while the futures wait (with `driver`: armed in the
+/// io_uring of an `asyncio::Driver` that the runtime polls).
+fn killed_publisher(driver: bool) {
+    let name = format!("async-ends-{}-{driver}", std::process::id());
     let ring = Ring::builder(&name)
         .slots(4)
         .slot_size(64)
@@ -143,7 +190,7 @@ fn a_killed_publisher_reaches_every_waiting_future_as_disconnected() {
         }
     }
     let child = core::cell::RefCell::new(None);
-    let (errors, blocking) = all_fail_alike(
+    let Some((errors, blocking)) = all_fail_alike(
         &ring,
         || {
             *child.borrow_mut() = Some(Child(
@@ -156,7 +203,10 @@ fn a_killed_publisher_reaches_every_waiting_future_as_disconnected() {
             ));
         },
         || drop(child.borrow_mut().take()),
-    );
+        driver,
+    ) else {
+        return;
+    };
     assert_eq!(blocking, RecvError::Disconnected, "the blocking recv");
     assert!(
         errors.iter().all(|e| *e == RecvError::Disconnected),

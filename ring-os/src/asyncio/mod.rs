@@ -97,11 +97,15 @@
 //! - tokio's I/O driver and async-io's reactor thread: one blocking call for many sources,
 //!   wakers woken outside the lock.
 
+#[cfg(target_os = "linux")]
+mod driver;
 mod publisher;
 pub(crate) mod reactor;
 mod subscriber;
 mod wait;
 
+#[cfg(target_os = "linux")]
+pub use driver::Driver;
 pub use publisher::{LoanAsync, MessageSink, Send};
 pub use subscriber::{MessageStream, ReadyWait, Recv, RecvHeld, RecvPinned};
 

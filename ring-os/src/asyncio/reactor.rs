@@ -46,9 +46,11 @@ use crate::liveness::lock::{Liveness, Role};
 use crate::raw::{Mapping, LIVENESS_PERIOD};
 use crate::segment::sigbus::memory_truncated;
 
-/// Words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
 mod sleep;
+#[cfg(target_os = "linux")]
+mod uring;
 
+/// Words one `futex_waitv` call can wait on (`FUTEX_WAITV_MAX`).
 #[cfg(any(target_os = "linux", target_os = "android"))]
 const WAITV_MAX: usize = 128;
 
@@ -79,6 +81,9 @@ struct Entry {
     /// Keeps the memory of `word` mapped for as long as the entry is registered (held; the
     /// semaphore backend clones it while it sleeps).
     _keep: Arc<dyn Send + Sync>,
+    /// An io_uring futex wait is armed for it (a driver reaps it; the helper does not sleep on
+    /// its word, only keeps its deadline).
+    armed: bool,
 }
 
 impl Entry {
@@ -188,6 +193,15 @@ struct State {
     /// Sleeps of the semaphore backend that a bucket's semaphore ended (for its test).
     #[cfg(windows)]
     sem_wakes: u64,
+    /// Live drivers (`asyncio::Driver`): while any, registrations arm io_uring waits.
+    #[cfg(target_os = "linux")]
+    drivers: usize,
+    /// Wake-ups delivered by a driver's dispatch (the io_uring path).
+    #[cfg(target_os = "linux")]
+    uring_woken: u64,
+    /// When the sleeping helper wakes by itself (its nearest deadline; `None`: never), so a
+    /// registration armed in the io_uring kicks it only for an earlier deadline.
+    sleep_until: Option<Instant>,
 }
 
 /// The registry and its helper thread.
@@ -203,6 +217,9 @@ pub(crate) struct Reactor {
     /// Kicks the semaphore backend's helper (an auto-reset event; `None`: polling).
     #[cfg(windows)]
     event: Option<crate::windows::sys::Handle>,
+    /// The io_uring of the driver path, made by the first driver (`Err`: why it cannot be).
+    #[cfg(target_os = "linux")]
+    uring: OnceLock<Result<uring::Uring, String>>,
 }
 
 static REACTOR: OnceLock<&'static Reactor> = OnceLock::new();
@@ -243,12 +260,19 @@ impl Reactor {
                 woken: 0,
                 #[cfg(windows)]
                 sem_wakes: 0,
+                #[cfg(target_os = "linux")]
+                drivers: 0,
+                #[cfg(target_os = "linux")]
+                uring_woken: 0,
+                sleep_until: None,
             }),
             kick: AtomicU32::new(0),
             cond: Condvar::new(),
             registered: AtomicUsize::new(0),
             #[cfg(windows)]
             event: new_event(),
+            #[cfg(target_os = "linux")]
+            uring: OnceLock::new(),
         }));
         // Without its kick event the semaphore backend cannot be interrupted: poll instead.
         #[cfg(windows)]
@@ -301,13 +325,31 @@ impl Reactor {
                 deadline,
                 watch,
                 _keep: keep,
+                armed: false,
             },
         );
         self.count(&st);
-        let kick = core::mem::replace(&mut st.idle, false);
-        let backend = st.backend;
+        // Armed in the io_uring: the helper needs a kick only to keep an earlier deadline.
+        #[cfg(target_os = "linux")]
+        let armed = self.try_arm(&mut st, token);
+        #[cfg(not(target_os = "linux"))]
+        let armed = false;
+        let kick = if armed && st.sleep_until.is_some_and(|t| t <= deadline) {
+            false
+        } else {
+            core::mem::replace(&mut st.idle, false)
+        };
         drop(st);
         if kick {
+            self.kick_helper();
+        }
+        token
+    }
+
+    /// Wakes the idle helper (a registration it must see, or an entry handed back to it).
+    fn kick_helper(&self) {
+        let backend = self.lock().backend;
+        {
             match backend {
                 Backend::Waitv => {
                     // Release: pairs with the helper's Acquire load of `kick` before it
@@ -327,16 +369,19 @@ impl Reactor {
                 }
             }
         }
-        token
     }
 
     /// Forgets a registration (its waker is not woken); false when it was gone already
     /// (woken, or never there).
     pub(crate) fn cancel(&self, token: Token) -> bool {
         let mut st = self.lock();
-        let gone = st.entries.remove(&token).is_some();
+        let gone = st.entries.remove(&token);
         self.count(&st);
-        gone
+        #[cfg(target_os = "linux")]
+        if gone.as_ref().is_some_and(|e| e.armed) {
+            self.disarm(&[token]);
+        }
+        gone.is_some()
     }
 
     /// Stores `st.entries.len()` for [`wake_local`] (call under the lock, after a change).
@@ -400,23 +445,47 @@ impl Reactor {
             // Wake every entry whose word changed or whose deadline passed (for a watched ring:
             // whose publisher is gone; one probe per ring per scan).
             let mut gone: HashMap<usize, bool> = HashMap::new();
-            st.entries.retain(|_, e| {
-                let woken = e.load() != e.expected
-                    || (now >= e.deadline
+            // Armed entries ended by a deadline (their io_uring waits to cancel), and whether an
+            // armed entry's deadline passed (a driver may have stopped reaping: reap here).
+            let mut disarm = Vec::new();
+            let mut armed_due = false;
+            st.entries.retain(|t, e| {
+                let due = now >= e.deadline;
+                // An armed entry is the driver's until its deadline (then, in case the driver
+                // stopped, the helper wakes it as any other).
+                let changed = (!e.armed || due) && e.load() != e.expected;
+                armed_due |= e.armed && due;
+                let woken = changed
+                    || (due
                         && e.watch.as_ref().is_none_or(|m| {
                             let key = Arc::as_ptr(m) as usize;
                             *gone.entry(key).or_insert_with(|| publisher_gone(m))
                         }));
                 if woken {
                     wakers.push(e.waker.clone());
-                } else if now >= e.deadline {
+                    if e.armed && !changed {
+                        disarm.push(*t);
+                    }
+                } else if due {
                     e.deadline = now + LIVENESS_PERIOD;
                 }
                 !woken
             });
             st.woken += wakers.len() as u64;
             self.count(&st);
+            if !disarm.is_empty() || armed_due {
+                drop(st);
+                #[cfg(target_os = "linux")]
+                {
+                    self.disarm(&disarm);
+                    if armed_due {
+                        let _ = self.dispatch_uring();
+                    }
+                }
+                st = self.lock();
+            }
             let next = st.entries.values().map(|e| e.deadline).min();
+            st.sleep_until = next;
             match st.backend {
                 Backend::Waitv => {
                     let list = self.waitv_list(&st);

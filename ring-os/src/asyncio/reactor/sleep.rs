@@ -22,7 +22,8 @@ impl Reactor {
         let kick = self.kick.load(Ordering::Acquire);
         let mut list = vec![(Word(core::ptr::from_ref(&self.kick)), kick)];
         let mut seen = std::collections::HashSet::new();
-        for e in st.entries.values() {
+        // Armed entries wait in the io_uring (a driver reaps them).
+        for e in st.entries.values().filter(|e| !e.armed) {
             if seen.insert(e.word) {
                 list.push((e.word, e.expected));
             }

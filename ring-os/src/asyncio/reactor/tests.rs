@@ -141,3 +141,171 @@ fn no_waitv_here_means_polling() {
 fn polling_backend() {
     wakes_on_change_deadline_not_after_cancel(Backend::Poll);
 }
+
+/// A waker that records the name of the thread that woke it.
+#[cfg(target_os = "linux")]
+struct Where(Mutex<Option<String>>);
+#[cfg(target_os = "linux")]
+impl Wake for Where {
+    fn wake(self: Arc<Self>) {
+        let name = std::thread::current().name().unwrap_or("?").to_owned();
+        *self
+            .0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(name);
+    }
+}
+
+#[cfg(target_os = "linux")]
+impl Where {
+    fn new() -> Arc<Self> {
+        Arc::new(Self(Mutex::new(None)))
+    }
+    fn woken_on(&self) -> Option<String> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Registers a wait on `word` for `expected` with a waker that records its thread.
+#[cfg(target_os = "linux")]
+fn wait_on(
+    r: &Reactor,
+    word: &Arc<AtomicU32>,
+    expected: u32,
+    deadline: Instant,
+) -> (Arc<Where>, Token) {
+    let woke = Where::new();
+    let keep: Arc<dyn Send + Sync> = word.clone();
+    // SAFETY: the word lives inside `keep`.
+    let token = unsafe {
+        r.register(
+            word,
+            expected,
+            Waker::from(woke.clone()),
+            deadline,
+            None,
+            keep,
+        )
+    };
+    (woke, token)
+}
+
+/// A driver on `r`, or `None` (with the reason printed) where io_uring's futex wait is
+/// unavailable (an old kernel, `kernel.io_uring_disabled`, a sandbox).
+#[cfg(target_os = "linux")]
+fn driver_or_skip(r: &'static Reactor) -> Option<crate::asyncio::Driver> {
+    match crate::asyncio::Driver::on(r) {
+        Ok(d) => Some(d),
+        Err(e) => {
+            println!("skipped: no io_uring driver here: {e}");
+            None
+        }
+    }
+}
+
+/// Bumps `word` and wakes its futex from another thread, as a producer in another process
+/// would (no in-process shortcut: this reactor is not the process's).
+#[cfg(target_os = "linux")]
+fn bump_elsewhere(word: &Arc<AtomicU32>) {
+    let w = Arc::clone(word);
+    std::thread::spawn(move || {
+        // Release: pairs with the Acquire load of the dispatch.
+        w.fetch_add(1, Ordering::Release);
+        let _ = crate::wait::futex::wake_all(&w);
+    })
+    .join()
+    .expect("bumper");
+}
+
+/// Whether `fd` turns readable within 5 s.
+#[cfg(target_os = "linux")]
+fn readable(d: &crate::asyncio::Driver) -> bool {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(d, PollFlags::IN)];
+    let timeout = rustix::event::Timespec {
+        tv_sec: 5,
+        tv_nsec: 0,
+    };
+    poll(&mut fds, Some(&timeout)).unwrap_or(0) == 1
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_driver_wakes_on_its_own_thread_without_the_helper() {
+    let r = Reactor::start(Backend::Waitv);
+    let Some(driver) = driver_or_skip(r) else {
+        return;
+    };
+    let far = Instant::now() + Duration::from_secs(3600);
+    let word = Arc::new(AtomicU32::new(0));
+    let (woke, _) = wait_on(r, &word, 0, far);
+    // The helper does not wait on an armed word: the change reaches only the io_uring.
+    bump_elsewhere(&word);
+    assert!(readable(&driver), "the io_uring fd never turned readable");
+    std::thread::sleep(Duration::from_millis(20));
+    assert_eq!(
+        woke.woken_on(),
+        None,
+        "woken before dispatch (by the helper?)"
+    );
+    assert_eq!(driver.dispatch(), 1);
+    let here = std::thread::current().name().unwrap_or("?").to_owned();
+    assert_eq!(
+        woke.woken_on(),
+        Some(here),
+        "not woken by the dispatching thread"
+    );
+    assert_eq!((r.uring_woken(), r.woken(), r.waiting()), (1, 1, 0));
+    // A word changed before it was armed completes at once (EAGAIN), nothing lost.
+    let (woke, _) = wait_on(r, &word, 0, far);
+    assert!(readable(&driver), "a stale registration never completed");
+    assert_eq!(driver.dispatch(), 1);
+    assert!(woke.woken_on().is_some(), "a stale registration was lost");
+    assert_eq!(r.uring_woken(), 2);
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn without_a_driver_the_helper_takes_the_waits_back() {
+    let r = Reactor::start(Backend::Waitv);
+    let Some(driver) = driver_or_skip(r) else {
+        return;
+    };
+    let far = Instant::now() + Duration::from_secs(3600);
+    let word = Arc::new(AtomicU32::new(0));
+    let (woke, token) = wait_on(r, &word, 0, far);
+    // Dropped while armed: the wait goes back to the helper's futex_waitv.
+    drop(driver);
+    bump_elsewhere(&word);
+    until("woken by the helper", || woke.woken_on().is_some());
+    assert_eq!(woke.woken_on().as_deref(), Some("shmring-reactor"));
+    assert!(!r.cancel(token));
+    assert_eq!(r.uring_woken(), 0);
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_driver_nobody_polls_costs_a_deadline_not_a_wake_up() {
+    let r = Reactor::start(Backend::Waitv);
+    let Some(_driver) = driver_or_skip(r) else {
+        return;
+    };
+    let word = Arc::new(AtomicU32::new(0));
+    let soon = Instant::now() + Duration::from_millis(30);
+    let (woke, _) = wait_on(r, &word, 0, soon);
+    bump_elsewhere(&word);
+    // Nobody dispatches: the helper reaps (or scans) at the deadline.
+    until("woken at the deadline", || woke.woken_on().is_some());
+    assert_eq!(woke.woken_on().as_deref(), Some("shmring-reactor"));
+    // A cancelled armed wait is not woken, and its io_uring wait is cancelled.
+    let far = Instant::now() + Duration::from_secs(3600);
+    let (woke, token) = wait_on(r, &word, 1, far);
+    assert!(r.cancel(token));
+    bump_elsewhere(&word);
+    std::thread::sleep(Duration::from_millis(50));
+    let _ = r.dispatch_uring();
+    assert_eq!(woke.woken_on(), None, "a cancelled wait was woken");
+}

@@ -153,7 +153,13 @@ pub struct Geometry {
     pub(crate) alloc_off: usize,
     pub(crate) alloc_len: usize,
     pub(crate) total_len: usize,
+    /// `slots - 1` when the slot count is a power of two, else [`NO_MASK`]: decided once, so
+    /// `slot_of` is one load, one compare and an `and` on every read and claim.
+    pub(crate) slot_mask: u64,
 }
+
+/// [`Geometry::slot_mask`] of a slot count that is not a power of two.
+const NO_MASK: u64 = u64::MAX;
 
 fn round_up(v: u64, to: u64) -> Option<u64> {
     v.checked_add(to - 1).map(|x| x / to * to)
@@ -241,6 +247,11 @@ impl Geometry {
             alloc_off: us(alloc_off)?,
             alloc_len: us(alloc_len)?,
             total_len: us(total_len)?,
+            slot_mask: if config.slots.is_power_of_two() {
+                config.slots as u64 - 1
+            } else {
+                NO_MASK
+            },
         })
     }
 
@@ -261,14 +272,13 @@ impl Geometry {
 
     /// The slot message `seq` goes to: `seq % slots`, with a mask instead of a division when
     /// the slot count is a power of two (a 64-bit division costs tens of cycles, and every read
-    /// and claim needs this).
+    /// and claim needs this; the mask is computed once, in [`new`](Self::new)).
     #[inline]
     pub const fn slot_of(&self, seq: u64) -> usize {
-        let n = self.config.slots as u64;
-        (if n.is_power_of_two() {
-            seq & (n - 1)
+        (if self.slot_mask != NO_MASK {
+            seq & self.slot_mask
         } else {
-            seq % n
+            seq % self.config.slots as u64
         }) as usize
     }
 

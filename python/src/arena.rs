@@ -42,9 +42,10 @@ use pyo3::types::{PyDict, PyList};
 use ring_core::arena::{AllocError, Allocator as Core, MAX_OWNERS};
 use ring_os::raw::Mapping;
 
+use crate::copy;
 use crate::errors::Fail;
 use crate::export::{self, RawView};
-use crate::producer::Producer;
+use crate::producer::{Producer, View};
 use crate::queue::Arena;
 
 /// Milliseconds since the Unix epoch (the allocator's clock for leak ages).
@@ -170,6 +171,51 @@ impl Block {
 
     fn __len__(&self) -> usize {
         self.len
+    }
+
+    /// Copies the bytes of `data` (any contiguous buffer-protocol object) into this writable
+    /// block at `offset`; returns where they end. A write that would pass the block's end
+    /// raises `ValueError` and writes nothing, as does one into a view or a freed block. Parts
+    /// of 4 MiB and more are copied with non-temporal stores on x86_64 (the queue's copy):
+    /// the block's lines are not read into the cache first.
+    fn write(&self, offset: usize, data: &Bound<'_, PyAny>) -> PyResult<usize> {
+        if self.readonly {
+            return Err(PyValueError::new_err("a view is read-only"));
+        }
+        // Relaxed: see `Shared::freed`.
+        if self.shared.freed.load(Ordering::Relaxed) {
+            return Err(PyBufferError::new_err(
+                "this allocation was freed: it takes no writes any more",
+            ));
+        }
+        let src = View::get(data)?;
+        let (from, n) = src.raw();
+        let end = offset
+            .checked_add(n)
+            .filter(|&end| end <= self.len)
+            .ok_or_else(|| {
+                PyValueError::new_err(format!(
+                    "{n} bytes at {offset} pass the end of a {}-byte block",
+                    self.len
+                ))
+            })?;
+        if n > 0 {
+            let dst = self.addr + offset;
+            // SAFETY: `from..from + n` is the source view's memory, held until `src` drops
+            // after the copy; `dst..dst + n` lies inside the block (checked above), this
+            // process's own live allocation (not freed: checked above, and no `free` can run
+            // meanwhile: this call holds the GIL throughout) in the mapping `_mapping` keeps
+            // alive. Overlapping ranges (a source that is a view of this very block) are
+            // copied with `copy`, which allows overlap; others with the bulk copy.
+            unsafe {
+                if from < dst + n && dst < from + n {
+                    core::ptr::copy(from as *const u8, dst as *mut u8, n);
+                } else {
+                    copy::bulk(from as *const u8, dst as *mut u8, n);
+                }
+            }
+        }
+        Ok(end)
     }
 
     /// Exports exactly `nbytes` bytes (read-only for a view).

@@ -73,6 +73,36 @@ def test_a_block_is_hard_bounded(name):
     del w, mv
 
 
+def test_block_write_copies_within_the_block_only(name):
+    _ring, _producer, alloc = make(name, arena=16 << 20)
+    block = alloc.allocate(100)
+    memoryview(block)[:] = b"." * 100
+    assert block.write(0, b"abc") == 3
+    assert block.write(3, memoryview(b"defg")[1:]) == 6  # any contiguous buffer
+    with pytest.raises(ValueError):
+        block.write(98, b"xyz")  # past the end: nothing written
+    with pytest.raises(ValueError):
+        block.write(2**62, b"x")
+    assert bytes(memoryview(block)) == b"abcefg" + b"." * 94
+    assert block.write(100, b"") == 100
+    # A source that is a view of the block itself (overlapping ranges) is moved as memmove does.
+    block.write(1, memoryview(block)[:6])
+    assert bytes(memoryview(block)[:8]) == b"aabcefg."
+    # From 4 MiB the copy is streamed (x86_64): every byte lands, the neighbours untouched.
+    big = alloc.allocate((5 << 20) + 13)
+    memoryview(big)[:] = b"\x00" * big.nbytes
+    data = os.urandom((5 << 20) + 3)
+    assert big.write(7, data) == (5 << 20) + 10
+    got = bytes(memoryview(big))
+    assert got[7:-3] == data and got[:7] == b"\x00" * 7 and got[-3:] == b"\x00" * 3
+    reader = shmring.Ring.open(name).allocations()
+    with pytest.raises(ValueError):
+        reader.view(block.handle).write(0, b"x")  # a view is read-only
+    alloc.free(block.handle)
+    with pytest.raises(BufferError):
+        block.write(0, b"x")  # a freed block takes no writes
+
+
 def test_free_refuses_while_a_view_is_alive_and_bad_handles_raise(name):
     _ring, _producer, alloc = make(name)
     block = alloc.allocate(10)

@@ -3,6 +3,7 @@ vgi's bytes in a block, zero-copy reads, done notices that free, a batch sent ba
 without a copy, bounded writes, forged handles."""
 
 import gc
+import os
 
 import pyarrow as pa
 import pytest
@@ -133,10 +134,11 @@ def test_a_batch_sent_back_unchanged_is_not_copied_and_is_freed_when_both_are_do
     # after it), it is reflected.
     back2, _ = b.allocate_and_write(at_b2)
     assert back2 == -1 - handle and b.stats["reflected"] == 2
-    # Below _REFLECT_MIN_BYTES an unchanged batch is copied too (the check costs more).
-    monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", want.nbytes + 1)
+    # Below _REFLECT_MIN_BYTES (bytes of the batch's buffers) an unchanged batch is copied too
+    # (the check costs more).
     handle, n = a.allocate_and_write(want)
     echo = _deserialize_from_shm(b.read_buffer(handle, n), want.schema)
+    monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", echo.get_total_buffer_size() + 1)
     h3, _ = b.allocate_and_write(echo)
     assert h3 >= 0 and b.stats["reflected"] == 2
 
@@ -181,7 +183,7 @@ def test_a_small_batch_is_written_as_a_stream_writer_writes_it(pair):
     cases = [batch(10), batch(3000), pa.record_batch([pa.array([1, 2, 3])], schema=meta),
              pa.record_batch({"n": pa.array([None, 1.5, None]), "l": pa.array([[1], [], None])})]
     for want in cases:
-        assert want.nbytes <= shmring.vgi._SERIALIZE_MAX
+        assert want.get_total_buffer_size() <= shmring.vgi._SERIALIZE_MAX
         sink = pa.BufferOutputStream()
         with new_ipc_stream(sink, want.schema) as w:
             w.write_batch(want)
@@ -194,3 +196,55 @@ def test_a_small_batch_is_written_as_a_stream_writer_writes_it(pair):
         assert buf.to_pybytes() == expected
         got = _deserialize_from_shm(buf, want.schema)
         assert got.equals(want) and got.schema.equals(want.schema, check_metadata=True)
+
+
+def stream_bytes(want):
+    """What a fresh stream writer writes for `want` (schema, batch, end marker)."""
+    from vgi_rpc.utils import new_ipc_stream
+
+    sink = pa.BufferOutputStream()
+    with new_ipc_stream(sink, want.schema) as w:
+        w.write_batch(want)
+    return sink.getvalue().to_pybytes()
+
+
+def test_a_larger_batch_is_written_by_a_kept_writer_as_a_fresh_one_writes_it(monkeypatch):
+    p = SegmentPair(16 << 20)
+    a, b = p.a, p.b
+    meta = pa.schema([pa.field("v", pa.uint8())], metadata={b"k": b"v"})
+    big = pa.Array.from_buffers(pa.uint8(), 5 << 20, [None, pa.py_buffer(os.urandom(5 << 20))])
+    cases = [
+        batch(30_000), batch(40_000),  # the same schema twice: the writer is kept
+        batch(60_000).slice(7, 30_000),  # sliced: the writer truncates, as a fresh one does
+        pa.record_batch({"n": pa.array([None, 1.5] * 20_000), "l": pa.array([[1], None] * 20_000)}),
+        pa.record_batch([big], schema=meta),  # 5 MiB: a streamed copy into the block
+        pa.record_batch([big.slice(3)], names=["v"]),  # the same field without the metadata
+    ]
+    writers = []
+    for want in cases:
+        assert want.get_total_buffer_size() > shmring.vgi._SERIALIZE_MAX
+        handle, n = a.allocate_and_write(want)
+        writers.append(a._writer)
+        buf = b.read_buffer(handle, n)
+        assert buf.to_pybytes() == stream_bytes(want)
+        got = _deserialize_from_shm(buf, want.schema)
+        assert got.equals(want) and got.schema.equals(want.schema, check_metadata=True)
+        del buf, got
+    assert writers[0] is writers[1] is writers[2] and writers[2] is not writers[3]
+    assert len({id(w) for w in writers[3:]}) == 3  # a new schema, a new writer
+    # Bounded: a block too small for the message (the size forced short) is never written
+    # past; the batch goes inline, the block is freed and the writer is not used again.
+    want = batch(30_000)
+    gc.collect()
+    b._service(flush=True)
+    a._service()
+    assert a._duplex.inspect()["own"]["live"] == 0  # b is done with every block
+    monkeypatch.setattr(shmring.vgi.ipc, "get_record_batch_size", lambda _: 1000)
+    assert a.allocate_and_write(want) is None
+    monkeypatch.undo()
+    assert a.stats["fallbacks"] == 1 and a._writer is None
+    assert a._duplex.inspect()["own"]["live"] == 0
+    handle, n = a.allocate_and_write(want)
+    assert b.read_buffer(handle, n).to_pybytes() == stream_bytes(want)
+    assert a.stats["bad_notices"] == b.stats["bad_notices"] == 0
+    p.close()

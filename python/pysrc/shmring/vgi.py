@@ -57,7 +57,9 @@ from .errors import Aborted, Disconnected, Empty, Full, InvalidHandle, Timeout
 __all__ = ["RingSegment", "SegmentPair", "ShmPipeTransport", "transport_pair"]
 
 _DONE = b"D"  # the peer is done with these blocks of ours
-_REFLECT = b"R"  # the peer sends these blocks of ours back (each pointer follows on vgi's pipe)
+# The peer sends the first block named back (its pointer follows on vgi's pipe) and is done
+# with the others (the done notices that waited go with a reflect notice, one message).
+_REFLECT = b"R"
 _MAX_NOTICE = 500  # handles per notice (a 4 KiB slot)
 # Done notices wait to go together: a side sends them (on a read or a write) once this many
 # wait, or once the blocks they free add up to _FLUSH_BYTES (or _FLUSH_FRACTION of the peer's
@@ -207,8 +209,14 @@ class RingSegment:
         if self._closed:
             raise Disconnected("this side of the channel is closed")
         _STREAM_OVERHEAD, _, _serialize_for_shm, new_ipc_stream, standard = _vgi()
-        self._service()
         head = self._header(batch.schema)
+        # Buffer bytes, slices counted whole: only the thresholds below read it (a fifth of
+        # a microsecond, where ``batch.nbytes`` takes two).
+        size = batch.get_total_buffer_size() if head is not None else 0
+        # A batch that may go back as the peer's block keeps the done notices that are due
+        # for its reflect notice (one message instead of two), sent below if it is copied.
+        reflecting = size >= _REFLECT_MIN_BYTES
+        self._service(hold=reflecting)
         if head is None:
             data = _serialize_for_shm(batch)  # vgi's format: dictionaries + batch, no schema
             block = self._allocate(data.size)
@@ -217,12 +225,12 @@ class RingSegment:
             memoryview(block)[: data.size] = memoryview(data).cast("B")
             self.stats["routed"] += 1
             return block.handle, data.size
-        # Buffer bytes, slices counted whole: only the thresholds below read it (a fifth of
-        # a microsecond, where ``batch.nbytes`` takes two).
-        size = batch.get_total_buffer_size()
-        back = self._reflect(batch, head, size)
-        if back is not None:
-            return back
+        if reflecting:
+            back = self._reflect(batch, head, size)
+            if back is not None:
+                return back
+            if self._due():
+                self._flush()
         if head and standard:
             if size <= _SERIALIZE_MAX:
                 return self._write_small(batch, head)
@@ -378,16 +386,21 @@ class RingSegment:
             with self._lock:
                 self._pending.extend(peer)
                 self._pending_bytes += n
+        return self._due()
+
+    def _due(self) -> bool:
+        """Whether enough done notices wait to be sent."""
         return len(self._pending) >= _FLUSH_COUNT or self._pending_bytes >= self._flush_bytes
 
-    def _service(self, flush: bool = False) -> None:
+    def _service(self, flush: bool = False, hold: bool = False) -> None:
         """Sends the done notices of views that are gone once enough wait (all of them with
-        `flush`), handles the peer's notices, then counts this side's own views of reflected
-        blocks that are gone (after the peer's notices: the reflect notice of a block always
-        comes before the pointer that let this side view it, so it is counted first)."""
+        `flush`; none with `hold`: the caller sends them), handles the peer's notices, then
+        counts this side's own views of reflected blocks that are gone (after the peer's
+        notices: the reflect notice of a block always comes before the pointer that let this
+        side view it, so it is counted first)."""
         if self._closed:
             return
-        if (self._collect() or flush) and self._pending:
+        if ((self._collect() and not hold) or flush) and self._pending:
             self._flush()
         if self._consumer.pending:
             self._drain(0)
@@ -457,8 +470,16 @@ class RingSegment:
             if back is None or back.num_rows != batch.num_rows or _layout(back) != mine:
                 return None
             with self._send_lock:
-                if not self._send(_REFLECT, [handle]):
+                with self._lock:
+                    done = self._pending[: _MAX_NOTICE - 1]
+                if not self._send(_REFLECT, [handle, *done]):
                     return None
+                if done:
+                    with self._lock:
+                        del self._pending[: len(done)]
+                        if not self._pending:
+                            self._pending_bytes = 0
+                    self.stats["done_sent"] += len(done)
             self.stats["reflected"] += 1
             return -1 - handle, buf.size
         return None
@@ -501,8 +522,8 @@ class RingSegment:
             if kind not in (_DONE, _REFLECT) or (len(msg) - 1) % 8:
                 self.stats["bad_notices"] += 1
                 continue
-            for (h,) in struct.iter_unpack("<Q", msg[1:]):
-                if kind == _DONE:
+            for i, (h,) in enumerate(struct.iter_unpack("<Q", msg[1:])):
+                if kind == _DONE or i:
                     freed |= self._unhold(h)
                 elif h in self._holds:
                     self._holds[h] += 1

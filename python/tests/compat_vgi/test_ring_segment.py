@@ -248,3 +248,25 @@ def test_a_larger_batch_is_written_by_a_kept_writer_as_a_fresh_one_writes_it(mon
     assert b.read_buffer(handle, n).to_pybytes() == stream_bytes(want)
     assert a.stats["bad_notices"] == b.stats["bad_notices"] == 0
     p.close()
+
+
+def test_done_notices_that_wait_go_with_a_reflect_notice(pair, monkeypatch):
+    monkeypatch.setattr(shmring.vgi, "_REFLECT_MIN_BYTES", 0)  # the test's batch is small
+    a, b = pair.a, pair.b
+    want = batch()
+    h1, n1 = a.allocate_and_write(want)
+    first = _deserialize_from_shm(b.read_buffer(h1, n1), want.schema)
+    del first
+    gc.collect()
+    h2, n2 = a.allocate_and_write(want)
+    echo = _deserialize_from_shm(b.read_buffer(h2, n2), want.schema)
+    assert b._pending == [h1]  # b's view of h1 is gone; its notice waits (not yet due)
+    assert a._consumer.pending == 0
+    back, _ = b.allocate_and_write(echo)  # sent back unchanged: the reflect notice
+    assert back == -1 - h2 and b.stats["reflected"] == 1
+    assert b._pending == [] and b.stats["done_sent"] == 1
+    assert a._consumer.pending == 1  # one message: the reflection and the done notice
+    a._service()
+    assert a.stats["freed"] == 1  # h1, by the done notice that went with the reflection
+    assert a._duplex.inspect()["own"]["live"] == 1  # h2: b's view and the reflection hold it
+    assert a.stats["bad_notices"] == 0

@@ -13,6 +13,7 @@
 //! | [`Publisher::send_async`] | room in the ring (gating subscribers, pins) | nothing sent |
 //! | [`Publisher::loan_async`] | room, then claims a slot to write in place | nothing claimed |
 //! | [`Publisher::sink`] | room, for the item given to `start_send` | the item is sent by the next `poll_ready`/`poll_flush`/`poll_close` |
+//! | `Driver::dispatch` (Linux) | nothing: reaps the io_uring's completions, wakes their futures on the calling thread | not a future; a completion it does not reap stays for the next call or the helper |
 //!
 //! Every future reads or writes only in the poll that returns `Ready`, so one dropped at any
 //! earlier poll leaves the ring and the participant exactly as a non-blocking call that found
@@ -41,6 +42,20 @@
 //!   use), counted on each bucket as a blocking waiter is. Where the kernel lacks
 //!   `futex_waitv` (ENOSYS), on the other platforms, or with `SHMRING_ASYNC_POLL=1`, it polls
 //!   the words instead (50 µs doubling to 1 ms), on the same one thread.
+//! - **With a `Driver`** (Linux >= 6.7, `asyncio::Driver`): while one lives, a pending future
+//!   arms an io_uring `IORING_OP_FUTEX_WAIT` on its word (shared futex, the same value check)
+//!   instead of joining the helper's list. The io_uring's fd is a readiness source any runtime
+//!   registers (tokio's `AsyncFd`, async-io's `Async`, asyncio's `loop.add_reader`); when it is
+//!   readable the runtime calls `Driver::dispatch`, which reaps the completions and wakes the
+//!   futures on the runtime's own thread: a publish in another process wakes that thread
+//!   through the kernel, one hand-off as for a blocking `recv`, not two (the helper thread,
+//!   then the runtime's). Futures are unchanged (std wakers, the same cancel safety: a dropped
+//!   future's armed wait is cancelled in the io_uring). The helper thread remains the fallback:
+//!   it keeps every armed wait's liveness deadline, reaps the completions itself when one
+//!   passes (a driver nobody polls costs up to a liveness period, never a lost wake-up), and
+//!   takes the waits back when the last driver is dropped. Where io_uring or its futex wait is
+//!   unavailable (`ENOSYS`; `EPERM` under `kernel.io_uring_disabled`; an older kernel; the
+//!   `portable` backend), `Driver::new` fails with `Unsupported` and the helper serves as before.
 //! - A publish (or a consumer's progress) made by this process wakes this process's futures
 //!   waiting on that word itself, on the publishing thread, before its futex wake: one thread
 //!   hand-off to the executor instead of two (the reactor's thread, then the executor's). The
@@ -92,6 +107,8 @@
 //! # References
 //!
 //! - `futex_waitv(2)`, futex2: <https://docs.kernel.org/userspace-api/futex2.html>.
+//! - io_uring futex operations (`IORING_OP_FUTEX_WAIT`, Linux 6.7): `io_uring_prep_futex_wait(3)`;
+//!   the `io-uring` crate's `opcode::FutexWait`.
 //! - Ulrich Drepper, "Futexes Are Tricky" (2011): the value check that makes a registration
 //!   after the fence lose no wake-up.
 //! - tokio's I/O driver and async-io's reactor thread: one blocking call for many sources,

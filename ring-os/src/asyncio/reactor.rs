@@ -14,7 +14,12 @@
 //! publishing thread (the futex wake still follows, for other processes and as the path that
 //! loses nothing).
 //!
-//! Two backends, chosen once per process:
+//! With an `asyncio::Driver` attached (Linux >= 6.7, `reactor/uring.rs`), a registration arms an
+//! io_uring futex wait instead: the runtime that polls the driver's fd reaps it and wakes the
+//! waker on its own thread; the helper keeps only the entry's deadline (and reaps then, in
+//! case the driver stopped), and takes the entries back when the last driver is dropped.
+//!
+//! The helper's backends, chosen once per process:
 //! - **`futex_waitv`** (Linux >= 5.16): the helper sleeps in one system call on up to 128
 //!   words: its own kick word plus up to 127 distinct registered words (beyond that it waits
 //!   on the first 127 with a 1 ms timeout and polls the rest). Shared futexes, as the blocking

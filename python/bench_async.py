@@ -3,13 +3,15 @@
 
 - ``blocking``: ``consumer.recv()`` in a plain thread;
 - ``recv_async``: ``await consumer.recv_async()`` on an asyncio loop (ring-os's reactor thread
-  wakes the loop through its eventfd);
+  wakes the loop through its eventfd; ``SHMRING_ASYNC_DRIVER=0``);
+- ``recv_async+driver``: the same with the loop's io_uring ``_Driver`` (Linux >= 6.7, the
+  default there): the kernel wakes the loop's thread through the io_uring fd it watches;
 - ``executor``: ``await loop.run_in_executor(None, consumer.recv)`` (the usual work-around).
 
 A publisher process (spawned by ``subprocess``) pauses ``--pause`` seconds before each of ``-n``
 messages, so every reader is parked, and stamps ``time.monotonic_ns()`` (CLOCK_MONOTONIC,
 shared by the processes) into each; the reader records publish -> received. Rounds alternate
-the three ways; the table gives p50/p99 over all rounds and the ratios of the p50s to the
+the ways; the table gives p50/p99 over all rounds and the ratios of the p50s to the
 blocking reader's.
 
     python python/bench_async.py            # --quick: a smoke run
@@ -19,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import os
 import statistics
 import struct
 import subprocess
@@ -86,7 +90,11 @@ def round_of(way: str, n: int, pause: float) -> list[float]:
         if way == "blocking":
             blocking(c, out)
         else:
-            asyncio.run({"recv_async": recv_async, "executor": executor}[way](c, out))
+            # Read by the loop's hub when the loop makes it (shmring/_aio.py).
+            os.environ["SHMRING_ASYNC_DRIVER"] = "1" if way == "recv_async+driver" else "0"
+            coro = executor if way == "executor" else recv_async
+            asyncio.run(coro(c, out))
+            gc.collect()  # the loop's hub, and its driver, go with the loop
     finally:
         pub.wait(60)
         c.close()
@@ -106,6 +114,11 @@ def main() -> None:
     if args.quick:
         args.n, args.rounds = 100, 1
     ways = ["blocking", "recv_async", "executor"]
+    try:
+        shmring._shmring._Driver()
+        ways.insert(2, "recv_async+driver")
+    except (OSError, NotImplementedError) as e:
+        print(f"no io_uring driver here: {e}")
     lat: dict[str, list[float]] = {w: [] for w in ways}
     for r in range(args.rounds):
         for w in ways if r % 2 == 0 else ways[::-1]:

@@ -10,6 +10,12 @@
 //! loop watches that fd with `loop.add_reader`; its callback drains the tokens and resolves
 //! the coroutines' futures, which then try a non-blocking read.
 //!
+//! On Linux >= 6.7 each loop's hub also holds a [`Driver`] (ring-os's io_uring driver) and
+//! watches its fd: the waits are then io_uring futex waits, and the loop's own callback reaps
+//! them (`dispatch`), which runs the same [`Waiters`] wakers on the loop's thread, then drains
+//! the tokens at once: a publish in another process wakes the loop through the kernel, not
+//! through the reactor thread and the eventfd (`SHMRING_ASYNC_DRIVER=0` turns it off).
+//!
 //! Between polls the subscriber stays in the consumer (no future borrows it), so blocking
 //! calls, `close()` from another thread and other coroutines use it as before. What a pending
 //! wait holds (its reactor registration and its count in `consumer_waiters`) is given back by
@@ -158,6 +164,76 @@ impl Notifier {
         #[cfg(unix)]
         self.signal.fd.drain();
         core::mem::take(&mut *lock(&self.signal.ready))
+    }
+}
+
+/// `shmring._shmring._Driver`: ring-os's io_uring driver (`ring_os::asyncio::Driver`, Linux >=
+/// 6.7) for an event loop. While one lives, the consumers' waits are io_uring futex waits; the
+/// loop watches `fileno()` with `add_reader` and calls `dispatch()`, which wakes the waiting
+/// consumers' [`Waiters`] on the loop's own thread (so a publish in another process wakes the
+/// loop through the kernel, not through ring-os's reactor thread). `OSError` where io_uring's
+/// futex wait is unavailable, `NotImplementedError` off Linux: the loop then keeps the
+/// reactor's path ([`Notifier`]).
+#[pyclass(module = "shmring", name = "_Driver", frozen)]
+pub(crate) struct Driver {
+    #[cfg(target_os = "linux")]
+    inner: ring_os::asyncio::Driver,
+}
+
+#[pymethods]
+impl Driver {
+    #[new]
+    fn new() -> PyResult<Self> {
+        #[cfg(target_os = "linux")]
+        {
+            let inner = ring_os::asyncio::Driver::new()
+                .map_err(|e| pyo3::exceptions::PyOSError::new_err(e.to_string()))?;
+            Ok(Self { inner })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Err(pyo3::exceptions::PyNotImplementedError::new_err(
+                "io_uring drivers are Linux only",
+            ))
+        }
+    }
+
+    /// The io_uring's fd, readable while completions wait (watch it with `loop.add_reader`).
+    fn fileno(&self) -> i64 {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::AsRawFd as _;
+            i64::from(self.inner.as_raw_fd())
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            -1
+        }
+    }
+
+    /// Reaps the completed waits and wakes their consumers' coroutines (through the loop's
+    /// [`Notifier`] tokens); returns the completions reaped. Calls no Python.
+    fn dispatch(&self) -> usize {
+        #[cfg(target_os = "linux")]
+        {
+            self.inner.dispatch()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            0
+        }
+    }
+
+    /// Coroutines' wake-ups delivered through drivers so far (tests).
+    fn wakeups(&self) -> u64 {
+        #[cfg(target_os = "linux")]
+        {
+            self.inner.wakeups()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            0
+        }
     }
 }
 

@@ -41,6 +41,7 @@ fn _shmring(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<arena::Block>()?;
     m.add_class::<recycle::Buffer>()?;
     m.add_class::<aio::Notifier>()?;
+    m.add_class::<aio::Driver>()?;
     m.add_function(wrap_pyfunction!(aio::_async_pending, m)?)?;
     m.add("SLICE_SECONDS", wait::SLICE.as_secs_f64())?;
     m.add_function(wrap_pyfunction!(wait::_interpreter_exiting, m)?)?;

@@ -382,3 +382,49 @@ def test_receiver_close_wakes_get_async_with_closed():
         run(main(), timeout=10)
     finally:
         tx.close()
+
+
+SLOW_PUBLISHER = """
+import sys, time, shmring
+ring = shmring.Ring.open(sys.argv[1])
+with ring.producer() as p:
+    p.wait_for_consumers(1, timeout=10)
+    for i in range(int(sys.argv[2])):
+        time.sleep(0.001)  # the reader parks meanwhile
+        p.publish(i.to_bytes(4, "little"))
+"""
+
+
+def test_a_publisher_in_another_process_wakes_the_loop_through_its_io_uring_driver(name):
+    """On Linux >= 6.7 each loop gets an io_uring driver (shmring/_aio.py): the loop's own thread
+    reaps the futex waits, so the wake-ups are counted as the driver's."""
+    if os.environ.get("SHMRING_ASYNC_DRIVER") == "0":
+        pytest.skip("SHMRING_ASYNC_DRIVER=0")
+    try:
+        probe = _shmring._Driver()
+    except (OSError, NotImplementedError) as e:
+        pytest.skip(f"no io_uring driver here: {e}")
+    before = probe.wakeups()
+    del probe
+    n = 100
+    ring = shmring.Ring.create(name, slots=8, slot_size=64)
+    c = ring.consumer("gating")
+    child = subprocess.Popen([sys.executable, "-c", SLOW_PUBLISHER, name, str(n)])
+
+    async def main():
+        got = []
+        try:
+            while True:
+                got.append(int.from_bytes(await c.recv_async(), "little"))
+        except shmring.Disconnected:
+            pass
+        return got
+
+    try:
+        got = run(main(), timeout=30)
+    finally:
+        child.wait(30)
+    assert got == list(range(n))
+    through = _shmring._Driver().wakeups() - before
+    assert through > n // 2, f"{through} of {n} wake-ups through the driver"
+    assert _shmring._async_pending() == 0

@@ -7,6 +7,13 @@ The reactor's waker never takes the GIL: it writes the coroutine's token to its 
 ``loop.add_reader``; the callback resolves the coroutine's future, and the coroutine tries a
 non-blocking read. See ``python/src/aio.rs``.
 
+On Linux >= 6.7 each loop also gets a ``_Driver`` (ring-os's ``asyncio::Driver``): while it
+lives the waits are io_uring futex waits, the loop watches the io_uring's fd too, and its
+callback reaps them on the loop's thread, so a publish in another process wakes the loop through
+the kernel instead of through the reactor thread. Without io_uring's futex wait (an older kernel,
+``kernel.io_uring_disabled``), or with ``SHMRING_ASYNC_DRIVER=0``, the loop keeps the reactor's
+path.
+
 Cancel safety: a read happens only in the synchronous step after a poll said "ready", never
 across an ``await``, so a cancelled wait has read, pinned and lost nothing; its ``finally``
 gives back what the wait holds in the ring (its reactor registration, its waiter count).
@@ -16,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import sys
 import weakref
 from typing import Any, Callable, TypeVar
 
 from . import errors
-from ._shmring import Consumer, _Notifier
+from ._shmring import Consumer, _Driver, _Notifier
 
 T = TypeVar("T")
 
@@ -38,12 +46,32 @@ class _Hub:
         self.tokens = itertools.count(1)
         # The loop holds this callback (and so the hub); the hub holds no loop.
         loop.add_reader(self.notifier.fileno(), self._on_ready)
+        self.driver = _driver()
+        if self.driver is not None:
+            loop.add_reader(self.driver.fileno(), self._on_driver)
+
+    def _on_driver(self) -> None:
+        assert self.driver is not None
+        # Wakes the waiting consumers here, on the loop's thread: their tokens go to the
+        # notifier, taken at once.
+        if self.driver.dispatch():
+            self._on_ready()
 
     def _on_ready(self) -> None:
         for token in self.notifier.drain():
             fut = self.futures.get(token)
             if fut is not None and not fut.done():
                 fut.set_result(None)
+
+
+def _driver() -> _Driver | None:
+    """An io_uring driver for a new loop, or ``None`` (unavailable, or turned off)."""
+    if os.environ.get("SHMRING_ASYNC_DRIVER", "1") == "0":
+        return None
+    try:
+        return _Driver()
+    except (OSError, NotImplementedError):
+        return None
 
 
 _HUBS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Hub] = weakref.WeakKeyDictionary()

@@ -14,7 +14,7 @@ else:  # the package supports 3.11; type checkers know typing_extensions without
 __all__ = [
     "Ring", "Producer", "Claim", "QueueClaim", "Consumer", "Message", "Part", "Allocator",
     "Allocations", "Block", "RecvBuffer", "SLICE_SECONDS", "_interpreter_exiting",
-    "_sweep_stale_queues", "_remove_idle_spills", "_Notifier", "_async_pending",
+    "_sweep_stale_queues", "_remove_idle_spills", "_Notifier", "_Driver", "_async_pending",
 ]
 
 SLICE_SECONDS: float
@@ -41,6 +41,17 @@ class _Notifier:
     def __init__(self) -> None: ...
     def fileno(self) -> int: ...
     def drain(self) -> list[int]: ...
+
+@final
+class _Driver:
+    """An event loop's io_uring driver (ring-os's ``asyncio::Driver``, Linux >= 6.7): while one
+    lives, asyncio waits are io_uring futex waits that ``dispatch`` reaps on the loop's thread
+    when ``fileno()`` is readable. ``OSError`` without io_uring's futex wait,
+    ``NotImplementedError`` off Linux."""
+    def __init__(self) -> None: ...
+    def fileno(self) -> int: ...
+    def dispatch(self) -> int: ...
+    def wakeups(self) -> int: ...
 
 def _remove_idle_spills(name: str) -> list[str]:
     """Removes the spill segments of the queue ``name`` once no producer or consumer is alive

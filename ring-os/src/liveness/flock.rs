@@ -19,6 +19,10 @@
 //!   afterwards that its path still names the file it locked, and starts again if not, so a
 //!   lock on a removed file is never mistaken for the role's lock.
 //!
+//! On Linux a program built without `portable` holds its roles through OFD locks in the segment
+//! file instead (`ofd.rs`), so there every probe, role lock and cleaner lock of this backend also
+//! asks those (`cross.rs`): a role is dead only when both kinds are free.
+//!
 //! A probe's momentary shared lock can refuse a holder's exclusive request, and a cleaner's
 //! momentary gate lock a holder's shared one: acquisitions retry for about 2 ms before they report
 //! the role held.
@@ -65,6 +69,10 @@ const CONTENDED_TRIES: u32 = 5;
 pub struct Roles {
     /// `<lock dir>/<key>`; a role's file is this plus `.<role>`.
     base: PathBuf,
+    /// The segment file (a duplicate of the descriptor they were made from), whose OFD locks a
+    /// program built without `portable` holds: probed beside the lock files (see `cross.rs`).
+    #[cfg(all(ring_cross, ring_portable))]
+    file: Option<std::sync::Arc<OwnedFd>>,
 }
 
 /// What [`RoleFile::role_file`](crate::raw::RoleFile::role_file) hands out with this backend.
@@ -98,10 +106,17 @@ impl Roles {
                 "the segment has no inode number to key its lock files by",
             )));
         }
-        Ok(Self::in_dir(
-            lock_dir().map_err(dir_error)?,
-            &format!("i.{dev}.{ino}"),
-        ))
+        #[cfg_attr(
+            not(all(ring_cross, ring_portable)),
+            allow(unused_mut, reason = "only Linux keeps the segment file")
+        )]
+        let mut roles = Self::in_dir(lock_dir().map_err(dir_error)?, &format!("i.{dev}.{ino}"));
+        #[cfg(all(ring_cross, ring_portable))]
+        {
+            let dup = file.try_clone_to_owned().map_err(dir_error)?;
+            roles.file = Some(std::sync::Arc::new(dup));
+        }
+        Ok(roles)
     }
 
     /// The lock files `<dir>/<key>.*` (for tests with a scratch directory).
@@ -109,7 +124,16 @@ impl Roles {
     pub fn in_dir(dir: &Path, key: &str) -> Self {
         Self {
             base: dir.join(key),
+            #[cfg(all(ring_cross, ring_portable))]
+            file: None,
         }
+    }
+
+    /// The segment file these lock files belong to, when they were made from it
+    /// ([`of_file`](Self::of_file)).
+    #[cfg(all(ring_cross, ring_portable))]
+    pub(crate) fn segment_file(&self) -> Option<&OwnedFd> {
+        self.file.as_deref()
     }
 
     /// The file of `what` (`creator`, `producer`, `c<i>`, `gate`).
@@ -169,21 +193,26 @@ fn is_role_suffix(suffix: &[u8]) -> bool {
 /// of its own. Dropping it releases both (so does the kernel when the process dies); the last
 /// holder of a segment removes its lock files.
 ///
-/// # Examples
-///
-/// ```
-/// use ring_os::raw::lock::{probe, Liveness, Role, RoleLock, Roles};
-/// let dir = std::env::temp_dir().join(format!("shmring-lock-doc.{}", std::process::id()));
-/// std::fs::create_dir_all(&dir).unwrap();
-/// let roles = Roles::in_dir(&dir, "ring");
-/// let held = RoleLock::try_acquire(&roles, Role::Consumer(3))?.expect("free");
-/// assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Alive); // seen by this process too
-/// assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))?.is_none()); // refused to a second
-/// drop(held);
-/// assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Dead);
-/// # std::fs::remove_dir_all(&dir).unwrap();
-/// # Ok::<(), ring_os::Error>(())
-/// ```
+// The example only where this file is `lock` (on Linux without `portable` it is the other
+// kind, whose items the public paths do not name).
+#[cfg_attr(
+    ring_portable,
+    doc = r#"# Examples
+
+```
+use ring_os::raw::lock::{probe, Liveness, Role, RoleLock, Roles};
+let dir = std::env::temp_dir().join(format!("shmring-lock-doc.{}", std::process::id()));
+std::fs::create_dir_all(&dir).unwrap();
+let roles = Roles::in_dir(&dir, "ring");
+let held = RoleLock::try_acquire(&roles, Role::Consumer(3))?.expect("free");
+assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Alive); // seen by this process too
+assert!(RoleLock::try_acquire(&roles, Role::Consumer(3))?.is_none()); // refused to a second
+drop(held);
+assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Dead);
+# std::fs::remove_dir_all(&dir).unwrap();
+# Ok::<(), ring_os::Error>(())
+```"#
+)]
 #[derive(Debug)]
 pub struct RoleLock {
     /// The role's file, locked exclusive; declared first so it is released before the gate.
@@ -198,7 +227,8 @@ pub struct RoleLock {
 
 impl RoleLock {
     /// Takes `role`'s lock; `Ok(None)` when another open file description (of this or another
-    /// process) holds it, or a cleaner holds the segment.
+    /// process) holds it, a cleaner holds the segment, or (Linux) a program built without
+    /// `portable` holds the role through its OFD lock in the segment file (see `cross.rs`).
     ///
     /// # Errors
     ///
@@ -224,12 +254,20 @@ impl RoleLock {
         else {
             return Ok(None);
         };
-        Ok(Some(Self {
+        let held = Self {
             file: Some(file),
             gate: Some(gate),
             role,
             roles: roles.clone(),
-        }))
+        };
+        // Ours is taken first, the other kind probed after (see `cross.rs`); dropping `held`
+        // releases ours again (and tidies up if it was the last).
+        #[cfg(all(ring_cross, ring_portable))]
+        if crate::liveness::cross::probe(roles, role) == Liveness::Alive {
+            drop(held);
+            return Ok(None);
+        }
+        Ok(Some(held))
     }
 
     /// The role this lock vouches for.
@@ -244,31 +282,56 @@ impl Drop for RoleLock {
         drop(self.file.take());
         drop(self.gate.take());
         // The last holder out tidies up: the gate exclusive is granted only when nobody holds
-        // a role of this segment.
-        if let Ok(Some(all)) = AllRoles::try_acquire(&self.roles) {
+        // a role of this segment (the lock files are this backend's alone: no other kind asked).
+        if let Ok(Some(all)) = AllRoles::gate(&self.roles) {
             drop(all);
         }
     }
 }
 
 /// Every role of one segment at once (its gate, exclusive): what a cleaner holds while it removes
-/// a segment, so nobody can become a participant meanwhile. Dropping it removes the segment's lock
-/// files (nobody holds any) and releases the gate.
+/// a segment, so nobody can become a participant meanwhile. On Linux it also holds the OFD lock
+/// on the whole segment file (see `cross.rs`), so neither can a program built without `portable`.
+/// Dropping it removes the segment's lock files (nobody holds any) and releases the gate.
 #[derive(Debug)]
 pub struct AllRoles {
     /// The gate, locked exclusive.
     _gate: OwnedFd,
     /// Whose lock files these are.
     roles: Roles,
+    /// The other kind's every-role lock (`None` for a tidy-up, which needs only the gate).
+    #[cfg(all(ring_cross, ring_portable))]
+    _other: Option<crate::liveness::cross::Hold>,
 }
 
 impl AllRoles {
-    /// Takes the gate exclusive; `Ok(None)` when any role is held.
+    /// Takes the gate exclusive; `Ok(None)` when any role is held (through either backend).
     ///
     /// # Errors
     ///
-    /// [`Error::Lock`] when the gate cannot be made or locked.
+    /// [`Error::Lock`] when the gate cannot be made or locked, or (Linux) the segment file cannot
+    /// be re-opened for its OFD lock.
     pub fn try_acquire(roles: &Roles) -> Result<Option<Self>, Error> {
+        #[cfg_attr(
+            not(all(ring_cross, ring_portable)),
+            allow(unused_mut, reason = "only Linux has another kind to hold")
+        )]
+        let Some(mut all) = Self::gate(roles)?
+        else {
+            return Ok(None);
+        };
+        // Refused or failed: `all` drops, releasing the gate (its tidy-up removes lock files
+        // nobody holds: the gate was ours).
+        #[cfg(all(ring_cross, ring_portable))]
+        match crate::liveness::cross::hold_all(roles)? {
+            Some(other) => all._other = Some(other),
+            None => return Ok(None),
+        }
+        Ok(Some(all))
+    }
+
+    /// The gate exclusive alone: what removing this backend's own lock files needs.
+    fn gate(roles: &Roles) -> Result<Option<Self>, Error> {
         let gate = lock_file(
             &roles.file("gate"),
             FlockOperation::NonBlockingLockExclusive,
@@ -280,6 +343,8 @@ impl AllRoles {
         Ok(gate.map(|gate| Self {
             _gate: gate,
             roles: roles.clone(),
+            #[cfg(all(ring_cross, ring_portable))]
+            _other: None,
         }))
     }
 }
@@ -291,22 +356,35 @@ impl Drop for AllRoles {
 }
 
 /// Whether some process holds `role`. [`Liveness::Dead`] only when the role's file is missing
-/// or its shared lock is granted (on the file its path names); anything else is alive.
+/// or its shared lock is granted (on the file its path names), and (Linux) no program built
+/// without `portable` holds the role through its OFD lock (see `cross.rs`); anything else is
+/// alive.
 #[must_use]
 pub fn probe(roles: &Roles, role: Role) -> Liveness {
-    let path = roles.role_file(role);
+    let own = probe_file(
+        &roles.role_file(role),
+        FlockOperation::NonBlockingLockShared,
+    );
+    #[cfg(all(ring_cross, ring_portable))]
+    let own = crate::liveness::cross::both(own, || crate::liveness::cross::probe(roles, role));
+    own
+}
+
+/// [`Liveness::Dead`] only when the file `path` names is missing or `op` (non-blocking) on it is
+/// granted and it is still named so; the momentary lock is released at once. Never makes the file.
+fn probe_file(path: &Path, op: FlockOperation) -> Liveness {
     for _ in 0..REOPEN_ATTEMPTS {
-        let fd = match open(&path, false) {
+        let fd = match open(path, false) {
             Ok(fd) => fd,
             // Never made since the last tidy-up: nobody holds it (holders make it first).
             Err(Errno::NOENT) => return Liveness::Dead,
             Err(_) => return Liveness::Alive,
         };
-        match rustix::fs::flock(&fd, FlockOperation::NonBlockingLockShared) {
+        match rustix::fs::flock(&fd, op) {
             Ok(()) => {}
             Err(_) => return Liveness::Alive,
         }
-        match still_named(&path, fd.as_fd()) {
+        match still_named(path, fd.as_fd()) {
             Ok(true) => return Liveness::Dead,
             // Removed or replaced after we opened it: look again.
             Ok(false) => {}
@@ -337,7 +415,7 @@ pub fn sweep_in(dir: &Path) -> std::io::Result<usize> {
     }
     let mut swept = 0;
     for key in keys {
-        if let Ok(Some(all)) = AllRoles::try_acquire(&Roles::in_dir(dir, &key)) {
+        if let Ok(Some(all)) = AllRoles::gate(&Roles::in_dir(dir, &key)) {
             drop(all);
             swept += 1;
         }
@@ -354,17 +432,19 @@ pub fn sweep() -> std::io::Result<usize> {
     sweep_in(lock_dir()?)
 }
 
-/// Whether any role of the segment is held (its gate cannot be taken exclusive).
+/// Whether any role of the segment is held: its gate exists and cannot be taken exclusive
+/// (holders make the gate first, and it is removed only with nobody holding a role), or (Linux)
+/// a program built without `portable` holds an OFD lock in the segment file (see `cross.rs`).
+/// A probe changes nothing: it makes no file and tidies nothing up.
 #[must_use]
 pub fn probe_any(roles: &Roles) -> Liveness {
-    match lock_file(
+    let own = probe_file(
         &roles.file("gate"),
         FlockOperation::NonBlockingLockExclusive,
-    ) {
-        // Released at once, without tidying up: a probe changes nothing.
-        Ok(Some(_gate)) => Liveness::Dead,
-        Ok(None) | Err(_) => Liveness::Alive,
-    }
+    );
+    #[cfg(all(ring_cross, ring_portable))]
+    let own = crate::liveness::cross::both(own, || crate::liveness::cross::probe_any(roles));
+    own
 }
 
 /// The per-user lock directory, made (mode 0700) on first use and checked every time it is
@@ -397,10 +477,14 @@ pub fn lock_dir() -> std::io::Result<&'static Path> {
         || st.st_uid != uid
         || crate::segment::mode_bits(&st) & 0o077 != 0
     {
-        return Err(std::io::Error::other(format!(
-            "lock directory {} must be a directory of uid {uid} with mode 0700",
-            dir.display()
-        )));
+        // PermissionDenied: no participant of this user can use it (see `cross.rs`).
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            format!(
+                "lock directory {} must be a directory of uid {uid} with mode 0700",
+                dir.display()
+            ),
+        ));
     }
     Ok(DIR.get_or_init(|| dir))
 }

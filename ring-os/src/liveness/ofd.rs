@@ -17,6 +17,10 @@
 //! "Dead" needs the kernel to say the byte is free; any doubt (an error, a file system without
 //! OFD locks) is "alive", so nothing live is ever reclaimed. See `docs/OS.md` (liveness).
 //!
+//! A program built with `portable` holds its roles through lock files instead (`flock.rs`), so
+//! where this file is [`lock`](crate::raw::lock) every probe, role lock and cleaner lock also asks
+//! those (`cross.rs`): a role is dead only when both kinds are free.
+//!
 //! rustix exposes OFD locks only as whole-file `flock`-style locks (`fcntl_lock`), without byte
 //! ranges or `F_OFD_GETLK`, so this module — and only this one — calls `fcntl` through `libc`.
 //!
@@ -50,21 +54,26 @@ impl Role {
 /// An OFD write lock on one role's byte, on an open file description of its own. Dropping it
 /// releases the lock; so does the kernel when the process dies.
 ///
-/// # Examples
-///
-/// ```
-/// use ring_os::raw::lock::{probe, Liveness, Role, RoleLock};
-/// use ring_os::raw::{CreateOptions, Segment};
-/// let seg = Segment::create_memfd(4096, CreateOptions::new())?;
-/// let held = RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.expect("free");
-/// // Seen through the segment's own descriptor, even from this process...
-/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Alive);
-/// // ...and refused to a second holder.
-/// assert!(RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.is_none());
-/// drop(held);
-/// assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
-/// # Ok::<(), ring_os::Error>(())
-/// ```
+// The example only where this file is `lock` (with `portable` it is the other kind, whose
+// items the public paths do not name).
+#[cfg_attr(
+    not(ring_portable),
+    doc = r#"# Examples
+
+```
+use ring_os::raw::lock::{probe, Liveness, Role, RoleLock};
+use ring_os::raw::{CreateOptions, Segment};
+let seg = Segment::create_memfd(4096, CreateOptions::new())?;
+let held = RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.expect("free");
+// Seen through the segment's own descriptor, even from this process...
+assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Alive);
+// ...and refused to a second holder.
+assert!(RoleLock::try_acquire(seg.fd(), Role::Consumer(3))?.is_none());
+drop(held);
+assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
+# Ok::<(), ring_os::Error>(())
+```"#
+)]
 #[derive(Debug)]
 pub struct RoleLock {
     /// The description the lock belongs to; closing it releases the lock.
@@ -75,7 +84,8 @@ pub struct RoleLock {
 
 impl RoleLock {
     /// Takes `role`'s lock on the file behind `file`; `Ok(None)` when another open file
-    /// description (of this or another process) holds it.
+    /// description (of this or another process) holds it, or (Linux) a program built with
+    /// `portable` holds the role through its lock file (see `cross.rs`).
     ///
     /// # Errors
     ///
@@ -104,6 +114,10 @@ impl RoleLock {
             source,
         })?;
         match sys::set_write_lock(own.as_fd(), start, 1) {
+            // Ours is taken first, the other kind probed after (see `cross.rs`): dropping `own`
+            // releases ours again.
+            #[cfg(not(ring_portable))]
+            Ok(true) if crate::liveness::cross::probe(file, role) == Liveness::Alive => Ok(None),
             Ok(true) => Ok(Some(Self { _file: own, role })),
             Ok(false) => Ok(None),
             Err(source) => Err(Error::Lock {
@@ -121,19 +135,25 @@ impl RoleLock {
 }
 
 /// Every role's lock of one file at once (the whole file and beyond, `l_len = 0`): what a cleaner
-/// holds while it removes a segment, so nobody can become a participant of it meanwhile.
+/// holds while it removes a segment, so nobody can become a participant of it meanwhile. On
+/// Linux it also holds the portable backend's gate of the file (see `cross.rs`), so neither can a
+/// program built with `portable`.
 #[derive(Debug)]
 pub struct AllRoles {
     /// The description the lock belongs to.
     _file: OwnedFd,
+    /// The other kind's every-role lock, where lock files can exist.
+    #[cfg(not(ring_portable))]
+    _other: crate::liveness::cross::Hold,
 }
 
 impl AllRoles {
-    /// Takes every role's lock; `Ok(None)` when any of them is held.
+    /// Takes every role's lock; `Ok(None)` when any of them is held (through either backend).
     ///
     /// # Errors
     ///
-    /// [`Error::Lock`], as [`RoleLock::try_acquire`].
+    /// [`Error::Lock`], as `RoleLock::try_acquire`, or when the portable backend's gate cannot be
+    /// made or locked.
     pub fn try_acquire(file: BorrowedFd<'_>, path: Option<&Path>) -> Result<Option<Self>, Error> {
         let lock_err = |source| Error::Lock {
             role: "every role".to_owned(),
@@ -141,6 +161,14 @@ impl AllRoles {
         };
         let own = reopen(file, path).map_err(lock_err)?;
         match sys::set_write_lock(own.as_fd(), 0, 0) {
+            #[cfg(not(ring_portable))]
+            Ok(true) => Ok(
+                crate::liveness::cross::hold_all(file, path)?.map(|other| Self {
+                    _file: own,
+                    _other: other,
+                }),
+            ),
+            #[cfg(ring_portable)]
             Ok(true) => Ok(Some(Self { _file: own })),
             Ok(false) => Ok(None),
             Err(source) => Err(lock_err(source)),
@@ -149,23 +177,31 @@ impl AllRoles {
 }
 
 /// Whether some process holds `role` on the file behind `file`. [`Liveness::Dead`] only when the
-/// kernel says the byte is free; any error (`EINVAL`, `ENOLCK`, a file system without OFD locks,
-/// a non-Linux kernel) is [`Liveness::Alive`].
+/// kernel says the byte is free and (Linux) no program built with `portable` holds the role
+/// through its lock file (see `cross.rs`); any error (`EINVAL`, `ENOLCK`, a file system without
+/// OFD locks, a non-Linux kernel) is [`Liveness::Alive`].
 ///
 /// `file` must not itself hold locks (a segment's own descriptor never does): a lock of the same
 /// open file description never conflicts, so it would not be seen.
 #[must_use]
 pub fn probe(file: BorrowedFd<'_>, role: Role) -> Liveness {
-    match role.offset() {
+    let own = match role.offset() {
         Some(start) => probe_range(file, start, 1),
         None => Liveness::Alive,
-    }
+    };
+    #[cfg(not(ring_portable))]
+    let own = crate::liveness::cross::both(own, || crate::liveness::cross::probe(file, role));
+    own
 }
 
-/// Whether any role of the file behind `file` is held (the whole file and beyond).
+/// Whether any role of the file behind `file` is held (the whole file and beyond; on Linux also
+/// through the portable backend's lock files).
 #[must_use]
 pub fn probe_any(file: BorrowedFd<'_>) -> Liveness {
-    probe_range(file, 0, 0)
+    let own = probe_range(file, 0, 0);
+    #[cfg(not(ring_portable))]
+    let own = crate::liveness::cross::both(own, || crate::liveness::cross::probe_any(file));
+    own
 }
 
 /// [`Liveness::Dead`] only when no lock conflicts with a write lock on `[start, start + len)`.

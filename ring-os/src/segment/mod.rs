@@ -28,9 +28,11 @@ pub use name::SegmentName;
 pub use options::{CreateOptions, SegmentKind, SizeCheck};
 #[cfg(unix)]
 pub use unix::memfd::REQUIRED_SEALS;
+#[cfg(any(ring_portable, ring_cross))]
+pub(crate) use unix::mode_bits;
+#[cfg(ring_portable)]
+pub(crate) use unix::roles_of;
 #[cfg(unix)]
 pub use unix::Segment;
-#[cfg(ring_portable)]
-pub(crate) use unix::{mode_bits, roles_of};
 #[cfg(windows)]
 pub use windows::Segment;

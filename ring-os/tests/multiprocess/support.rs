@@ -266,9 +266,9 @@ pub fn check_payload(buf: &[u8]) -> Option<u64> {
 }
 
 /// [`stale::clean`](ring_os::raw::stale::clean) limited to the test's own segments: a test
-/// never removes another program's rings, which a cleaner built with the other Linux liveness
-/// backend (`portable`'s lock files against the default's locks in the file) would judge
-/// unheld.
+/// never removes another program's rings, not even stale ones (live ones are safe from any
+/// cleaner: on Linux both backends' locks are asked, see docs/OS.md, "Both Linux backends at
+/// once").
 #[cfg(unix)]
 pub fn clean_only(names: &[&SegmentName]) -> ring_os::raw::stale::CleanReport {
     use ring_os::raw::stale;

@@ -87,16 +87,24 @@ fn a_cleaner_holding_every_role_keeps_participants_out_and_removes_the_files() {
 /// Spawns `sleep 30` holding `fds` (as its descriptors 3, 4, ...), as a forked heir would.
 fn child_holding(fds: &[BorrowedFd<'_>]) -> std::process::Child {
     let raws: Vec<i32> = fds.iter().map(AsRawFd::as_raw_fd).collect();
-    // Moved out of the way first, so that placing one cannot close another.
+    // All moved out of the way (to 100, 101, ...) before any is placed, so that placing one
+    // cannot close another that sits at 3, 4, ... (the gate's descriptor was sometimes 3 or 4,
+    // and the child then held the role file twice and the gate not at all).
     let mut cmd = std::process::Command::new("sleep");
     cmd.arg("30");
-    // SAFETY: `dup`, `dup2` and `fcntl` are async-signal-safe, and the descriptors stay open in
-    // the parent until after `spawn` returns; `raws` is not reallocated in the child.
+    // SAFETY: `dup2` and `fcntl` are async-signal-safe, and the descriptors stay open in the
+    // parent until after `spawn` returns; `raws` is not reallocated in the child.
     unsafe {
         cmd.pre_exec(move || {
             for (i, &raw) in raws.iter().enumerate() {
-                let high = libc::fcntl(raw, libc::F_DUPFD, 100 + i32::try_from(i).unwrap_or(0));
-                if high < 0 || libc::dup2(high, 3 + i32::try_from(i).unwrap_or(0)) < 0 {
+                let high = 100 + i32::try_from(i).unwrap_or(0);
+                if libc::dup2(raw, high) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            for i in 0..raws.len() {
+                let i = i32::try_from(i).unwrap_or(0);
+                if libc::dup2(100 + i, 3 + i) < 0 {
                     return Err(std::io::Error::last_os_error());
                 }
             }

@@ -29,7 +29,7 @@ use std::path::Path;
 use memmap2::{MmapOptions, MmapRaw};
 
 use super::{CreateOptions, SegmentKind};
-#[cfg(ring_portable)]
+#[cfg(any(ring_portable, ring_cross))]
 pub(crate) use check::mode_bits;
 
 use crate::liveness::lock::{self, Liveness, Role, RoleLock};

@@ -30,15 +30,34 @@ pub(crate) unsafe fn bulk(src: *const u8, dst: *mut u8, len: usize) {
     unsafe { core::ptr::copy_nonoverlapping(src, dst, len) };
 }
 
-/// Copies every `(source, destination, length)` of `jobs` with [`bulk`].
+/// One copy for [`all`]: `len` bytes from `src` to `dst`. Raw pointers, not addresses, so the
+/// copy reads and writes through pointers that keep their provenance; [`Send`] so a batch can be
+/// copied with the GIL released.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Job {
+    /// The first byte to read.
+    pub(crate) src: *const u8,
+    /// The first byte to write.
+    pub(crate) dst: *mut u8,
+    /// How many bytes.
+    pub(crate) len: usize,
+}
+
+// SAFETY: a `Job` is two pointers and a length, dereferenced only by `all`, whose caller
+// promises that both ranges stay valid for the copy on whichever thread runs it. The memory
+// behind them (shared-memory slots, arena blocks and spill segments, Python buffers and
+// receive buffers the caller keeps alive across the copy) is not tied to a thread.
+unsafe impl Send for Job {}
+
+/// Copies every job of `jobs` with [`bulk`].
 ///
 /// # Safety
 ///
 /// Each job must satisfy [`bulk`]'s contract, and no two jobs' destinations may overlap.
-pub(crate) unsafe fn all(jobs: impl IntoIterator<Item = (usize, usize, usize)>) {
-    for (src, dst, len) in jobs {
+pub(crate) unsafe fn all(jobs: impl IntoIterator<Item = Job>) {
+    for Job { src, dst, len } in jobs {
         // SAFETY: the caller's contract, per job.
-        unsafe { bulk(src as *const u8, dst as *mut u8, len) };
+        unsafe { bulk(src, dst, len) };
     }
 }
 

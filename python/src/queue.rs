@@ -450,7 +450,7 @@ pub(crate) fn new_buffer(
     py: Python<'_>,
     len: usize,
     as_bytes: bool,
-) -> PyResult<(Bound<'_, PyAny>, usize)> {
+) -> PyResult<(Bound<'_, PyAny>, *mut u8)> {
     let n = isize::try_from(len)
         .map_err(|_| Fail::new("TooLarge", "a part is too large for this process"))?;
     // SAFETY: a NULL source makes an uninitialised object of `n` bytes (the C API's idiom for
@@ -471,6 +471,6 @@ pub(crate) fn new_buffer(
         } else {
             ffi::PyByteArray_AsString(obj.as_ptr())
         }
-    } as usize;
-    Ok((obj, ptr))
+    };
+    Ok((obj, ptr.cast::<u8>()))
 }

@@ -91,31 +91,31 @@ pub(crate) struct Buffer {
 }
 
 impl Buffer {
-    /// A buffer of `len` bytes from `home`, and the address to fill it at. The caller must
-    /// fill all `len` bytes before any Python code can see the object (they may be a previous
-    /// message's bytes).
+    /// A buffer of `len` bytes from `home`, and the pointer to fill it through. The caller
+    /// must fill all `len` bytes before any Python code can see the object (they may be a
+    /// previous message's bytes).
     pub(crate) fn make<'py>(
         py: Python<'py>,
         home: &Arc<Recycler>,
         len: usize,
-    ) -> PyResult<(Bound<'py, PyAny>, usize)> {
+    ) -> PyResult<(Bound<'py, PyAny>, *mut u8)> {
         let mut map = home.take(len).map_err(|e| {
             Fail::new(
                 "TooLarge",
                 format!("cannot map {len} bytes for a received part: {e}"),
             )
         })?;
-        let addr = map.as_mut_ptr() as usize;
+        let ptr = map.as_mut_ptr();
         let obj = Bound::new(
             py,
             Self {
                 map: Some(map),
-                addr,
+                addr: ptr as usize,
                 len,
                 home: Arc::clone(home),
             },
         )?;
-        Ok((obj.into_any(), addr))
+        Ok((obj.into_any(), ptr))
     }
 }
 

@@ -10,6 +10,7 @@ use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 
 use super::{lock, truncated_since, Consumer, Part};
+use crate::copy::Job;
 use crate::errors::Fail;
 use crate::queue::{self as q, Arena};
 use crate::recycle::{Buffer, RECYCLE_AT};
@@ -149,12 +150,20 @@ impl Consumer {
             } else if !raw && g.len >= RECYCLE_AT {
                 // A pickled array's buffer: into recycled memory (see `recycle`).
                 let (obj, dst) = Buffer::make(py, &me.recycler, g.len)?;
-                jobs.push((g.addr, dst, g.len));
+                jobs.push(Job {
+                    src: core::ptr::with_exposed_provenance(g.addr),
+                    dst,
+                    len: g.len,
+                });
                 total += g.len;
                 out.push(obj);
             } else {
                 let (obj, dst) = q::new_buffer(py, g.len, raw_bytes)?;
-                jobs.push((g.addr, dst, g.len));
+                jobs.push(Job {
+                    src: core::ptr::with_exposed_provenance(g.addr),
+                    dst,
+                    len: g.len,
+                });
                 total += g.len;
                 out.push(obj);
             }

@@ -17,6 +17,7 @@ use ring_os::raw::Segment;
 use ring_os::SendTimeoutError;
 
 use super::{Lent, Producer, QueueClaim, SendLoan, StaticLoan, View};
+use crate::copy::Job;
 use crate::errors::{self, Fail};
 use crate::handoff::Lease;
 use crate::queue::{self as q, Plan};
@@ -283,17 +284,32 @@ pub(super) fn put_parts(
         arena,
         mut pending,
     } = draft;
-    let slot_addr = loan.bytes().as_mut_ptr() as usize;
-    // (source, destination, length) for the slot and the arena now; (source, offset in the
-    // spill segment's data, length) for a spill, whose new segment is made in the copy below.
-    let mut jobs: Vec<(usize, usize, usize)> = Vec::with_capacity(views.len());
-    let mut spilled: Vec<(usize, usize, usize)> = Vec::new();
+    let slot = loan.bytes().as_mut_ptr();
+    // The copies into the slot and the arena now; for a spill, whose new segment is made in the
+    // copy below, each copy (its destination still null) with its offset in the segment's data.
+    let mut jobs: Vec<Job> = Vec::with_capacity(views.len());
+    let mut spilled: Vec<(Job, usize)> = Vec::new();
     for (p, v) in plan.places.iter().zip(&views).filter(|(p, _)| p.len > 0) {
-        let src = v.bytes().as_ptr() as usize;
+        let (src, len) = (v.bytes().as_ptr(), p.len);
         match (arena, p.arena) {
-            (_, false) => jobs.push((src, slot_addr + p.offset, p.len)),
-            (Some(addr), true) => jobs.push((src, addr + p.offset, p.len)),
-            (None, true) => spilled.push((src, p.offset, p.len)),
+            (_, false) => jobs.push(Job {
+                src,
+                dst: slot.wrapping_add(p.offset),
+                len,
+            }),
+            (Some(addr), true) => jobs.push(Job {
+                src,
+                dst: core::ptr::with_exposed_provenance_mut(addr + p.offset),
+                len,
+            }),
+            (None, true) => spilled.push((
+                Job {
+                    src,
+                    dst: core::ptr::null_mut(),
+                    len,
+                },
+                p.offset,
+            )),
         }
     }
     let target = pending.target.take();
@@ -318,11 +334,10 @@ pub(super) fn put_parts(
         // (acknowledged, or its slot claimed again), so no reader uses its data now (the
         // untrusted-peer caveat of `spill`).
         unsafe {
-            crate::copy::all(
-                spilled
-                    .into_iter()
-                    .map(|(src, off, len)| (src, base + off, len)),
-            )
+            crate::copy::all(spilled.into_iter().map(|(job, off)| Job {
+                dst: core::ptr::with_exposed_provenance_mut(base + off),
+                ..job
+            }))
         };
         Ok((Some(target), created))
     };

@@ -19,6 +19,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 os.environ["VGI_RPC_SHM_MIN_BATCH_BYTES"] = "0"
+# numpy only makes the batches here: OpenBLAS's worker threads (one per core, started at import)
+# would take CPU time from the client and server threads on a small machine (perf saw 3.6% of
+# a ring run's samples in blas_thread_server).
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pyarrow as pa  # noqa: E402

@@ -34,6 +34,8 @@ trap cleanup EXIT
 # 100,000 messages through the three-class stress scenario (1,000,000 natively).
 export RING_OS_STRESS_N="${RING_OS_STRESS_N:-100000}"
 cargo clippy --target "$target" -p ring-os -p ringctl -p ring-ffi --all-targets -- -D warnings
+# The Python extension's Rust for Windows (lint only: its wheel is not built here).
+(cd python && cargo clippy --target "$target" --all-targets -- -D warnings)
 cargo test --target "$target" -p ring-os
 # The async feature: its reactor sleeps on the segments' wait semaphores here (a publish through
 # a second view reaches it through one), and the futures' cancel-safety tests.

@@ -95,7 +95,9 @@ pub(crate) fn is_spill_of(name: &str, queue: &str) -> bool {
     ring_os::raw::stale::is_spill_of(name, queue)
 }
 
-/// The queue a spill name belongs to (the part before `.s`), if it is one.
+/// The queue a spill name belongs to (the part before `.s`), if it is one (for the sweep, Unix
+/// only).
+#[cfg(unix)]
 pub(crate) fn queue_of(name: &str) -> Option<&str> {
     ring_os::raw::stale::spill_queue(name)
 }

@@ -18,7 +18,9 @@
 use pyo3::prelude::*;
 
 /// Whether `name` (without the `shmring.` prefix) is one `create_pair` makes when given no
-/// name: `q-`, the creating pid in decimal, `-`, 12 lowercase hex digits.
+/// name: `q-`, the creating pid in decimal, `-`, 12 lowercase hex digits. (The sweep runs on
+/// Unix only.)
+#[cfg(unix)]
 pub(crate) fn is_queue_name(name: &str) -> bool {
     let Some(rest) = name.strip_prefix("q-") else {
         return false;

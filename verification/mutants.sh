@@ -27,6 +27,8 @@
 #                   matching FILTER
 #   core[=TEST]     ring-core's own unit and integration tests (only tests/TEST.rs when given)
 #   os=TEST         ring-os's tests/TEST.rs
+#   os-lib=FILTER   ring-os's unit tests matching FILTER
+#   os-lib-portable=FILTER  the same, built with the `portable` feature
 #   doc=CRATE       CRATE's doctests (the compile_fail ones are the safe-API checks)
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
@@ -100,6 +102,12 @@ run_layer() {
         os)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-os --release \
                 --test "$arg" ;;
+        os-lib)
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-os --release \
+                --lib -- "$arg" ;;
+        os-lib-portable)
+            CARGO_TARGET_DIR="$work/t-portable" cargo test -q -j "$jobs" -p ring-os --release \
+                --features portable --lib -- "$arg" ;;
         doc)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p "$arg" --doc ;;
         clippy)

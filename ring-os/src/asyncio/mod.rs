@@ -60,7 +60,8 @@
 //!   waiting on that word itself, on the publishing thread, before its futex wake: one thread
 //!   hand-off to the executor instead of two (the reactor's thread, then the executor's). The
 //!   words are matched by address, so a ring mapped twice in one process takes the reactor's
-//!   path; waiters in other processes always do.
+//!   path; waiters in other processes always do. Waits armed in a driver's io_uring are left
+//!   to it (the futex wake completes them), so that the runtime is not woken twice.
 //! - Peers' liveness: every entry also has a deadline one
 //!   [`LIVENESS_PERIOD`](crate::raw::LIVENESS_PERIOD) away. For a subscriber's entry the reactor
 //!   then asks the kernel whether the publisher's role lock is held (once per ring, however

@@ -206,6 +206,36 @@ fn driver_or_skip(r: &'static Reactor) -> Option<crate::asyncio::Driver> {
     }
 }
 
+/// A reactor of its own with a driver and one wait armed on a word holding 0 (far deadline).
+#[cfg(target_os = "linux")]
+struct Armed {
+    r: &'static Reactor,
+    driver: crate::asyncio::Driver,
+    word: Arc<AtomicU32>,
+    /// Where the armed wait's waker was woken.
+    woke: Arc<Where>,
+    token: Token,
+    far: Instant,
+}
+
+/// [`Armed`], or `None` (said why) where no driver can be made.
+#[cfg(target_os = "linux")]
+fn armed_wait() -> Option<Armed> {
+    let r = Reactor::start(Backend::Waitv);
+    let driver = driver_or_skip(r)?;
+    let far = Instant::now() + Duration::from_secs(3600);
+    let word = Arc::new(AtomicU32::new(0));
+    let (woke, token) = wait_on(r, &word, 0, far);
+    Some(Armed {
+        r,
+        driver,
+        word,
+        woke,
+        token,
+        far,
+    })
+}
+
 /// Bumps `word` and wakes its futex from another thread, as a producer in another process
 /// would (no in-process shortcut: this reactor is not the process's).
 #[cfg(target_os = "linux")]
@@ -235,13 +265,17 @@ fn readable(d: &crate::asyncio::Driver) -> bool {
 #[test]
 #[cfg(target_os = "linux")]
 fn a_driver_wakes_on_its_own_thread_without_the_helper() {
-    let r = Reactor::start(Backend::Waitv);
-    let Some(driver) = driver_or_skip(r) else {
+    let Some(Armed {
+        r,
+        driver,
+        word,
+        woke,
+        far,
+        ..
+    }) = armed_wait()
+    else {
         return;
     };
-    let far = Instant::now() + Duration::from_secs(3600);
-    let word = Arc::new(AtomicU32::new(0));
-    let (woke, _) = wait_on(r, &word, 0, far);
     // The helper does not wait on an armed word: the change reaches only the io_uring.
     bump_elsewhere(&word);
     assert!(readable(&driver), "the io_uring fd never turned readable");
@@ -270,13 +304,17 @@ fn a_driver_wakes_on_its_own_thread_without_the_helper() {
 #[test]
 #[cfg(target_os = "linux")]
 fn without_a_driver_the_helper_takes_the_waits_back() {
-    let r = Reactor::start(Backend::Waitv);
-    let Some(driver) = driver_or_skip(r) else {
+    let Some(Armed {
+        r,
+        driver,
+        word,
+        woke,
+        token,
+        far: _,
+    }) = armed_wait()
+    else {
         return;
     };
-    let far = Instant::now() + Duration::from_secs(3600);
-    let word = Arc::new(AtomicU32::new(0));
-    let (woke, token) = wait_on(r, &word, 0, far);
     // Dropped while armed: the wait goes back to the helper's futex_waitv.
     drop(driver);
     bump_elsewhere(&word);
@@ -308,4 +346,29 @@ fn a_driver_nobody_polls_costs_a_deadline_not_a_wake_up() {
     std::thread::sleep(Duration::from_millis(50));
     let _ = r.dispatch_uring();
     assert_eq!(woke.woken_on(), None, "a cancelled wait was woken");
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn the_in_process_shortcut_leaves_armed_waits_to_the_driver() {
+    let Some(Armed {
+        r,
+        driver,
+        word,
+        woke,
+        ..
+    }) = armed_wait()
+    else {
+        return;
+    };
+    // A publish in this process: the word changes, the shortcut runs, then the futex wake.
+    // Release: pairs with the Acquire loads of the shortcut and the dispatch.
+    word.fetch_add(1, Ordering::Release);
+    r.wake_word(&word);
+    assert_eq!(woke.woken_on(), None, "the shortcut woke an armed wait");
+    let _ = crate::wait::futex::wake_all(&word);
+    assert!(readable(&driver), "the io_uring fd never turned readable");
+    assert_eq!(driver.dispatch(), 1);
+    let here = std::thread::current().name().unwrap_or("?").to_owned();
+    assert_eq!(woke.woken_on(), Some(here));
 }

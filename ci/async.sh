@@ -15,6 +15,8 @@ RUSTDOCFLAGS="-D warnings" cargo doc -p ring-os --features async --no-deps
 tests=(--test async_cancel --test async_ends --test async_threads --test async_uring)
 cargo test -p ring-os --features async --lib asyncio
 cargo test -p ring-os --features async "${tests[@]}"
+# Shows the io_uring driver's test outcome in the log: its wake-up count, or why it skipped.
+cargo test -p ring-os --features async --test async_uring -- --nocapture
 cargo test -p ring-os --features async --doc asyncio
 # The fallback for kernels without futex_waitv (and other platforms): the same futures, polled.
 SHMRING_ASYNC_POLL=1 cargo test -p ring-os --features async "${tests[@]}"

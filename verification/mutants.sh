@@ -29,6 +29,8 @@
 #   os=TEST         ring-os's tests/TEST.rs
 #   os-lib=FILTER   ring-os's unit tests matching FILTER
 #   os-lib-portable=FILTER  the same, built with the `portable` feature
+#   os-async-lib=FILTER  ring-os's unit tests matching FILTER, with the `async` feature
+#   os-async=TEST   ring-os's tests/TEST.rs, with the `async` feature
 #   doc=CRATE       CRATE's doctests (the compile_fail ones are the safe-API checks)
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
@@ -105,6 +107,12 @@ run_layer() {
         os-lib)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-os --release \
                 --lib -- "$arg" ;;
+        os-async-lib)
+            CARGO_TARGET_DIR="$work/t-async" cargo test -q -j "$jobs" -p ring-os --release \
+                --features async --lib -- "$arg" ;;
+        os-async)
+            CARGO_TARGET_DIR="$work/t-async" cargo test -q -j "$jobs" -p ring-os --release \
+                --features async --test "$arg" ;;
         os-lib-portable)
             CARGO_TARGET_DIR="$work/t-portable" cargo test -q -j "$jobs" -p ring-os --release \
                 --features portable --lib -- "$arg" ;;

@@ -53,6 +53,13 @@ fn unsupported(what: &str, e: &io::Error) -> io::Error {
 impl Uring {
     /// A new ring, if the kernel offers io_uring (not `ENOSYS`, not disabled by
     /// `kernel.io_uring_disabled`: `EPERM`) and its `FUTEX_WAIT` operation (Linux >= 6.7).
+    ///
+    /// No setup flags. `COOP_TASKRUN` was measured not better (docs/benchmarks.md, "Where the
+    /// current-thread runtime's slow runs lose time"): a parked runtime thread is woken the
+    /// same way, and a running one would post a completion only at its next syscall, which
+    /// no other thread can do for it. `SINGLE_ISSUER`/`DEFER_TASKRUN` do not fit: waits are
+    /// armed by whichever thread polls a future, cancelled by a detaching one, and the helper
+    /// must be able to reap a stalled driver's completions.
     pub(crate) fn new() -> io::Result<Self> {
         let ring = IoUring::new(ENTRIES).map_err(|e| unsupported("io_uring_setup", &e))?;
         let mut probe = io_uring::Probe::new();

@@ -12,8 +12,8 @@
 //!
 //! On Linux >= 6.7 each loop's hub also holds a [`Driver`] (ring-os's io_uring driver) and
 //! watches its fd: the waits are then io_uring futex waits, and the loop's own callback reaps
-//! them (`dispatch`), which runs the same [`Waiters`] wakers on the loop's thread, then drains
-//! the tokens at once: a publish in another process wakes the loop through the kernel, not
+//! them (`Notifier::dispatch`), which runs the same [`Waiters`] wakers on the loop's thread and
+//! takes the tokens at once, without ringing the loop's own eventfd for them: a publish in another process wakes the loop through the kernel, not
 //! through the reactor thread and the eventfd (`SHMRING_ASYNC_DRIVER=0` turns it off).
 //!
 //! Between polls the subscriber stays in the consumer (no future borrows it), so blocking
@@ -40,25 +40,52 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 /// watches. Shared (`Arc`) by the loop's `Notifier` and the consumers' [`Waiters`], so the fd
 /// is closed only when nothing can write to it any more (never a write to a reused fd number).
 pub(crate) struct Signal {
-    /// Tokens woken since the loop last drained them.
-    ready: Mutex<Vec<u64>>,
+    /// Tokens woken since the loop last took them.
+    ready: Mutex<Ready>,
     #[cfg(unix)]
     fd: fd::Doorbell,
 }
 
+/// A [`Signal`]'s woken tokens.
+#[derive(Default)]
+struct Ready {
+    tokens: Vec<u64>,
+    /// The loop's own thread is dispatching its driver ([`Notifier::dispatch`]) and takes the
+    /// tokens right after: no doorbell for them (it would cost the loop an eventfd write and
+    /// a read for what it takes anyway).
+    quiet: bool,
+}
+
 impl Signal {
-    /// Marks `token` woken; rings the doorbell when the list was empty (the loop drains the fd
-    /// before it takes the list, so a token added to a non-empty list is taken with the rest).
-    /// Calls no Python: runs on the reactor's thread.
+    /// Marks `token` woken; rings the doorbell when the list was empty and the loop is not
+    /// dispatching (the loop drains the fd before it takes the list, so a token added to a
+    /// non-empty list is taken with the rest; one added while it dispatches is taken when the
+    /// dispatch ends, under this lock). Calls no Python: runs on the reactor's thread too.
     fn notify(&self, token: u64) {
         let mut ready = lock(&self.ready);
-        let first = ready.is_empty();
-        ready.push(token);
+        let ring = ready.tokens.is_empty() && !ready.quiet;
+        ready.tokens.push(token);
         drop(ready);
-        if first {
+        if ring {
             #[cfg(unix)]
             self.fd.ring();
         }
+    }
+
+    /// Takes the tokens woken so far, ending a quiet dispatch.
+    fn take(&self) -> Vec<u64> {
+        let mut ready = lock(&self.ready);
+        ready.quiet = false;
+        core::mem::take(&mut ready.tokens)
+    }
+}
+
+/// Ends a quiet dispatch however the dispatch returns.
+struct Loud<'a>(&'a Signal);
+
+impl Drop for Loud<'_> {
+    fn drop(&mut self) {
+        lock(&self.0.ready).quiet = false;
     }
 }
 
@@ -163,7 +190,18 @@ impl Notifier {
     fn drain(&self) -> Vec<u64> {
         #[cfg(unix)]
         self.signal.fd.drain();
-        core::mem::take(&mut *lock(&self.signal.ready))
+        self.signal.take()
+    }
+
+    /// Runs `driver.dispatch()` (on the loop's thread, when the driver's fd is readable) and
+    /// takes the tokens woken so far: those its dispatch wakes for this loop come back here
+    /// without ringing the doorbell (the loop's fd is not made readable for them).
+    fn dispatch(&self, driver: &Driver) -> Vec<u64> {
+        lock(&self.signal.ready).quiet = true;
+        let loud = Loud(&self.signal);
+        driver.dispatch();
+        drop(loud);
+        self.signal.take()
     }
 }
 
@@ -289,9 +327,14 @@ mod fd {
             let _ = rustix::io::write(fd, &1u64.to_ne_bytes());
         }
 
-        /// Reads until empty (one read resets an eventfd; a pipe may hold several bytes).
+        /// Empties the fd: one read resets an eventfd; a pipe may hold several bytes, read
+        /// until empty.
         pub(super) fn drain(&self) {
             let mut buf = [0u8; 64];
+            if self.write.is_none() {
+                let _ = rustix::io::read(&self.read, &mut buf);
+                return;
+            }
             while matches!(rustix::io::read(&self.read, &mut buf), Ok(n) if n > 0) {}
         }
     }

@@ -8,6 +8,7 @@ run on uvloop's event loop."""
 import asyncio
 import os
 import random
+import select
 import signal
 import subprocess
 import sys
@@ -395,15 +396,20 @@ with ring.producer() as p:
 """
 
 
-def test_a_publisher_in_another_process_wakes_the_loop_through_its_io_uring_driver(name):
-    """On Linux >= 6.7 each loop gets an io_uring driver (shmring/_aio.py): the loop's own thread
-    reaps the futex waits, so the wake-ups are counted as the driver's."""
+def driver_or_skip() -> "_shmring._Driver":
+    """An io_uring driver (Linux >= 6.7), or the test skipped."""
     if os.environ.get("SHMRING_ASYNC_DRIVER") == "0":
         pytest.skip("SHMRING_ASYNC_DRIVER=0")
     try:
-        probe = _shmring._Driver()
+        return _shmring._Driver()
     except (OSError, NotImplementedError) as e:
         pytest.skip(f"no io_uring driver here: {e}")
+
+
+def test_a_publisher_in_another_process_wakes_the_loop_through_its_io_uring_driver(name):
+    """On Linux >= 6.7 each loop gets an io_uring driver (shmring/_aio.py): the loop's own thread
+    reaps the futex waits, so the wake-ups are counted as the driver's."""
+    probe = driver_or_skip()
     before = probe.wakeups()
     del probe
     n = 100
@@ -427,4 +433,36 @@ def test_a_publisher_in_another_process_wakes_the_loop_through_its_io_uring_driv
     assert got == list(range(n))
     through = _shmring._Driver().wakeups() - before
     assert through > n // 2, f"{through} of {n} wake-ups through the driver"
+    assert _shmring._async_pending() == 0
+
+
+def test_a_dispatch_hands_its_tokens_back_without_ringing_the_notifier(name):
+    """``_Notifier.dispatch(driver)`` (python/src/aio.rs): the coroutine tokens the driver's
+    dispatch wakes for this loop come back from the call, and the notifier's fd is not made
+    readable for them (no eventfd write and drain per wake-up)."""
+    driver = driver_or_skip()
+    notifier = _shmring._Notifier()
+    ring = shmring.Ring.create(name, slots=8, slot_size=64)
+    c = ring.consumer("gating")
+    try:
+        with ring.producer() as p:
+            assert c._poll_ready(notifier, 7) == 1  # pending: armed in the driver's io_uring
+            p.publish(b"x")
+            assert select.select([driver.fileno()], [], [], 10)[0], "no completion"
+            assert notifier.dispatch(driver) == [7]
+            assert select.select([notifier.fileno()], [], [], 0)[0] == []
+            assert c.recv(0.0) == b"x"
+            c._cancel_ready(notifier, 7)
+            # The reactor thread's path still rings it (a token notified outside a dispatch).
+            assert c._poll_ready(notifier, 8) == 1
+            p.publish(b"y")
+            assert select.select([driver.fileno()], [], [], 10)[0], "no completion"
+            assert driver.dispatch() == 1
+            assert select.select([notifier.fileno()], [], [], 0)[0] == [notifier.fileno()]
+            assert notifier.drain() == [8]
+            assert select.select([notifier.fileno()], [], [], 0)[0] == []
+            c._cancel_ready(notifier, 8)
+    finally:
+        c.close()
+        ring.close()
     assert _shmring._async_pending() == 0

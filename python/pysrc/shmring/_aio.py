@@ -52,13 +52,15 @@ class _Hub:
 
     def _on_driver(self) -> None:
         assert self.driver is not None
-        # Wakes the waiting consumers here, on the loop's thread: their tokens go to the
-        # notifier, taken at once.
-        if self.driver.dispatch():
-            self._on_ready()
+        # Wakes the waiting consumers here, on the loop's thread; their tokens come back at
+        # once, without a ring of the notifier's fd.
+        self._resolve(self.notifier.dispatch(self.driver))
 
     def _on_ready(self) -> None:
-        for token in self.notifier.drain():
+        self._resolve(self.notifier.drain())
+
+    def _resolve(self, tokens: list[int]) -> None:
+        for token in tokens:
             fut = self.futures.get(token)
             if fut is not None and not fut.done():
                 fut.set_result(None)

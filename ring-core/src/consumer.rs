@@ -73,6 +73,51 @@ pub struct Consumer<M: Memory> {
     /// Whether the ring is never-stall (its geometry says so; cached for the read path): reads
     /// find a message's slot through its home slot's route.
     never_stall: bool,
+    /// Which one-pass reads (`consumer/fast.rs`) this consumer may take, from what never
+    /// changes after registration (class, never-stall, pin-only): [`FAST_PIN`] and
+    /// [`FAST_COPY`] bits, so the per-call test of those conditions is one load
+    /// ([`fast_bits`]).
+    fast: u8,
+}
+
+/// [`Consumer::own_entry`] on the fields it reads (so a caller that goes on to change other
+/// fields can keep the entry): entry `index` of `mem`, if it is still held by `owner` in
+/// `generation` and ACTIVE.
+#[inline(always)]
+fn entry_if_owned<M: Memory>(
+    mem: &M,
+    index: usize,
+    generation: u64,
+    owner: OwnerId,
+) -> Result<&ConsumerEntry, ReadError> {
+    let e = mem.consumer_entry(index);
+    // Relaxed: our own entry; a reclaim changes these (the generation first), and we only
+    // detect it. Whoever reclaims promised we are not inside a call meanwhile.
+    if e.generation.load(Ordering::Relaxed) != generation
+        || e.owner.load(Ordering::Relaxed) != owner.get()
+        || e.state.load(Ordering::Relaxed) != CONSUMER_ACTIVE
+    {
+        return Err(ReadError::Evicted);
+    }
+    Ok(e)
+}
+
+/// [`Consumer::fast`]: the one-pass pin may be taken (a gating or skip-on-lag reader of a
+/// default, not never-stall, ring).
+const FAST_PIN: u8 = 1;
+/// [`Consumer::fast`]: the one-pass copy may be taken (as [`FAST_PIN`], and not pin-only).
+const FAST_COPY: u8 = 2;
+
+/// The [`Consumer::fast`] bits for a reader of `class` on a ring configured as `config`.
+fn fast_bits(class: DeliveryClass, config: &crate::Config) -> u8 {
+    if class == DeliveryClass::LatestOnly || config.never_stall {
+        return 0; // Latest-only reads from `head`; never-stall follows routes.
+    }
+    if config.pin_only {
+        FAST_PIN // Copies pin there (`copy_pinned_seq`).
+    } else {
+        FAST_PIN | FAST_COPY
+    }
 }
 
 /// A pinned message: a zero-copy view the producer cannot overwrite until it is dropped.
@@ -221,16 +266,7 @@ impl<M: Memory> Consumer<M> {
     /// write to shared state goes through this check, so a consumer whose entry was reclaimed
     /// (see [`Producer::reclaim`](crate::Producer::reclaim)) writes nothing.
     fn own_entry(&self) -> Result<&ConsumerEntry, ReadError> {
-        let e = self.mem.consumer_entry(self.index);
-        // Relaxed: our own entry; a reclaim changes these (the generation first), and we only
-        // detect it. Whoever reclaims promised we are not inside a call meanwhile.
-        if e.generation.load(Ordering::Relaxed) != self.generation
-            || e.owner.load(Ordering::Relaxed) != self.owner.get()
-            || e.state.load(Ordering::Relaxed) != CONSUMER_ACTIVE
-        {
-            return Err(ReadError::Evicted);
-        }
-        Ok(e)
+        entry_if_owned(&self.mem, self.index, self.generation, self.owner)
     }
 
     fn check_registered(&self) -> Result<(), ReadError> {

@@ -6,11 +6,10 @@
 //! Each changes nothing that stays changed until it has its message (a refused pin takes its
 //! bit back, as in the general read), so when anything is not the common case it returns
 //! `None` and the caller runs the general read, which decides everything again. They are built
-//! from the general read's pieces: `check_registered`, the stamp test of `target`, `copy_slot`
+//! from the general read's pieces: `own_entry`, the stamp test of `target`, `copy_slot`
 //! (the seqlock copy) or `pin_slot`, and `advance`'s stores.
 
-use super::{Consumer, Copied};
-use crate::class::DeliveryClass;
+use super::{entry_if_owned, Consumer, Copied, FAST_COPY, FAST_PIN};
 use crate::layout::SEQ_LIMIT;
 use crate::memory::Memory;
 use crate::sync::Ordering;
@@ -19,18 +18,19 @@ impl<M: Memory> Consumer<M> {
     /// The common case of `try_copy`, or `None` (nothing changed) for the general read.
     #[inline(always)]
     pub(super) fn copy_fast(&mut self, buf: &mut [u8]) -> Option<Copied> {
-        let geometry = self.mem.geometry();
-        if geometry.config().pin_only {
-            return None; // Copies pin there (`copy_pinned_seq`).
-        }
-        let seq = self.plain_next()?;
+        // Not on a pin-only ring: copies pin there (`copy_pinned_seq`).
+        let seq = self.plain_next(FAST_COPY)?;
+        // `check_registered`, keeping the entry for the stores below (borrowing only `mem`).
+        let e = entry_if_owned(&self.mem, self.index, self.generation, self.owner).ok()?;
         // Any miss (not published yet, overrun, a short buffer, a corrupt length): the general
         // read decides what it means.
-        let (len, meta) = self.copy_slot(seq, geometry.slot_of(seq), buf).ok()?;
-        // `advance`, with the entry checked above.
+        let (len, meta) = self
+            .copy_slot(seq, self.mem.geometry().slot_of(seq), buf)
+            .ok()?;
+        // `advance`, into the entry checked above (no reclaim happens inside a call).
         self.next = seq + 1;
         self.received += 1;
-        self.store_progress(self.mem.consumer_entry(self.index), false);
+        self.store_progress(e, false);
         Some(Copied {
             seq,
             len,
@@ -44,7 +44,8 @@ impl<M: Memory> Consumer<M> {
     /// caller records the pin), or `None` for the general read.
     #[inline(always)]
     pub(super) fn pin_fast(&mut self) -> Option<(u64, usize, usize)> {
-        let seq = self.plain_next()?;
+        let seq = self.plain_next(FAST_PIN)?;
+        self.check_registered().ok()?;
         let slot = self.mem.geometry().slot_of(seq);
         // `target`'s test, before any pin-line access: only a published message is pinned (an
         // empty poll never touches the slot's state word). Acquire: pairs with the producer's
@@ -56,27 +57,25 @@ impl<M: Memory> Consumer<M> {
         Some((seq, slot, len))
     }
 
-    /// The next sequence when this read is the common case of both: a gating or skip-on-lag
-    /// reader (latest-only ones read from `head`) of a default ring, not a group member, no
-    /// leaked pin to take back, a sequence in range, and the entry still ours
-    /// (`check_registered`, as the general read starts with).
+    /// The next sequence when this read is the common case of both: a reader whose
+    /// registration allows the one-pass read `kind` ([`FAST_PIN`] or [`FAST_COPY`] in `fast`:
+    /// a gating or skip-on-lag reader (latest-only ones read from `head`) of a default ring,
+    /// for a copy not pin-only), not a group member, no leaked pin to take back, and a
+    /// sequence in range. The caller then checks the entry is still ours (`check_registered`,
+    /// as the general read starts with).
     ///
-    /// The never-stall test only saves a wasted attempt: there the home slot may hold another
-    /// message, and the general read follows the route; but a home slot whose stamp names
-    /// `seq` holds that message (stamps are unique per message), so reading it would be
-    /// correct too. (The mutation check confirms it: without the test every check passes.)
+    /// The never-stall test (in `fast`) only saves a wasted attempt: there the home slot may
+    /// hold another message, and the general read follows the route; but a home slot whose
+    /// stamp names `seq` holds that message (stamps are unique per message), so reading it
+    /// would be correct too. (The mutation check confirms it: without the test every check
+    /// passes.)
     #[inline(always)]
-    fn plain_next(&self) -> Option<u64> {
+    fn plain_next(&self, kind: u8) -> Option<u64> {
         let seq = self.next;
-        if self.class == DeliveryClass::LatestOnly
-            || self.never_stall
-            || self.member.is_some()
-            || self.held.is_some()
-            || seq >= SEQ_LIMIT
+        if self.fast & kind == 0 || self.member.is_some() || self.held.is_some() || seq >= SEQ_LIMIT
         {
             return None;
         }
-        self.check_registered().ok()?;
         Some(seq)
     }
 }

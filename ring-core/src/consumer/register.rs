@@ -119,8 +119,10 @@ impl<M: Memory> Consumer<M> {
         generation: u64,
     ) -> Self {
         let never_stall = mem.geometry().config().never_stall;
+        let fast = super::fast_bits(class, mem.geometry().config());
         Self {
             mem,
+            fast,
             index,
             owner,
             class,

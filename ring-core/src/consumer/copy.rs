@@ -177,7 +177,7 @@ impl<M: Memory> Consumer<M> {
             }))
         } else {
             crate::words::read(
-                self.message_words(slot, len as usize),
+                self.message_words_at(hdr, slot, len as usize),
                 &mut buf[..len as usize],
             );
             None

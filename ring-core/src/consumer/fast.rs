@@ -50,10 +50,11 @@ impl<M: Memory> Consumer<M> {
         // `target`'s test, before any pin-line access: only a published message is pinned (an
         // empty poll never touches the slot's state word). Acquire: pairs with the producer's
         // Release stamp store (as `stamp_at_home`).
-        if self.mem.slot_header(slot).stamp.load(Ordering::Acquire) != 2 * seq + 2 {
+        let hdr = self.mem.slot_header(slot);
+        if hdr.stamp.load(Ordering::Acquire) != 2 * seq + 2 {
             return None;
         }
-        let (slot, len) = self.pin_slot(seq, slot).ok()?;
+        let (slot, len) = self.pin_slot_at(hdr, seq, slot).ok()?;
         Some((seq, slot, len))
     }
 

@@ -1,6 +1,6 @@
 //! A pinned message (`Pinned`) and a batch item (`BatchItem`): zero-copy views.
 
-use super::{Pinned, NO_CLAIM};
+use super::{entry_if_owned, Pinned, NO_CLAIM};
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -94,11 +94,12 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             return;
         }
         c.held = None;
-        if c.check_registered().is_err() {
+        // `check_registered`, keeping the entry for the progress stores below.
+        let Ok(e) = entry_if_owned(&c.mem, c.index, c.generation, c.owner) else {
             // Reclaimed: the bit and the cursor are no longer ours (a new consumer may hold
             // this entry now, with the same owner id); write nothing.
             return;
-        }
+        };
         if c.pins(self.seq) {
             let hdr = c.mem.slot_header(self.slot);
             // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
@@ -110,7 +111,7 @@ impl<M: Memory> Drop for Pinned<'_, M> {
         // scan (Acquire) past this message.
         c.next = self.seq + 1;
         c.received += 1;
-        c.store_progress(c.mem.consumer_entry(c.index), true);
+        c.store_progress(e, true);
     }
 }
 

@@ -121,8 +121,20 @@ impl<M: Memory> Consumer<M> {
     /// the payload area otherwise (`len` ≤ the slot capacity, checked by the caller).
     #[inline]
     pub(super) fn message_words(&self, slot: usize, len: usize) -> &[AtomicU64] {
+        self.message_words_at(self.mem.slot_header(slot), slot, len)
+    }
+
+    /// [`message_words`](Self::message_words) with `hdr`, slot `slot`'s header, already
+    /// looked up.
+    #[inline(always)]
+    pub(super) fn message_words_at<'a>(
+        &'a self,
+        hdr: &'a crate::layout::SlotHeader,
+        slot: usize,
+        len: usize,
+    ) -> &'a [AtomicU64] {
         if len <= INLINE_CAPACITY {
-            &self.mem.slot_header(slot).inline
+            &hdr.inline
         } else {
             self.mem.payload(slot)
         }
@@ -250,7 +262,17 @@ impl<M: Memory> Consumer<M> {
     /// Pins `slot` if it holds message `seq`.
     #[inline(always)]
     pub(super) fn pin_slot(&self, seq: u64, slot: usize) -> Result<(usize, usize), Miss> {
-        let hdr = self.mem.slot_header(slot);
+        self.pin_slot_at(self.mem.slot_header(slot), seq, slot)
+    }
+
+    /// [`pin_slot`](Self::pin_slot) with `hdr`, slot `slot`'s header, already looked up.
+    #[inline(always)]
+    pub(super) fn pin_slot_at(
+        &self,
+        hdr: &crate::layout::SlotHeader,
+        seq: u64,
+        slot: usize,
+    ) -> Result<(usize, usize), Miss> {
         if self.holds.holds_slot(slot) {
             // A held message keeps the producer off its slot, so no later message can be
             // published there: only a scribbled `head` or stamp targets it. Touching the bit

@@ -5,7 +5,8 @@ use crate::class::DeliveryClass;
 use crate::error::ClaimError;
 use crate::group::claims_floor;
 use crate::layout::{
-    CLASS_GROUP, CONSUMER_ACTIVE, FLAG_CLOSED, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT, WRITER,
+    SlotHeader, CLASS_GROUP, CONSUMER_ACTIVE, FLAG_CLOSED, OWNER_SWEEPING, READER_MASK, SEQ_LIMIT,
+    WRITER,
 };
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -97,7 +98,17 @@ impl<M: Memory> Producer<M> {
     /// stamp. On failure, clears bits nobody owns and reports the readers that hold it.
     #[inline]
     pub(super) fn claim_cas(&self, slot: usize, seq: u64) -> Result<(), ClaimError> {
-        let hdr = self.mem.slot_header(slot);
+        self.claim_cas_at(self.mem.slot_header(slot), slot, seq)
+    }
+
+    /// [`claim_cas`](Self::claim_cas) with `hdr`, slot `slot`'s header, already looked up.
+    #[inline(always)]
+    pub(super) fn claim_cas_at(
+        &self,
+        hdr: &SlotHeader,
+        slot: usize,
+        seq: u64,
+    ) -> Result<(), ClaimError> {
         // Success Acquire: synchronises with every reader's Release `fetch_and` (unpin), so their
         // reads of the old message happen before our writes. Failure Acquire: synchronises with
         // the Release half of the pin `fetch_or` that set a bit we see, so that pinner's

@@ -38,17 +38,22 @@ impl<M: Memory> Producer<M> {
             return Err(ClaimError::Closed);
         }
         let slot = self.mem.geometry().slot_of(seq);
-        self.claim_cas(slot, seq)?;
+        // One lookup of the slot's header for the claim, the write and the seal.
+        let hdr = self.mem.slot_header(slot);
+        self.claim_cas_at(hdr, slot, seq)?;
         if data.len() <= INLINE_CAPACITY {
             // The message line only, padded (as `WriteSlot::fill`).
-            write_line(&self.mem.slot_header(slot).inline, data);
+            write_line(&hdr.inline, data);
         } else {
             // As `fill` through `write`, then `finish`'s padding of the last word.
             let payload = self.mem.payload(slot);
             crate::words::write(payload, 0, data);
             pad_last_word(payload, data.len());
         }
-        let seq = self.seal(slot, seq, data.len(), [0; 2])?;
+        // `seal`: its check and stores, then the local `head` (no never-stall route: the
+        // one-pass publish runs only on a default ring).
+        self.seal_at(hdr, seq, data.len(), [0; 2])?;
+        self.head = seq + 1;
         self.announce();
         Ok(seq)
     }

@@ -4,7 +4,7 @@
 use super::LoanError;
 use super::{Overflow, Producer, WriteSlot};
 use crate::error::ClaimError;
-use crate::layout::{INLINE_CAPACITY, WRITER};
+use crate::layout::{SlotHeader, INLINE_CAPACITY, WRITER};
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -236,8 +236,25 @@ impl<M: Memory> Producer<M> {
         len: usize,
         meta: [u64; 2],
     ) -> Result<u64, ClaimError> {
+        self.seal_at(self.mem.slot_header(slot), seq, len, meta)?;
+        if self.never_stall {
+            self.route_published(seq, slot);
+        }
+        self.head = seq + 1;
+        Ok(seq)
+    }
+
+    /// [`seal`](Self::seal)'s check and stores, into `hdr` (the slot's header, already looked
+    /// up): everything but the never-stall route and the local `head`, which the caller sets.
+    #[inline(always)]
+    pub(super) fn seal_at(
+        &self,
+        hdr: &SlotHeader,
+        seq: u64,
+        len: usize,
+        meta: [u64; 2],
+    ) -> Result<(), ClaimError> {
         self.check_epoch()?;
-        let hdr = self.mem.slot_header(slot);
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);
         hdr.meta[0].store(meta[0], Ordering::Relaxed);
@@ -252,11 +269,7 @@ impl<M: Memory> Producer<M> {
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);
-        if self.never_stall {
-            self.route_published(seq, slot);
-        }
-        self.head = seq + 1;
-        Ok(seq)
+        Ok(())
     }
 }
 

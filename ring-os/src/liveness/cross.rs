@@ -22,6 +22,10 @@
 //! private directory) holds no lock files of any participant of this user, so it says "no
 //! portable holder" rather than keeping every ring alive for ever (another user could otherwise
 //! plant `/dev/shm/shmring-locks.<uid>` and stop every take-over and clean of a default build).
+//! A probe of the default build never makes that directory: where it does not exist, no
+//! portable participant has made a lock file (each makes the directory first), and one that
+//! starts after the probe takes its own lock and then sees ours. Only a cleaner makes it, to
+//! hold the portable gate while it removes a segment.
 
 use crate::liveness::lock::{Liveness, Role};
 use crate::liveness::other;
@@ -50,10 +54,16 @@ mod imp {
     pub(crate) type Hold = Option<other::AllRoles>;
 
     /// The portable backend's lock files of the segment open as `file`; `Ok(None)` when no
-    /// participant of this user can have made any (see the module docs).
-    fn lock_files(file: BorrowedFd<'_>) -> Result<Option<other::Roles>, Error> {
+    /// participant of this user can have made any (see the module docs). Only a cleaner
+    /// (`make`) makes the lock directory: a probe where it does not exist leaves none behind.
+    fn lock_files(file: BorrowedFd<'_>, make: bool) -> Result<Option<other::Roles>, Error> {
         use std::io::ErrorKind;
-        match other::Roles::of_file(file) {
+        let roles = if make {
+            other::Roles::of_file(file)
+        } else {
+            other::Roles::of_existing_file(file)
+        };
+        match roles {
             Ok(roles) => Ok(Some(roles)),
             Err(Error::Lock { source, .. })
                 if matches!(
@@ -69,7 +79,7 @@ mod imp {
 
     /// Whether a portable participant holds `role` of the segment open as `file`.
     pub(crate) fn probe(file: BorrowedFd<'_>, role: Role) -> Liveness {
-        match lock_files(file) {
+        match lock_files(file, false) {
             Ok(Some(roles)) => other::probe(&roles, role),
             Ok(None) => Liveness::Dead,
             Err(_) => Liveness::Alive,
@@ -78,7 +88,7 @@ mod imp {
 
     /// Whether a portable participant holds any role of the segment open as `file`.
     pub(crate) fn probe_any(file: BorrowedFd<'_>) -> Liveness {
-        match lock_files(file) {
+        match lock_files(file, false) {
             Ok(Some(roles)) => other::probe_any(&roles),
             Ok(None) => Liveness::Dead,
             Err(_) => Liveness::Alive,
@@ -95,7 +105,7 @@ mod imp {
         file: BorrowedFd<'_>,
         _path: Option<&Path>,
     ) -> Result<Option<Hold>, Error> {
-        match lock_files(file)? {
+        match lock_files(file, true)? {
             None => Ok(Some(None)),
             Some(roles) => Ok(other::AllRoles::try_acquire(&roles)?.map(Some)),
         }

@@ -100,6 +100,23 @@ impl Roles {
     /// [`Error::Lock`] when the file cannot be `fstat`ed, has no inode number, or the lock
     /// directory is unusable.
     pub fn of_file(file: BorrowedFd<'_>) -> Result<Self, Error> {
+        Self::of_file_in(file, lock_dir)
+    }
+
+    /// [`of_file`](Self::of_file) without making the lock directory: an [`Error::Lock`] of kind
+    /// `NotFound` when it does not exist (the other backend's probes, `cross.rs`).
+    #[cfg_attr(
+        ring_portable,
+        allow(dead_code, reason = "only the default build probes the lock files")
+    )]
+    pub(crate) fn of_existing_file(file: BorrowedFd<'_>) -> Result<Self, Error> {
+        Self::of_file_in(file, existing_lock_dir)
+    }
+
+    fn of_file_in(
+        file: BorrowedFd<'_>,
+        dir: fn() -> std::io::Result<&'static Path>,
+    ) -> Result<Self, Error> {
         let (dev, ino) = identity(file).map_err(dir_error)?;
         if ino == 0 {
             return Err(dir_error(std::io::Error::other(
@@ -110,7 +127,7 @@ impl Roles {
             not(all(ring_cross, ring_portable)),
             allow(unused_mut, reason = "only Linux keeps the segment file")
         )]
-        let mut roles = Self::in_dir(lock_dir().map_err(dir_error)?, &format!("i.{dev}.{ino}"));
+        let mut roles = Self::in_dir(dir().map_err(dir_error)?, &format!("i.{dev}.{ino}"));
         #[cfg(all(ring_cross, ring_portable))]
         {
             let dup = file.try_clone_to_owned().map_err(dir_error)?;
@@ -458,7 +475,19 @@ pub fn probe_any(roles: &Roles) -> Liveness {
 ///
 /// The `mkdir`/`lstat` error, or one saying why the directory is refused.
 pub fn lock_dir() -> std::io::Result<&'static Path> {
-    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    find_lock_dir(true)
+}
+
+/// [`lock_dir`] without making it: `NotFound` when it does not exist yet. For the other
+/// backend's probes (`cross.rs`), which must not leave a directory behind: where it does not
+/// exist, no participant of this user has made a lock file.
+pub(crate) fn existing_lock_dir() -> std::io::Result<&'static Path> {
+    find_lock_dir(false)
+}
+
+static DIR: OnceLock<PathBuf> = OnceLock::new();
+
+fn find_lock_dir(make: bool) -> std::io::Result<&'static Path> {
     if let Some(dir) = DIR.get() {
         return Ok(dir);
     }
@@ -468,9 +497,11 @@ pub fn lock_dir() -> std::io::Result<&'static Path> {
         _ if cfg!(target_os = "linux") => PathBuf::from(format!("/dev/shm/shmring-locks.{uid}")),
         _ => PathBuf::from(format!("/var/tmp/shmring-locks.{uid}")),
     };
-    match rustix::fs::mkdir(&dir, Mode::RWXU) {
-        Ok(()) | Err(Errno::EXIST) => {}
-        Err(e) => return Err(e.into()),
+    if make {
+        match rustix::fs::mkdir(&dir, Mode::RWXU) {
+            Ok(()) | Err(Errno::EXIST) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let st = rustix::fs::lstat(&dir)?;
     if rustix::fs::FileType::from_raw_mode(st.st_mode) != rustix::fs::FileType::Directory

@@ -94,3 +94,56 @@ fn a_publish_through_another_mapping_wakes_the_runtime_through_the_driver() {
         "{through_driver} of {all} wake-ups through the driver"
     );
 }
+
+#[test]
+fn a_segment_truncated_under_a_wait_armed_in_the_driver_ends_the_future_without_a_signal() {
+    if let Err(e) = Driver::new() {
+        println!("skipped: no io_uring driver here: {e}");
+        return;
+    }
+    let path = std::env::temp_dir().join(format!("async-uring-cut-{}.ring", std::process::id()));
+    let ring = Ring::file(&path).slots(8).slot_size(64).create().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    // The producer stays alive and silent: only the cut can end the wait.
+    let _publisher = ring.publisher().unwrap();
+    // Another thread cuts the file while the runtime's one future is parked, its wait armed in
+    // the driver's io_uring: nothing polls the future again unless a wake-up comes.
+    let cut_path = path.clone();
+    let cutter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&cut_path)
+            .unwrap();
+        file.set_len(0).unwrap();
+        std::time::Instant::now()
+    });
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .unwrap();
+    let (end, ended) = rt.block_on(async move {
+        spawn_driver(Driver::new().unwrap());
+        let mut buf = [0u8; 64];
+        let end = tokio::time::timeout(Duration::from_secs(10), subscriber.recv_async(&mut buf))
+            .await
+            .expect("the cut never ended the wait");
+        (end, std::time::Instant::now())
+    });
+    let cut = cutter.join().unwrap();
+    let _ = std::fs::remove_file(&path);
+    assert!(ended > cut, "the read ended before the cut: {end:?}");
+    assert!(
+        matches!(end, Err(RecvError::Failed(ReadError::Corrupt(why))) if why == ring_os::raw::TRUNCATED),
+        "{end:?}"
+    );
+    // The helper keeps every armed wait's liveness deadline (20 ms), which sees the cut; 3 s
+    // leaves room for a loaded machine (without the check it ends only at the 10 s bound).
+    let after = ended - cut;
+    eprintln!("the cut ended the armed wait after {after:?}");
+    assert!(
+        after < Duration::from_secs(3),
+        "the cut ended the wait only after {after:?}"
+    );
+}

@@ -77,19 +77,12 @@ fn spawn_driver() -> bool {
             return false;
         }
     };
-    // SAFETY: the driver's fd is the process reactor's io_uring, never closed while the process
-    // lives, so it stays open and the same file for the `AsyncFd`'s whole life.
-    let Ok(fd) = (unsafe { tokio::io::unix::AsyncFd::register(driver) }) else {
-        return false;
-    };
-    tokio::spawn(async move {
-        while let Ok(mut ready) = fd.readable().await {
-            ready.clear_ready(); // before reaping: a completion after it is a new edge
-            ready.get_inner().dispatch();
-        }
-    });
-    true
+    tokio_driver::drive_on_tokio(driver).is_ok()
 }
+
+#[cfg(target_os = "linux")]
+#[path = "../tests/support/tokio_driver.rs"]
+mod tokio_driver;
 
 #[cfg(not(target_os = "linux"))]
 fn spawn_driver() -> bool {

@@ -103,16 +103,13 @@ fn spawn_driver(rt: &tokio::runtime::Runtime) -> bool {
         }
     };
     let _in = rt.enter();
-    // SAFETY: a driver's fd is the process reactor's io_uring, open until the process exits.
-    let fd = unsafe { tokio::io::unix::AsyncFd::register(driver) }.expect("AsyncFd");
-    rt.spawn(async move {
-        while let Ok(mut ready) = fd.readable().await {
-            ready.clear_ready();
-            ready.get_inner().dispatch();
-        }
-    });
+    tokio_driver::drive_on_tokio(driver).expect("AsyncFd");
     true
 }
+
+#[cfg(target_os = "linux")]
+#[path = "support/tokio_driver.rs"]
+mod tokio_driver;
 
 #[cfg(not(target_os = "linux"))]
 fn spawn_driver(_rt: &tokio::runtime::Runtime) -> bool {

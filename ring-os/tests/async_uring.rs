@@ -9,17 +9,11 @@ use core::time::Duration;
 use ring_os::asyncio::Driver;
 use ring_os::prelude::*;
 
-/// Runs `driver` on the current tokio runtime: its fd in tokio's epoll, completions reaped on
-/// the runtime's thread.
+#[path = "support/tokio_driver.rs"]
+mod tokio_driver;
+
 fn spawn_driver(driver: Driver) {
-    // SAFETY: a driver's fd is the process reactor's io_uring, open until the process exits.
-    let fd = unsafe { tokio::io::unix::AsyncFd::register(driver) }.expect("AsyncFd");
-    tokio::spawn(async move {
-        while let Ok(mut ready) = fd.readable().await {
-            ready.clear_ready();
-            ready.get_inner().dispatch();
-        }
-    });
+    tokio_driver::drive_on_tokio(driver).expect("AsyncFd");
 }
 
 #[test]

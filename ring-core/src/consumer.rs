@@ -174,6 +174,22 @@ impl Miss {
             ))
         }
     }
+
+    /// A slot's claim marker against message `seq`'s (`2·seq+1`): equal, the slot was not
+    /// claimed since; higher, a later claim (an overrun); lower, a scribble.
+    #[inline(always)]
+    fn of_claim(marker: u64, seq: u64) -> Result<(), Self> {
+        let want = 2 * seq + 1;
+        if marker == want {
+            Ok(())
+        } else if marker > want {
+            Err(Self::Overrun)
+        } else {
+            Err(Self::Fatal(ReadError::Corrupt(
+                "slot claim marker is behind its message",
+            )))
+        }
+    }
 }
 
 impl<M: OpenJoin> Consumer<M> {

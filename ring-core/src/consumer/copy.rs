@@ -1,6 +1,6 @@
 //! Copying reads: the seqlock copy-out, a pin-only ring's pinned copy, and batch reads.
 
-use super::{BatchItem, Consumer, Copied, Miss};
+use super::{entry_if_owned, BatchItem, Consumer, Copied, Miss};
 use crate::error::ReadError;
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
@@ -160,7 +160,7 @@ impl<M: Memory> Consumer<M> {
         if s1 != want {
             return Err(Miss::of_stamp(s1, want));
         }
-        // Relaxed: inside the seqlock read window; validated by the re-check below.
+        // Relaxed: inside the seqlock read window; validated by `check_copy` below.
         let len = hdr.len.load(Ordering::Relaxed);
         let meta = [
             hdr.meta[0].load(Ordering::Relaxed),
@@ -182,17 +182,40 @@ impl<M: Memory> Consumer<M> {
             );
             None
         };
-        // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
-        // any word read above was written after that fence, the load below sees the odd stamp.
+        // Acquire fence (C4): pairs with the Release fence after a later claim's marker store
+        // (P3), and with the Release of a reclaim of our entry, through the claim after it.
         fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence.
-        let s2 = hdr.stamp.load(Ordering::Relaxed);
-        if s2 != s1 {
-            return Err(Miss::Overrun);
-        }
+        self.check_copy(hdr, seq)?;
         match early {
             Some(e) => Err(e),
             None => Ok((len as usize, meta)),
         }
+    }
+
+    /// Validates a seqlock copy of message `seq` out of `hdr`'s slot, after the copy's Acquire
+    /// fence (C4 in docs/PROTOCOL.md).
+    ///
+    /// - A read our cursor protects (a gating read at or past `gate_from` on a default ring:
+    ///   exactly the reads that set no reader bit, [`pins`](Self::pins)): the producer claims
+    ///   the slot again only once our cursor is past `seq`, which it is not before we are done,
+    ///   unless our entry is reclaimed. A reclaim changes our entry (the generation first) and
+    ///   happens before any claim it lets through (the producer's own program order, or its
+    ///   Acquire load of the entry the reclaim released), so before that claim's Release fence
+    ///   and payload words: if we read any of them, the fence makes the change visible here.
+    ///   Our entry's line is our own: no line moves.
+    /// - Any other read: the claim marker. A word written by a later claim of the slot follows
+    ///   that claim's marker store and Release fence, so this load sees that marker (or a
+    ///   later one), never `2·seq+1`. The stamp needs no re-check: the marker changes at every
+    ///   claim, and the stamp only after it.
+    #[inline(always)]
+    fn check_copy(&self, hdr: &crate::layout::SlotHeader, seq: u64) -> Result<(), Miss> {
+        if !self.never_stall && !self.pins(seq) {
+            return match entry_if_owned(&self.mem, self.index, self.generation, self.owner) {
+                Ok(_) => Ok(()),
+                Err(e) => Err(Miss::Fatal(e)),
+            };
+        }
+        // Relaxed: ordered by the fence.
+        Miss::of_claim(hdr.claim.load(Ordering::Relaxed), seq)
     }
 }

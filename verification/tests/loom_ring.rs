@@ -339,7 +339,18 @@ fn two_holds_released_out_of_order_race_the_producer() {
 /// rewritten.
 #[test]
 fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
-    model(|| {
+    late_gating_reader_races_an_overwrite(true);
+}
+
+/// The same with a copy: its cursor does not protect a history message, so the copy validates
+/// with the slot's claim marker (C4u), not its registration (`guarded_from`).
+#[test]
+fn a_late_gating_reader_copying_its_history_races_an_overwrite_of_it() {
+    late_gating_reader_races_an_overwrite(false);
+}
+
+fn late_gating_reader_races_an_overwrite(pin: bool) {
+    model(move || {
         let (s, mut p) = ring(&config16(2, 1));
         // The scan at message 2 (no reader) covers claims up to message 3.
         for seq in 0..3 {
@@ -351,15 +362,17 @@ fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
             // Overwrites message 1's slot unless the reader pins it.
             let _ = publish(&mut p, 3);
         });
-        {
+        let (seq, missed) = if pin {
             let m = c.try_pin().expect("a history message or the next");
             assert_pinned16(&m);
-            assert_eq!(
-                m.missed(),
-                m.seq() - 1,
-                "an overwritten history message is missed"
-            );
-        }
+            (m.seq(), m.missed())
+        } else {
+            let mut buf = [0u8; 16];
+            let got = c.try_copy(&mut buf).expect("a history message or the next");
+            assert_whole(&buf[..got.len], got.seq);
+            (got.seq, got.missed)
+        };
+        assert_eq!(missed, seq - 1, "an overwritten history message is missed");
         t.join().unwrap();
         assert_eq!(
             ring_core::inspect::total_pins(&*s),

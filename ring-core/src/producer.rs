@@ -260,8 +260,8 @@ impl<M: Memory> Producer<M> {
     /// Takes the ring over from a producer that died (`dead` is its owner id).
     ///
     /// The slot the dead producer was writing, if any, is released and its half-written
-    /// message dropped (its stamp stays odd, so copy readers of the old message see an
-    /// overrun, and the sequence number is reused). Messages it published stay readable.
+    /// message dropped (its stamp is made odd from the dead claim's marker, so readers of the
+    /// old message see an overrun, and the sequence number is reused). Messages it published stay readable.
     /// The producer line's epoch moves on, so the displaced producer, should it still run,
     /// gets [`ClaimError::Displaced`] from every later claim and publish and writes nothing
     /// to the ring's shared state again.

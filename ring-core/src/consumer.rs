@@ -70,6 +70,11 @@ pub struct Consumer<M: Memory> {
     /// at. Messages below it are read like a skip-on-lag reader's (pinned by the reader bit,
     /// lost ones counted as missed): the producer's cached gate may cover them. 0 otherwise.
     gate_from: u64,
+    /// The first sequence whose copy our cursor protects from a claim (a protected copy is
+    /// validated by our generation, any other by the slot's claim marker: `check_copy`):
+    /// `gate_from` for a gating consumer of a default ring, `u64::MAX` (none) otherwise. So
+    /// `seq >= guarded_from` is `!never_stall && !pins(seq)` in one compare.
+    guarded_from: u64,
     /// Whether the ring is never-stall (its geometry says so; cached for the read path): reads
     /// find a message's slot through its home slot's route.
     never_stall: bool,
@@ -172,6 +177,22 @@ impl Miss {
             Self::Fatal(ReadError::Corrupt(
                 "slot stamp is behind the published head",
             ))
+        }
+    }
+
+    /// A slot's claim marker against message `seq`'s (`2·seq+1`): equal, the slot was not
+    /// claimed since; higher, a later claim (an overrun); lower, a scribble.
+    #[inline(always)]
+    fn of_claim(marker: u64, seq: u64) -> Result<(), Self> {
+        let want = 2 * seq + 1;
+        if marker == want {
+            Ok(())
+        } else if marker > want {
+            Err(Self::Overrun)
+        } else {
+            Err(Self::Fatal(ReadError::Corrupt(
+                "slot claim marker is behind its message",
+            )))
         }
     }
 }

@@ -74,6 +74,7 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
         let s = mem.slot_header(i);
         s.state.store(0, r);
         s.route.store(0, r);
+        s.claim.store(0, r);
         s.stamp.store(0, r);
         s.len.store(0, r);
         s.meta[0].store(0, r);

@@ -72,7 +72,7 @@ macro_rules! cache_aligned {
 /// `"SHMRING\0"` as a little-endian `u64`: the first word of every segment.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"SHMRING\0");
 /// Bumped whenever the meaning of any shared byte changes.
-pub const ABI_VERSION: u32 = 4;
+pub const ABI_VERSION: u32 = 5;
 
 /// [`SegmentHeader::init_state`]: the bytes are not (yet) a segment.
 pub const INIT_NONE: u32 = 0;
@@ -333,11 +333,18 @@ cache_aligned! {
         /// message's final stamp; a hint that readers check against the named slot's stamp.
         /// Zero and unused on every other ring.
         pub route: AtomicU64,
+        /// The claim marker: `2·seq + 1` from the claim of message `seq` on (stored before the
+        /// claim's Release fence, so before any of its payload words), 0 before the slot's
+        /// first claim. Readers that the gating check does not protect validate a copy (and a
+        /// pin) with it: a later claim of the slot has changed it. On the pin line, which the
+        /// claim writes anyway, so the message line is written once per message.
+        pub claim: AtomicU64,
         /// Pads the pin line; never read or written.
-        pub pad_state: [AtomicU64; SLOT_LINE / 8 - 2],
-        /// Seqlock stamp: `2·seq + 1` while message `seq` is being written, `2·seq + 2` once it
-        /// is complete (the publication itself: consumers poll it), 0 before the slot's first
-        /// message.
+        pub pad_state: [AtomicU64; SLOT_LINE / 8 - 3],
+        /// The publication: `2·seq + 2` once message `seq` is complete (consumers poll it), 0
+        /// before the slot's first message. A claim leaves it alone (the claim marker says a
+        /// write is under way); an aborted or crashed claim of `seq` sets it to `2·seq + 1`
+        /// before the slot goes back to pinning readers (odd: no message).
         pub stamp: AtomicU64,
         /// Length in bytes of the message in the slot (≤ the slot capacity; checked by readers).
         pub len: AtomicU64,
@@ -351,7 +358,7 @@ cache_aligned! {
 
 /// A compile-time FNV-1a fingerprint of the layout facts peers must agree on.
 pub const LAYOUT_FINGERPRINT: u64 = {
-    let facts: [u64; 15] = [
+    let facts: [u64; 16] = [
         ABI_VERSION as u64,
         CACHE_LINE as u64,
         INLINE_WORDS as u64,
@@ -362,6 +369,7 @@ pub const LAYOUT_FINGERPRINT: u64 = {
         core::mem::size_of::<ConsumerEntry>() as u64,
         core::mem::size_of::<SlotHeader>() as u64,
         core::mem::offset_of!(SlotHeader, stamp) as u64,
+        core::mem::offset_of!(SlotHeader, claim) as u64,
         core::mem::offset_of!(ConsumerEntry, cursor) as u64,
         core::mem::offset_of!(ConsumerEntry, generation) as u64,
         core::mem::offset_of!(ConsumerEntry, claims) as u64,
@@ -461,8 +469,10 @@ mod checks {
     const_assert_eq!(offset_of!(ConsumerEntry, claims), 64);
     const_assert_eq!(GROUP_CLAIMS, crate::MAX_HOLDS);
 
-    // The pin word alone on the first line; the message line after it.
+    // The pin line (state, route, claim marker), then the message line.
     const_assert_eq!(offset_of!(SlotHeader, state), 0);
+    const_assert_eq!(offset_of!(SlotHeader, route), 8);
+    const_assert_eq!(offset_of!(SlotHeader, claim), 16);
     const_assert_eq!(offset_of!(SlotHeader, stamp), SLOT_LINE);
     const_assert_eq!(offset_of!(SlotHeader, len), SLOT_LINE + 8);
     const_assert_eq!(offset_of!(SlotHeader, meta), SLOT_LINE + 16);

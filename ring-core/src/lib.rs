@@ -9,10 +9,11 @@
 //! # The protocol in one paragraph
 //! Each slot has one state word, `WRITER | reader bits`, and a seqlock stamp. The
 //! [`Producer`] claims a slot with a compare-and-swap from "no readers" to `WRITER`, writes the
-//! payload as Relaxed atomic words between an odd and an even stamp, and publishes. A
-//! [`Consumer`] either *pins* a slot (sets its own reader bit while `WRITER` is clear, then checks
-//! the stamp names the message it wants) and reads it in place, or *copies* it out optimistically
-//! and keeps the copy only if the stamp did not move. Consumers choose a [`DeliveryClass`]:
+//! payload as Relaxed atomic words after a claim marker (on the slot's pin line), and publishes
+//! with the final, even stamp. A [`Consumer`] either *pins* a slot (sets its own reader bit while
+//! `WRITER` is clear, then checks the stamp and the marker name the message it wants) and reads
+//! it in place, or *copies* it out optimistically and keeps the copy only if no later claim can
+//! have touched it (its cursor held the producer off, or the marker still names the message). Consumers choose a [`DeliveryClass`]:
 //! gating consumers hold the producer back by their cursor (lossless); latest-only and
 //! skip-on-lag ones never do by their cursor — only a slot they hold *pinned* keeps the producer
 //! off it, as every pin does (copy reads pin nothing, except in pin-only rings) — and are told

@@ -42,6 +42,7 @@ fn slot_header() -> SlotHeader {
     SlotHeader {
         state: new_u64(0),
         route: new_u64(0),
+        claim: new_u64(0),
         pad_state: core::array::from_fn(|_| new_u64(0)),
         stamp: new_u64(0),
         len: new_u64(0),

@@ -15,6 +15,7 @@ use alloc::sync::Arc;
 use core::hint::spin_loop;
 use core::sync::atomic::Ordering;
 use ring_core::inspect::{consumer_info, total_pins};
+use ring_core::layout::WRITER;
 
 use ring_core::AtomicU32;
 use ring_core::{
@@ -198,6 +199,61 @@ fn a_claim_taken_before_a_take_over_is_not_published() {
     assert!(matches!(slot.publish(), Err(ClaimError::Displaced { .. })));
     assert_eq!(new.try_publish(b"good"), Ok(0));
     assert_eq!(copy_next(&mut c).1, b"good");
+}
+
+/// Publishes `msg` (message 0) into `s` with a producer of owner 1, lets `die` run as that
+/// producer's last steps, forgets it, and takes the ring over as owner 2.
+fn die_after<'a>(
+    s: &'a HeapSegment,
+    msg: &[u8],
+    die: impl FnOnce(&mut Producer<&'a HeapSegment>),
+) -> Producer<&'a HeapSegment> {
+    let mut old = producer(s);
+    old.try_publish(msg).unwrap();
+    die(&mut old);
+    core::mem::forget(old);
+    // SAFETY: the old producer (and any claim `die` leaked) was forgotten: no call or write of
+    // it follows.
+    unsafe { Producer::take_over(s, id(2), id(1)) }.unwrap()
+}
+
+/// A producer killed between its claim CAS and its claim-marker store wrote nothing into the
+/// slot (the marker precedes every payload word): the take-over keeps the old message's stamp,
+/// since the marker still names that message, and a reader still gets it.
+#[test]
+fn a_claim_that_died_before_its_marker_leaves_the_old_message_readable() {
+    let s = seg(1, 16);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    // The dead producer's claim CAS (0 -> WRITER), and nothing after it.
+    let _new = die_after(&s, b"kept", |_| {
+        s.slot_header(0).state.fetch_or(WRITER, Ordering::Relaxed);
+    });
+    assert_eq!(s.slot_header(0).stamp.load(Ordering::Relaxed), 2);
+    assert_eq!(s.slot_header(0).state.load(Ordering::Relaxed), 0);
+    assert_eq!(copy_next(&mut c).1, b"kept");
+}
+
+/// A producer killed after its claim marker may have overwritten part of the old message: the
+/// take-over turns the stamp into the dead claim's odd one, so neither a pin nor a copy takes
+/// the slot for the old message (it was overrun), and the sequence is reused.
+#[test]
+fn a_claim_that_died_after_its_marker_leaves_no_message() {
+    let s = seg(1, 16);
+    let mut c = consumer(&s, DeliveryClass::SkipOnLag, 3);
+    let mut pinner = consumer(&s, DeliveryClass::SkipOnLag, 4);
+    let mut new = die_after(&s, b"gone", |old| {
+        let mut slot = old.try_claim().unwrap();
+        slot.write(b"torn").unwrap();
+        core::mem::forget(slot);
+    });
+    assert_eq!(s.slot_header(0).stamp.load(Ordering::Relaxed), 3); // 2·1+1
+    let mut buf = [0u8; 16];
+    assert_eq!(c.try_copy(&mut buf).unwrap_err(), ReadError::Empty);
+    assert_eq!(c.missed(), 1);
+    assert!(matches!(pinner.try_pin(), Err(ReadError::Empty)));
+    assert_eq!(pinner.missed(), 1);
+    assert_eq!(new.try_publish(b"new1"), Ok(1));
+    assert_eq!(copy_next(&mut c).1, b"new1");
 }
 
 /// Defect 5: `publish_futex` must not repeat a value across close and reopen (a parked

@@ -114,7 +114,7 @@ fn a_reader_looks_up_a_sequence_whose_slot_is_reused() {
                     }
                     // Lagging: every try met a rewrite. Empty: it saw a message overwritten by
                     // a later claim before the next one's route (a Relaxed hint) reached it; a
-                    // default ring's stamp can be as late (a claim's odd stamp is Relaxed).
+                    // default ring's stamp can be as late (an abort's odd stamp is Relaxed).
                     Err(ReadError::Lagging | ReadError::Empty) => (u64::MAX, 0),
                     Err(e) => panic!("reader: {e}"),
                 }

@@ -241,13 +241,14 @@ fn close_after_publish_loses_nothing() {
     });
 }
 
-/// A producer dies mid-write (slot claimed, stamp odd, half the payload rewritten) and a new
-/// producer, which learned of the death by joining it, takes over while a reader pins the slot.
-/// The reader sees the old message whole or is refused, never the half-written bytes: the
-/// take-over hands the slot back with a Release clear of WRITER, and the reader's Acquire pin
-/// pairs with it and then sees the dead producer's odd stamp. With a Relaxed clear nothing
-/// orders the odd stamp (written in another thread) before the pin, and loom lets the pin read
-/// the old even stamp and then the half-written word (mutant `takeover-writer-release`).
+/// A producer dies mid-write (slot claimed, claim marker stored, half the payload rewritten) and
+/// a new producer, which learned of the death by joining it, takes over while a reader pins the
+/// slot. The reader sees the old message whole or is refused, never the half-written bytes: the
+/// take-over makes the stamp odd and hands the slot back with a Release clear of WRITER, and the
+/// reader's Acquire pin pairs with it and then sees the odd stamp and the dead claim's marker.
+/// With a Relaxed clear nothing orders the marker (written in another thread) before the pin,
+/// and loom lets the pin read the old stamp and marker and then the half-written word (mutant
+/// `takeover-writer-release`).
 ///
 /// The reader registers before message 0 is published, so message 0 is its to read (a reader
 /// registered after it starts at head 1 and only ever reads `Empty`: the model's first version

@@ -267,6 +267,37 @@ fn reclaim_after_crash_at_any_step() {
     }
 }
 
+/// A gating copy that a wrong liveness verdict reclaims mid-read (outside `reclaim`'s
+/// contract: the victim is inside a call) while the producer, no longer gated by it, rewrites
+/// the slot. The copy's cursor protected it until the reclaim, so its only validation is the
+/// re-check of its registration after its fence (C4p): the reclaim's generation bump happens
+/// before the rewrite, so the copy is message 0 whole or `Evicted`, never torn.
+#[test]
+fn a_gating_copy_reclaimed_mid_read_is_whole_or_evicted() {
+    model(|| {
+        let (_s, mut p, mut c) = ring_with(&config16(1, 1), DeliveryClass::Gating);
+        let index = c.index();
+        publish(&mut p, 0).unwrap();
+        let t = thread::spawn(move || {
+            // SAFETY: deliberately outside the contract (the consumer may be inside a copy):
+            // copies read atomics only, so the model checks what the copy accepts, not UB.
+            let r = unsafe { p.reclaim(index, id(2)) }.unwrap();
+            assert!(r.was_registered);
+            assert_eq!(publish(&mut p, 1), Ok(1));
+        });
+        let mut buf = [0u8; 16];
+        match c.try_copy(&mut buf) {
+            Ok(got) => {
+                assert_eq!(got.seq, 0);
+                assert_whole(&buf[..got.len], got.seq);
+            }
+            Err(ReadError::Evicted) => {}
+            Err(e) => panic!("unexpected {e}"),
+        }
+        t.join().unwrap();
+    });
+}
+
 /// Two holds released out of order while the producer tries to reuse their slots: every slot
 /// stays the held message's until its release, for a gating consumer (its cursor stays at the
 /// oldest hold) and a skip-on-lag one (its reader bits), and once both are released the
@@ -308,7 +339,18 @@ fn two_holds_released_out_of_order_race_the_producer() {
 /// rewritten.
 #[test]
 fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
-    model(|| {
+    late_gating_reader_races_an_overwrite(true);
+}
+
+/// The same with a copy: its cursor does not protect a history message, so the copy validates
+/// with the slot's claim marker (C4u), not its registration (`guarded_from`).
+#[test]
+fn a_late_gating_reader_copying_its_history_races_an_overwrite_of_it() {
+    late_gating_reader_races_an_overwrite(false);
+}
+
+fn late_gating_reader_races_an_overwrite(pin: bool) {
+    model(move || {
         let (s, mut p) = ring(&config16(2, 1));
         // The scan at message 2 (no reader) covers claims up to message 3.
         for seq in 0..3 {
@@ -320,15 +362,17 @@ fn a_late_gating_reader_with_history_races_an_overwrite_of_it() {
             // Overwrites message 1's slot unless the reader pins it.
             let _ = publish(&mut p, 3);
         });
-        {
+        let (seq, missed) = if pin {
             let m = c.try_pin().expect("a history message or the next");
             assert_pinned16(&m);
-            assert_eq!(
-                m.missed(),
-                m.seq() - 1,
-                "an overwritten history message is missed"
-            );
-        }
+            (m.seq(), m.missed())
+        } else {
+            let mut buf = [0u8; 16];
+            let got = c.try_copy(&mut buf).expect("a history message or the next");
+            assert_whole(&buf[..got.len], got.seq);
+            (got.seq, got.missed)
+        };
+        assert_eq!(missed, seq - 1, "an overwritten history message is missed");
         t.join().unwrap();
         assert_eq!(
             ring_core::inspect::total_pins(&*s),

@@ -2,6 +2,7 @@
 
 use super::{BatchItem, Consumer, Copied, Miss};
 use crate::error::ReadError;
+use crate::layout::ConsumerEntry;
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
 
@@ -135,23 +136,25 @@ impl<M: Memory> Consumer<M> {
         if self.never_stall {
             return self.copy_routed(seq, buf);
         }
-        self.copy_slot(seq, self.mem.geometry().slot_of(seq), buf)
+        self.copy_slot(seq, self.mem.geometry().slot_of(seq), buf, None)
     }
 
     /// [`copy_seq`](Self::copy_seq) on a never-stall ring (out of line, as `target_routed`).
     #[inline(never)]
     pub(super) fn copy_routed(&self, seq: u64, buf: &mut [u8]) -> Result<(usize, [u64; 2]), Miss> {
         let slot = self.slot_for(seq)?;
-        self.copy_slot(seq, slot, buf)
+        self.copy_slot(seq, slot, buf, None)
     }
 
-    /// One seqlock read of message `seq` from `slot` into `buf`.
+    /// One seqlock read of message `seq` from `slot` into `buf`; `own` is our consumer entry
+    /// when the caller has it at hand (it is looked up otherwise).
     #[inline(always)]
     pub(super) fn copy_slot(
         &self,
         seq: u64,
         slot: usize,
         buf: &mut [u8],
+        own: Option<&ConsumerEntry>,
     ) -> Result<(usize, [u64; 2]), Miss> {
         let hdr = self.mem.slot_header(slot);
         let want = 2 * seq + 2;
@@ -160,7 +163,7 @@ impl<M: Memory> Consumer<M> {
         if s1 != want {
             return Err(Miss::of_stamp(s1, want));
         }
-        // Relaxed: inside the seqlock read window; validated by the re-check below.
+        // Relaxed: inside the seqlock read window; validated by `check_copy` below.
         let len = hdr.len.load(Ordering::Relaxed);
         let meta = [
             hdr.meta[0].load(Ordering::Relaxed),
@@ -182,17 +185,55 @@ impl<M: Memory> Consumer<M> {
             );
             None
         };
-        // Acquire fence: pairs with the producer's Release fence after its odd stamp store. If
-        // any word read above was written after that fence, the load below sees the odd stamp.
+        // Acquire fence (C4): pairs with the Release fence after a later claim's marker store
+        // (P3), and with the Release of a reclaim of our entry, through the claim after it.
         fence(Ordering::Acquire);
-        // Relaxed: ordered by the fence.
-        let s2 = hdr.stamp.load(Ordering::Relaxed);
-        if s2 != s1 {
-            return Err(Miss::Overrun);
-        }
+        self.check_copy(hdr, seq, own)?;
         match early {
             Some(e) => Err(e),
             None => Ok((len as usize, meta)),
         }
+    }
+
+    /// Validates a seqlock copy of message `seq` out of `hdr`'s slot, after the copy's Acquire
+    /// fence (C4 in docs/PROTOCOL.md).
+    ///
+    /// - A read our cursor protects (a gating read at or past `gate_from` on a default ring:
+    ///   exactly the reads that set no reader bit, [`pins`](Self::pins)): the producer claims
+    ///   the slot again only once our cursor is past `seq`, which it is not before we are done,
+    ///   unless our entry is reclaimed. A reclaim bumps our entry's generation first and
+    ///   happens before any claim it lets through (the producer's own program order, or its
+    ///   Acquire load of the entry the reclaim released), so before that claim's Release fence
+    ///   and payload words: if we read any of them, the fence makes the change visible here.
+    ///   Our entry's line is our own: no line moves.
+    /// - Any other read: the claim marker. A word written by a later claim of the slot follows
+    ///   that claim's marker store and Release fence, so this load sees that marker (or a
+    ///   later one), never `2·seq+1`. The stamp needs no re-check: the marker changes at every
+    ///   claim, and the stamp only after it.
+    #[inline(always)]
+    fn check_copy(
+        &self,
+        hdr: &crate::layout::SlotHeader,
+        seq: u64,
+        own: Option<&ConsumerEntry>,
+    ) -> Result<(), Miss> {
+        // `guarded_from` caches the condition (`register.rs`, `rewind`).
+        debug_assert_eq!(
+            seq >= self.guarded_from,
+            !self.never_stall && !self.pins(seq)
+        );
+        if seq >= self.guarded_from {
+            // Relaxed: ordered by the fence. The generation alone: a reclaim bumps it first
+            // (P17's CAS, before anything it frees), and a registration into our entry bumps
+            // it too (R1), so every change of the entry's holder changes it.
+            let own = own.unwrap_or_else(|| self.mem.consumer_entry(self.index));
+            return if own.generation.load(Ordering::Relaxed) == self.generation {
+                Ok(())
+            } else {
+                Err(Miss::Fatal(ReadError::Evicted))
+            };
+        }
+        // Relaxed: ordered by the fence.
+        Miss::of_claim(hdr.claim.load(Ordering::Relaxed), seq)
     }
 }

@@ -25,7 +25,7 @@ impl<M: Memory> Consumer<M> {
         // Any miss (not published yet, overrun, a short buffer, a corrupt length): the general
         // read decides what it means.
         let (len, meta) = self
-            .copy_slot(seq, self.mem.geometry().slot_of(seq), buf)
+            .copy_slot(seq, self.mem.geometry().slot_of(seq), buf, Some(e))
             .ok()?;
         // `advance`, into the entry checked above (no reclaim happens inside a call).
         self.next = seq + 1;

@@ -79,6 +79,8 @@ impl<M: Memory> Consumer<M> {
             // Below the head we joined at, the producer's cached gate may not cover us: pin
             // with the reader bit there (`Consumer::pins`).
             self.gate_from = self.next;
+            // Unless no copy is protected (never-stall): from here on, as `pins` says.
+            self.guarded_from = self.guarded_from.max(self.next);
         }
         self.next = start;
         // The entry's cursor shows where it stands (a skip-on-lag reader gates nothing; a

@@ -197,10 +197,10 @@ impl<M: Memory> Consumer<M> {
                 }));
             }
             if stamp > want {
-                // Rewritten (or being rewritten: the odd stamp of a claim): only possible if
-                // another member took it meanwhile, since the group gates the producer while
-                // its cursor is at `seq`. A plain load could return a stale `seq` here (a
-                // claim's odd stamp is a Relaxed store: nothing orders it after the cursor
+                // Rewritten (a later publication, or an aborted claim's odd stamp): only possible
+                // if another member took it meanwhile, since the group gates the producer while
+                // its cursor is at `seq`. A plain load could return a stale `seq` here (an
+                // abort's odd stamp is a Relaxed store: nothing orders it after the cursor
                 // move); a read-modify-write reads the newest value. Acquire: as the load.
                 if g.cursor.fetch_or(0, Ordering::Acquire) == seq {
                     return Err(ReadError::Corrupt(

@@ -301,14 +301,22 @@ impl<M: Memory> Consumer<M> {
             return Err(Miss::Overrun);
         }
         // Relaxed: our target read saw `seq` published (the final stamp, or a `head` after it)
-        // with Acquire, so by coherence this load sees that stamp or a later one; and a later
-        // claim's odd stamp is visible through the Acquire above if its WRITER clear is.
+        // with Acquire, so by coherence these loads see that stamp (and its claim marker) or
+        // later ones. A later claim whose WRITER clear the Acquire above saw (a publication,
+        // whose stamp it precedes, or an abort, after its odd stamp) made its marker visible:
+        // the marker check refuses it even before its final stamp. Same line as the RMW.
         let stamp = hdr.stamp.load(Ordering::Relaxed);
         let want = 2 * seq + 2;
+        let marker = hdr.claim.load(Ordering::Relaxed);
         if stamp != want {
             // Release: an unpin (see above).
             self.refuse_pin(hdr, bit, true);
             return Err(Miss::of_stamp(stamp, want));
+        }
+        if let Err(miss) = Miss::of_claim(marker, seq) {
+            // Release: an unpin (see above).
+            self.refuse_pin(hdr, bit, true);
+            return Err(miss);
         }
         // Relaxed: stable while pinned; ordered by the Acquire above.
         let len = hdr.len.load(Ordering::Relaxed);

@@ -135,6 +135,11 @@ impl<M: Memory> Consumer<M> {
             holds: HoldSet::new(),
             member: None,
             gate_from: 0,
+            guarded_from: if class == DeliveryClass::Gating && !never_stall {
+                0
+            } else {
+                u64::MAX
+            },
         }
     }
 

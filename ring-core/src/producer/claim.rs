@@ -94,8 +94,8 @@ impl<M: Memory> Producer<M> {
         }
     }
 
-    /// Claims `slot` for message `seq`: the claim CAS (0 → `WRITER`), then the seqlock's odd
-    /// stamp. On failure, clears bits nobody owns and reports the readers that hold it.
+    /// Claims `slot` for message `seq`: the claim CAS (0 → `WRITER`), then the claim marker.
+    /// On failure, clears bits nobody owns and reports the readers that hold it.
     #[inline]
     pub(super) fn claim_cas(&self, slot: usize, seq: u64) -> Result<(), ClaimError> {
         self.claim_cas_at(self.mem.slot_header(slot), slot, seq)
@@ -120,10 +120,12 @@ impl<M: Memory> Producer<M> {
             let readers = self.clear_stale_bits(slot, cur);
             return Err(ClaimError::Pinned { slot, readers });
         }
-        // Seqlock: odd stamp, then a Release fence, then the payload. A copy reader that sees any
-        // payload word we write after the fence, and then runs its Acquire fence, loads this odd
-        // stamp (or later) in its re-check, so it refuses the copy.
-        hdr.stamp.store(2 * seq + 1, Ordering::Relaxed);
+        // The claim marker (P2), then a Release fence (P3), then the payload. A copy reader that
+        // sees any payload word we write after the fence, and then runs its Acquire fence,
+        // loads this marker (or a later one) in its check, so it refuses the copy. The stamp
+        // keeps the previous message's value until the publication: the message line is
+        // written once per message.
+        hdr.claim.store(2 * seq + 1, Ordering::Relaxed);
         fence(Ordering::Release);
         Ok(())
     }
@@ -136,11 +138,15 @@ impl<M: Memory> Producer<M> {
             // Bits no consumer owns (a stale WRITER, bits of entries beyond the table, or
             // bits 32..62) were written by a corrupt or hostile peer; no one would ever clear
             // them, so clear them here and report the slot busy this once. Relaxed: those
-            // bits guard no data.
-            self.mem
-                .slot_header(slot)
-                .state
-                .fetch_and(valid, Ordering::Relaxed);
+            // bits guard no data, but a stale WRITER may guard a partly overwritten message:
+            // mark it dropped first (Release: as an abort, P14).
+            let hdr = self.mem.slot_header(slot);
+            if cur & WRITER != 0 {
+                super::drop_claim(hdr);
+                hdr.state.fetch_and(valid, Ordering::Release);
+            } else {
+                hdr.state.fetch_and(valid, Ordering::Relaxed);
+            }
         }
         self.sweep_free_bits(slot, cur & valid)
     }

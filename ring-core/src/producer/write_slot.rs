@@ -215,8 +215,12 @@ impl<M: Memory> WriteSlot<'_, M> {
             return; // The slot's WRITER bit, if set, is the successor's now.
         }
         let hdr = self.producer.mem.slot_header(self.slot);
-        // Release: hands the slot back to pinning readers (their Acquire `fetch_or`). The stamp
-        // stays odd: the old message may be partly overwritten, and readers of it see an overrun.
+        // Relaxed: ordered by the Release below. The old message may be partly overwritten,
+        // so the stamp stops naming it (odd: no message): a pinner that finds WRITER clear
+        // then sees this stamp and refuses. (Copy readers of it also see the claim marker.)
+        hdr.stamp.store(2 * self.seq + 1, Ordering::Relaxed);
+        // Release: hands the slot back to pinning readers (their Acquire `fetch_or`), after
+        // the odd stamp above.
         hdr.state.fetch_and(!WRITER, Ordering::Release);
     }
 }

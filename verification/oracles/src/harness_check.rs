@@ -70,12 +70,15 @@ impl Harness<'_> {
         for (i, ms) in m.slots.iter().enumerate() {
             let h = self.seg.slot_header(i);
             let stamp = h.stamp.load(core::sync::atomic::Ordering::Relaxed);
+            let claim = h.claim.load(core::sync::atomic::Ordering::Relaxed);
             let route = h.route.load(core::sync::atomic::Ordering::Relaxed);
             let want_route = m.routes[i].map_or(0, |(seq, slot)| route_word(seq, slot));
             ensure!(
-                stamp == ms.stamp && route == want_route,
-                "slot {i}: stamp {stamp}, route {route:#x}; model {} and {want_route:#x} ({:?})",
+                stamp == ms.stamp && claim == ms.claim && route == want_route,
+                "slot {i}: stamp {stamp}, claim {claim}, route {route:#x}; model {}, {} and \
+                 {want_route:#x} ({:?})",
                 ms.stamp,
+                ms.claim,
                 m.routes[i]
             );
         }

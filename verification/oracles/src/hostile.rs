@@ -80,8 +80,9 @@ pub enum Target {
     },
     /// Slot header `index % slots`, field `field % 5`; `field` in `0xF0..` names the route
     /// word (the pin line's, read only on a never-stall ring: a scribbled route must give a
-    /// clear error, an overrun or the right message). (A carved-out range: saved inputs keep
-    /// their meaning on every ring that has no routes.)
+    /// clear error, an overrun or the right message); `field` in `0xE0..0xF0` names the claim
+    /// marker (ABI 5: a scribbled marker must give a clear error or an overrun). (Carved-out
+    /// ranges: saved inputs below `0xE0` keep their meaning.)
     Slot {
         /// Slot.
         index: u8,
@@ -197,6 +198,10 @@ pub fn poke<M: Memory>(mem: &M, target: Target, value: Value) {
             let s = mem.slot_header(usize::from(index) % g.slots());
             if field >= 0xF0 {
                 return poke_route(&s.route, field, value, g.slots());
+            }
+            if field >= 0xE0 {
+                // The claim marker (ABI 5; carved out so saved inputs keep their meaning).
+                return poke64(&s.claim, value);
             }
             let words = [&s.state, &s.stamp, &s.len, &s.meta[0], &s.meta[1]].map(D);
             poke_in(&words, field, value);

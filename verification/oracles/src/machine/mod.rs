@@ -229,7 +229,7 @@ impl Model {
                 Outcome::Closed
             }
             Op::TakeOver => {
-                // The dead producer's claim is dropped (its stamp stays odd); the ring reopens.
+                // The dead producer's claim is dropped (its stamp made odd); the ring reopens.
                 self.claim = None;
                 let dead = self.ring.owner_word;
                 match self.ring.take_over(dead + 1, dead) {

@@ -37,9 +37,11 @@ use std::collections::{BTreeMap, BTreeSet};
 /// One slot: seqlock stamp, claim and pin state, and the message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SlotModel {
-    /// `2 * seq + 2` once message `seq` is published; `2 * seq + 1` while (or after an aborted)
-    /// claim for `seq`; 0 before any.
+    /// `2 * seq + 2` once message `seq` is published; `2 * seq + 1` after an aborted (or a
+    /// dead producer's) claim for `seq`; 0 before any. A claim leaves it alone.
     pub stamp: u64,
+    /// The claim marker: `2 * seq + 1` from the claim of `seq` on; 0 before any.
+    pub claim: u64,
     /// The producer holds the slot.
     pub writer: bool,
     /// Bit `i`: consumer entry `i` holds a pin.
@@ -260,6 +262,7 @@ impl RingModel {
             slots: (0..slots)
                 .map(|_| SlotModel {
                     stamp: 0,
+                    claim: 0,
                     writer: false,
                     readers: 0,
                     len: 0,
@@ -380,6 +383,10 @@ impl RingModel {
         self.aborted = false;
         self.epoch = self.epoch.wrapping_add(1);
         for s in &mut self.slots {
+            if s.writer && s.claim | 1 > s.stamp {
+                // The dead producer's claim: the stamp stops naming the old message.
+                s.stamp = s.claim | 1;
+            }
             s.writer = false;
         }
     }
@@ -460,11 +467,12 @@ impl RingModel {
         Ok(slot)
     }
 
-    /// The claim succeeded: the slot is the producer's, its stamp odd.
+    /// The claim succeeded: the slot is the producer's, its claim marker `2 * head + 1` (the
+    /// stamp still names the previous message).
     pub fn begin(&mut self, slot: usize) {
         let s = &mut self.slots[slot];
         s.writer = true;
-        s.stamp = 2 * self.head + 1;
+        s.claim = 2 * self.head + 1;
     }
 
     /// A payload write into a claimed slot; false (nothing written) past the capacity.
@@ -510,9 +518,12 @@ impl RingModel {
         seq
     }
 
-    /// `WriteSlot::abort` (or drop): the slot goes back, its stamp stays odd.
+    /// `WriteSlot::abort` (or drop): the slot goes back with the odd stamp of the claimed
+    /// sequence (the old message may be partly overwritten).
     pub fn abort(&mut self, slot: usize) {
-        self.slots[slot].writer = false;
+        let s = &mut self.slots[slot];
+        s.stamp = 2 * self.head + 1;
+        s.writer = false;
     }
 
     /// `try_publish`.

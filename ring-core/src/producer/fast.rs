@@ -32,9 +32,11 @@ impl<M: Memory> Producer<M> {
     /// `claim_slot` without the branches `publish_fast` ruled out, the write, `seal`.
     #[inline(always)]
     fn publish_at(&mut self, seq: u64, data: &[u8]) -> Result<u64, ClaimError> {
-        self.check_epoch()?;
+        // One lookup of the producer line for the claim's checks, the seal's and the announce.
+        let line = self.mem.producer_line();
+        self.check_epoch_in(line)?;
         // Relaxed: only this producer writes `flags`.
-        if self.mem.producer_line().flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
+        if line.flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
             return Err(ClaimError::Closed);
         }
         let slot = self.mem.geometry().slot_of(seq);
@@ -45,16 +47,26 @@ impl<M: Memory> Producer<M> {
             // The message line only, padded (as `WriteSlot::fill`).
             write_line(&hdr.inline, data);
         } else {
-            // As `fill` through `write`, then `finish`'s padding of the last word.
-            let payload = self.mem.payload(slot);
-            crate::words::write(payload, 0, data);
-            pad_last_word(payload, data.len());
+            self.write_payload(slot, data);
         }
         // `seal`: its check and stores, then the local `head` (no never-stall route: the
         // one-pass publish runs only on a default ring).
-        self.seal_at(hdr, seq, data.len(), [0; 2])?;
+        self.seal_at(line, hdr, seq, data.len(), [0; 2])?;
         self.head = seq + 1;
-        self.announce();
+        // `announce`, into the line looked up above.
+        self.announce_in(line);
+        self.stored_head = self.head;
+        self.fenced = true;
         Ok(seq)
+    }
+
+    /// A message beyond the message line: as `fill` through `write`, then `finish`'s padding
+    /// of the last word. Out of line, so the small message's path keeps a small frame (the
+    /// copy of a long one costs far more than the call).
+    #[inline(never)]
+    fn write_payload(&self, slot: usize, data: &[u8]) {
+        let payload = self.mem.payload(slot);
+        crate::words::write(payload, 0, data);
+        pad_last_word(payload, data.len());
     }
 }

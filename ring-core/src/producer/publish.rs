@@ -3,7 +3,7 @@
 
 use super::Producer;
 use crate::error::ClaimError;
-use crate::layout::{ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
+use crate::layout::{ProducerLine, ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
 
@@ -88,17 +88,24 @@ impl<M: Memory> Producer<M> {
     /// `head` store, one SeqCst fence and one load of the waiter count, for one message or a
     /// batch.
     pub(super) fn announce(&mut self) {
-        let line = self.mem.producer_line();
+        self.announce_in(self.mem.producer_line());
+        self.stored_head = self.head;
+        self.fenced = true;
+    }
+
+    /// [`announce`](Self::announce)'s stores, fence and wake-up, with `line`, this ring's
+    /// producer line, already looked up; the caller then records what it did (`stored_head`
+    /// is `head`, `fenced`), which `announce` does.
+    #[inline(always)]
+    pub(super) fn announce_in(&self, line: &ProducerLine) {
         // Release: pairs with consumers' Acquire `head` loads (latest-only reads, lagging
         // readers, registration): every message below it is complete.
         line.head.store(self.head, Ordering::Release);
-        self.stored_head = self.head;
         // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
         // fence, then re-check their slot's stamp or `head`): either they see our stamps and
         // `head` now, or we see them counted below and wake them. Also the registration
         // handshake of the next claim.
         fence(Ordering::SeqCst);
-        self.fenced = true;
         // Relaxed: ordered by the fence above.
         if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
             // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a

@@ -4,7 +4,7 @@
 use super::LoanError;
 use super::{Overflow, Producer, WriteSlot};
 use crate::error::ClaimError;
-use crate::layout::{SlotHeader, INLINE_CAPACITY, WRITER};
+use crate::layout::{ProducerLine, SlotHeader, INLINE_CAPACITY, INLINE_WORDS, WRITER};
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -236,7 +236,13 @@ impl<M: Memory> Producer<M> {
         len: usize,
         meta: [u64; 2],
     ) -> Result<u64, ClaimError> {
-        self.seal_at(self.mem.slot_header(slot), seq, len, meta)?;
+        self.seal_at(
+            self.mem.producer_line(),
+            self.mem.slot_header(slot),
+            seq,
+            len,
+            meta,
+        )?;
         if self.never_stall {
             self.route_published(seq, slot);
         }
@@ -245,16 +251,18 @@ impl<M: Memory> Producer<M> {
     }
 
     /// [`seal`](Self::seal)'s check and stores, into `hdr` (the slot's header, already looked
-    /// up): everything but the never-stall route and the local `head`, which the caller sets.
+    /// up; `line` is the producer line): everything but the never-stall route and the local
+    /// `head`, which the caller sets.
     #[inline(always)]
     pub(super) fn seal_at(
         &self,
+        line: &ProducerLine,
         hdr: &SlotHeader,
         seq: u64,
         len: usize,
         meta: [u64; 2],
     ) -> Result<(), ClaimError> {
-        self.check_epoch()?;
+        self.check_epoch_in(line)?;
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);
         hdr.meta[0].store(meta[0], Ordering::Relaxed);
@@ -295,21 +303,16 @@ pub(super) fn pad_last_word(words: &[AtomicU64], len: usize) {
 /// Stores `data` (at most as long as `words`) from word 0 of `words`, the last word padded
 /// with zeros. Relaxed: the producer's own words, inside the seqlock write window.
 #[inline(always)]
-pub(super) fn write_line(words: &[AtomicU64], data: &[u8]) {
-    let whole = data.len() / 8;
-    let Some(words) = words.get(..data.len().div_ceil(8)) else {
+pub(super) fn write_line(words: &[AtomicU64; INLINE_WORDS], data: &[u8]) {
+    if data.len() > INLINE_CAPACITY {
         debug_assert!(false, "the caller checked the length");
         return;
-    };
-    // Two slices of one length: the loop runs without bound checks.
-    let (src, rest) = data.split_at(whole * 8);
-    for (x, chunk) in words[..whole].iter().zip(src.chunks_exact(8)) {
-        let w = u64::from_ne_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        x.store(w, Ordering::Relaxed);
     }
-    if let Some(x) = words.get(whole) {
+    // Straight-line blocks of whole words (the line's length is known: no bound checks).
+    let Some((words, rest)) = crate::words::store_whole(words, data) else {
+        return; // Unreachable: the line holds `INLINE_CAPACITY` bytes.
+    };
+    if let Some(x) = words.first().filter(|_| !rest.is_empty()) {
         let mut w = [0u8; 8];
         for (to, from) in w.iter_mut().zip(rest) {
             *to = *from;
@@ -320,7 +323,7 @@ pub(super) fn write_line(words: &[AtomicU64], data: &[u8]) {
 
 /// [`write_line`] as a call: `fill` (a batch publishes through it) keeps its frame small.
 #[inline(never)]
-fn write_line_outlined(words: &[AtomicU64], data: &[u8]) {
+fn write_line_outlined(words: &[AtomicU64; INLINE_WORDS], data: &[u8]) {
     write_line(words, data);
 }
 

@@ -13,6 +13,9 @@ impl<M: Memory> Consumer<M> {
     /// # Errors
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
+    // Inlined into the caller: the one-pass path then costs no call, no frame of its own and
+    // no result in memory; the general path stays out of line.
+    #[inline(always)]
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         match self.copy_fast(buf) {
             Some(got) => Ok(got),

@@ -13,6 +13,9 @@ impl<M: Memory> Producer<M> {
     /// # Errors
     /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
     /// `data` does not fit in a slot.
+    // Inlined into the caller: the one-pass path then costs no call, no frame of its own and
+    // no result in memory; the general path stays out of line.
+    #[inline(always)]
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
         match self.publish_fast(data) {
             Some(done) => done,

@@ -70,7 +70,13 @@ impl<M: Memory> Consumer<M> {
         let bit = 1u64 << self.index;
         let mut count = 0;
         while count < max {
-            let (seq, missed, (slot, len)) = match self.read_next(|c, seq| c.pin_seq(seq)) {
+            // The common case in one pass (as `try_pin`), else the general read, which decides
+            // everything again.
+            let got = match self.pin_fast() {
+                Some((seq, slot, len)) => Ok((seq, 0, (slot, len))),
+                None => self.read_next(|c, seq| c.pin_seq(seq)),
+            };
+            let (seq, missed, (slot, len)) = match got {
                 Ok(got) => got,
                 Err(e) if count == 0 => return Err(e),
                 Err(_) => break,

@@ -1,6 +1,7 @@
 //! Publishing: one message or a batch, the announce that wakes parked readers, and the end of
 //! the stream (close, abort, drop).
 
+use super::fast::StepError;
 use super::Producer;
 use crate::error::ClaimError;
 use crate::layout::{ProducerLine, ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
@@ -71,20 +72,44 @@ impl<M: Memory> Producer<M> {
         }
         let mut published = 0;
         for m in msgs {
-            let slot = match self.claim_slot() {
-                Ok(slot) => slot,
-                Err(e) if published == 0 => return Err(e),
-                Err(_) => break,
+            let data: &[u8] = m.as_ref();
+            // The common case in one pass (as `try_publish`, without the announce), else the
+            // claim API.
+            let step = match self.fast_seq(data) {
+                Some(seq) => self
+                    .publish_step(
+                        self.mem.producer_line(),
+                        seq,
+                        data,
+                        StepError::Claim,
+                        StepError::Seal,
+                    )
+                    .map(|()| seq + 1),
+                None => self.batch_step(data),
             };
-            let mut w = self.write_slot(slot);
-            w.fill(m.as_ref());
-            w.finish()?;
+            match step {
+                Ok(next) => self.head = next,
+                Err(StepError::Claim(e)) if published == 0 => return Err(e),
+                Err(StepError::Claim(_)) => break,
+                Err(StepError::Seal(e)) => return Err(e),
+            }
             published += 1;
         }
         if published > 0 {
             self.announce();
         }
         Ok(published)
+    }
+
+    /// One message of a batch through the claim API (any ring, any case); returns the local
+    /// `head` after it (`finish` has set it).
+    #[inline(never)]
+    fn batch_step(&mut self, data: &[u8]) -> Result<u64, StepError> {
+        let slot = self.claim_slot().map_err(StepError::Claim)?;
+        let mut w = self.write_slot(slot);
+        w.fill(data);
+        // `finish` set the local `head` to `seq + 1` already.
+        w.finish().map(|seq| seq + 1).map_err(StepError::Seal)
     }
 
     /// Makes every finished message visible to `head` readers and wakes parked consumers: one

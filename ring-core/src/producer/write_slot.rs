@@ -313,12 +313,25 @@ pub(super) fn write_line(words: &[AtomicU64; INLINE_WORDS], data: &[u8]) {
         return; // Unreachable: the line holds `INLINE_CAPACITY` bytes.
     };
     if let Some(x) = words.first().filter(|_| !rest.is_empty()) {
-        let mut w = [0u8; 8];
-        for (to, from) in w.iter_mut().zip(rest) {
-            *to = *from;
-        }
-        x.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+        x.store(tail_word(data, rest), Ordering::Relaxed);
     }
+}
+
+/// The last word of `data`, whose last 1 to 7 bytes are `rest`: `rest` zero-padded to a word.
+#[inline(always)]
+fn tail_word(data: &[u8], rest: &[u8]) -> u64 {
+    debug_assert!((1..8).contains(&rest.len()));
+    if let Some(last) = data.last_chunk::<8>() {
+        // The last 8 bytes end with `rest`: as a little-endian number, `rest` is its top bytes;
+        // shifted down, they leave zeros above them (the padding).
+        let v = u64::from_le_bytes(*last) >> (8 * (8 - rest.len()));
+        return u64::from_ne_bytes(v.to_le_bytes());
+    }
+    let mut w = [0u8; 8];
+    for (to, from) in w.iter_mut().zip(rest) {
+        *to = *from;
+    }
+    u64::from_ne_bytes(w)
 }
 
 /// [`write_line`] as a call: `fill` (a batch publishes through it) keeps its frame small.
@@ -335,4 +348,34 @@ fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize) {
         t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     pad_last_word(to, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_line` at every length of the message line, over a line full of old bytes: the
+    /// words covering the message hold it, the last one zero-padded; the words after it keep
+    /// their old value.
+    #[test]
+    fn write_line_pads_the_last_word_and_keeps_the_rest() {
+        const OLD: u64 = 0xeeee_eeee_eeee_eeee;
+        for len in 0..=INLINE_CAPACITY {
+            let words: [AtomicU64; INLINE_WORDS] = core::array::from_fn(|_| AtomicU64::new(OLD));
+            let data: std::vec::Vec<u8> =
+                (0..len).map(|i| (i as u8).wrapping_mul(13) | 1).collect();
+            write_line(&words, &data);
+            for (i, w) in words.iter().enumerate() {
+                let want = if i * 8 < len {
+                    let mut b = [0u8; 8];
+                    let end = len.min(i * 8 + 8);
+                    b[..end - i * 8].copy_from_slice(&data[i * 8..end]);
+                    u64::from_ne_bytes(b)
+                } else {
+                    OLD
+                };
+                assert_eq!(w.load(Ordering::Relaxed), want, "len {len} word {i}");
+            }
+        }
+    }
 }

@@ -94,39 +94,27 @@ fn read_long(words: &[AtomicU64], out: &mut [u8]) {
 }
 
 /// `read` for a short copy (a message line's words, say): whole words in straight-line blocks,
-/// the last partial word merged into the last 8 bytes of `out` (byte by byte when `out` is
-/// shorter than a word), no call.
+/// the last partial word byte by byte, no call.
 ///
 /// # Panics
 /// If `out` is longer than `words` (as `read`).
 #[inline(always)]
 fn read_short(words: &[AtomicU64], out: &mut [u8]) {
-    let r = out.len() % 8;
-    let body_len = out.len() - r;
     let mut words = words;
-    let mut body = &mut out[..body_len];
+    let mut out = out;
     // Whole words in straight-line blocks of 8, 4, 2 and 1 (a 64-byte message is one block:
     // 8 loads and 8 stores, no loop counter).
-    while body.len() >= 64 {
-        load_block::<8, 64>(&mut words, &mut body);
+    while out.len() >= 64 {
+        load_block::<8, 64>(&mut words, &mut out);
     }
-    load_block::<4, 32>(&mut words, &mut body);
-    load_block::<2, 16>(&mut words, &mut body);
-    load_block::<1, 8>(&mut words, &mut body);
-    if r == 0 {
-        return;
-    }
-    // Relaxed: as the blocks.
-    let w = words[0].load(Ordering::Relaxed).to_ne_bytes();
-    if let Some(last) = out.last_chunk_mut::<8>() {
-        // `last` ends with the `r` bytes to fill; the `8 - r` before them were copied above.
-        // As little-endian numbers: keep the low `8 - r` bytes, put the word's first `r` bytes
-        // above them.
-        let kept = u64::from_le_bytes(*last) & (u64::MAX >> (8 * r));
-        let tail = u64::from_le_bytes(w) << (8 * (8 - r));
-        *last = (kept | tail).to_le_bytes();
-    } else {
-        for (to, from) in out.iter_mut().zip(w) {
+    load_block::<4, 32>(&mut words, &mut out);
+    load_block::<2, 16>(&mut words, &mut out);
+    load_block::<1, 8>(&mut words, &mut out);
+    let rest = out;
+    if !rest.is_empty() {
+        let w = &words[0];
+        let bytes = w.load(Ordering::Relaxed).to_ne_bytes();
+        for (to, from) in rest.iter_mut().zip(bytes) {
             *to = from;
         }
     }

@@ -2,7 +2,7 @@
 
 use crate::class::DeliveryClass;
 use crate::error::{ClaimError, Error};
-use crate::layout::{SEQ_LIMIT, WRITER};
+use crate::layout::{ProducerLine, SEQ_LIMIT, WRITER};
 use crate::memory::{Memory, OpenJoin};
 use crate::owner::OwnerId;
 use crate::sync::Ordering;
@@ -369,7 +369,13 @@ impl<M: Memory> Producer<M> {
     /// Fails with [`ClaimError::Displaced`] when another producer started on this ring since
     /// this one did (the owner word or the epoch moved).
     fn check_epoch(&self) -> Result<(), ClaimError> {
-        let line = self.mem.producer_line();
+        self.check_epoch_in(self.mem.producer_line())
+    }
+
+    /// [`check_epoch`](Self::check_epoch) with `line`, this ring's producer line, already
+    /// looked up.
+    #[inline(always)]
+    fn check_epoch_in(&self, line: &ProducerLine) -> Result<(), ClaimError> {
         // Relaxed: a fencing check, not a synchronisation point (see `start`).
         let epoch = line.epoch.load(Ordering::Relaxed);
         let owner = line.owner.load(Ordering::Relaxed);

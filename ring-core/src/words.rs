@@ -93,27 +93,98 @@ fn read_long(words: &[AtomicU64], out: &mut [u8]) {
     read_words(words, out);
 }
 
-/// `read` for a short copy (a message line's words, say): whole words in a loop of one exit
-/// test, the last partial word byte by byte, no call.
+/// `read` for a short copy (a message line's words, say): whole words in straight-line blocks,
+/// the last partial word byte by byte, no call.
 ///
 /// # Panics
 /// If `out` is longer than `words` (as `read`).
 #[inline(always)]
 fn read_short(words: &[AtomicU64], out: &mut [u8]) {
-    let whole = out.len() / 8;
-    let (head, rest) = out.split_at_mut(whole * 8);
-    let full = &words[..whole];
-    // Relaxed: the caller validates the copy with the seqlock stamp (or holds a pin).
-    for (chunk, w) in head.chunks_exact_mut(8).zip(full) {
-        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    let mut words = words;
+    let mut out = out;
+    // Whole words in straight-line blocks of 8, 4, 2 and 1 (a 64-byte message is one block:
+    // 8 loads and 8 stores, no loop counter).
+    while out.len() >= 64 {
+        load_block::<8, 64>(&mut words, &mut out);
     }
+    load_block::<4, 32>(&mut words, &mut out);
+    load_block::<2, 16>(&mut words, &mut out);
+    load_block::<1, 8>(&mut words, &mut out);
+    let rest = out;
     if !rest.is_empty() {
-        let w = &words[whole];
+        let w = &words[0];
         let bytes = w.load(Ordering::Relaxed).to_ne_bytes();
         for (to, from) in rest.iter_mut().zip(bytes) {
             *to = from;
         }
     }
+}
+
+/// One block of `read_short`: when `out` holds at least `B` bytes, copies the first `W` words
+/// of `words` (`B == 8 * W`) into its first `B` bytes and steps both past them.
+///
+/// # Panics
+/// If `words` holds fewer than `W` words then (`out` longer than `words`, as `read`).
+#[inline(always)]
+fn load_block<const W: usize, const B: usize>(words: &mut &[AtomicU64], out: &mut &mut [u8]) {
+    const { assert!(B == 8 * W) };
+    if out.len() < B {
+        return;
+    }
+    let Some((from, words_rest)) = words.split_first_chunk::<W>() else {
+        panic!("a read longer than its words");
+    };
+    let Some((to, out_rest)) = core::mem::take(out).split_first_chunk_mut::<B>() else {
+        return; // Unreachable: the length was checked above.
+    };
+    // Relaxed: the caller validates the copy with the seqlock stamp (or holds a pin).
+    for (chunk, w) in to.chunks_exact_mut(8).zip(from) {
+        chunk.copy_from_slice(&w.load(Ordering::Relaxed).to_ne_bytes());
+    }
+    *words = words_rest;
+    *out = out_rest;
+}
+
+/// Stores the whole words of `data` (its first `data.len() / 8 * 8` bytes) into `words` from
+/// word 0, in straight-line blocks of 8, 4, 2 and 1 words, and returns the words and the bytes
+/// (fewer than 8) that are left; `None` (some words stored) when `words` is too short for them.
+/// Relaxed stores: the writer's own words, inside its seqlock write window (or its allocation).
+#[inline(always)]
+pub(crate) fn store_whole<'w, 'd>(
+    words: &'w [AtomicU64],
+    data: &'d [u8],
+) -> Option<(&'w [AtomicU64], &'d [u8])> {
+    let mut words = words;
+    let mut data = data;
+    while data.len() >= 64 {
+        store_block::<8, 64>(&mut words, &mut data)?;
+    }
+    store_block::<4, 32>(&mut words, &mut data)?;
+    store_block::<2, 16>(&mut words, &mut data)?;
+    store_block::<1, 8>(&mut words, &mut data)?;
+    Some((words, data))
+}
+
+/// One block of [`store_whole`]: when `data` holds at least `B` bytes, stores them into the
+/// first `W` words (`B == 8 * W`) and steps both past them; `None` when `words` is shorter.
+#[inline(always)]
+fn store_block<const W: usize, const B: usize>(
+    words: &mut &[AtomicU64],
+    data: &mut &[u8],
+) -> Option<()> {
+    const { assert!(B == 8 * W) };
+    let Some((bytes, data_rest)) = data.split_first_chunk::<B>() else {
+        return Some(());
+    };
+    let (to, words_rest) = words.split_first_chunk::<W>()?;
+    for (dst, chunk) in to.iter().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        dst.store(u64::from_ne_bytes(b), Ordering::Relaxed);
+    }
+    *data = data_rest;
+    *words = words_rest;
+    Some(())
 }
 
 /// `read` in portable Rust: copies `words` into `out` (at most `words.len() * 8` bytes) with one
@@ -314,6 +385,38 @@ mod tests {
                 let mut part = [0u8; 13];
                 read(&words, &mut part);
                 assert_eq!(part, model[..13]);
+            }
+        }
+    }
+
+    /// `store_whole` at every length up to and past a 12-word area: the whole words are
+    /// stored, the words after them keep their value, the partial last word's bytes and the
+    /// words after the stored ones come back, and a length beyond the area gives `None`.
+    #[test]
+    fn store_whole_stores_every_whole_word() {
+        const OLD: u64 = 0xeeee_eeee_eeee_eeee;
+        for len in 0..=(13 * 8 + 7) {
+            let words: [AtomicU64; 12] = core::array::from_fn(|_| AtomicU64::new(OLD));
+            let data: std::vec::Vec<u8> = (0..len).map(|i| i as u8 ^ 0xa5).collect();
+            let whole = len / 8;
+            let got = store_whole(&words, &data);
+            if whole > 12 {
+                assert!(got.is_none(), "len {len}");
+                continue;
+            }
+            let (rest_words, rest) = got.expect("fits");
+            assert_eq!(rest, &data[whole * 8..], "len {len}");
+            assert_eq!(rest_words.len(), 12 - whole, "len {len}");
+            if let Some(first) = rest_words.first() {
+                assert!(core::ptr::eq(first, &words[whole]), "len {len}");
+            }
+            for (i, w) in words.iter().enumerate() {
+                let want = if i < whole {
+                    u64::from_ne_bytes(data[i * 8..i * 8 + 8].try_into().expect("8 bytes"))
+                } else {
+                    OLD
+                };
+                assert_eq!(w.load(Ordering::Relaxed), want, "len {len} word {i}");
             }
         }
     }

@@ -14,6 +14,9 @@ impl<M: Memory> Consumer<M> {
     /// # Errors
     /// As [`try_pin`](Self::try_pin), and [`ReadError::BufferTooSmall`] (the consumer does not
     /// advance: retry with a larger buffer).
+    // Inlined into the caller: the one-pass path then costs no call, no frame of its own and
+    // no result in memory; the general path stays out of line.
+    #[inline(always)]
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         match self.copy_fast(buf) {
             Some(got) => Ok(got),
@@ -68,7 +71,13 @@ impl<M: Memory> Consumer<M> {
         let bit = 1u64 << self.index;
         let mut count = 0;
         while count < max {
-            let (seq, missed, (slot, len)) = match self.read_next(|c, seq| c.pin_seq(seq)) {
+            // The common case in one pass (as `try_pin`), else the general read, which decides
+            // everything again.
+            let got = match self.pin_fast() {
+                Some((seq, slot, len)) => Ok((seq, 0, (slot, len))),
+                None => self.read_next(|c, seq| c.pin_seq(seq)),
+            };
+            let (seq, missed, (slot, len)) = match got {
                 Ok(got) => got,
                 Err(e) if count == 0 => return Err(e),
                 Err(_) => break,

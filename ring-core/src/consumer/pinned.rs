@@ -69,6 +69,7 @@ impl<M: Memory> Pinned<'_, M> {
 
     /// The message bytes, zero-copy.
     #[cfg(not(any(ring_loom, ring_shuttle)))]
+    #[inline]
     pub fn bytes(&self) -> &[u8] {
         let words = self.consumer.message_words(self.slot, self.len);
         // SAFETY:
@@ -87,6 +88,8 @@ impl<M: Memory> Pinned<'_, M> {
 }
 
 impl<M: Memory> Drop for Pinned<'_, M> {
+    // Inlined where the pin ends (a group member's finish stays a call).
+    #[inline(always)]
     fn drop(&mut self) {
         let c = &mut *self.consumer;
         if self.claim != NO_CLAIM {

@@ -145,6 +145,9 @@ impl<M: Memory> Consumer<M> {
     /// # Errors
     /// [`ReadError::Empty`], [`ReadError::Closed`], [`ReadError::Lagging`] (overwritten
     /// [`READ_RETRIES`] times in a row), [`ReadError::Evicted`], [`ReadError::Corrupt`].
+    // Inlined into the caller: the one-pass path then costs no call, no frame of its own and
+    // no result in memory; the general path stays out of line.
+    #[inline(always)]
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
         if let Some((seq, slot, len)) = self.pin_fast() {
             self.held = Some(slot);

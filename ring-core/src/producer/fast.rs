@@ -5,19 +5,36 @@
 //! Before it changes anything it returns `None` when the case is not the common one, and
 //! `try_publish` runs the general path, which decides everything again. From there it is the
 //! general path's sequence, built from the same pieces: `claim_slot`'s checks, `claim_cas`,
-//! `WriteSlot::fill`'s writes, `seal` (as `finish`) and `announce`.
+//! `WriteSlot::fill`'s writes, `seal` (as `finish`) and `announce`. `try_publish_batch` runs
+//! the same step (`publish_step`) for each message in the common case and announces once.
 
 use super::write_slot::{pad_last_word, write_line};
 use super::Producer;
 use crate::error::ClaimError;
-use crate::layout::{FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT};
+use crate::layout::{ProducerLine, FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT};
 use crate::memory::Memory;
 use crate::sync::Ordering;
+
+/// Where a one-pass publish step failed.
+pub(super) enum StepError {
+    /// The claim (nothing changed): as `claim_slot`'s error.
+    Claim(ClaimError),
+    /// The seal, after the claim and the write: the producer was displaced meanwhile.
+    Seal(ClaimError),
+}
 
 impl<M: Memory> Producer<M> {
     /// The common case of `try_publish`, or `None` (nothing changed) for the general path.
     #[inline(always)]
     pub(super) fn publish_fast(&mut self, data: &[u8]) -> Option<Result<u64, ClaimError>> {
+        let seq = self.fast_seq(data)?;
+        Some(self.publish_at(seq, data))
+    }
+
+    /// The next sequence, when publishing `data` is the common case: a default (not
+    /// never-stall) ring, a claim below the cached gating bound, a message that fits the slot.
+    #[inline(always)]
+    pub(super) fn fast_seq(&self, data: &[u8]) -> Option<u64> {
         let seq = self.head;
         if self.never_stall
             || seq >= self.gate_ok_below
@@ -26,35 +43,64 @@ impl<M: Memory> Producer<M> {
         {
             return None;
         }
-        Some(self.publish_at(seq, data))
+        Some(seq)
     }
 
-    /// `claim_slot` without the branches `publish_fast` ruled out, the write, `seal`.
+    /// `publish_step`, then `announce`.
     #[inline(always)]
     fn publish_at(&mut self, seq: u64, data: &[u8]) -> Result<u64, ClaimError> {
-        self.check_epoch()?;
+        // One lookup of the producer line for the claim's checks, the seal's and the announce.
+        let line = self.mem.producer_line();
+        self.publish_step(line, seq, data, |e| e, |e| e)?;
+        self.head = seq + 1;
+        // `announce`, into the line looked up above.
+        self.announce_in(line);
+        self.stored_head = self.head;
+        self.fenced = true;
+        Ok(seq)
+    }
+
+    /// `claim_slot` without the branches `fast_seq` ruled out, the write, `seal` (`line` is
+    /// the producer line): message `seq` is then complete in its slot, and the caller sets the
+    /// local `head` to `seq + 1` (and announces: a batch once at its end). A failure is
+    /// reported through `claim` (nothing changed) or `seal` (displaced after the write).
+    #[inline(always)]
+    pub(super) fn publish_step<E>(
+        &self,
+        line: &ProducerLine,
+        seq: u64,
+        data: &[u8],
+        claim: impl Fn(ClaimError) -> E,
+        seal: impl Fn(ClaimError) -> E,
+    ) -> Result<(), E> {
+        self.check_epoch_in(line).map_err(&claim)?;
         // Relaxed: only this producer writes `flags`.
-        if self.mem.producer_line().flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
-            return Err(ClaimError::Closed);
+        if line.flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
+            return Err(claim(ClaimError::Closed));
         }
         let slot = self.mem.geometry().slot_of(seq);
         // One lookup of the slot's header for the claim, the write and the seal.
         let hdr = self.mem.slot_header(slot);
-        self.claim_cas_at(hdr, slot, seq)?;
+        self.claim_cas_at(hdr, slot, seq).map_err(claim)?;
         if data.len() <= INLINE_CAPACITY {
             // The message line only, padded (as `WriteSlot::fill`).
             write_line(&hdr.inline, data);
         } else {
-            // As `fill` through `write`, then `finish`'s padding of the last word.
-            let payload = self.mem.payload(slot);
-            crate::words::write(payload, 0, data);
-            pad_last_word(payload, data.len());
+            self.write_payload(slot, data);
         }
-        // `seal`: its check and stores, then the local `head` (no never-stall route: the
-        // one-pass publish runs only on a default ring).
-        self.seal_at(hdr, seq, data.len(), [0; 2])?;
-        self.head = seq + 1;
-        self.announce();
-        Ok(seq)
+        // `seal`: its check and stores (no never-stall route: the one-pass publish runs only
+        // on a default ring); the caller sets the local `head`.
+        self.seal_at(line, hdr, seq, data.len(), [0; 2])
+            .map_err(seal)
+    }
+
+    /// A message beyond the message line: as `fill` through `write`, then `finish`'s padding
+    /// of the last word. Out of line, so the small message's path keeps a small frame (the
+    /// copy of a long one costs far more than the call).
+    #[inline(never)]
+    fn write_payload(&self, slot: usize, data: &[u8]) {
+        let payload = self.mem.payload(slot);
+        crate::words::write(payload, 0, data);
+        pad_last_word(payload, data.len());
     }
 }

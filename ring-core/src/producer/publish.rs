@@ -1,9 +1,10 @@
 //! Publishing: one message or a batch, the announce that wakes parked readers, and the end of
 //! the stream (close, abort, drop).
 
+use super::fast::StepError;
 use super::Producer;
 use crate::error::ClaimError;
-use crate::layout::{ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
+use crate::layout::{ProducerLine, ABORT_CODE_SHIFT, FLAG_ABORTED, FLAG_CLOSED};
 use crate::memory::Memory;
 use crate::sync::{fence, Ordering};
 
@@ -13,6 +14,9 @@ impl<M: Memory> Producer<M> {
     /// # Errors
     /// As [`try_claim`](Self::try_claim), and [`ClaimError::TooLarge`] (nothing claimed) when
     /// `data` does not fit in a slot.
+    // Inlined into the caller: the one-pass path then costs no call, no frame of its own and
+    // no result in memory; the general path stays out of line.
+    #[inline(always)]
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
         match self.publish_fast(data) {
             Some(done) => done,
@@ -68,14 +72,27 @@ impl<M: Memory> Producer<M> {
         }
         let mut published = 0;
         for m in msgs {
-            let slot = match self.claim_slot() {
-                Ok(slot) => slot,
-                Err(e) if published == 0 => return Err(e),
-                Err(_) => break,
+            let data: &[u8] = m.as_ref();
+            // The common case in one pass (as `try_publish`, without the announce), else the
+            // claim API.
+            let step = match self.fast_seq(data) {
+                Some(seq) => self
+                    .publish_step(
+                        self.mem.producer_line(),
+                        seq,
+                        data,
+                        StepError::Claim,
+                        StepError::Seal,
+                    )
+                    .map(|()| seq + 1),
+                None => self.batch_step(data),
             };
-            let mut w = self.write_slot(slot);
-            w.fill(m.as_ref());
-            w.finish()?;
+            match step {
+                Ok(next) => self.head = next,
+                Err(StepError::Claim(e)) if published == 0 => return Err(e),
+                Err(StepError::Claim(_)) => break,
+                Err(StepError::Seal(e)) => return Err(e),
+            }
             published += 1;
         }
         if published > 0 {
@@ -84,21 +101,39 @@ impl<M: Memory> Producer<M> {
         Ok(published)
     }
 
+    /// One message of a batch through the claim API (any ring, any case); returns the local
+    /// `head` after it (`finish` has set it).
+    #[inline(never)]
+    fn batch_step(&mut self, data: &[u8]) -> Result<u64, StepError> {
+        let slot = self.claim_slot().map_err(StepError::Claim)?;
+        let mut w = self.write_slot(slot);
+        w.fill(data);
+        // `finish` set the local `head` to `seq + 1` already.
+        w.finish().map(|seq| seq + 1).map_err(StepError::Seal)
+    }
+
     /// Makes every finished message visible to `head` readers and wakes parked consumers: one
     /// `head` store, one SeqCst fence and one load of the waiter count, for one message or a
     /// batch.
     pub(super) fn announce(&mut self) {
-        let line = self.mem.producer_line();
+        self.announce_in(self.mem.producer_line());
+        self.stored_head = self.head;
+        self.fenced = true;
+    }
+
+    /// [`announce`](Self::announce)'s stores, fence and wake-up, with `line`, this ring's
+    /// producer line, already looked up; the caller then records what it did (`stored_head`
+    /// is `head`, `fenced`), which `announce` does.
+    #[inline(always)]
+    pub(super) fn announce_in(&self, line: &ProducerLine) {
         // Release: pairs with consumers' Acquire `head` loads (latest-only reads, lagging
         // readers, registration): every message below it is complete.
         line.head.store(self.head, Ordering::Release);
-        self.stored_head = self.head;
         // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
         // fence, then re-check their slot's stamp or `head`): either they see our stamps and
         // `head` now, or we see them counted below and wake them. Also the registration
         // handshake of the next claim.
         fence(Ordering::SeqCst);
-        self.fenced = true;
         // Relaxed: ordered by the fence above.
         if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
             // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a

@@ -4,7 +4,7 @@
 use super::LoanError;
 use super::{Overflow, Producer, WriteSlot};
 use crate::error::ClaimError;
-use crate::layout::{SlotHeader, INLINE_CAPACITY, WRITER};
+use crate::layout::{ProducerLine, SlotHeader, INLINE_CAPACITY, INLINE_WORDS, WRITER};
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -240,7 +240,13 @@ impl<M: Memory> Producer<M> {
         len: usize,
         meta: [u64; 2],
     ) -> Result<u64, ClaimError> {
-        self.seal_at(self.mem.slot_header(slot), seq, len, meta)?;
+        self.seal_at(
+            self.mem.producer_line(),
+            self.mem.slot_header(slot),
+            seq,
+            len,
+            meta,
+        )?;
         if self.never_stall {
             self.route_published(seq, slot);
         }
@@ -249,16 +255,18 @@ impl<M: Memory> Producer<M> {
     }
 
     /// [`seal`](Self::seal)'s check and stores, into `hdr` (the slot's header, already looked
-    /// up): everything but the never-stall route and the local `head`, which the caller sets.
+    /// up; `line` is the producer line): everything but the never-stall route and the local
+    /// `head`, which the caller sets.
     #[inline(always)]
     pub(super) fn seal_at(
         &self,
+        line: &ProducerLine,
         hdr: &SlotHeader,
         seq: u64,
         len: usize,
         meta: [u64; 2],
     ) -> Result<(), ClaimError> {
-        self.check_epoch()?;
+        self.check_epoch_in(line)?;
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);
         hdr.meta[0].store(meta[0], Ordering::Relaxed);
@@ -299,32 +307,40 @@ pub(super) fn pad_last_word(words: &[AtomicU64], len: usize) {
 /// Stores `data` (at most as long as `words`) from word 0 of `words`, the last word padded
 /// with zeros. Relaxed: the producer's own words, inside the seqlock write window.
 #[inline(always)]
-pub(super) fn write_line(words: &[AtomicU64], data: &[u8]) {
-    let whole = data.len() / 8;
-    let Some(words) = words.get(..data.len().div_ceil(8)) else {
+pub(super) fn write_line(words: &[AtomicU64; INLINE_WORDS], data: &[u8]) {
+    if data.len() > INLINE_CAPACITY {
         debug_assert!(false, "the caller checked the length");
         return;
+    }
+    // Straight-line blocks of whole words (the line's length is known: no bound checks).
+    let Some((words, rest)) = crate::words::store_whole(words, data) else {
+        return; // Unreachable: the line holds `INLINE_CAPACITY` bytes.
     };
-    // Two slices of one length: the loop runs without bound checks.
-    let (src, rest) = data.split_at(whole * 8);
-    for (x, chunk) in words[..whole].iter().zip(src.chunks_exact(8)) {
-        let w = u64::from_ne_bytes([
-            chunk[0], chunk[1], chunk[2], chunk[3], chunk[4], chunk[5], chunk[6], chunk[7],
-        ]);
-        x.store(w, Ordering::Relaxed);
+    if let Some(x) = words.first().filter(|_| !rest.is_empty()) {
+        x.store(tail_word(data, rest), Ordering::Relaxed);
     }
-    if let Some(x) = words.get(whole) {
-        let mut w = [0u8; 8];
-        for (to, from) in w.iter_mut().zip(rest) {
-            *to = *from;
-        }
-        x.store(u64::from_ne_bytes(w), Ordering::Relaxed);
+}
+
+/// The last word of `data`, whose last 1 to 7 bytes are `rest`: `rest` zero-padded to a word.
+#[inline(always)]
+fn tail_word(data: &[u8], rest: &[u8]) -> u64 {
+    debug_assert!((1..8).contains(&rest.len()));
+    if let Some(last) = data.last_chunk::<8>() {
+        // The last 8 bytes end with `rest`: as a little-endian number, `rest` is its top bytes;
+        // shifted down, they leave zeros above them (the padding).
+        let v = u64::from_le_bytes(*last) >> (8 * (8 - rest.len()));
+        return u64::from_ne_bytes(v.to_le_bytes());
     }
+    let mut w = [0u8; 8];
+    for (to, from) in w.iter_mut().zip(rest) {
+        *to = *from;
+    }
+    u64::from_ne_bytes(w)
 }
 
 /// [`write_line`] as a call: `fill` (a batch publishes through it) keeps its frame small.
 #[inline(never)]
-fn write_line_outlined(words: &[AtomicU64], data: &[u8]) {
+fn write_line_outlined(words: &[AtomicU64; INLINE_WORDS], data: &[u8]) {
     write_line(words, data);
 }
 
@@ -336,4 +352,34 @@ fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize) {
         t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     pad_last_word(to, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `write_line` at every length of the message line, over a line full of old bytes: the
+    /// words covering the message hold it, the last one zero-padded; the words after it keep
+    /// their old value.
+    #[test]
+    fn write_line_pads_the_last_word_and_keeps_the_rest() {
+        const OLD: u64 = 0xeeee_eeee_eeee_eeee;
+        for len in 0..=INLINE_CAPACITY {
+            let words: [AtomicU64; INLINE_WORDS] = core::array::from_fn(|_| AtomicU64::new(OLD));
+            let data: std::vec::Vec<u8> =
+                (0..len).map(|i| (i as u8).wrapping_mul(13) | 1).collect();
+            write_line(&words, &data);
+            for (i, w) in words.iter().enumerate() {
+                let want = if i * 8 < len {
+                    let mut b = [0u8; 8];
+                    let end = len.min(i * 8 + 8);
+                    b[..end - i * 8].copy_from_slice(&data[i * 8..end]);
+                    u64::from_ne_bytes(b)
+                } else {
+                    OLD
+                };
+                assert_eq!(w.load(Ordering::Relaxed), want, "len {len} word {i}");
+            }
+        }
+    }
 }

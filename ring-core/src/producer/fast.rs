@@ -15,11 +15,12 @@ use crate::layout::{ProducerLine, FLAG_CLOSED, INLINE_CAPACITY, SEQ_LIMIT};
 use crate::memory::Memory;
 use crate::sync::Ordering;
 
-/// Where a one-pass publish step failed.
+/// Where a batch's publish step failed.
 pub(super) enum StepError {
     /// The claim (nothing changed): as `claim_slot`'s error.
     Claim(ClaimError),
-    /// The seal, after the claim and the write: the producer was displaced meanwhile.
+    /// The seal of a slot claimed through the claim API, after the claim and the write: the
+    /// producer was displaced meanwhile.
     Seal(ClaimError),
 }
 
@@ -46,12 +47,13 @@ impl<M: Memory> Producer<M> {
         Some(seq)
     }
 
-    /// `publish_step`, then `announce`.
+    /// `call_checks`, `publish_step`, then `announce`.
     #[inline(always)]
     fn publish_at(&mut self, seq: u64, data: &[u8]) -> Result<u64, ClaimError> {
-        // One lookup of the producer line for the claim's checks, the seal's and the announce.
+        // One lookup of the producer line for the checks and the announce.
         let line = self.mem.producer_line();
-        self.publish_step(line, seq, data, |e| e, |e| e)?;
+        self.call_checks(line)?;
+        self.publish_step(seq, data)?;
         self.head = seq + 1;
         // `announce`, into the line looked up above.
         self.announce_in(line);
@@ -60,38 +62,43 @@ impl<M: Memory> Producer<M> {
         Ok(seq)
     }
 
-    /// `claim_slot` without the branches `fast_seq` ruled out, the write, `seal` (`line` is
-    /// the producer line): message `seq` is then complete in its slot, and the caller sets the
-    /// local `head` to `seq + 1` (and announces: a batch once at its end). A failure is
-    /// reported through `claim` (nothing changed) or `seal` (displaced after the write).
+    /// `claim_slot`'s checks that hold for a whole call (`line` is the producer line): the
+    /// epoch (P0: not displaced) and the closed flag. Neither changes inside a call: a
+    /// take-over never comes inside a call of the producer it displaces (the `take_over`
+    /// contract; ring-os takes over only once the kernel released the displaced process's
+    /// lock), and only this producer, through `&mut self`, closes. So the one-pass publish
+    /// checks them once, and a batch once for all its messages.
     #[inline(always)]
-    pub(super) fn publish_step<E>(
-        &self,
-        line: &ProducerLine,
-        seq: u64,
-        data: &[u8],
-        claim: impl Fn(ClaimError) -> E,
-        seal: impl Fn(ClaimError) -> E,
-    ) -> Result<(), E> {
-        self.check_epoch_in(line).map_err(&claim)?;
+    pub(super) fn call_checks(&self, line: &ProducerLine) -> Result<(), ClaimError> {
+        self.check_epoch_in(line)?;
         // Relaxed: only this producer writes `flags`.
         if line.flags.load(Ordering::Relaxed) & FLAG_CLOSED != 0 {
-            return Err(claim(ClaimError::Closed));
+            return Err(ClaimError::Closed);
         }
+        Ok(())
+    }
+
+    /// `claim_slot` without the branches `fast_seq` ruled out and the checks `call_checks`
+    /// made earlier in this call, the write, `seal`'s stores: message `seq` is then complete
+    /// in its slot, and the caller sets the local `head` to `seq + 1` (and announces: a batch
+    /// once at its end). A failure (only the claim's) changed nothing.
+    #[inline(always)]
+    pub(super) fn publish_step(&self, seq: u64, data: &[u8]) -> Result<(), ClaimError> {
         let slot = self.mem.geometry().slot_of(seq);
         // One lookup of the slot's header for the claim, the write and the seal.
         let hdr = self.mem.slot_header(slot);
-        self.claim_cas_at(hdr, slot, seq).map_err(claim)?;
+        self.claim_cas_at(hdr, slot, seq)?;
         if data.len() <= INLINE_CAPACITY {
             // The message line only, padded (as `WriteSlot::fill`).
             write_line(&hdr.inline, data);
         } else {
             self.write_payload(slot, data);
         }
-        // `seal`: its check and stores (no never-stall route: the one-pass publish runs only
-        // on a default ring); the caller sets the local `head`.
-        self.seal_at(line, hdr, seq, data.len(), [0; 2])
-            .map_err(seal)
+        // `seal`'s stores, without its epoch re-check: `call_checks` covers this whole call
+        // (see `seal_stores`). No never-stall route: the one-pass publish runs only on a
+        // default ring. The caller sets the local `head`.
+        self.seal_stores(hdr, seq, data.len(), [0; 2]);
+        Ok(())
     }
 
     /// A message beyond the message line: as `fill` through `write`, then `finish`'s padding

@@ -70,6 +70,11 @@ impl<M: Memory> Producer<M> {
         for m in msgs {
             self.check_fits(m.as_ref().len())?;
         }
+        // The checks that hold for the whole call (displaced, closed), once: the first claim's
+        // error when they fail, as a claim would report it (an empty batch claims nothing).
+        if !msgs.is_empty() {
+            self.call_checks(self.mem.producer_line())?;
+        }
         let mut published = 0;
         for m in msgs {
             let data: &[u8] = m.as_ref();
@@ -77,14 +82,9 @@ impl<M: Memory> Producer<M> {
             // claim API.
             let step = match self.fast_seq(data) {
                 Some(seq) => self
-                    .publish_step(
-                        self.mem.producer_line(),
-                        seq,
-                        data,
-                        StepError::Claim,
-                        StepError::Seal,
-                    )
-                    .map(|()| seq + 1),
+                    .publish_step(seq, data)
+                    .map(|()| seq + 1)
+                    .map_err(StepError::Claim),
                 None => self.batch_step(data),
             };
             match step {

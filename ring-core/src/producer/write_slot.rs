@@ -256,7 +256,8 @@ impl<M: Memory> Producer<M> {
 
     /// [`seal`](Self::seal)'s check and stores, into `hdr` (the slot's header, already looked
     /// up; `line` is the producer line): everything but the never-stall route and the local
-    /// `head`, which the caller sets.
+    /// `head`, which the caller sets. The epoch re-check is for a slot claimed in an earlier
+    /// call (a `WriteSlot`): a take-over may have come between the calls.
     #[inline(always)]
     pub(super) fn seal_at(
         &self,
@@ -267,6 +268,17 @@ impl<M: Memory> Producer<M> {
         meta: [u64; 2],
     ) -> Result<(), ClaimError> {
         self.check_epoch_in(line)?;
+        self.seal_stores(hdr, seq, len, meta);
+        Ok(())
+    }
+
+    /// [`seal_at`](Self::seal_at)'s stores, without its epoch re-check: for a claim made in
+    /// the same call (the one-pass publish and batch), whose check at the claim covers the
+    /// whole call: a take-over never comes inside a call of the producer it displaces (the
+    /// `take_over` contract; ring-os takes over only once the kernel released the displaced
+    /// process's lock), so the epoch cannot change between that check and this seal.
+    #[inline(always)]
+    pub(super) fn seal_stores(&self, hdr: &SlotHeader, seq: u64, len: usize, meta: [u64; 2]) {
         // Relaxed: inside the seqlock write window; ordered by the stamp's Release store.
         hdr.len.store(len as u64, Ordering::Relaxed);
         hdr.meta[0].store(meta[0], Ordering::Relaxed);
@@ -281,7 +293,6 @@ impl<M: Memory> Producer<M> {
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);
-        Ok(())
     }
 }
 

@@ -9,23 +9,6 @@ use crate::sync::Ordering;
 
 mod claim;
 
-/// A claim of `hdr`'s slot ends without a publication (its producer died, or a peer left a stale
-/// `WRITER`): unless the slot's stamp already names the claimed message or a later one, store
-/// the claim marker as the stamp, odd, so pinners and stamp readers take the slot for "no
-/// message" (the previous message may be partly overwritten). The caller then clears `WRITER`
-/// with a Release RMW, which orders this store before any later pin (P14).
-///
-/// A claim that died before its marker store wrote nothing (the marker precedes every payload
-/// word): the marker then names the stamp's own message (`marker + 1 == stamp`) and the stamp
-/// stays, so that message stays readable. A scribbled marker moves the stamp at most to an odd
-/// value: readers report an overrun or `Corrupt`, never a message.
-fn drop_claim(hdr: &crate::layout::SlotHeader) {
-    // Relaxed: the producer's own words (the caller holds or owns the slot).
-    let marker = hdr.claim.load(Ordering::Relaxed) | 1;
-    if marker > hdr.stamp.load(Ordering::Relaxed) {
-        hdr.stamp.store(marker, Ordering::Relaxed);
-    }
-}
 mod fast;
 mod group;
 mod never_stall;
@@ -310,7 +293,7 @@ impl<M: Memory> Producer<M> {
             if hdr.state.load(Ordering::Relaxed) & WRITER != 0 {
                 // The previous producer died holding the slot: its message may be partly
                 // overwritten, so the stamp must not name it any more.
-                drop_claim(hdr);
+                claim::drop_claim(hdr);
             }
             // Release: a slot the previous producer held is handed to readers again; pairs with
             // their Acquire `fetch_or` in a pin (which then sees the odd stamp stored above).

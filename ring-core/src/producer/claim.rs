@@ -142,7 +142,7 @@ impl<M: Memory> Producer<M> {
             // mark it dropped first (Release: as an abort, P14).
             let hdr = self.mem.slot_header(slot);
             if cur & WRITER != 0 {
-                super::drop_claim(hdr);
+                drop_claim(hdr);
                 hdr.state.fetch_and(valid, Ordering::Release);
             } else {
                 hdr.state.fetch_and(valid, Ordering::Relaxed);
@@ -394,5 +394,23 @@ impl<M: Memory> Producer<M> {
             }
         }
         lowest
+    }
+}
+
+/// A claim of `hdr`'s slot ends without a publication (its producer died, or a peer left a stale
+/// `WRITER`): unless the slot's stamp already names the claimed message or a later one, store
+/// the claim marker as the stamp, odd, so pinners and stamp readers take the slot for "no
+/// message" (the previous message may be partly overwritten). The caller then clears `WRITER`
+/// with a Release RMW, which orders this store before any later pin (P14).
+///
+/// A claim that died before its marker store wrote nothing (the marker precedes every payload
+/// word): the marker then names the stamp's own message (`marker + 1 == stamp`) and the stamp
+/// stays, so that message stays readable. A scribbled marker moves the stamp at most to an odd
+/// value: readers report an overrun or `Corrupt`, never a message.
+pub(super) fn drop_claim(hdr: &crate::layout::SlotHeader) {
+    // Relaxed: the producer's own words (the caller holds or owns the slot).
+    let marker = hdr.claim.load(Ordering::Relaxed) | 1;
+    if marker > hdr.stamp.load(Ordering::Relaxed) {
+        hdr.stamp.store(marker, Ordering::Relaxed);
     }
 }

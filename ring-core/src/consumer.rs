@@ -107,6 +107,19 @@ fn entry_if_owned<M: Memory>(
     Ok(e)
 }
 
+/// Entry `index` of `mem` if its generation is still `generation`: the check of a consumer
+/// whose entry was found ours (owner, generation, ACTIVE) at registration or by an earlier
+/// check. Between the two, only a reclaim can change the entry (registering another owner
+/// needs it freed first, and a consumer frees its entry only when it drops), and a reclaim
+/// moves the generation before it writes anything else (P17), so the generation alone tells
+/// (C0g in docs/PROTOCOL.md). The general read keeps the full check.
+#[inline(always)]
+fn entry_if_current<M: Memory>(mem: &M, index: usize, generation: u64) -> Option<&ConsumerEntry> {
+    let e = mem.consumer_entry(index);
+    // Relaxed: our own entry; we only detect a reclaim, as `entry_if_owned` does.
+    (e.generation.load(Ordering::Relaxed) == generation).then_some(e)
+}
+
 /// [`Consumer::fast`]: the one-pass pin may be taken (a gating or skip-on-lag reader of a
 /// default, not never-stall, ring).
 const FAST_PIN: u8 = 1;

@@ -91,3 +91,36 @@ fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_othe
         assert_eq!((c.seq, c.redelivered), (u64::from(i), false));
     }
 }
+
+#[test]
+fn a_pin_dropped_after_its_consumer_was_reclaimed_writes_nothing() {
+    for class in [DeliveryClass::Gating, DeliveryClass::SkipOnLag] {
+        let (s, mut p, [mut victim]) = open_shared(ring(&Config::new(4, 200)), [class]);
+        publish_msgs(&mut p, 0..3);
+        let index = victim.index();
+        let pin = victim.try_pin().unwrap();
+        assert_eq!(pin.seq(), 0);
+        // The oracle says "dead" while the pin is alive (the contract asks for no live pin: it
+        // protects the pinned bytes, which this test never borrows, and no slot is written
+        // until the pin is dropped). What is checked is the pin's drop: the entry is no longer
+        // its consumer's, so it must write nothing there.
+        // SAFETY: no call of `victim` runs; no borrow of the pinned bytes is ever made, and
+        // nothing writes a slot while the pin lives.
+        let r = unsafe { p.reclaim(index, id(2)) }.unwrap();
+        assert!(r.was_registered);
+        // A reader of the same process registers into the same entry, starting at `head`.
+        let next = consumer(&s, DeliveryClass::Gating, 2);
+        assert_eq!(next.index(), index, "the entry is reused");
+        let before = ring_core::inspect::consumer_info(&s, index).unwrap();
+        assert_eq!(before.cursor, 3);
+        drop(pin);
+        let after = ring_core::inspect::consumer_info(&s, index).unwrap();
+        assert_eq!(
+            (after.cursor, after.received),
+            (before.cursor, before.received),
+            "{class:?}: a reclaimed consumer's pin wrote into the entry's new holder"
+        );
+        assert_eq!(victim.try_pin().unwrap_err(), ReadError::Evicted);
+        drop(next);
+    }
+}

@@ -6,10 +6,10 @@
 //! Each changes nothing that stays changed until it has its message (a refused pin takes its
 //! bit back, as in the general read), so when anything is not the common case it returns
 //! `None` and the caller runs the general read, which decides everything again. They are built
-//! from the general read's pieces: `own_entry`, the stamp test of `target`, `copy_slot`
-//! (the seqlock copy) or `pin_slot`, and `advance`'s stores.
+//! from the general read's pieces: `own_entry` (its generation test), the stamp test of
+//! `target`, `copy_slot` (the seqlock copy) or `pin_slot`, and `advance`'s stores.
 
-use super::{entry_if_owned, Consumer, Copied, FAST_COPY, FAST_PIN};
+use super::{entry_if_current, Consumer, Copied, FAST_COPY, FAST_PIN};
 use crate::layout::SEQ_LIMIT;
 use crate::memory::Memory;
 use crate::sync::Ordering;
@@ -20,8 +20,9 @@ impl<M: Memory> Consumer<M> {
     pub(super) fn copy_fast(&mut self, buf: &mut [u8]) -> Option<Copied> {
         // Not on a pin-only ring: copies pin there (`copy_pinned_seq`).
         let seq = self.plain_next(FAST_COPY)?;
-        // `check_registered`, keeping the entry for the stores below (borrowing only `mem`).
-        let e = entry_if_owned(&self.mem, self.index, self.generation, self.owner).ok()?;
+        // Still registered (the generation check: `entry_if_current`), keeping the entry for
+        // the stores below (borrowing only `mem`).
+        let e = entry_if_current(&self.mem, self.index, self.generation)?;
         // Any miss (not published yet, overrun, a short buffer, a corrupt length): the general
         // read decides what it means.
         let (len, meta) = self
@@ -45,7 +46,8 @@ impl<M: Memory> Consumer<M> {
     #[inline(always)]
     pub(super) fn pin_fast(&mut self) -> Option<(u64, usize, usize)> {
         let seq = self.plain_next(FAST_PIN)?;
-        self.check_registered().ok()?;
+        // Still registered (the generation check: `entry_if_current`).
+        entry_if_current(&self.mem, self.index, self.generation)?;
         let slot = self.mem.geometry().slot_of(seq);
         // `target`'s test, before any pin-line access: only a published message is pinned (an
         // empty poll never touches the slot's state word). Acquire: pairs with the producer's
@@ -54,7 +56,7 @@ impl<M: Memory> Consumer<M> {
         if hdr.stamp.load(Ordering::Acquire) != 2 * seq + 2 {
             return None;
         }
-        let (slot, len) = self.pin_slot_at(hdr, seq, slot).ok()?;
+        let (slot, len) = self.pin_slot_at(hdr, seq, slot, true).ok()?;
         Some((seq, slot, len))
     }
 
@@ -62,8 +64,8 @@ impl<M: Memory> Consumer<M> {
     /// registration allows the one-pass read `kind` ([`FAST_PIN`] or [`FAST_COPY`] in `fast`:
     /// a gating or skip-on-lag reader (latest-only ones read from `head`) of a default ring,
     /// for a copy not pin-only), not a group member, no leaked pin to take back, and a
-    /// sequence in range. The caller then checks the entry is still ours (`check_registered`,
-    /// as the general read starts with).
+    /// sequence in range. The caller then checks the entry is still ours (its generation:
+    /// `entry_if_current`; the general read starts with the full `check_registered`).
     ///
     /// The never-stall test (in `fast`) only saves a wasted attempt: there the home slot may
     /// hold another message, and the general read follows the route; but a home slot whose

@@ -1,6 +1,6 @@
 //! A pinned message (`Pinned`) and a batch item (`BatchItem`): zero-copy views.
 
-use super::{entry_if_owned, Pinned, NO_CLAIM};
+use super::{entry_if_current, Pinned, NO_CLAIM};
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -97,8 +97,9 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             return;
         }
         c.held = None;
-        // `check_registered`, keeping the entry for the progress stores below.
-        let Ok(e) = entry_if_owned(&c.mem, c.index, c.generation, c.owner) else {
+        // The pin's call found the entry ours; since then only a reclaim can have changed it,
+        // and that moves the generation first (`entry_if_current`, C0g).
+        let Some(e) = entry_if_current(&c.mem, c.index, c.generation) else {
             // Reclaimed: the bit and the cursor are no longer ours (a new consumer may hold
             // this entry now, with the same owner id); write nothing.
             return;

@@ -265,16 +265,19 @@ impl<M: Memory> Consumer<M> {
     /// Pins `slot` if it holds message `seq`.
     #[inline(always)]
     pub(super) fn pin_slot(&self, seq: u64, slot: usize) -> Result<(usize, usize), Miss> {
-        self.pin_slot_at(self.mem.slot_header(slot), seq, slot)
+        self.pin_slot_at(self.mem.slot_header(slot), seq, slot, false)
     }
 
-    /// [`pin_slot`](Self::pin_slot) with `hdr`, slot `slot`'s header, already looked up.
+    /// [`pin_slot`](Self::pin_slot) with `hdr`, slot `slot`'s header, already looked up;
+    /// `stamp_seen`: this call already loaded the slot's stamp with Acquire and found `seq`
+    /// published (the one-pass pin), so a read the cursor holds need not load it again.
     #[inline(always)]
     pub(super) fn pin_slot_at(
         &self,
         hdr: &crate::layout::SlotHeader,
         seq: u64,
         slot: usize,
+        stamp_seen: bool,
     ) -> Result<(usize, usize), Miss> {
         if self.holds.holds_slot(slot) {
             // A held message keeps the producer off its slot, so no later message can be
@@ -285,6 +288,11 @@ impl<M: Memory> Consumer<M> {
             )));
         }
         if !self.pins(seq) {
+            if stamp_seen {
+                // Our cursor keeps the producer off the slot since that Acquire load, so the
+                // stamp still names `seq`: only the length is left to check.
+                return self.cursor_pin_len(hdr, slot);
+            }
             return self.hold_by_cursor(hdr, slot, seq);
         }
         let bit = 1u64 << self.index;
@@ -365,7 +373,18 @@ impl<M: Memory> Consumer<M> {
             // scribble (or a reclaimed, still running consumer, which `own_entry` reports).
             return Err(Miss::of_stamp(stamp, want));
         }
-        // Relaxed: stable while our cursor holds the slot; ordered by the Acquire above.
+        self.cursor_pin_len(hdr, slot)
+    }
+
+    /// The rest of [`hold_by_cursor`](Self::hold_by_cursor) once the slot's stamp was seen to
+    /// name the message (with Acquire, in this call): its length, checked against the capacity.
+    #[inline(always)]
+    fn cursor_pin_len(
+        &self,
+        hdr: &crate::layout::SlotHeader,
+        slot: usize,
+    ) -> Result<(usize, usize), Miss> {
+        // Relaxed: stable while our cursor holds the slot; ordered by the stamp's Acquire load.
         let len = hdr.len.load(Ordering::Relaxed);
         if len > self.mem.geometry().slot_capacity() as u64 {
             return Err(Miss::Fatal(ReadError::Corrupt(

@@ -47,6 +47,7 @@ impl<M: Memory> Consumer<M> {
         }
     }
 
+    #[inline]
     pub(super) fn wake_producer(&self) {
         wake_producer(&self.mem);
     }
@@ -149,6 +150,7 @@ impl<M: Memory> Consumer<M> {
 
 /// The consumer side of the producer-parking handshake: after progress the producer may wait
 /// for (an unpin, a gating advance, leaving, becoming ready), wake it if it announced it parks.
+#[inline]
 pub(super) fn wake_producer<M: Memory + ?Sized>(mem: &M) {
     let line = mem.producer_line();
     // SeqCst: Dekker handshake with `Producer::park` (it stores `producer_waiting`, fences,
@@ -156,10 +158,18 @@ pub(super) fn wake_producer<M: Memory + ?Sized>(mem: &M) {
     fence(Ordering::SeqCst);
     // Relaxed: ordered by the fence.
     if line.producer_waiting.load(Ordering::Relaxed) != 0 {
-        // Release: pairs with the producer's Acquire load of the drain word.
-        line.drain_futex.fetch_add(1, Ordering::Release);
-        mem.notify(&line.drain_futex);
+        wake_parked_producer(mem, line);
     }
+}
+
+/// The rare end of [`wake_producer`], out of line so that every read's inlined tail stays a
+/// fence, a load and a branch.
+#[cold]
+#[inline(never)]
+fn wake_parked_producer<M: Memory + ?Sized>(mem: &M, line: &crate::layout::ProducerLine) {
+    // Release: pairs with the producer's Acquire load of the drain word.
+    line.drain_futex.fetch_add(1, Ordering::Release);
+    mem.notify(&line.drain_futex);
 }
 
 impl<M: Memory> Drop for Consumer<M> {

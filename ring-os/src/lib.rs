@@ -35,6 +35,8 @@ mod front;
 mod liveness;
 pub mod raw;
 mod segment;
+#[cfg(test)]
+mod settle;
 mod wait;
 #[cfg(windows)]
 mod windows;

@@ -28,8 +28,9 @@
 //! `multiprocessing` workers) holds a reference for its whole life. A lock that is only taken for
 //! a moment (a probe's, a refused attempt's, a cleaner's gate, the last holder's tidy-up) is
 //! therefore released with `LOCK_UN` before its descriptor closes (`Flocked`), so such a
-//! child holds nothing. A held [`RoleLock`] is released by the close alone, by design: a forked
-//! heir keeps the role alive while it lives (see `docs/OS.md`).
+//! child holds nothing. So is a [`RoleLock`] taken only for a moment (a reclaim's, a registration
+//! or take-over given up: `RoleLock::release`). A role lock a participant holds is released by
+//! the close alone, by design: a forked heir keeps the role alive while it lives (`docs/OS.md`).
 //!
 //! A probe's momentary shared lock can refuse a holder's exclusive request, and a cleaner's
 //! momentary gate lock a holder's shared one: acquisitions retry for about 2 ms before they report
@@ -344,6 +345,15 @@ impl RoleLock {
     #[must_use]
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Lets the role go now, unlocking before closing: for a lock taken only for a moment (a
+    /// reclaim, a registration or take-over given up), which a child forked meanwhile must not
+    /// keep. A drop leaves the role to such a child (see the module docs).
+    pub(crate) fn release(mut self) {
+        for lock in [&mut self.file, &mut self.gate].into_iter().flatten() {
+            lock.kept = false;
+        }
     }
 }
 

@@ -26,8 +26,10 @@
 //! `multiprocessing` workers) holds a reference for its whole life. A lock taken only for a
 //! moment (a role lock refused after the other kind's probe, a cleaner's [`AllRoles`]) is
 //! therefore unlocked (`F_OFD_SETLK`, `F_UNLCK`, same range) before its descriptor closes
-//! (`OfdLocked`), so such a child holds nothing. A held [`RoleLock`] is released by the close
-//! alone, by design: a forked heir keeps the role alive while it lives (see `docs/OS.md`).
+//! (`OfdLocked`), so such a child holds nothing. So is a [`RoleLock`] taken only for a moment (a
+//! reclaim's, a registration or take-over given up: `RoleLock::release`). A role lock a
+//! participant holds is released by the close alone, by design: a forked heir keeps the role
+//! alive while it lives (see `docs/OS.md`).
 //! Probes take no lock (`F_OFD_GETLK`).
 //!
 //! rustix exposes OFD locks only as whole-file `flock`-style locks (`fcntl_lock`), without byte
@@ -130,7 +132,7 @@ assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
 #[derive(Debug)]
 pub struct RoleLock {
     /// The description the lock belongs to; closing it releases the lock.
-    _lock: OfdLocked,
+    lock: OfdLocked,
     /// The role it vouches for.
     role: Role,
 }
@@ -172,7 +174,7 @@ impl RoleLock {
             #[cfg(not(ring_portable))]
             Ok(Some(_)) if crate::liveness::cross::probe(file, role) == Liveness::Alive => Ok(None),
             Ok(Some(taken)) => Ok(Some(Self {
-                _lock: taken.kept(),
+                lock: taken.kept(),
                 role,
             })),
             Ok(None) => Ok(None),
@@ -187,6 +189,13 @@ impl RoleLock {
     #[must_use]
     pub fn role(&self) -> Role {
         self.role
+    }
+
+    /// Lets the role go now, unlocking before closing: for a lock taken only for a moment (a
+    /// reclaim, a registration or take-over given up), which a child forked meanwhile must not
+    /// keep. A drop leaves the role to such a child (see the module docs).
+    pub(crate) fn release(mut self) {
+        self.lock.kept = false;
     }
 }
 

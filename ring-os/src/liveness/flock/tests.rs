@@ -361,6 +361,26 @@ fn the_last_holders_tidy_up_leaves_no_gate_lock_to_a_child_forked_meanwhile() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+#[test]
+fn a_released_role_lock_leaves_nothing_to_a_child_forked_meanwhile() {
+    // `release` (a reclaim's lock, a registration given up) unlocks both descriptions, copies
+    // or not; then the last holder's tidy-up removes the files.
+    let (dir, roles) = fresh("momentary-release");
+    let held = hold(&roles, Role::Consumer(3));
+    let file = watch(&roles.role_file(Role::Consumer(3)));
+    let gate = watch(&roles.file("gate"));
+    let release = || {
+        // A child forked while it is held (not only at the moment it is let go).
+        crate::settle::heirs::at_release();
+        held.release();
+        true
+    };
+    assert_released("a released role lock", release, || {
+        free_through(&file) && free_through(&gate)
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 /// The portable build on Linux: refused because a default build holds the role through its OFD
 /// lock, this build's own momentary locks are let go.
 #[cfg(all(ring_cross, ring_portable))]

@@ -94,7 +94,7 @@ fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
         let lock = hold(file, Role::Consumer(1));
         // Hand the lock's own description to a child (as fd 3), then let go of ours: the lock
         // now lives exactly as long as the child.
-        let raw = lock._lock.fd.as_raw_fd();
+        let raw = lock.lock.fd.as_raw_fd();
         let mut cmd = std::process::Command::new("sleep");
         cmd.arg("30");
         // SAFETY: `dup2` and `fcntl` are async-signal-safe, and `raw` stays open in the parent
@@ -186,6 +186,21 @@ fn a_cleaner_leaves_no_lock_to_a_child_forked_meanwhile() {
         || AllRoles::try_acquire(file, None).unwrap().is_some(),
         || free_range(file, 0, 0),
     );
+}
+
+#[test]
+fn a_released_role_lock_leaves_nothing_to_a_child_forked_meanwhile() {
+    // `release` (a reclaim's lock, a registration given up) unlocks, copies or not.
+    let memfd = rustix::fs::memfd_create("momentary", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let file = memfd.as_fd();
+    let held = hold(file, Role::Consumer(3));
+    let release = || {
+        // A child forked while it is held (not only at the moment it is let go).
+        crate::settle::heirs::at_release();
+        held.release();
+        true
+    };
+    assert_released("a released role lock", release, || free_range(file, 5, 1));
 }
 
 /// The default build on Linux: refused because a portable build holds the role through its lock

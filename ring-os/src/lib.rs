@@ -35,7 +35,8 @@ mod front;
 mod liveness;
 pub mod raw;
 mod segment;
-#[cfg(test)]
+// Only the Unix lock tests use it.
+#[cfg(all(test, unix))]
 mod settle;
 mod wait;
 #[cfg(windows)]

@@ -23,6 +23,15 @@
 //! file instead (`ofd.rs`), so there every probe, role lock and cleaner lock of this backend also
 //! asks those (`cross.rs`): a role is dead only when both kinds are free.
 //!
+//! **Momentary locks are unlocked before they close.** A lock is released when the last
+//! reference to its open file description closes, and a child `fork`ed without `exec` (Python's
+//! `multiprocessing` workers) holds a reference for its whole life. A lock that is only taken for
+//! a moment (a probe's, a refused attempt's, a cleaner's gate, the last holder's tidy-up) is
+//! therefore released with `LOCK_UN` before its descriptor closes (`Flocked`), so such a
+//! child holds nothing. So is a [`RoleLock`] taken only for a moment (a reclaim's, a registration
+//! or take-over given up: `RoleLock::release`). A role lock a participant holds is released by
+//! the close alone, by design: a forked heir keeps the role alive while it lives (`docs/OS.md`).
+//!
 //! A probe's momentary shared lock can refuse a holder's exclusive request, and a cleaner's
 //! momentary gate lock a holder's shared one: acquisitions retry for about 2 ms before they report
 //! the role held.
@@ -206,9 +215,53 @@ fn is_role_suffix(suffix: &[u8]) -> bool {
     }
 }
 
+/// A `flock` on a description of our own. Dropping it closes the description; unless it was
+/// [`kept`](Self::kept) it is unlocked (`LOCK_UN`) first, so a copy of the description that a
+/// child forked meanwhile inherited holds nothing (the lock was momentary).
+#[derive(Debug)]
+struct Flocked {
+    fd: OwnedFd,
+    /// Released by the close alone (a held [`RoleLock`]: a forked heir keeps it).
+    kept: bool,
+}
+
+impl Flocked {
+    /// `op` (non-blocking) on `fd`: `Ok(None)` when refused.
+    fn take(fd: OwnedFd, op: FlockOperation) -> rustix::io::Result<Option<Self>> {
+        match rustix::fs::flock(&fd, op) {
+            Ok(()) => Ok(Some(Self { fd, kept: false })),
+            Err(Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// This lock, released only when the last reference to its description closes.
+    fn kept(mut self) -> Self {
+        self.kept = true;
+        self
+    }
+}
+
+impl std::os::fd::AsFd for Flocked {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
+impl Drop for Flocked {
+    fn drop(&mut self) {
+        if !self.kept {
+            #[cfg(test)]
+            crate::settle::heirs::at_release();
+            let _ = rustix::fs::flock(&self.fd, FlockOperation::Unlock);
+        }
+    }
+}
+
 /// A held role: the segment's gate shared and the role's file exclusive, each on a description
-/// of its own. Dropping it releases both (so does the kernel when the process dies); the last
-/// holder of a segment removes its lock files.
+/// of its own. Dropping it releases both by closing them (so does the kernel when the process
+/// dies; a child forked without `exec` shares them and keeps the role alive until it exits); the
+/// last holder of a segment removes its lock files.
 ///
 // The example only where this file is `lock` (on Linux without `portable` it is the other
 // kind, whose items the public paths do not name).
@@ -233,9 +286,9 @@ assert_eq!(probe(&roles, Role::Consumer(3)), Liveness::Dead);
 #[derive(Debug)]
 pub struct RoleLock {
     /// The role's file, locked exclusive; declared first so it is released before the gate.
-    file: Option<OwnedFd>,
+    file: Option<Flocked>,
     /// The gate, locked shared.
-    gate: Option<OwnedFd>,
+    gate: Option<Flocked>,
     /// The role it vouches for.
     role: Role,
     /// Where the segment's lock files are (to remove them when this was the last holder).
@@ -271,20 +324,21 @@ impl RoleLock {
         else {
             return Ok(None);
         };
-        let held = Self {
-            file: Some(file),
-            gate: Some(gate),
-            role,
-            roles: roles.clone(),
-        };
-        // Ours is taken first, the other kind probed after (see `cross.rs`); dropping `held`
-        // releases ours again (and tidies up if it was the last).
+        // Ours is taken first, the other kind probed after (see `cross.rs`); refused, ours are
+        // unlocked again (momentary) and the files tidied up if nobody else holds a role.
         #[cfg(all(ring_cross, ring_portable))]
         if crate::liveness::cross::probe(roles, role) == Liveness::Alive {
-            drop(held);
+            drop(file);
+            drop(gate);
+            tidy_up(roles);
             return Ok(None);
         }
-        Ok(Some(held))
+        Ok(Some(Self {
+            file: Some(file.kept()),
+            gate: Some(gate.kept()),
+            role,
+            roles: roles.clone(),
+        }))
     }
 
     /// The role this lock vouches for.
@@ -292,28 +346,41 @@ impl RoleLock {
     pub fn role(&self) -> Role {
         self.role
     }
+
+    /// Lets the role go now, unlocking before closing: for a lock taken only for a moment (a
+    /// reclaim, a registration or take-over given up), which a child forked meanwhile must not
+    /// keep. A drop leaves the role to such a child (see the module docs).
+    pub(crate) fn release(mut self) {
+        for lock in [&mut self.file, &mut self.gate].into_iter().flatten() {
+            lock.kept = false;
+        }
+    }
 }
 
 impl Drop for RoleLock {
     fn drop(&mut self) {
         drop(self.file.take());
         drop(self.gate.take());
-        // The last holder out tidies up: the gate exclusive is granted only when nobody holds
-        // a role of this segment (the lock files are this backend's alone: no other kind asked).
-        if let Ok(Some(all)) = AllRoles::gate(&self.roles) {
-            drop(all);
-        }
+        tidy_up(&self.roles);
     }
+}
+
+/// The last holder out tidies up: the gate exclusive is granted only when nobody holds a role of
+/// this segment (the lock files are this backend's alone: no other kind asked); whether it was
+/// granted.
+fn tidy_up(roles: &Roles) -> bool {
+    AllRoles::gate(roles).is_ok_and(|all| all.is_some())
 }
 
 /// Every role of one segment at once (its gate, exclusive): what a cleaner holds while it removes
 /// a segment, so nobody can become a participant meanwhile. On Linux it also holds the OFD lock
 /// on the whole segment file (see `cross.rs`), so neither can a program built without `portable`.
-/// Dropping it removes the segment's lock files (nobody holds any) and releases the gate.
+/// Dropping it removes the segment's lock files (nobody holds any) and unlocks the gate (it is
+/// never left to a forked child: see the module docs).
 #[derive(Debug)]
 pub struct AllRoles {
-    /// The gate, locked exclusive.
-    _gate: OwnedFd,
+    /// The gate, locked exclusive (momentary).
+    _gate: Flocked,
     /// Whose lock files these are.
     roles: Roles,
     /// The other kind's every-role lock (`None` for a tidy-up, which needs only the gate).
@@ -397,11 +464,11 @@ fn probe_file(path: &Path, op: FlockOperation) -> Liveness {
             Err(Errno::NOENT) => return Liveness::Dead,
             Err(_) => return Liveness::Alive,
         };
-        match rustix::fs::flock(&fd, op) {
-            Ok(()) => {}
-            Err(_) => return Liveness::Alive,
-        }
-        match still_named(path, fd.as_fd()) {
+        // Momentary: unlocked again when it drops.
+        let Ok(Some(taken)) = Flocked::take(fd, op) else {
+            return Liveness::Alive;
+        };
+        match still_named(path, taken.as_fd()) {
             Ok(true) => return Liveness::Dead,
             // Removed or replaced after we opened it: look again.
             Ok(false) => {}
@@ -432,8 +499,7 @@ pub fn sweep_in(dir: &Path) -> std::io::Result<usize> {
     }
     let mut swept = 0;
     for key in keys {
-        if let Ok(Some(all)) = AllRoles::gate(&Roles::in_dir(dir, &key)) {
-            drop(all);
+        if tidy_up(&Roles::in_dir(dir, &key)) {
             swept += 1;
         }
     }
@@ -547,17 +613,15 @@ fn still_named(path: &Path, fd: BorrowedFd<'_>) -> std::io::Result<bool> {
 }
 
 /// Locks the file `path` names (making it if needed) with `op` (non-blocking): `Ok(None)` when
-/// refused. Re-opens while the path stops naming the locked file (a tidy-up removed it).
-fn lock_file(path: &Path, op: FlockOperation) -> std::io::Result<Option<OwnedFd>> {
+/// refused. Re-opens while the path stops naming the locked file (a tidy-up removed it). The lock
+/// is momentary until [`kept`](Flocked::kept).
+fn lock_file(path: &Path, op: FlockOperation) -> std::io::Result<Option<Flocked>> {
     for _ in 0..REOPEN_ATTEMPTS {
-        let fd = open(path, true)?;
-        match rustix::fs::flock(&fd, op) {
-            Ok(()) => {}
-            Err(Errno::WOULDBLOCK) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        }
-        if still_named(path, fd.as_fd())? {
-            return Ok(Some(fd));
+        let Some(taken) = Flocked::take(open(path, true)?, op)? else {
+            return Ok(None);
+        };
+        if still_named(path, taken.as_fd())? {
+            return Ok(Some(taken));
         }
     }
     Err(std::io::Error::other(format!(
@@ -569,8 +633,8 @@ fn lock_file(path: &Path, op: FlockOperation) -> std::io::Result<Option<OwnedFd>
 /// Runs `attempt` again, with a short back-off, while it is refused: a refusal may be a probe's
 /// or a cleaner's momentary lock rather than a holder's.
 fn contended(
-    mut attempt: impl FnMut() -> std::io::Result<Option<OwnedFd>>,
-) -> std::io::Result<Option<OwnedFd>> {
+    mut attempt: impl FnMut() -> std::io::Result<Option<Flocked>>,
+) -> std::io::Result<Option<Flocked>> {
     let mut nap = Duration::from_micros(100);
     for _ in 1..CONTENDED_TRIES {
         if let Some(fd) = attempt()? {

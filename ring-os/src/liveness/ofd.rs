@@ -21,6 +21,17 @@
 //! where this file is [`lock`](crate::raw::lock) every probe, role lock and cleaner lock also asks
 //! those (`cross.rs`): a role is dead only when both kinds are free.
 //!
+//! **Momentary locks are unlocked before they close.** A lock is released when the last
+//! reference to its open file description closes, and a child `fork`ed without `exec` (Python's
+//! `multiprocessing` workers) holds a reference for its whole life. A lock taken only for a
+//! moment (a role lock refused after the other kind's probe, a cleaner's [`AllRoles`]) is
+//! therefore unlocked (`F_OFD_SETLK`, `F_UNLCK`, same range) before its descriptor closes
+//! (`OfdLocked`), so such a child holds nothing. So is a [`RoleLock`] taken only for a moment (a
+//! reclaim's, a registration or take-over given up: `RoleLock::release`). A role lock a
+//! participant holds is released by the close alone, by design: a forked heir keeps the role
+//! alive while it lives (see `docs/OS.md`).
+//! Probes take no lock (`F_OFD_GETLK`).
+//!
 //! rustix exposes OFD locks only as whole-file `flock`-style locks (`fcntl_lock`), without byte
 //! ranges or `F_OFD_GETLK`, so this module — and only this one — calls `fcntl` through `libc`.
 //!
@@ -51,8 +62,52 @@ impl Role {
     }
 }
 
+/// An OFD write lock on `[start, start + len)` of a description of our own. Dropping it closes
+/// the description; unless it was [`kept`](Self::kept) the range is unlocked first, so a copy of
+/// the description that a child forked meanwhile inherited holds nothing (the lock was momentary).
+#[derive(Debug)]
+struct OfdLocked {
+    fd: OwnedFd,
+    start: i64,
+    len: i64,
+    /// Released by the close alone (a held [`RoleLock`]: a forked heir keeps it).
+    kept: bool,
+}
+
+impl OfdLocked {
+    /// A write lock on `[start, start + len)` of `fd`: `Ok(None)` when another description holds
+    /// a conflicting one.
+    fn take(fd: OwnedFd, start: i64, len: i64) -> std::io::Result<Option<Self>> {
+        Ok(
+            sys::set_write_lock(fd.as_fd(), start, len)?.then_some(Self {
+                fd,
+                start,
+                len,
+                kept: false,
+            }),
+        )
+    }
+
+    /// This lock, released only when the last reference to its description closes.
+    fn kept(mut self) -> Self {
+        self.kept = true;
+        self
+    }
+}
+
+impl Drop for OfdLocked {
+    fn drop(&mut self) {
+        if !self.kept {
+            #[cfg(test)]
+            crate::settle::heirs::at_release();
+            let _ = sys::unlock(self.fd.as_fd(), self.start, self.len);
+        }
+    }
+}
+
 /// An OFD write lock on one role's byte, on an open file description of its own. Dropping it
-/// releases the lock; so does the kernel when the process dies.
+/// releases the lock by closing the description; so does the kernel when the process dies (a
+/// child forked without `exec` shares the description and keeps the role alive until it exits).
 ///
 // The example only where this file is `lock` (with `portable` it is the other kind, whose
 // items the public paths do not name).
@@ -77,7 +132,7 @@ assert_eq!(probe(seg.fd(), Role::Consumer(3)), Liveness::Dead);
 #[derive(Debug)]
 pub struct RoleLock {
     /// The description the lock belongs to; closing it releases the lock.
-    _file: OwnedFd,
+    lock: OfdLocked,
     /// The role it vouches for.
     role: Role,
 }
@@ -113,13 +168,16 @@ impl RoleLock {
             role: role.to_string(),
             source,
         })?;
-        match sys::set_write_lock(own.as_fd(), start, 1) {
-            // Ours is taken first, the other kind probed after (see `cross.rs`): dropping `own`
-            // releases ours again.
+        match OfdLocked::take(own, start, 1) {
+            // Ours is taken first, the other kind probed after (see `cross.rs`): refused, ours
+            // is unlocked again as it drops (momentary).
             #[cfg(not(ring_portable))]
-            Ok(true) if crate::liveness::cross::probe(file, role) == Liveness::Alive => Ok(None),
-            Ok(true) => Ok(Some(Self { _file: own, role })),
-            Ok(false) => Ok(None),
+            Ok(Some(_)) if crate::liveness::cross::probe(file, role) == Liveness::Alive => Ok(None),
+            Ok(Some(taken)) => Ok(Some(Self {
+                lock: taken.kept(),
+                role,
+            })),
+            Ok(None) => Ok(None),
             Err(source) => Err(Error::Lock {
                 role: role.to_string(),
                 source,
@@ -132,16 +190,24 @@ impl RoleLock {
     pub fn role(&self) -> Role {
         self.role
     }
+
+    /// Lets the role go now, unlocking before closing: for a lock taken only for a moment (a
+    /// reclaim, a registration or take-over given up), which a child forked meanwhile must not
+    /// keep. A drop leaves the role to such a child (see the module docs).
+    pub(crate) fn release(mut self) {
+        self.lock.kept = false;
+    }
 }
 
 /// Every role's lock of one file at once (the whole file and beyond, `l_len = 0`): what a cleaner
 /// holds while it removes a segment, so nobody can become a participant of it meanwhile. On
 /// Linux it also holds the portable backend's gate of the file (see `cross.rs`), so neither can a
-/// program built with `portable`.
+/// program built with `portable`. Dropping it unlocks (it is never left to a forked child: see
+/// the module docs).
 #[derive(Debug)]
 pub struct AllRoles {
-    /// The description the lock belongs to.
-    _file: OwnedFd,
+    /// The lock, on a description of its own (momentary).
+    _file: OfdLocked,
     /// The other kind's every-role lock, where lock files can exist.
     #[cfg(not(ring_portable))]
     _other: crate::liveness::cross::Hold,
@@ -160,17 +226,18 @@ impl AllRoles {
             source,
         };
         let own = reopen(file, path).map_err(lock_err)?;
-        match sys::set_write_lock(own.as_fd(), 0, 0) {
+        // Refused or failed after ours was taken: `own` drops, unlocked.
+        match OfdLocked::take(own, 0, 0) {
             #[cfg(not(ring_portable))]
-            Ok(true) => Ok(
+            Ok(Some(own)) => Ok(
                 crate::liveness::cross::hold_all(file, path)?.map(|other| Self {
                     _file: own,
                     _other: other,
                 }),
             ),
             #[cfg(ring_portable)]
-            Ok(true) => Ok(Some(Self { _file: own })),
-            Ok(false) => Ok(None),
+            Ok(Some(own)) => Ok(Some(Self { _file: own })),
+            Ok(None) => Ok(None),
             Err(source) => Err(lock_err(source)),
         }
     }
@@ -250,18 +317,19 @@ fn open_same(path: &Path, want: (u64, u64)) -> std::io::Result<OwnedFd> {
 mod sys {
     use std::os::fd::{AsRawFd as _, BorrowedFd};
 
-    /// A write-lock request on `[start, start + len)` (`len` 0: to the end and beyond).
-    fn request(start: i64, len: i64) -> libc::flock {
+    /// A request of `kind` (`F_WRLCK`, `F_UNLCK`) on `[start, start + len)` (`len` 0: to the end
+    /// and beyond).
+    fn request(kind: i32, start: i64, len: i64) -> libc::flock {
         // SAFETY: `flock` is a plain C struct of integers (plus, on some targets, padding), for
         // which all-zero bytes are a valid value; `l_pid` must be 0 for OFD requests.
         let mut fl: libc::flock = unsafe { core::mem::zeroed() };
         // Both constants are tiny; the field type differs by target.
         #[allow(
             clippy::cast_possible_truncation,
-            reason = "F_WRLCK and SEEK_SET are < 16"
+            reason = "F_WRLCK, F_UNLCK and SEEK_SET are < 16"
         )]
         {
-            fl.l_type = libc::F_WRLCK as _;
+            fl.l_type = kind as _;
             fl.l_whence = libc::SEEK_SET as _;
         }
         fl.l_start = start;
@@ -276,7 +344,7 @@ mod sys {
         start: i64,
         len: i64,
     ) -> std::io::Result<bool> {
-        let mut fl = request(start, len);
+        let mut fl = request(libc::F_WRLCK, start, len);
         // SAFETY: `fd` is an open descriptor for the duration of the borrow, and `fl` is a valid,
         // exclusively borrowed `flock` that the kernel reads (and may write) during the call.
         let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &raw mut fl) };
@@ -290,9 +358,22 @@ mod sys {
         }
     }
 
+    /// `F_OFD_SETLK` an unlock of `[start, start + len)`: this description's lock on it is gone,
+    /// whoever else (a forked child) shares the description.
+    pub(super) fn unlock(fd: BorrowedFd<'_>, start: i64, len: i64) -> std::io::Result<()> {
+        let mut fl = request(libc::F_UNLCK, start, len);
+        // SAFETY: as in `set_write_lock`.
+        let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_SETLK, &raw mut fl) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(std::io::Error::last_os_error())
+        }
+    }
+
     /// `F_OFD_GETLK` for a write lock: whether any other description holds a conflicting lock.
     pub(super) fn conflicting(fd: BorrowedFd<'_>, start: i64, len: i64) -> std::io::Result<bool> {
-        let mut fl = request(start, len);
+        let mut fl = request(libc::F_WRLCK, start, len);
         // SAFETY: as in `set_write_lock`; F_OFD_GETLK writes the conflicting lock (or F_UNLCK)
         // into `fl`.
         let rc = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_OFD_GETLK, &raw mut fl) };
@@ -312,6 +393,11 @@ mod sys {
     /// Pretends the lock was taken: there is nothing to take, and probes never say dead.
     pub(super) fn set_write_lock(_: BorrowedFd<'_>, _: i64, _: i64) -> std::io::Result<bool> {
         Ok(true)
+    }
+
+    /// Nothing was taken.
+    pub(super) fn unlock(_: BorrowedFd<'_>, _: i64, _: i64) -> std::io::Result<()> {
+        Ok(())
     }
 
     /// Unknown, so "alive".

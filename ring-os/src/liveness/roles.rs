@@ -87,20 +87,30 @@ pub(crate) fn become_producer<T: RoleFile>(
     // SAFETY: we hold Role::Producer, and the caller keeps `held` for the producer's whole
     // life (ShmProducer drops its producer before its lock), so the lock-based verdict that
     // every take-over and reclaim on this memory relies on judges this producer alive.
-    match unsafe { Producer::new_unchecked(Arc::clone(ring), me) } {
-        Ok(p) => Ok((p, held)),
+    let made = match unsafe { Producer::new_unchecked(Arc::clone(ring), me) } {
+        Ok(p) => Ok(p),
         Err(ring_core::Error::ProducerExists { owner }) if lock::SUPPORTED => {
-            let dead = OwnerId::new(owner).ok_or(Error::ProducerAlive { owner })?;
-            // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no lock. Every
-            // producer on a ring-os mapping holds that lock for its whole life (`Mapping` is not
-            // `OpenJoin`: the only producers on it are made here, or by `unsafe` code that
-            // promised the same), so its process is gone (the kernel released the lock): it is
-            // inside no call and holds no `WriteSlot`.
-            let p = unsafe { Producer::take_over(Arc::clone(ring), me, dead) }?;
-            Ok((p, held))
+            OwnerId::new(owner)
+                .ok_or(Error::ProducerAlive { owner })
+                .and_then(|dead| {
+                    // SAFETY: we hold Role::Producer, so whoever registered `dead` holds no
+                    // lock. Every producer on a ring-os mapping holds that lock for its whole
+                    // life (`Mapping` is not `OpenJoin`: the only producers on it are made here,
+                    // or by `unsafe` code that promised the same), so its process is gone (the
+                    // kernel released the lock): it is inside no call and holds no `WriteSlot`.
+                    Ok(unsafe { Producer::take_over(Arc::clone(ring), me, dead) }?)
+                })
         }
         Err(ring_core::Error::ProducerExists { owner }) => Err(Error::ProducerAlive { owner }),
         Err(e) => Err(e.into()),
+    };
+    match made {
+        Ok(p) => Ok((p, held)),
+        // Given up: let the lock go now (a child forked meanwhile must not keep it).
+        Err(e) => {
+            held.release();
+            Err(e)
+        }
     }
 }
 
@@ -161,9 +171,13 @@ pub(crate) fn register_consumer<T: RoleFile>(
             match joined {
                 Ok(consumer) => return Ok((consumer, held)),
                 // Taken between our look and our lock (by a peer without ring-os's locks, or a
-                // producer sweeping its bits): try the next entry.
-                Err((_, ring_core::Error::EntryBusy { .. })) => {}
-                Err((_, e)) => return Err(e.into()),
+                // producer sweeping its bits): let the lock go now (a child forked meanwhile
+                // must not keep it) and try the next entry.
+                Err((_, ring_core::Error::EntryBusy { .. })) => held.release(),
+                Err((_, e)) => {
+                    held.release();
+                    return Err(e.into());
+                }
             }
         }
         if !any_free {
@@ -190,14 +204,23 @@ pub(crate) fn reclaim_if_dead<M: RoleFile>(p: &mut Producer<M>, index: usize) ->
     if liveness(p.memory(), Role::Consumer(index)) == Liveness::Alive {
         return None;
     }
-    let _held = p.memory().lock_role(Role::Consumer(index)).ok()??;
+    let held = p.memory().lock_role(Role::Consumer(index)).ok()??;
+    let reclaimed = reclaim_held(p, index);
+    // Taken only for the reclaim: let it go now (a child forked meanwhile must not keep it, or
+    // the entry could not be registered into while that child lives).
+    held.release();
+    reclaimed
+}
+
+/// The reclaim of [`reclaim_if_dead`], while it holds entry `index`'s lock.
+fn reclaim_held<M: RoleFile>(p: &mut Producer<M>, index: usize) -> Option<Reclaimed> {
     // An entry is held by its owner word (ring-core claims entries with an owner CAS), so a
     // consumer that died at any point of its registration is found here by its owner id.
     let owner = OwnerId::new(p.consumer_info(index)?.owner)?;
-    // SAFETY: we hold the entry's lock, which the kernel released when its owner died: a live
-    // consumer on a ring-os mapping holds it for its whole life (`Mapping` is not `OpenJoin`,
-    // so the only consumers on it are registered under that lock, or by `unsafe` code that
-    // promised the same): the owner is inside no call and holds no `Pinned`.
+    // SAFETY: our caller holds the entry's lock, which the kernel released when its owner died:
+    // a live consumer on a ring-os mapping holds it for its whole life (`Mapping` is not
+    // `OpenJoin`, so the only consumers on it are registered under that lock, or by `unsafe`
+    // code that promised the same): the owner is inside no call and holds no `Pinned`.
     unsafe { p.reclaim(index, owner) }
         .ok()
         .filter(|r| r.was_registered)

@@ -193,6 +193,12 @@ impl RoleLock {
     pub fn role(&self) -> Role {
         self.role
     }
+
+    /// Lets the role go now. The same as a drop here: a mutex is released by its holder thread,
+    /// and no child inherits it (the Unix backends unlock a momentary lock before it closes).
+    pub(crate) fn release(self) {
+        drop(self);
+    }
 }
 
 impl Drop for RoleLock {

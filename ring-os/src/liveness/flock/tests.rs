@@ -6,6 +6,7 @@ use std::os::unix::process::CommandExt as _;
 use std::time::Instant;
 
 use super::*;
+use crate::settle::heirs::{assert_released, released};
 use crate::settle::{in_some_round, settles};
 
 /// A scratch lock directory of this test process.
@@ -159,8 +160,9 @@ fn a_role_held_by_another_process_is_alive_until_it_is_killed() {
         assert!(Instant::now() < deadline, "a killed holder still holds it");
         std::thread::sleep(Duration::from_millis(2));
     }
-    // Free now; but each probe above took the role file's lock for a moment, and a child forked
-    // meanwhile may hold that until it execs (see `crate::settle`).
+    // Free now; but a child another test forked while we held the role may hold our copies of
+    // its descriptions until it execs (a held role is released by its close alone; see
+    // `crate::settle`).
     settles("the killed holder's role was not granted", || {
         takes(&roles, Role::Consumer(1)).then_some(())
     });
@@ -264,4 +266,145 @@ fn the_lock_directory_is_private() {
     let st = rustix::fs::lstat(dir).unwrap();
     assert_eq!(crate::segment::mode_bits(&st) & 0o077, 0);
     assert_eq!(st.st_uid, rustix::process::geteuid().as_raw());
+}
+
+/// A description of the file `path` names (made if missing) of the test's own, holding nothing.
+fn watch(path: &Path) -> OwnedFd {
+    open(path, true).unwrap()
+}
+
+/// Whether the file open as `fd` (a description that holds nothing) can be locked exclusive at
+/// once; unlocked again.
+fn free_through(fd: &OwnedFd) -> bool {
+    let free = rustix::fs::flock(fd, FlockOperation::NonBlockingLockExclusive).is_ok();
+    let _ = rustix::fs::flock(fd, FlockOperation::Unlock);
+    free
+}
+
+// Momentary locks (see the module docs): each path below lets one go with `released` forking a
+// child just before (`crate::settle::heirs`); the lock must be free at once all the same. The
+// keys are fresh (nobody held a role of them, so no other test's child holds a copy of their
+// descriptions) and every check is asked once.
+
+/// A scratch lock directory `tag` and the lock files of a segment in it.
+fn fresh(tag: &str) -> (PathBuf, Roles) {
+    let dir = scratch(tag);
+    let roles = Roles::in_dir(&dir, "ring");
+    (dir, roles)
+}
+
+#[test]
+fn a_probe_leaves_no_lock_to_a_child_forked_meanwhile() {
+    let (dir, roles) = fresh("momentary-probe");
+    let file = watch(&roles.role_file(Role::Consumer(1)));
+    assert_released(
+        "probe",
+        || probe(&roles, Role::Consumer(1)) == Liveness::Dead,
+        || free_through(&file),
+    );
+    let gate = watch(&roles.file("gate"));
+    assert_released(
+        "probe_any",
+        || probe_any(&roles) == Liveness::Dead,
+        || free_through(&gate),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_refused_role_lock_leaves_no_gate_lock_to_a_child_forked_meanwhile() {
+    // Refused because the role's file is held: the gate, taken shared first, is let go.
+    let (dir, roles) = fresh("momentary-refused");
+    let gate = watch(&roles.file("gate"));
+    let role = lock_file(
+        &roles.role_file(Role::Producer),
+        FlockOperation::NonBlockingLockExclusive,
+    )
+    .unwrap()
+    .unwrap();
+    assert_released(
+        "a refused role lock",
+        || !takes(&roles, Role::Producer),
+        || free_through(&gate),
+    );
+    drop(role);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_cleaner_leaves_no_gate_lock_to_a_child_forked_meanwhile() {
+    let (dir, roles) = fresh("momentary-cleaner");
+    let gate = watch(&roles.file("gate"));
+    assert_released(
+        "a cleaner",
+        || AllRoles::try_acquire(&roles).unwrap().is_some(),
+        || free_through(&gate),
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_last_holders_tidy_up_leaves_no_gate_lock_to_a_child_forked_meanwhile() {
+    // The held role is released by its close alone: a child another test forks meanwhile may
+    // keep it until it execs, and then no tidy-up runs (such a round is run again).
+    let dir = scratch("momentary-tidy");
+    in_some_round(20, |n| {
+        let roles = Roles::in_dir(&dir, &format!("ring{n}"));
+        let held = hold(&roles, Role::Consumer(2));
+        let gate = watch(&roles.file("gate"));
+        let last_out = || {
+            drop(held);
+            true
+        };
+        released("the tidy-up", last_out, || free_through(&gate))
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_released_role_lock_leaves_nothing_to_a_child_forked_meanwhile() {
+    // `release` (a reclaim's lock, a registration given up) unlocks both descriptions, copies
+    // or not; then the last holder's tidy-up removes the files.
+    let (dir, roles) = fresh("momentary-release");
+    let held = hold(&roles, Role::Consumer(3));
+    let file = watch(&roles.role_file(Role::Consumer(3)));
+    let gate = watch(&roles.file("gate"));
+    let release = || {
+        // A child forked while it is held (not only at the moment it is let go).
+        crate::settle::heirs::at_release();
+        held.release();
+        true
+    };
+    assert_released("a released role lock", release, || {
+        free_through(&file) && free_through(&gate)
+    });
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The portable build on Linux: refused because a default build holds the role through its OFD
+/// lock, this build's own momentary locks are let go.
+#[cfg(all(ring_cross, ring_portable))]
+#[test]
+fn locks_refused_by_the_other_kind_leave_nothing_to_a_child_forked_meanwhile() {
+    let memfd = rustix::fs::memfd_create("momentary", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let roles = Roles::of_file(memfd.as_fd()).unwrap();
+    let ofd = crate::liveness::other::RoleLock::try_acquire(memfd.as_fd(), Role::Consumer(1))
+        .unwrap()
+        .unwrap();
+    let file = watch(&roles.role_file(Role::Consumer(1)));
+    let gate = watch(&roles.file("gate"));
+    assert_released(
+        "a role lock refused by the other kind",
+        || !takes(&roles, Role::Consumer(1)),
+        || free_through(&file) && free_through(&gate),
+    );
+    // That refusal's tidy-up removed the files: watch the gate the cleaner makes again.
+    let gate = watch(&roles.file("gate"));
+    assert_released(
+        "a cleaner refused by the other kind",
+        || AllRoles::try_acquire(&roles).unwrap().is_none(),
+        || free_through(&gate),
+    );
+    drop(ofd);
+    roles.remove_files();
 }

@@ -5,6 +5,7 @@ use std::os::unix::process::CommandExt as _;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::settle::heirs::assert_released;
 
 /// A memfd, a file in `/dev/shm` and a file in `/tmp`, each with a name to remove afterwards.
 fn files(tag: &str) -> Vec<(&'static str, OwnedFd, Option<std::path::PathBuf>)> {
@@ -93,7 +94,7 @@ fn a_lock_held_by_another_process_is_alive_until_it_is_killed() {
         let lock = hold(file, Role::Consumer(1));
         // Hand the lock's own description to a child (as fd 3), then let go of ours: the lock
         // now lives exactly as long as the child.
-        let raw = lock._file.as_raw_fd();
+        let raw = lock.lock.fd.as_raw_fd();
         let mut cmd = std::process::Command::new("sleep");
         cmd.arg("30");
         // SAFETY: `dup2` and `fcntl` are async-signal-safe, and `raw` stays open in the parent
@@ -163,4 +164,65 @@ fn role_offsets() {
         Liveness::Alive
     );
     assert!(RoleLock::try_acquire(fd.as_fd(), Role::Consumer(usize::MAX)).is_err());
+}
+
+/// Whether no lock of another description conflicts with a write lock on `[start, start + len)`
+/// of `file`, asked once (this backend's own locks only).
+fn free_range(file: BorrowedFd<'_>, start: i64, len: i64) -> bool {
+    sys::conflicting(file, start, len).is_ok_and(|held| !held)
+}
+
+// Momentary locks (see the module docs): each path below lets one go with `released` forking a
+// child just before (`crate::settle::heirs`); the lock must be free at once all the same. Each
+// test locks a memfd nobody else ever locked (no other test's child holds a copy of its
+// descriptions), and every check is asked once.
+
+#[test]
+fn a_cleaner_leaves_no_lock_to_a_child_forked_meanwhile() {
+    let memfd = rustix::fs::memfd_create("momentary", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let file = memfd.as_fd();
+    assert_released(
+        "a cleaner",
+        || AllRoles::try_acquire(file, None).unwrap().is_some(),
+        || free_range(file, 0, 0),
+    );
+}
+
+#[test]
+fn a_released_role_lock_leaves_nothing_to_a_child_forked_meanwhile() {
+    // `release` (a reclaim's lock, a registration given up) unlocks, copies or not.
+    let memfd = rustix::fs::memfd_create("momentary", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let file = memfd.as_fd();
+    let held = hold(file, Role::Consumer(3));
+    let release = || {
+        // A child forked while it is held (not only at the moment it is let go).
+        crate::settle::heirs::at_release();
+        held.release();
+        true
+    };
+    assert_released("a released role lock", release, || free_range(file, 5, 1));
+}
+
+/// The default build on Linux: refused because a portable build holds the role through its lock
+/// file, the OFD lock taken first is let go.
+#[cfg(not(ring_portable))]
+#[test]
+fn locks_refused_by_the_other_kind_leave_nothing_to_a_child_forked_meanwhile() {
+    let memfd = rustix::fs::memfd_create("momentary", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    let file = memfd.as_fd();
+    let roles = crate::liveness::other::Roles::of_file(file).unwrap();
+    let portable = crate::liveness::other::RoleLock::try_acquire(&roles, Role::Consumer(1))
+        .unwrap()
+        .unwrap();
+    assert_released(
+        "a role lock refused by the other kind",
+        || !takes(file, Role::Consumer(1)),
+        || free_range(file, 0, 0),
+    );
+    assert_released(
+        "a cleaner refused by the other kind",
+        || AllRoles::try_acquire(file, None).unwrap().is_none(),
+        || free_range(file, 0, 0),
+    );
+    drop(portable);
 }

@@ -140,10 +140,9 @@ fn clean_removes_exactly_the_segments_no_process_holds() {
         ]
     );
 
-    // The removal re-checks each candidate under its own every-role lock. With the portable
-    // backend the listing's probes took lock-file locks for a moment, which a child forked
-    // meanwhile may hold until it execs (see `crate::settle`): a candidate refused so is listed
-    // and cleaned again. What any clean removes counts, so a live or unreadable segment removed
+    // The removal re-checks each candidate under its own every-role lock. A creator lock just
+    // released may still be held by a child another test forked meanwhile until it execs (see
+    // `crate::settle`): a candidate refused so is listed and cleaned again. What any clean removes counts, so a live or unreadable segment removed
     // by a later one fails the test as well.
     let mut removed: Vec<String> = Vec::new();
     let mut listed = Some(listed);
@@ -311,8 +310,8 @@ fn spill_names_parse_and_an_unheld_spill_is_removed_a_held_one_kept() {
     assert!(remove_unheld(&dir.0, &info).is_err());
     assert!(dir.path(name).exists(), "a held spill is kept");
     drop(seg);
-    // Just released: a child forked meanwhile may hold the creator lock until it execs, and
-    // (portable) the listing's probes take lock-file locks for a moment (see `crate::settle`).
+    // Just released: a child forked meanwhile may hold the creator lock until it execs (see
+    // `crate::settle`).
     settles("the released spill was not removed", || {
         let info = listed();
         (info.locks == Liveness::Dead && remove_unheld(&dir.0, &info).is_ok()).then_some(())

@@ -352,6 +352,7 @@ fn claim_created(
     if let Some(path) = path {
         let ident = lock::identity(fd).map_err(|e| Error::io("fstat", e))?;
         if lock::path_identity(path).ok() != Some(ident) {
+            held.release();
             return Ok(Claim::Lost);
         }
     }
@@ -391,6 +392,7 @@ fn create_claimed(
                                 let _ = std::fs::remove_file(path);
                             }
                         }
+                        held.release();
                         Err(e)
                     }
                 };

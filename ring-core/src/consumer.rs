@@ -79,9 +79,9 @@ pub struct Consumer<M: Memory> {
     /// find a message's slot through its home slot's route.
     never_stall: bool,
     /// Which one-pass reads (`consumer/fast.rs`) this consumer may take, from what never
-    /// changes after registration (class, never-stall, pin-only): [`FAST_PIN`] and
-    /// [`FAST_COPY`] bits, so the per-call test of those conditions is one load
-    /// ([`fast_bits`]).
+    /// changes after registration (class, never-stall, pin-only, group membership: a member's
+    /// is 0): [`FAST_PIN`] and [`FAST_COPY`] bits, so the per-call test of those conditions is
+    /// one load ([`fast_bits`]).
     fast: u8,
 }
 

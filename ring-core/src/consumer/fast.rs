@@ -75,8 +75,8 @@ impl<M: Memory> Consumer<M> {
     #[inline(always)]
     fn plain_next(&self, kind: u8) -> Option<u64> {
         let seq = self.next;
-        if self.fast & kind == 0 || self.member.is_some() || self.held.is_some() || seq >= SEQ_LIMIT
-        {
+        // A group member's `fast` is 0 (`join_group`), so this also rules members out.
+        if self.fast & kind == 0 || self.held.is_some() || seq >= SEQ_LIMIT {
             return None;
         }
         Some(seq)

@@ -102,6 +102,8 @@ impl<M: Memory> Consumer<M> {
             Some((generation, head)) => {
                 let mut c = Self::registered(mem, index, DeliveryClass::Gating, owner, generation);
                 c.next = head;
+                // A member reads through its group: never the one-pass reads.
+                c.fast = 0;
                 c.member = Some(Member {
                     record,
                     key,

@@ -58,6 +58,41 @@ pub fn fence(order: Ordering) {
     imp::inner_fence(order);
 }
 
+/// A hint to bring the cache line holding `r` into this core's cache for reading. It changes
+/// no value and orders nothing: the loads that follow still make every check they make. It
+/// compiles to nothing under the model checkers and Miri, and on targets other than x86_64 and
+/// aarch64.
+///
+/// A consumer that polls a slot's stamp issues it for the rest of the slot's message line, so
+/// that the line's two halves (64-byte cache lines on x86_64) cross to it together instead of
+/// one after the other (see "Empty polls" in docs/PROTOCOL.md).
+#[inline(always)]
+pub fn prefetch<T>(r: &T) {
+    let p = core::ptr::from_ref(r).cast::<u8>();
+    #[cfg(all(target_arch = "x86_64", not(any(ring_loom, ring_shuttle, miri))))]
+    // SAFETY: a prefetch is a hint: it never faults (not even on an unmapped address, and `p`
+    // comes from a live reference anyway), loads nothing into the program and stores nothing.
+    unsafe {
+        use core::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+        _mm_prefetch::<_MM_HINT_T0>(p.cast::<i8>());
+    }
+    #[cfg(all(target_arch = "aarch64", not(any(ring_loom, ring_shuttle, miri))))]
+    // SAFETY: `prfm` is a hint that never faults and changes no register or memory the program
+    // sees; the asm uses no stack and leaves the flags alone.
+    unsafe {
+        core::arch::asm!(
+            "prfm pldl1keep, [{0}]",
+            in(reg) p,
+            options(nostack, readonly, preserves_flags)
+        );
+    }
+    #[cfg(not(all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        not(any(ring_loom, ring_shuttle, miri))
+    )))]
+    let _ = p;
+}
+
 /// A spin-loop hint (loom's yield under `--cfg ring_loom`).
 #[inline(always)]
 pub fn spin_loop() {

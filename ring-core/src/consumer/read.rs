@@ -54,6 +54,9 @@ impl<M: Memory> Consumer<M> {
                     Ok((seq, 0))
                 } else if stamp < want {
                     // Not published yet (an older message, or this one being written).
+                    // Ask for the far end of the message line meanwhile: it then crosses to us
+                    // with the stamp's half, not after it ("Empty polls" in PROTOCOL.md).
+                    crate::sync::prefetch(self.far_end_of_home(seq));
                     Err(self.empty_or_closed(|c| c.stamp_of(seq) < want))
                 } else {
                     self.target_by_head()

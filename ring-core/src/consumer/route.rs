@@ -98,6 +98,16 @@ impl<M: Memory> Consumer<M> {
         }
     }
 
+    /// The last word of slot `seq % slots`'s message line: on x86_64 the message line spans
+    /// two cache lines and the stamp is in the first, so a small message past its first 32
+    /// bytes lies (partly) in the line this word is in.
+    #[inline(always)]
+    pub(super) fn far_end_of_home(&self, seq: u64) -> &crate::sync::AtomicU64 {
+        let slot = self.mem.geometry().slot_of(seq);
+        let inline = &self.mem.slot_header(slot).inline;
+        &inline[inline.len() - 1]
+    }
+
     /// The stamp of slot `seq % slots` (a default ring's slot of `seq`). Acquire: as in
     /// [`stamp_of`](Self::stamp_of).
     #[inline(always)]

@@ -41,7 +41,12 @@ pub(crate) fn format<M: Memory + ?Sized>(mem: &M, creator: OwnerId) {
     } else {
         0
     };
-    h.ring_flags.store(pin_only | never_stall, r);
+    let asymmetric = if g.config.asymmetric_fences {
+        crate::layout::RING_ASYMMETRIC_FENCES
+    } else {
+        0
+    };
+    h.ring_flags.store(pin_only | never_stall | asymmetric, r);
 
     h.history.store(g.config.history, r);
     h.header_reserved.store(0, r);

@@ -143,8 +143,14 @@ pub const RING_PIN_ONLY: u64 = 1;
 /// latest-only and skip-on-lag readers never make it wait while a slot is free
 /// (`docs/PROTOCOL.md`, "Never-stall rings"). Attachers of an older ABI refuse the bit.
 pub const RING_NEVER_STALL: u64 = 2;
+/// [`SegmentHeader::ring_flags`] bit: asymmetric fences
+/// ([`Config::asymmetric_fences`](crate::Config::asymmetric_fences)): participants may run the
+/// per-message side of the wake-up handshakes as a compiler fence, so every parking side must
+/// run the process-wide barrier (`docs/PROTOCOL.md`, "Asymmetric fences"). Attachers that do
+/// not know the bit refuse it: they would park with a plain fence.
+pub const RING_ASYMMETRIC_FENCES: u64 = 4;
 /// Every `RING_*` bit this ABI knows.
-pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY | RING_NEVER_STALL;
+pub const RING_KNOWN_FLAGS: u64 = RING_PIN_ONLY | RING_NEVER_STALL | RING_ASYMMETRIC_FENCES;
 
 /// Bits of a route word that name the slot (the low bits; `MAX_SLOTS` is `1 << 24`).
 pub const ROUTE_SLOT_BITS: u32 = 24;

@@ -13,7 +13,7 @@
 
 use crate::geometry::Geometry;
 use crate::layout::{ConsumerEntry, ProducerLine, SegmentHeader, SlotHeader};
-use crate::sync::{AtomicU32, AtomicU64};
+use crate::sync::{fence, AtomicU32, AtomicU64, Ordering};
 
 /// Typed access to one segment.
 ///
@@ -44,6 +44,33 @@ pub unsafe trait Memory {
     /// default does nothing.
     fn notify(&self, word: &AtomicU32) {
         let _ = word;
+    }
+
+    /// The per-message side of the two wake-up handshakes: after a publish's `head` store
+    /// (before its load of `consumer_waiters`) and after a reader's progress (before its load
+    /// of `producer_waiting`). Returns whether it was a full `SeqCst` fence (the producer's
+    /// registration handshake then needs no second one).
+    ///
+    /// The default is a `SeqCst` fence. An implementation may make it lighter (a compiler
+    /// fence) only together with [`heavy_fence`](Self::heavy_fence): the pair must act as a
+    /// `SeqCst` fence on each side, as `membarrier(2)`'s asymmetric fences do (see "Asymmetric
+    /// fences" in docs/PROTOCOL.md). Memory safety never depends on them: a pair that is too
+    /// weak loses wake-ups (a parked peer sleeps until its wait strategy's bound or the next
+    /// wake-up), nothing else.
+    #[inline(always)]
+    fn light_fence(&self) -> bool {
+        fence(Ordering::SeqCst);
+        true
+    }
+
+    /// The parking side of the two wake-up handshakes: after a consumer counts itself in
+    /// `consumer_waiters`, and after the producer sets `producer_waiting`, before each re-checks
+    /// and sleeps. The default is a `SeqCst` fence; an implementation whose
+    /// [`light_fence`](Self::light_fence) is lighter must make this one order every peer that
+    /// may run the light one, or bound its sleeps.
+    #[inline(always)]
+    fn heavy_fence(&self) {
+        fence(Ordering::SeqCst);
     }
 }
 
@@ -129,6 +156,14 @@ unsafe impl<T: Memory + ?Sized> Memory for &T {
     fn notify(&self, word: &AtomicU32) {
         (**self).notify(word);
     }
+    #[inline(always)]
+    fn light_fence(&self) -> bool {
+        (**self).light_fence()
+    }
+    #[inline(always)]
+    fn heavy_fence(&self) {
+        (**self).heavy_fence();
+    }
 }
 
 #[cfg(feature = "alloc")]
@@ -137,5 +172,13 @@ unsafe impl<T: Memory + ?Sized> Memory for alloc::sync::Arc<T> {
     forward_memory_accessors!(|s| &**s);
     fn notify(&self, word: &AtomicU32) {
         (**self).notify(word);
+    }
+    #[inline(always)]
+    fn light_fence(&self) -> bool {
+        (**self).light_fence()
+    }
+    #[inline(always)]
+    fn heavy_fence(&self) {
+        (**self).heavy_fence();
     }
 }

@@ -218,6 +218,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
         pin_only: false,
         history: h.history.load(Ordering::Relaxed),
         never_stall: false,
+        asymmetric_fences: false,
     };
     let ring_flags = h.ring_flags.load(Ordering::Relaxed);
     if ring_flags & !crate::layout::RING_KNOWN_FLAGS != 0 {
@@ -230,6 +231,7 @@ pub(crate) fn validate_header(h: &SegmentHeader, len: usize) -> Result<Geometry,
     let config = Config {
         pin_only: ring_flags & crate::layout::RING_PIN_ONLY != 0,
         never_stall: ring_flags & crate::layout::RING_NEVER_STALL != 0,
+        asymmetric_fences: ring_flags & crate::layout::RING_ASYMMETRIC_FENCES != 0,
         ..config
     };
     let geometry = Geometry::new(&config).map_err(AttachError::BadGeometry)?;

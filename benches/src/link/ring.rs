@@ -289,11 +289,21 @@ impl Rx for RingBatchRx {
     }
 }
 
-fn config(case_bytes: usize, depth: usize, consumers: usize) -> Result<Config, BenchError> {
+/// The ring of a case. The polling transports (every one but `ring-futex`, whose reads
+/// sleep) mark it for asymmetric fences, as a user whose ends poll would
+/// ([`Config::with_asymmetric_fences`]).
+fn config(
+    case_bytes: usize,
+    depth: usize,
+    consumers: usize,
+    transport: Transport,
+) -> Result<Config, BenchError> {
     let cap = u32::try_from(case_bytes).map_err(|_| err("message too large for a slot"))?;
     let slots = u32::try_from(depth).map_err(|_| err("too many slots"))?;
     let consumers = u32::try_from(consumers).map_err(|_| err("too many consumers"))?;
-    Ok(Config::new(slots, cap).with_consumers(consumers))
+    Ok(Config::new(slots, cap)
+        .with_consumers(consumers)
+        .with_asymmetric_fences(transport != Transport::RingFutex))
 }
 
 /// Creates a ring in a file of the case directory, every page reserved and pre-faulted so that
@@ -320,14 +330,14 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let case = first.case.clone();
     let down = create(
         &down_path(first),
-        &config(case.down_bytes(), case.depth(), setups.len())?,
+        &config(case.down_bytes(), case.depth(), setups.len(), transport)?,
     )?;
     let producer = ShmRing::producer(&down).map_err(err)?;
     let mut peers = Vec::new();
     for s in setups.iter() {
         let up = create(
             &up_path(s, s.child),
-            &config(case.up_bytes(), case.depth(), 1)?,
+            &config(case.up_bytes(), case.depth(), 1, transport)?,
         )?;
         peers.push(RingPeer::new(
             ShmRing::consumer(&up, DeliveryClass::Gating).map_err(err)?,

@@ -6,7 +6,7 @@ use crate::class::DeliveryClass;
 use crate::error::ReadError;
 use crate::layout::{ConsumerEntry, CONSUMER_FREE, SEQ_LIMIT};
 use crate::memory::Memory;
-use crate::sync::{fence, Ordering};
+use crate::sync::Ordering;
 use crate::wait::WaitStrategy;
 
 impl<M: Memory> Consumer<M> {
@@ -96,15 +96,18 @@ impl<M: Memory> Consumer<M> {
             self.check_stamp_not_behind_head()?;
             // Acquire: pairs with the producer's Release store of the futex word.
             let seen = line.publish_futex.load(Ordering::Acquire);
-            // Relaxed + SeqCst fence: the Dekker handshake with `WriteSlot::publish` (head store,
-            // fence, waiters load): either we see the new head now, or it sees us and wakes us.
+            // Relaxed + the heavy fence below: the Dekker handshake with the publish (stamp and
+            // head stores, light fence, waiters load): either we see the new message now, or it
+            // sees us and wakes us.
             line.consumer_waiters.fetch_add(1, Ordering::Relaxed);
             // After the increment, before the decrement: a reclaim that sees 1 gives back a
             // count that was really taken (an over-count is harmless, an under-count would
             // lose a wake-up). Relaxed: read only by a reclaimer of this (dead) entry.
             let e = self.mem.consumer_entry(self.index);
             e.parked.store(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
+            // The heavy side of the pair (`Memory::heavy_fence`: SeqCst, or `membarrier(2)`
+            // where the publish's side is a compiler fence).
+            self.mem.heavy_fence();
             let ok = self.ready() || wait.wait(&line.publish_futex, seen);
             if self.check_registered().is_err() {
                 // Reclaimed while parked: the reclaimer gave our count back already (or will
@@ -153,10 +156,11 @@ impl<M: Memory> Consumer<M> {
 #[inline]
 pub(super) fn wake_producer<M: Memory + ?Sized>(mem: &M) {
     let line = mem.producer_line();
-    // SeqCst: Dekker handshake with `Producer::park` (it stores `producer_waiting`, fences,
-    // then re-checks cursors and pins): either it sees our progress or we see it waiting.
-    fence(Ordering::SeqCst);
-    // Relaxed: ordered by the fence.
+    // The light side of the Dekker handshake with `Producer::park` (it stores
+    // `producer_waiting`, runs the heavy fence, then re-checks cursors and pins): either it
+    // sees our progress or we see it waiting. SeqCst by default (`Memory::light_fence`).
+    mem.light_fence();
+    // Relaxed: ordered by the fence pair.
     if line.producer_waiting.load(Ordering::Relaxed) != 0 {
         wake_parked_producer(mem, line);
     }

@@ -86,7 +86,8 @@ impl<M: Memory> Producer<M> {
             // SeqCst fence, then loads `head`; we stored `head`, run this fence, then load
             // the states. Either we see it ACTIVE, or it saw our `head` and starts at or
             // after `seq`, so overwriting `seq - n` cannot lose anything it will read.
-            // (Publish runs the same fence after its `head` store; `fenced` skips a second.
+            // (Publish runs the same fence after its `head` store when its light fence is a
+            // full one, and `fenced` skips a second.
             // After a start it is needed even though every publish fences: the predecessor
             // may have died between its last `head` store and that fence.)
             fence(Ordering::SeqCst);
@@ -241,12 +242,14 @@ impl<M: Memory> Producer<M> {
         let line = self.mem.producer_line();
         // Acquire: pairs with the consumers' Release bump of `drain_futex`.
         let seen = line.drain_futex.load(Ordering::Acquire);
-        // Relaxed + SeqCst fence: the Dekker handshake with consumers, which advance, fence, then
-        // load `producer_waiting`: either they see 1 and wake us, or the re-check of `ready`
+        // Relaxed + the heavy fence below: the Dekker handshake with consumers, which advance,
+        // run the light fence, then load `producer_waiting`: either they see 1 and wake us, or the re-check of `ready`
         // after our fence sees their progress. (Without the re-check, a consumer that advanced
         // before our store would leave us asleep: a lost wake-up, found by the loom model.)
         line.producer_waiting.store(1, Ordering::Relaxed);
-        fence(Ordering::SeqCst);
+        // The heavy side of the pair (`Memory::heavy_fence`: SeqCst, or `membarrier(2)` where
+        // the consumers' side is a compiler fence).
+        self.mem.heavy_fence();
         let ok = ready(self) || wait.wait(&line.drain_futex, seen);
         line.producer_waiting.store(0, Ordering::Relaxed);
         ok

@@ -56,9 +56,8 @@ impl<M: Memory> Producer<M> {
         self.publish_step(seq, data)?;
         self.head = seq + 1;
         // `announce`, into the line looked up above.
-        self.announce_in(line);
+        self.fenced = self.announce_in(line);
         self.stored_head = self.head;
-        self.fenced = true;
         Ok(seq)
     }
 

@@ -116,25 +116,27 @@ impl<M: Memory> Producer<M> {
     /// `head` store, one SeqCst fence and one load of the waiter count, for one message or a
     /// batch.
     pub(super) fn announce(&mut self) {
-        self.announce_in(self.mem.producer_line());
+        self.fenced = self.announce_in(self.mem.producer_line());
         self.stored_head = self.head;
-        self.fenced = true;
     }
 
     /// [`announce`](Self::announce)'s stores, fence and wake-up, with `line`, this ring's
     /// producer line, already looked up; the caller then records what it did (`stored_head`
-    /// is `head`, `fenced`), which `announce` does.
+    /// is `head`; `fenced` is the returned value: whether the fence was a full one), which
+    /// `announce` does.
     #[inline(always)]
-    pub(super) fn announce_in(&self, line: &ProducerLine) {
+    pub(super) fn announce_in(&self, line: &ProducerLine) -> bool {
         // Release: pairs with consumers' Acquire `head` loads (latest-only reads, lagging
         // readers, registration): every message below it is complete.
         line.head.store(self.head, Ordering::Release);
-        // SeqCst: the Dekker handshake with parking consumers (they bump `consumer_waiters`,
-        // fence, then re-check their slot's stamp or `head`): either they see our stamps and
-        // `head` now, or we see them counted below and wake them. Also the registration
-        // handshake of the next claim.
-        fence(Ordering::SeqCst);
-        // Relaxed: ordered by the fence above.
+        // The light side of the Dekker handshake with parking consumers (they bump
+        // `consumer_waiters`, run the heavy fence, then re-check their slot's stamp or `head`):
+        // either they see our stamps and `head` now, or we see them counted below and wake
+        // them. A SeqCst fence by default; a compiler fence where the memory pairs it with
+        // `membarrier(2)` ("Asymmetric fences" in PROTOCOL.md). When it was a full fence it is
+        // also the registration handshake's fence of the next claim (the returned `fenced`).
+        let full = self.mem.light_fence();
+        // Relaxed: ordered by the fence pair.
         if line.consumer_waiters.load(Ordering::Relaxed) != 0 {
             // Release: pairs with a waiter's Acquire load of the futex word. A bump, never a
             // store of a value derived from `head`: the word only moves forward (see the
@@ -143,6 +145,7 @@ impl<M: Memory> Producer<M> {
             line.publish_futex.fetch_add(1, Ordering::Release);
             self.mem.notify(&line.publish_futex);
         }
+        full
     }
 }
 

@@ -8,7 +8,7 @@ use core::task::{Context, Poll, Waker};
 use std::sync::Arc;
 use std::time::Instant;
 
-use core::sync::atomic::{fence, Ordering};
+use core::sync::atomic::Ordering;
 use ring_core::{AtomicU32, ClaimError, Memory as _, ReadError, WaitStrategy};
 
 use super::reactor::{reactor, Token};
@@ -18,16 +18,20 @@ use crate::segment::sigbus::memory_truncated;
 use crate::wait::futex::as_futex;
 use crate::ShmReadError;
 
-/// When the next liveness probe of a wait is due (set at its first `Pending`).
+/// When the next liveness probe of a wait is due (set at its first `Pending`), and whether it
+/// is due now. The wake-up deadline returned is the probe's, or sooner where this process's
+/// wake-ups can be lost (`barrier::nap`: it then wakes and re-checks after a nap).
 fn probe_due(at: &mut Option<Instant>, now: Instant) -> (Instant, bool) {
     let due = *at.get_or_insert(now + LIVENESS_PERIOD);
-    if now >= due {
+    let (next, probe) = if now >= due {
         let next = now + LIVENESS_PERIOD;
         *at = Some(next);
         (next, true)
     } else {
         (due, false)
-    }
+    };
+    let wake = crate::wait::barrier::nap().map_or(next, |nap| next.min(now + nap));
+    (wake, probe)
 }
 
 /// Registers the word `Consumer::wait_ready` would sleep on with the reactor instead of
@@ -286,11 +290,12 @@ impl PubWait {
             let line = p.memory().producer_line();
             // Acquire: pairs with the consumers' Release bump of `drain_futex` (C11).
             let seen = line.drain_futex.load(Ordering::Acquire);
-            // Relaxed + SeqCst fence: the Dekker handshake of `Producer::park` (W4) with the
-            // consumers' fence and `producer_waiting` load (C10): either they see 1 and bump
+            // Relaxed + the heavy fence: the Dekker handshake of `Producer::park` (W4) with the
+            // consumers' light fence and `producer_waiting` load (C10): either they see 1 and bump
             // the word, or the re-check below sees their progress.
             line.producer_waiting.store(1, Ordering::Relaxed);
-            fence(Ordering::SeqCst);
+            // The heavy side of the pair (as `Producer::park`).
+            p.memory().heavy_fence();
             if p.is_claimable() {
                 // Relaxed: as `Producer::park`'s clear.
                 line.producer_waiting.store(0, Ordering::Relaxed);

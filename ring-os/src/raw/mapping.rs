@@ -21,6 +21,8 @@ pub struct Mapping {
     segment: Segment,
     /// Futex wake system calls made through this mapping (process-local statistics).
     wakes: std::sync::atomic::AtomicU64,
+    /// The ring is marked for asymmetric fences (`RING_ASYMMETRIC_FENCES`, validated at attach).
+    asymmetric: bool,
 }
 
 /// The smallest file that can hold a segment header, for the size check before mapping.
@@ -42,11 +44,7 @@ impl Mapping {
         //   touches it until this returns; afterwards every access goes through ring-core.
         let raw =
             unsafe { RawMemory::initialize(segment.as_ptr(), segment.len(), config, creator)? };
-        Ok(Self {
-            raw,
-            segment,
-            wakes: std::sync::atomic::AtomicU64::new(0),
-        })
+        Ok(Self::new(raw, segment))
     }
 
     /// Validates an opened `segment` as a ring, treating its bytes as untrusted.
@@ -62,11 +60,22 @@ impl Mapping {
         // A truncation while the header was read shows as zeros: report it as what it is.
         segment.check_truncated()?;
         let raw = raw?;
-        Ok(Self {
+        Ok(Self::new(raw, segment))
+    }
+
+    fn new(raw: RawMemory, segment: Segment) -> Self {
+        let asymmetric = raw.geometry().config().asymmetric_fences;
+        if asymmetric {
+            // Probe (and register) now, not at the first message; and from now on this
+            // process's sleeps are bounded if it cannot run the barrier its peers rely on.
+            crate::wait::barrier::joined_asymmetric_ring();
+        }
+        Self {
             raw,
             segment,
             wakes: std::sync::atomic::AtomicU64::new(0),
-        })
+            asymmetric,
+        }
     }
 
     /// The size check an opener applies before mapping a ring segment.
@@ -143,6 +152,29 @@ unsafe impl Memory for Mapping {
         crate::asyncio::reactor::wake_local(futex::as_futex(word));
         let _ = futex::wake_all(futex::as_futex(word));
     }
+
+    /// On a ring marked for asymmetric fences, a compiler fence where this process is
+    /// registered for the global `membarrier` (every parking side then issues it); a `SeqCst`
+    /// fence otherwise (`wait::barrier`).
+    #[inline(always)]
+    fn light_fence(&self) -> bool {
+        if self.asymmetric {
+            crate::wait::barrier::light()
+        } else {
+            core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+            true
+        }
+    }
+
+    /// On a ring marked for asymmetric fences, a `SeqCst` fence and the global `membarrier`;
+    /// a `SeqCst` fence otherwise.
+    fn heavy_fence(&self) {
+        if self.asymmetric {
+            crate::wait::barrier::heavy();
+        } else {
+            core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -177,5 +209,61 @@ mod tests {
         p.try_publish(b"wake up").unwrap();
         assert_eq!(reader.join().unwrap(), Ok(7));
         assert!(ring.wake_calls() >= 1);
+    }
+
+    /// Only a ring marked for asymmetric fences runs compiler fences per message; its peers
+    /// park with the barrier only there. (Named `barrier_` for the mutants' filter.)
+    #[test]
+    fn barrier_only_a_marked_ring_runs_light_fences() {
+        use ring_core::Memory as _;
+        let plain = ShmRing::create_memfd(&Config::new(8, 64), CreateOptions::new()).unwrap();
+        assert!(
+            plain.light_fence(),
+            "an unmarked ring's light fence must be a full one"
+        );
+        let marked = ShmRing::create_memfd(
+            &Config::new(8, 64).with_asymmetric_fences(true),
+            CreateOptions::new(),
+        )
+        .unwrap();
+        let asymmetric = crate::wait::barrier::mode() == crate::wait::barrier::Mode::Asymmetric;
+        assert_eq!(marked.light_fence(), !asymmetric);
+    }
+
+    /// Blocking both ways on a marked ring, every wait parking at once: no wake-up is lost
+    /// (each would cost a timeout of 10 s and fail the test).
+    #[test]
+    fn barrier_parking_ping_pong_on_a_marked_ring_loses_no_wake_up() {
+        use crate::wait::FutexWait;
+        let config = Config::new(4, 64).with_asymmetric_fences(true);
+        let down = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let up = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
+        let mut ask = ShmRing::producer(&down).unwrap();
+        let mut asked = ShmRing::consumer(&down, DeliveryClass::Gating).unwrap();
+        let mut answer = ShmRing::producer(&up).unwrap();
+        let mut answered = ShmRing::consumer(&up, DeliveryClass::Gating).unwrap();
+        const ROUNDS: u32 = 3000;
+        let echo = std::thread::spawn(move || {
+            let mut buf = [0u8; 64];
+            for _ in 0..ROUNDS {
+                let wait = &mut FutexWait::new(Duration::from_secs(10)).spins(0);
+                let n = asked
+                    .copy(&mut buf, wait)
+                    .map_err(|e| format!("{e:?}"))?
+                    .len;
+                answer
+                    .try_publish(&buf[..n])
+                    .map_err(|e| format!("{e:?}"))?;
+            }
+            Ok::<(), String>(())
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..ROUNDS {
+            ask.try_publish(&i.to_le_bytes()).unwrap();
+            let wait = &mut FutexWait::new(Duration::from_secs(10)).spins(0);
+            let n = answered.copy(&mut buf, wait).unwrap().len;
+            assert_eq!(&buf[..n], &i.to_le_bytes());
+        }
+        echo.join().unwrap().unwrap();
     }
 }

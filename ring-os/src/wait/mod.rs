@@ -5,10 +5,13 @@
 //!   portable backend's address waits: macOS, FreeBSD) or `windows.rs` (a segment's named
 //!   semaphores), with a polling fallback where the platform offers none;
 //! - [`FutexWait`] (this file): ring-core's [`WaitStrategy`] over it, spinning a little first;
-//!   [`deadline_after`] for deadlines that cannot overflow.
+//!   [`deadline_after`] for deadlines that cannot overflow;
+//! - `barrier`: the asymmetric fences of the wake-up handshakes (`membarrier(2)`), and the
+//!   bound on sleeps where they cannot be exact.
 
 #[cfg(ring_portable)]
 mod address;
+pub(crate) mod barrier;
 pub mod futex;
 #[cfg(windows)]
 pub(crate) mod windows;
@@ -106,9 +109,16 @@ impl WaitStrategy for FutexWait {
         if now >= self.deadline {
             return false;
         }
-        match wait_word(word, expected, self.deadline - now) {
+        let left = self.deadline - now;
+        // Where a wake-up can be lost (this process cannot run the heavy fence that its peers'
+        // light ones rely on: `barrier`), sleep at most a nap, then let the caller re-check.
+        let (sleep, napping) = match barrier::nap() {
+            Some(nap) if nap < left => (nap, true),
+            _ => (left, false),
+        };
+        match wait_word(word, expected, sleep) {
             WaitOutcome::Woken | WaitOutcome::Changed => true,
-            WaitOutcome::TimedOut => false,
+            WaitOutcome::TimedOut => napping,
         }
     }
 }

@@ -150,35 +150,33 @@ macro_rules! forward_memory_accessors {
     };
 }
 
+/// The rest of [`Memory`] (the wake-up and the two fences) for a pointer to a `Memory`,
+/// forwarded to the pointee.
+macro_rules! forward_hooks {
+    () => {
+        fn notify(&self, word: &AtomicU32) {
+            (**self).notify(word);
+        }
+        #[inline(always)]
+        fn light_fence(&self) -> bool {
+            (**self).light_fence()
+        }
+        #[inline(always)]
+        fn heavy_fence(&self) {
+            (**self).heavy_fence();
+        }
+    };
+}
+
 // SAFETY: forwards to `T`, whose promises hold for as long as the borrow.
 unsafe impl<T: Memory + ?Sized> Memory for &T {
     forward_memory_accessors!(|s| &**s);
-    fn notify(&self, word: &AtomicU32) {
-        (**self).notify(word);
-    }
-    #[inline(always)]
-    fn light_fence(&self) -> bool {
-        (**self).light_fence()
-    }
-    #[inline(always)]
-    fn heavy_fence(&self) {
-        (**self).heavy_fence();
-    }
+    forward_hooks!();
 }
 
 #[cfg(feature = "alloc")]
 // SAFETY: forwards to `T`, which the `Arc` keeps alive.
 unsafe impl<T: Memory + ?Sized> Memory for alloc::sync::Arc<T> {
     forward_memory_accessors!(|s| &**s);
-    fn notify(&self, word: &AtomicU32) {
-        (**self).notify(word);
-    }
-    #[inline(always)]
-    fn light_fence(&self) -> bool {
-        (**self).light_fence()
-    }
-    #[inline(always)]
-    fn heavy_fence(&self) {
-        (**self).heavy_fence();
-    }
+    forward_hooks!();
 }

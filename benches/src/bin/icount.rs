@@ -11,7 +11,9 @@
 //! - `loan`: a claimed slot written in place (`loan`) + `try_pin`, on a pin-only ring;
 //! - `batch`: `try_publish_batch` of 16 + `try_read_batch` of 16;
 //! - `fanout2`, `fanout3`: `try_publish` + `try_copy` by 2 or 3 gating consumers;
-//! - `hold`: `try_publish` + a gating consumer's `try_hold` + `release`.
+//! - `hold`: `try_publish` + a gating consumer's `try_hold` + `release`;
+//! - `poll`, `poll-pin`: a gating consumer's `try_copy` or `try_pin` on an empty ring (one
+//!   empty poll per "message": what a polling reader spends between messages).
 use core::hint::black_box;
 use std::process::ExitCode;
 
@@ -79,6 +81,8 @@ fn run(case: &str, len: usize, n: u64) -> Result<u64, String> {
                     .map_err(|e| fail(&e))?;
             }
         }
+        "poll" => sum = polls::<COPY>(&mut cs[0], &mut buf, n)?,
+        "poll-pin" => sum = polls::<PIN>(&mut cs[0], &mut buf, n)?,
         // One loop per read kind, chosen once: the count is the ring's, not a string match's.
         "pin" | "skip-pin" => sum = messages::<PIN>(&mut p, &mut cs, &msg, &mut buf, n)?,
         "loan" => sum = messages::<LOAN>(&mut p, &mut cs, &msg, &mut buf, n)?,
@@ -116,6 +120,30 @@ fn messages<const HOW: u8>(
         for c in cs.iter_mut() {
             sum += read_one::<HOW>(c, buf)?;
         }
+    }
+    Ok(sum)
+}
+
+/// `n` reads (`HOW`: `COPY` or `PIN`) of an empty ring, each of which must say `Empty`; the count.
+fn polls<const HOW: u8>(
+    c: &mut Consumer<&HeapSegment>,
+    buf: &mut [u8],
+    n: u64,
+) -> Result<u64, String> {
+    let mut sum = 0u64;
+    for _ in 0..n {
+        let empty = if HOW == PIN {
+            matches!(c.try_pin(), Err(ring_core::ReadError::Empty))
+        } else {
+            matches!(
+                c.try_copy(black_box(&mut *buf)),
+                Err(ring_core::ReadError::Empty)
+            )
+        };
+        if !empty {
+            return Err("a poll of an empty ring did not say Empty".to_owned());
+        }
+        sum += 1;
     }
     Ok(sum)
 }

@@ -1,5 +1,6 @@
 //! Copying reads: the seqlock copy-out, a pin-only ring's pinned copy, and batch reads.
 
+use super::fast::Fallback;
 use super::{BatchItem, Consumer, Copied, Miss};
 use crate::error::ReadError;
 use crate::layout::ConsumerEntry;
@@ -19,8 +20,9 @@ impl<M: Memory> Consumer<M> {
     #[inline(always)]
     pub fn try_copy(&mut self, buf: &mut [u8]) -> Result<Copied, ReadError> {
         match self.copy_fast(buf) {
-            Some(got) => Ok(got),
-            None => self.copy_general(buf),
+            Ok(got) => Ok(got),
+            Err(Fallback::NotYet) => Err(self.not_yet()),
+            Err(Fallback::General) => self.copy_general(buf),
         }
     }
 
@@ -74,8 +76,9 @@ impl<M: Memory> Consumer<M> {
             // The common case in one pass (as `try_pin`), else the general read, which decides
             // everything again.
             let got = match self.pin_fast() {
-                Some((seq, slot, len)) => Ok((seq, 0, (slot, len))),
-                None => self.read_next(|c, seq| c.pin_seq(seq)),
+                Ok((seq, slot, len)) => Ok((seq, 0, (slot, len))),
+                Err(Fallback::NotYet) => Err(self.not_yet()),
+                Err(Fallback::General) => self.read_next(|c, seq| c.pin_seq(seq)),
             };
             let (seq, missed, (slot, len)) = match got {
                 Ok(got) => got,
@@ -166,9 +169,24 @@ impl<M: Memory> Consumer<M> {
         own: Option<&ConsumerEntry>,
     ) -> Result<(usize, [u64; 2]), Miss> {
         let hdr = self.mem.slot_header(slot);
-        let want = 2 * seq + 2;
         // Acquire: pairs with the producer's Release stamp store that completed message `seq`.
         let s1 = hdr.stamp.load(Ordering::Acquire);
+        self.copy_slot_seen(hdr, slot, seq, s1, buf, own)
+    }
+
+    /// [`copy_slot`](Self::copy_slot) with the slot's header `hdr` looked up and its stamp
+    /// `s1` loaded (Acquire) by the caller.
+    #[inline(always)]
+    pub(super) fn copy_slot_seen(
+        &self,
+        hdr: &crate::layout::SlotHeader,
+        slot: usize,
+        seq: u64,
+        s1: u64,
+        buf: &mut [u8],
+        own: Option<&ConsumerEntry>,
+    ) -> Result<(usize, [u64; 2]), Miss> {
+        let want = 2 * seq + 2;
         if s1 != want {
             return Err(Miss::of_stamp(s1, want));
         }

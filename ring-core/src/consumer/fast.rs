@@ -10,29 +10,46 @@
 //! `target`, `copy_slot` (the seqlock copy) or `pin_slot`, and `advance`'s stores.
 
 use super::{entry_if_current, Consumer, Copied, FAST_COPY, FAST_PIN};
+use crate::error::ReadError;
 use crate::layout::SEQ_LIMIT;
 use crate::memory::Memory;
 use crate::sync::Ordering;
 
+/// Why a one-pass read did not read (it changed nothing either way).
+pub(super) enum Fallback {
+    /// Not its case: the general read decides everything again.
+    General,
+    /// Its case, and the message is not published yet: [`Consumer::not_yet`] answers.
+    NotYet,
+}
+
 impl<M: Memory> Consumer<M> {
-    /// The common case of `try_copy`, or `None` (nothing changed) for the general read.
+    /// The common case of `try_copy`, or why not (nothing changed).
     #[inline(always)]
-    pub(super) fn copy_fast(&mut self, buf: &mut [u8]) -> Option<Copied> {
+    pub(super) fn copy_fast(&mut self, buf: &mut [u8]) -> Result<Copied, Fallback> {
         // Not on a pin-only ring: copies pin there (`copy_pinned_seq`).
-        let seq = self.plain_next(FAST_COPY)?;
+        let seq = self.plain_next(FAST_COPY).ok_or(Fallback::General)?;
         // Still registered (the generation check: `entry_if_current`), keeping the entry for
         // the stores below (borrowing only `mem`).
-        let e = entry_if_current(&self.mem, self.index, self.generation)?;
-        // Any miss (not published yet, overrun, a short buffer, a corrupt length): the general
-        // read decides what it means.
+        let e =
+            entry_if_current(&self.mem, self.index, self.generation).ok_or(Fallback::General)?;
+        let slot = self.mem.geometry().slot_of(seq);
+        let hdr = self.mem.slot_header(slot);
+        // Acquire: pairs with the producer's Release stamp store that completed message `seq`.
+        let s1 = hdr.stamp.load(Ordering::Acquire);
+        if s1 < 2 * seq + 2 {
+            return Err(Fallback::NotYet);
+        }
+        // Any other miss (overrun, a short buffer, a corrupt length): the general read decides
+        // what it means.
         let (len, meta) = self
-            .copy_slot(seq, self.mem.geometry().slot_of(seq), buf, Some(e))
-            .ok()?;
+            .copy_slot_seen(hdr, slot, seq, s1, buf, Some(e))
+            .map_err(|_| Fallback::General)?;
         // `advance`, into the entry checked above (no reclaim happens inside a call).
         self.next = seq + 1;
         self.received += 1;
         self.store_progress(e, false);
-        Some(Copied {
+        Ok(Copied {
             seq,
             len,
             missed: 0,
@@ -42,22 +59,42 @@ impl<M: Memory> Consumer<M> {
     }
 
     /// The common case of `try_pin`: the message's sequence, slot and length, pinned (the
-    /// caller records the pin), or `None` for the general read.
+    /// caller records the pin), or why not.
     #[inline(always)]
-    pub(super) fn pin_fast(&mut self) -> Option<(u64, usize, usize)> {
-        let seq = self.plain_next(FAST_PIN)?;
+    pub(super) fn pin_fast(&mut self) -> Result<(u64, usize, usize), Fallback> {
+        let seq = self.plain_next(FAST_PIN).ok_or(Fallback::General)?;
         // Still registered (the generation check: `entry_if_current`).
-        entry_if_current(&self.mem, self.index, self.generation)?;
+        entry_if_current(&self.mem, self.index, self.generation).ok_or(Fallback::General)?;
         let slot = self.mem.geometry().slot_of(seq);
         // `target`'s test, before any pin-line access: only a published message is pinned (an
         // empty poll never touches the slot's state word). Acquire: pairs with the producer's
         // Release stamp store (as `stamp_at_home`).
         let hdr = self.mem.slot_header(slot);
-        if hdr.stamp.load(Ordering::Acquire) != 2 * seq + 2 {
-            return None;
+        let stamp = hdr.stamp.load(Ordering::Acquire);
+        if stamp != 2 * seq + 2 {
+            return Err(if stamp < 2 * seq + 2 {
+                Fallback::NotYet
+            } else {
+                Fallback::General
+            });
         }
-        let (slot, len) = self.pin_slot_at(hdr, seq, slot, true).ok()?;
-        Some((seq, slot, len))
+        let (slot, len) = self
+            .pin_slot_at(hdr, seq, slot, true)
+            .map_err(|_| Fallback::General)?;
+        Ok((seq, slot, len))
+    }
+
+    /// A one-pass read found its message's home slot with an older stamp: what the general
+    /// read's `target` answers for a gating or skip-on-lag reader then (`Empty`, or the ring's
+    /// ending once it is closed), asking for the far end of the message line meanwhile
+    /// ("Empty polls" in docs/PROTOCOL.md). The general read would first check the whole
+    /// registration; the one-pass read's generation check is enough (C0g). Out of line: a
+    /// polling reader's empty polls are the one-pass read's checks, a call and this.
+    #[inline(never)]
+    pub(super) fn not_yet(&self) -> ReadError {
+        let seq = self.next;
+        crate::sync::prefetch(self.far_end_of_home(seq));
+        self.empty_or_closed(|c| c.stamp_at_home(seq) < 2 * seq + 2)
     }
 
     /// The next sequence when this read is the common case of both: a reader whose

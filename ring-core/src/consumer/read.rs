@@ -55,7 +55,8 @@ impl<M: Memory> Consumer<M> {
                 } else if stamp < want {
                     // Not published yet (an older message, or this one being written).
                     // Ask for the far end of the message line meanwhile: it then crosses to us
-                    // with the stamp's half, not after it ("Empty polls" in PROTOCOL.md).
+                    // with the stamp's half, not after it ("Empty polls" in PROTOCOL.md). (A
+                    // one-pass reader's empty poll ends in `not_yet` instead, which does the same.)
                     crate::sync::prefetch(self.far_end_of_home(seq));
                     Err(self.empty_or_closed(|c| c.stamp_of(seq) < want))
                 } else {
@@ -152,7 +153,8 @@ impl<M: Memory> Consumer<M> {
     // no result in memory; the general path stays out of line.
     #[inline(always)]
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
-        if let Some((seq, slot, len)) = self.pin_fast() {
+        let got = self.pin_fast();
+        if let Ok((seq, slot, len)) = got {
             self.held = Some(slot);
             return Ok(Pinned {
                 consumer: self,
@@ -163,6 +165,9 @@ impl<M: Memory> Consumer<M> {
                 claim: NO_CLAIM,
                 again: false,
             });
+        }
+        if let Err(super::fast::Fallback::NotYet) = got {
+            return Err(self.not_yet());
         }
         self.pin_general()
     }

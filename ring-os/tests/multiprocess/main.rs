@@ -64,6 +64,11 @@ const SCENARIOS: &[Scenario] = &[
         Duration::from_secs(120),
     ),
     (
+        "asymmetric_fences_a_blocking_ping_pong_across_processes_loses_no_wake_up",
+        scenarios::asymmetric_ping_pong,
+        Duration::from_secs(120),
+    ),
+    (
         "late_readers_in_other_processes_start_with_the_rings_history",
         scenarios::history_across_processes,
         Duration::from_secs(60),

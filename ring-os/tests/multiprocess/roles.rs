@@ -53,6 +53,7 @@ pub fn run(role: &str) -> i32 {
         "holder" => holder(),
         "member" => member(),
         "late-reader" => late_reader(),
+        "echo" => echo(),
         "frame-grabber" => crate::never_stall::grabber_role(),
         "slow-producer" => slow_producer(),
         "gone-consumer" => gone_consumer(),
@@ -217,6 +218,36 @@ fn late_reader() -> i32 {
             }
             Err(ShmReadError::Read(ReadError::Closed)) => {
                 say!("DONE missed={}", c.missed());
+                return 0;
+            }
+            Err(e) => return failed(e),
+        }
+    }
+}
+
+/// Answers every message of the ring `RING_NAME` with the same bytes on the ring
+/// `RING_NAME_UP`, blocking for each (every wait that finds nothing parks at once), until the
+/// first ring closes. `ECHOED n` at the end.
+fn echo() -> i32 {
+    let down = ShmRing::open_named(&name()).expect("open down");
+    let up_name = SegmentName::new(&child_env("RING_NAME_UP")).expect("name");
+    let up = ShmRing::open_named(&up_name).expect("open up");
+    let mut c = ShmRing::consumer(&down, DeliveryClass::Gating).expect("register");
+    let mut p = ShmRing::producer(&up).expect("producer");
+    say!("READY");
+    let mut buf = [0u8; 64];
+    let mut n = 0u64;
+    loop {
+        let mut wait = ring_os::raw::FutexWait::new(Duration::from_secs(10)).spins(0);
+        match c.copy(&mut buf, &mut wait) {
+            Ok(m) => {
+                if let Err(e) = p.try_publish(&buf[..m.len]) {
+                    return failed(e);
+                }
+                n += 1;
+            }
+            Err(ReadError::Closed) => {
+                say!("ECHOED n={n}");
                 return 0;
             }
             Err(e) => return failed(e),

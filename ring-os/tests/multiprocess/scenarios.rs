@@ -484,3 +484,41 @@ pub fn history_across_processes() {
         assert!(c.wait(SECS(20)));
     }
 }
+
+/// A ring pair marked for asymmetric fences, a child process that echoes, and both sides
+/// blocking for every message with no spin phase (each wait that finds nothing parks at
+/// once): the parks' `membarrier` and the publishes' compiler fences must never lose a wake-up
+/// across processes. A lost one costs a 10 s timeout and fails the scenario.
+pub fn asymmetric_ping_pong() {
+    let config = Config::new(4, 64).with_asymmetric_fences(true);
+    let (down_name, _u1, down) = named_ring("asym-down", &config);
+    let up_name = unique_name("asym-up");
+    let _u2 = Unlink(up_name.clone());
+    let up = ShmRing::create_named(&up_name, &config, CreateOptions::new()).expect("create up");
+    let mut back = ShmRing::consumer(&up, DeliveryClass::Gating).expect("register");
+    let mut p = ShmRing::producer(&down).expect("producer");
+    let env = [
+        ("RING_NAME", down_name.as_str().to_owned()),
+        ("RING_NAME_UP", up_name.as_str().to_owned()),
+    ];
+    let mut child = Child::spawn("echo", &env);
+    child.expect_line("READY", Duration::from_secs(20));
+    const ROUNDS: u64 = 2000;
+    let start = Instant::now();
+    let mut buf = [0u8; 64];
+    for i in 0..ROUNDS {
+        p.try_publish(&i.to_le_bytes()).expect("publish");
+        let mut wait = ring_os::raw::FutexWait::new(Duration::from_secs(10)).spins(0);
+        let m = back.copy(&mut buf, &mut wait).expect("an echo within 10 s");
+        assert_eq!(&buf[..m.len], &i.to_le_bytes(), "echo {i}");
+    }
+    let took = start.elapsed();
+    p.close();
+    let echoed = child.expect_line("ECHOED", Duration::from_secs(20));
+    assert_eq!(field(&echoed, "n"), ROUNDS);
+    assert!(
+        child.wait(Duration::from_secs(20)),
+        "the echo process did not end"
+    );
+    println!("    {ROUNDS} parked round trips across processes in {took:?}");
+}

@@ -303,6 +303,12 @@ pub struct PubArgs {
     /// ring needs --slots >= PINS + 2. Refused for a ring that exists and is not never-stall.
     #[arg(long, value_name = "PINS", num_args = 0..=1)]
     pub never_stall: Option<Option<u32>>,
+    /// Create the ring marked for asymmetric fences: no hardware fence per message on either
+    /// side, a `membarrier(2)` system call per park instead (Linux 4.16+; elsewhere the mark
+    /// changes nothing). For rings whose readers poll; `inspect` shows the mark. Ignored for a
+    /// ring that exists (its creator chose).
+    #[arg(long)]
+    pub asymmetric_fences: bool,
     /// Create group G before the first message (`ringctl sub --group G` workers share the
     /// stream: each message to exactly one of them; the group gates like one gating reader).
     #[arg(long, value_name = "G")]

@@ -122,6 +122,9 @@ struct View {
     /// A never-stall ring (`ringctl pub --never-stall`): latest and skip pins never make the
     /// producer wait.
     never_stall: bool,
+    /// Marked for asymmetric fences (`ringctl pub --asymmetric-fences`): compiler fences per
+    /// message, `membarrier(2)` per park.
+    asymmetric_fences: bool,
     producer: Option<Owner>,
     head: u64,
     closed: bool,
@@ -212,6 +215,7 @@ fn snapshot(ring: &Ring) -> Result<View> {
         consumer_entries: g.consumers(),
         segment_bytes: g.total_len(),
         never_stall: g.config().never_stall,
+        asymmetric_fences: g.config().asymmetric_fences,
         producer: Owner::of(ring, Role::Producer, p.owner),
         head: p.head,
         closed: p.closed,
@@ -273,13 +277,18 @@ fn render(v: &View) -> String {
     );
     let _ = writeln!(
         o,
-        "geometry: {} slots x {} bytes, {} consumer entries, {} in all{}",
+        "geometry: {} slots x {} bytes, {} consumer entries, {} in all{}{}",
         v.slots,
         v.slot_capacity,
         v.consumer_entries,
         table::bytes(v.segment_bytes),
         if v.never_stall {
             ", never-stall (pins of latest and skip readers never hold the producer back)"
+        } else {
+            ""
+        },
+        if v.asymmetric_fences {
+            ", asymmetric fences (no fence per message; a membarrier per park)"
         } else {
             ""
         }

@@ -35,7 +35,9 @@ pub(crate) fn seconds(value: f64, what: &str) -> Result<Duration> {
 /// The configuration of a ring `pub` creates.
 fn config_of(args: &PubArgs) -> Result<Config> {
     let capacity = u32::try_from(args.frame_size.bytes).unwrap_or(u32::MAX);
-    let config = Config::new(args.slots, capacity).with_consumers(args.max_consumers);
+    let config = Config::new(args.slots, capacity)
+        .with_consumers(args.max_consumers)
+        .with_asymmetric_fences(args.asymmetric_fences);
     match never_stall_pins(args) {
         Some(pins) => ring::never_stall(config, pins),
         None => Ok(config),

@@ -364,6 +364,34 @@ fn idle_pub(name: &str) -> Child {
 }
 
 #[test]
+fn a_ring_published_with_asymmetric_fences_is_shown_as_one() {
+    let (name, _cleanup) = scratch("asym");
+    let publ = spawn(
+        &[
+            "pub",
+            &name,
+            "--frame-size",
+            "128",
+            "--asymmetric-fences",
+            "--wait-consumers",
+            "0",
+        ],
+        Stdio::piped(),
+        Stdio::null(),
+        Stdio::null(),
+    );
+    let ready = eventually(Duration::from_secs(20), || {
+        run(&["inspect", &name, "--json"]).status.success()
+    });
+    assert!(ready, "pub never created its ring");
+    let v = last_json(&run(&["inspect", &name, "--json"]));
+    assert_eq!(v["asymmetric_fences"], true, "{v}");
+    let table = text(&run(&["inspect", &name]).stdout);
+    assert!(table.contains("asymmetric fences"), "{table}");
+    drop(finish(publ, Duration::from_secs(30)));
+}
+
+#[test]
 fn list_and_clean_handle_a_dead_owner() {
     let (name, _cleanup) = scratch("dead");
     let mut publ = idle_pub(&name);
@@ -1037,7 +1065,10 @@ fn never_stall_rings_are_created_checked_and_shown() {
     let idle = idle_pub(&plain);
     let v = last_json(&run(&["inspect", &plain, "--json"]));
     assert_eq!(v["never_stall"], false, "{v}");
-    assert!(!text(&run(&["inspect", &plain]).stdout).contains("never-stall"));
+    assert_eq!(v["asymmetric_fences"], false, "{v}");
+    let table = text(&run(&["inspect", &plain]).stdout);
+    assert!(!table.contains("never-stall"), "{table}");
+    assert!(!table.contains("asymmetric"), "{table}");
     drop(finish(idle, Duration::from_secs(30)));
 
     // The demo: on a never-stall ring, and refused with too few slots.

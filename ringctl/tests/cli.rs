@@ -350,12 +350,14 @@ fn inspect_of_a_corrupt_or_missing_segment_is_a_clear_error() {
 /// A publisher of ring `name` that blocks on its (open, empty) stdin: the live owner of that
 /// ring, once this returns.
 fn idle_pub(name: &str) -> Child {
-    let publ = spawn(
-        &["pub", name, "--frame-size", "128", "--wait-consumers", "0"],
-        Stdio::piped(),
-        Stdio::null(),
-        Stdio::null(),
-    );
+    started_pub(name, &["--frame-size", "128", "--wait-consumers", "0"])
+}
+
+/// `ringctl pub NAME ARGS...` (stdin piped: it ends when stdin closes), once its ring exists.
+fn started_pub(name: &str, args: &[&str]) -> Child {
+    let mut argv = vec!["pub", name];
+    argv.extend_from_slice(args);
+    let publ = spawn(&argv, Stdio::piped(), Stdio::null(), Stdio::null());
     let ready = eventually(Duration::from_secs(20), || {
         run(&["inspect", name, "--json"]).status.success()
     });
@@ -366,24 +368,16 @@ fn idle_pub(name: &str) -> Child {
 #[test]
 fn a_ring_published_with_asymmetric_fences_is_shown_as_one() {
     let (name, _cleanup) = scratch("asym");
-    let publ = spawn(
+    let publ = started_pub(
+        &name,
         &[
-            "pub",
-            &name,
             "--frame-size",
             "128",
             "--asymmetric-fences",
             "--wait-consumers",
             "0",
         ],
-        Stdio::piped(),
-        Stdio::null(),
-        Stdio::null(),
     );
-    let ready = eventually(Duration::from_secs(20), || {
-        run(&["inspect", &name, "--json"]).status.success()
-    });
-    assert!(ready, "pub never created its ring");
     let v = last_json(&run(&["inspect", &name, "--json"]));
     assert_eq!(v["asymmetric_fences"], true, "{v}");
     let table = text(&run(&["inspect", &name]).stdout);
@@ -1033,10 +1027,9 @@ fn never_stall_rings_are_created_checked_and_shown() {
 
     // A never-stall ring shows as one in inspect (JSON and table); a plain one does not.
     let (name, _cleanup) = scratch("nostall");
-    let publ = spawn(
+    let publ = started_pub(
+        &name,
         &[
-            "pub",
-            &name,
             "--frame-size",
             "128",
             "--slots",
@@ -1046,14 +1039,7 @@ fn never_stall_rings_are_created_checked_and_shown() {
             "--wait-consumers",
             "0",
         ],
-        Stdio::piped(),
-        Stdio::null(),
-        Stdio::null(),
     );
-    let ready = eventually(Duration::from_secs(20), || {
-        run(&["inspect", &name, "--json"]).status.success()
-    });
-    assert!(ready, "pub never created its ring");
     let v = last_json(&run(&["inspect", &name, "--json"]));
     assert_eq!(v["never_stall"], true, "{v}");
     let table = text(&run(&["inspect", &name]).stdout);

@@ -256,7 +256,9 @@ mod tests {
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
-        for _ in 0..500 {
+        // About 15 ms of heavy fences (7 µs each with a peer running): long enough for the
+        // spinner to be running on the other CPU for some of them even on a loaded machine.
+        for _ in 0..2000 {
             heavy();
         }
         stop.store(true, core::sync::atomic::Ordering::Relaxed);
@@ -264,7 +266,7 @@ mod tests {
         let after = call_interrupts().unwrap();
         assert!(
             after - before >= 20,
-            "500 heavy fences interrupted other CPUs only {} times",
+            "2000 heavy fences interrupted other CPUs only {} times",
             after - before
         );
     }

@@ -161,6 +161,8 @@ unsafe impl Memory for Mapping {
         if self.asymmetric {
             crate::wait::barrier::light()
         } else {
+            // SeqCst: the per-message side (P9, C10); pairs with the parking side's SeqCst
+            // fence in `heavy_fence` below (W2, W4), in whichever process parks.
             core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
             true
         }
@@ -172,6 +174,7 @@ unsafe impl Memory for Mapping {
         if self.asymmetric {
             crate::wait::barrier::heavy();
         } else {
+            // SeqCst: the parking side (W2, W4); pairs with the light fence above (P9, C10).
             core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
         }
     }

@@ -116,6 +116,8 @@ pub(crate) fn light() -> bool {
 #[cold]
 #[inline(never)]
 fn light_full() -> bool {
+    // SeqCst: the per-message side of the wake-up handshakes (P9, C10 in docs/PROTOCOL.md);
+    // pairs with the parking side's SeqCst fence in `heavy` (W2, W4), ours or a peer's.
     fence(Ordering::SeqCst);
     // Probe now if nobody has: our next light fences may then be light.
     let _ = mode();
@@ -126,6 +128,9 @@ fn light_full() -> bool {
 /// after which every registered process's threads have run a full barrier (so their stores
 /// before their light fences are visible to our re-check, or they see our store).
 pub(crate) fn heavy() {
+    // SeqCst: the parking side (W2, W4); pairs with a full light fence (`light_full`) of a
+    // peer that is not asymmetric. An asymmetric peer's compiler fence is ordered by the
+    // system call below instead.
     fence(Ordering::SeqCst);
     if mode() == Mode::Asymmetric && !sys::global_barrier() {
         // The command ran at the probe and fails now (it cannot, short of a changed seccomp

@@ -68,7 +68,9 @@ pub struct Consumer<M: Memory> {
     member: Option<Member>,
     /// For a gating consumer that started back ([`rewind`](Self::rewind)): the head it joined
     /// at. Messages below it are read like a skip-on-lag reader's (pinned by the reader bit,
-    /// lost ones counted as missed): the producer's cached gate may cover them. 0 otherwise.
+    /// lost ones counted as missed): the producer's cached gate may cover them. 0 for a gating
+    /// consumer that did not, `u64::MAX` for the other classes (every read of theirs pins with
+    /// the bit): so `pins(seq)` is `seq < gate_from`, one compare.
     gate_from: u64,
     /// The first sequence whose copy our cursor protects from a claim (a protected copy is
     /// validated by our generation, any other by the slot's claim marker: `check_copy`):
@@ -142,6 +144,25 @@ fn fast_bits(class: DeliveryClass, config: &crate::Config) -> u8 {
 #[derive(Debug)]
 pub struct Pinned<'a, M: Memory> {
     consumer: &'a mut Consumer<M>,
+    // `PinParts`' fields, flat: a `PinParts` field would be copied with its padding bytes
+    // where `try_pin` builds the pin (5 instructions more per 64 B pin).
+    slot: usize,
+    seq: u64,
+    len: usize,
+    missed: u64,
+    claim: u8,
+    again: bool,
+}
+
+/// [`Pinned`]'s claim word when it is not a group member's.
+const NO_CLAIM: u8 = u8::MAX;
+
+/// What a pin holds besides its borrow of the consumer: what the read paths of `try_pin`
+/// return, so `try_pin` builds its [`Pinned`] in one place. The join of its one-pass and
+/// general paths then holds a few words, not a `Result<Pinned, _>` built in memory by each
+/// and copied (64 B: 13 instructions per pin, `benches/icount.sh`).
+#[derive(Clone, Copy, Debug)]
+struct PinParts {
     slot: usize,
     seq: u64,
     len: usize,
@@ -153,8 +174,42 @@ pub struct Pinned<'a, M: Memory> {
     again: bool,
 }
 
-/// [`Pinned`]'s claim word when it is not a group member's.
-const NO_CLAIM: u8 = u8::MAX;
+impl PinParts {
+    /// The pin these parts describe, holding `consumer`.
+    #[inline(always)]
+    fn pinned<M: Memory>(self, consumer: &mut Consumer<M>) -> Pinned<'_, M> {
+        let Self {
+            slot,
+            seq,
+            len,
+            missed,
+            claim,
+            again,
+        } = self;
+        Pinned {
+            consumer,
+            slot,
+            seq,
+            len,
+            missed,
+            claim,
+            again,
+        }
+    }
+
+    /// A pin that is not a group member's (its cursor or its reader bit holds the slot).
+    #[inline(always)]
+    fn lone(slot: usize, seq: u64, len: usize, missed: u64) -> Self {
+        Self {
+            slot,
+            seq,
+            len,
+            missed,
+            claim: NO_CLAIM,
+            again: false,
+        }
+    }
+}
 
 /// What a copy-out read returned.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

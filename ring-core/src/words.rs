@@ -106,6 +106,11 @@ fn read_short(words: &[AtomicU64], out: &mut [u8]) {
     // 8 loads and 8 stores, no loop counter).
     while out.len() >= 64 {
         load_block::<8, 64>(&mut words, &mut out);
+        // A multiple of 64 bytes (a 64-byte message) is done: one test instead of the four
+        // below (6 instructions fewer for these, 2 more for 65 to 95 bytes, none below 64).
+        if out.is_empty() {
+            return;
+        }
     }
     load_block::<4, 32>(&mut words, &mut out);
     load_block::<2, 16>(&mut words, &mut out);
@@ -158,6 +163,10 @@ pub(crate) fn store_whole<'w, 'd>(
     let mut data = data;
     while data.len() >= 64 {
         store_block::<8, 64>(&mut words, &mut data)?;
+        // A multiple of 64 bytes: done (as in `read_short`).
+        if data.is_empty() {
+            return Some((words, data));
+        }
     }
     store_block::<4, 32>(&mut words, &mut data)?;
     store_block::<2, 16>(&mut words, &mut data)?;

@@ -10,7 +10,7 @@
 //! producer's reclaim moves them to the group's queue, and the next member to read takes them
 //! first, flagged as redelivered (docs/PROTOCOL.md, "Groups").
 
-use super::{BatchItem, Consumer, Copied, Miss, Pinned, ReadError};
+use super::{BatchItem, Consumer, Copied, Miss, PinParts, ReadError};
 use crate::error::Error;
 use crate::group::{drained_for, find_group, group_key, is_record_of, wake_readers};
 use crate::layout::{ConsumerEntry, GROUP_CLAIMS, SEQ_LIMIT};
@@ -328,11 +328,10 @@ impl<M: Memory> Consumer<M> {
     /// Pins the next message of the group (see [`Consumer::try_pin`]).
     #[cold]
     #[inline(never)]
-    pub(super) fn member_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+    pub(super) fn member_pin(&mut self) -> Result<PinParts, ReadError> {
         let c = self.claim_from_group()?;
         self.set_pending(Some(c.word));
-        Ok(Pinned {
-            consumer: self,
+        Ok(PinParts {
             slot: c.slot,
             seq: c.seq,
             len: c.len,

@@ -1,7 +1,7 @@
 //! Reading: choosing the next sequence by delivery class, and pinning it (a reader bit, or a
 //! gating reader's cursor).
 
-use super::{Consumer, Miss, Pinned, NO_CLAIM, READ_RETRIES};
+use super::{Consumer, Miss, PinParts, Pinned, READ_RETRIES};
 use crate::class::DeliveryClass;
 use crate::error::ReadError;
 use crate::layout::{
@@ -153,42 +153,27 @@ impl<M: Memory> Consumer<M> {
     // no result in memory; the general path stays out of line.
     #[inline(always)]
     pub fn try_pin(&mut self) -> Result<Pinned<'_, M>, ReadError> {
-        let got = self.pin_fast();
-        if let Ok((seq, slot, len)) = got {
-            self.held = Some(slot);
-            return Ok(Pinned {
-                consumer: self,
-                slot,
-                seq,
-                len,
-                missed: 0,
-                claim: NO_CLAIM,
-                again: false,
-            });
-        }
-        if let Err(super::fast::Fallback::NotYet) = got {
-            return Err(self.not_yet());
-        }
-        self.pin_general()
+        let at = match self.pin_fast() {
+            Ok((seq, slot, len)) => {
+                self.held = Some(slot);
+                PinParts::lone(slot, seq, len, 0)
+            }
+            Err(super::fast::Fallback::NotYet) => return Err(self.not_yet()),
+            Err(super::fast::Fallback::General) => self.pin_general()?,
+        };
+        Ok(at.pinned(self))
     }
 
-    /// `try_pin` in every case (out of line: the common case above keeps a small frame).
+    /// `try_pin` in every case, its pin recorded (out of line: the common case above keeps a
+    /// small frame).
     #[inline(never)]
-    fn pin_general(&mut self) -> Result<Pinned<'_, M>, ReadError> {
+    fn pin_general(&mut self) -> Result<PinParts, ReadError> {
         if self.member.is_some() {
             return self.member_pin();
         }
         let (seq, missed, (slot, len)) = self.read_next(|c, seq| c.pin_seq(seq))?;
         self.held = Some(slot);
-        Ok(Pinned {
-            consumer: self,
-            slot,
-            seq,
-            len,
-            missed,
-            claim: NO_CLAIM,
-            again: false,
-        })
+        Ok(PinParts::lone(slot, seq, len, missed))
     }
 
     /// The read loop both kinds of read share: target the next sequence by delivery class,
@@ -358,9 +343,10 @@ impl<M: Memory> Consumer<M> {
     ///
     /// A gating consumer that started back ([`rewind`](Self::rewind)) pins the messages below
     /// the head it joined at with its bit: the producer's cached gate may cover their slots.
+    /// One compare: `gate_from` is `u64::MAX` for the other classes (`Consumer::new`).
     #[inline]
     pub(super) fn pins(&self, seq: u64) -> bool {
-        self.class != DeliveryClass::Gating || seq < self.gate_from
+        seq < self.gate_from
     }
 
     /// `pin_seq` for a gating consumer: message `seq` is ours to read in place while our

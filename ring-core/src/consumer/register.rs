@@ -134,7 +134,12 @@ impl<M: Memory> Consumer<M> {
             held: None,
             holds: HoldSet::new(),
             member: None,
-            gate_from: 0,
+            // Every read of another class sets the reader bit (`pins`).
+            gate_from: if class == DeliveryClass::Gating {
+                0
+            } else {
+                u64::MAX
+            },
             guarded_from: if class == DeliveryClass::Gating && !never_stall {
                 0
             } else {

@@ -19,7 +19,7 @@ impl<M: Memory> Producer<M> {
     #[inline(always)]
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
         match self.publish_fast(data) {
-            Some(done) => done,
+            Some(seq) => Ok(seq),
             None => self.publish_general(data),
         }
     }

@@ -204,7 +204,13 @@ fn batch(c: &mut Criterion) {
     let seg = segment(2 * BATCH as u32, BATCH_BYTES, 1);
     let (mut tx, mut rx) = pair(&seg);
     let msgs = [[7u8; BATCH_BYTES]; BATCH];
-    for (name, case) in micro::RING_CASES {
+    for (name, case) in micro::ring_cases() {
+        g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
+            b.iter(|| case(&mut tx, &mut rx, &msgs));
+        });
+    }
+    let (mut tx, mut rx) = micro::asymmetric_pair(2 * BATCH as u32, BATCH_BYTES);
+    for (name, case) in micro::asymmetric_cases() {
         g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });

@@ -5,7 +5,9 @@
 //! run (the ratio issue 32 asks for is between figures of one run).
 
 use core::hint::black_box;
-use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer};
+use ring_os::raw::{CreateOptions, Mapping, ShmConsumer, ShmProducer, ShmRing};
+use std::sync::Arc;
 
 /// Payload sizes of `claim_publish`, `publish_read` and `read`: 8 B .. 1 MiB.
 pub const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
@@ -49,25 +51,52 @@ pub fn touch(bytes: &[u8]) {
     black_box((bytes.first(), bytes.last()));
 }
 
-/// One of the ring's `batch` cases: publishes `msgs`, then reads them all.
-pub type RingCase =
-    fn(&mut Producer<&HeapSegment>, &mut Consumer<&HeapSegment>, &[[u8; BATCH_BYTES]]);
+/// One of the ring's `batch` cases over memory `M`: publishes `msgs`, then reads them all.
+pub type RingCase<M> = fn(&mut Producer<M>, &mut Consumer<M>, &[[u8; BATCH_BYTES]]);
 
-/// The ring's `batch` cases by name, for `ring.rs` and `baselines.rs` alike.
-pub const RING_CASES: [(&str, RingCase); 3] = [
-    ("ring-batch", ring_batch),
-    ("ring-single", ring_single),
-    ("ring-copy", ring_copy),
-];
+/// The ring's `batch` cases by name, for `ring.rs` and `baselines.rs` alike, over memory `M`
+/// (a heap segment: [`segment`] and [`pair`]).
+pub fn ring_cases<M: Memory>() -> [(&'static str, RingCase<M>); 3] {
+    [
+        ("ring-batch", ring_batch::<M>),
+        ("ring-single", ring_single::<M>),
+        ("ring-copy", ring_copy::<M>),
+    ]
+}
+
+/// The same cases on a ring marked for asymmetric fences ([`asymmetric_pair`]): in one
+/// process, as the heap cases, but each message's two fences are compiler fences where
+/// `membarrier` runs (docs/PROTOCOL.md, "Asymmetric fences").
+pub fn asymmetric_cases() -> [(&'static str, RingCase<Arc<Mapping>>); 3] {
+    [
+        ("ring-batch-asym", ring_batch::<Arc<Mapping>>),
+        ("ring-single-asym", ring_single::<Arc<Mapping>>),
+        ("ring-copy-asym", ring_copy::<Arc<Mapping>>),
+    ]
+}
+
+/// A producer and a gating consumer of an anonymous (memfd) ring in this process, marked for
+/// asymmetric fences, of `slots` slots of `cap` bytes.
+///
+/// # Panics
+/// If the ring cannot be created or joined (a bench setup error).
+pub fn asymmetric_pair(slots: u32, cap: usize) -> (ShmProducer, ShmConsumer) {
+    let config =
+        Config::new(slots, u32::try_from(cap).expect("small")).with_asymmetric_fences(true);
+    let ring = ShmRing::create_memfd(&config, CreateOptions::new()).expect("a memfd ring");
+    let tx = ShmRing::producer(&ring).expect("the producer");
+    let rx = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("a consumer");
+    (tx, rx)
+}
 
 /// `batch/ring-batch`: the messages published with one `try_publish_batch`, then read in place
 /// with one `try_read_batch`.
 ///
 /// # Panics
 /// If the ring cannot take or give the whole batch (the segment must have room for it).
-pub fn ring_batch(
-    tx: &mut Producer<&HeapSegment>,
-    rx: &mut Consumer<&HeapSegment>,
+pub fn ring_batch<M: Memory>(
+    tx: &mut Producer<M>,
+    rx: &mut Consumer<M>,
     msgs: &[[u8; BATCH_BYTES]],
 ) {
     assert_eq!(tx.try_publish_batch(msgs).expect("room"), msgs.len());
@@ -82,9 +111,9 @@ pub fn ring_batch(
 ///
 /// # Panics
 /// If the ring cannot take or give a message (the segment must have room for the batch).
-pub fn ring_single(
-    tx: &mut Producer<&HeapSegment>,
-    rx: &mut Consumer<&HeapSegment>,
+pub fn ring_single<M: Memory>(
+    tx: &mut Producer<M>,
+    rx: &mut Consumer<M>,
     msgs: &[[u8; BATCH_BYTES]],
 ) {
     for m in msgs {
@@ -100,9 +129,9 @@ pub fn ring_single(
 ///
 /// # Panics
 /// If the ring cannot take or give a message (the segment must have room for the batch).
-pub fn ring_copy(
-    tx: &mut Producer<&HeapSegment>,
-    rx: &mut Consumer<&HeapSegment>,
+pub fn ring_copy<M: Memory>(
+    tx: &mut Producer<M>,
+    rx: &mut Consumer<M>,
     msgs: &[[u8; BATCH_BYTES]],
 ) {
     let mut out = [0u8; BATCH_BYTES];

@@ -9,7 +9,9 @@
 //!   message.
 //! - `batch/<peer>/32`: 32 messages of 64 bytes in and out, single thread, per message
 //!   (elements), beside the ring's own cases of `ring.rs` run here in the same criterion run
-//!   (`ring-batch`, `ring-single`, `ring-copy`, from `ring_benches::micro`): `rtrb` (a
+//!   (`ring-batch`, `ring-single`, `ring-copy` on a heap segment, and the same three with
+//!   `-asym` on an in-process memfd ring marked for asymmetric fences, from
+//!   `ring_benches::micro`): `rtrb` (a
 //!   ring of `[u8; 64]`) writes them with one `write_chunk_uninit` and reads them in place with
 //!   one `read_chunk`; `ArrayQueue<[u8; 64]>` has no chunks: 32 pushes, then 32 pops (each pop
 //!   copies the message out).
@@ -166,7 +168,13 @@ fn batch(c: &mut Criterion) {
     });
     let seg = micro::segment(2 * BATCH as u32, BATCH_BYTES, 1);
     let (mut tx, mut rx) = micro::pair(&seg);
-    for (name, case) in micro::RING_CASES {
+    for (name, case) in micro::ring_cases() {
+        g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
+            b.iter(|| case(&mut tx, &mut rx, &msgs));
+        });
+    }
+    let (mut tx, mut rx) = micro::asymmetric_pair(2 * BATCH as u32, BATCH_BYTES);
+    for (name, case) in micro::asymmetric_cases() {
         g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });

@@ -10,6 +10,9 @@
 #
 # Usage: verification/mutants.sh [ID_FILTER_REGEX]
 #   MUTANTS_JOBS   cargo -j (default 2)
+#   MUTANTS_LAYER_TIMEOUT  seconds one layer may run, its build included (default 1500); a layer
+#                  still running then is stopped, and the mutant counts as caught by it (a
+#                  test suite that never finishes does not pass: a lost wake-up hangs, say)
 #
 # mutants.txt: one mutant per line, fields separated by " ;; ":
 #   id ;; file (relative to the workspace) ;; exact original text ;; replacement ;; layers ;; description
@@ -41,6 +44,7 @@ work="$root/target/mutants"
 src="$work/src"
 list="$root/verification/mutants.txt"
 jobs=${MUTANTS_JOBS:-2}
+layer_timeout=${MUTANTS_LAYER_TIMEOUT:-1500}
 log="$work/log"
 mkdir -p "$work" "$log"
 
@@ -123,6 +127,10 @@ run_layer() {
         *) echo "unknown layer $name" >&2; return 2 ;;
     esac
 }
+# Each layer runs under `timeout`, in a shell of its own (which needs the function and what it
+# reads); `timeout` signals the layer's whole process group, the test binaries included.
+export -f run_layer
+export work jobs
 
 total=0 caught=0
 survivors=() broken=()
@@ -163,7 +171,14 @@ EOF
     verdict=SURVIVED
     t0=$(date +%s)
     for layer in ${layers//,/ }; do
-        if ! (cd "$src" && run_layer "$layer") >"$log/$id.$layer.log" 2>&1; then
+        rc=0
+        timeout -k 30 "$layer_timeout" bash -c 'cd "$1" && run_layer "$2"' _ "$src" "$layer" \
+            >"$log/$id.$layer.log" 2>&1 || rc=$?
+        if [[ $rc -eq 124 || $rc -eq 137 ]]; then
+            verdict="caught by $layer (still running after ${layer_timeout}s: stopped)"
+            break
+        fi
+        if [[ $rc -ne 0 ]]; then
             # A mutant that does not compile proves nothing: report it as broken.
             # (rustc's hard errors carry a code, E0xxx; lint failures and test failures do not.)
             # Nor does a layer that could not run (a tool missing, say): caught means a test

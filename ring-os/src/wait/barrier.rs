@@ -209,9 +209,14 @@ mod sys {
     }
 }
 
+/// Held by the tests of this crate that issue the command or count its interrupts, so that
+/// they do not run at the same time (one's calls would interrupt the other's threads).
+#[cfg(test)]
+pub(crate) static MEMBARRIER_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[cfg(test)]
 mod tests {
-    use super::{heavy, light, mode, Issue, Mode};
+    use super::{heavy, light, mode, Issue, Mode, MEMBARRIER_TESTS};
 
     #[test]
     fn barrier_only_a_process_that_both_runs_and_is_registered_for_the_command_is_asymmetric() {
@@ -225,18 +230,16 @@ mod tests {
         assert_eq!(Mode::decide(Issue::Absent, false), Mode::Full);
     }
 
-    /// The function-call interrupts the kernel has counted on every CPU (x86's `CAL` line of
-    /// /proc/interrupts), or `None` where there is no such line.
+    /// The function-call interrupts the kernel has counted on `cpu` (its column of x86's
+    /// `CAL` line of /proc/interrupts), or `None` where there is no such line or column.
     #[cfg(all(target_os = "linux", not(ring_portable)))]
-    fn call_interrupts() -> Option<u64> {
+    fn call_interrupts_on(cpu: usize) -> Option<u64> {
         let text = std::fs::read_to_string("/proc/interrupts").ok()?;
-        let line = text.lines().find(|l| l.trim_start().starts_with("CAL:"))?;
-        Some(
-            line.split_whitespace()
-                .skip(1)
-                .map_while(|f| f.parse::<u64>().ok())
-                .sum(),
-        )
+        let mut lines = text.lines();
+        let name = std::format!("CPU{cpu}");
+        let column = lines.next()?.split_whitespace().position(|c| c == name)?;
+        let line = lines.find(|l| l.trim_start().starts_with("CAL:"))?;
+        line.split_whitespace().nth(column + 1)?.parse().ok()
     }
 
     /// The heavy fence really is the system call: a thread of this (registered) process that
@@ -246,38 +249,76 @@ mod tests {
     fn barrier_heavy_fence_interrupts_a_registered_thread_running_elsewhere() {
         use std::sync::atomic::AtomicBool;
         use std::sync::Arc;
+        // No other test of this binary issues the command meanwhile (their calls would
+        // interrupt our spinner too).
+        let _serial = MEMBARRIER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         assert_eq!(mode(), Mode::Asymmetric);
-        let Some(before) = call_interrupts() else {
+        // The spinner on one CPU, this thread on another: a thread of ours must be running on
+        // a CPU other than the caller's for the call to interrupt anything, and two threads
+        // left to the scheduler on a loaded machine may share one CPU for a whole burst (seen:
+        // 0 interrupts in 2000 fences while two builds ran).
+        let Ok(saved) = rustix::thread::sched_getaffinity(None) else {
+            eprintln!("the affinity cannot be read: nothing to place the threads with");
+            return;
+        };
+        let cpus: Vec<usize> = (0..rustix::thread::CpuSet::MAX_CPU)
+            .filter(|&c| saved.is_set(c))
+            .collect();
+        let &[here, there, ..] = cpus.as_slice() else {
+            eprintln!("one CPU only: no other CPU to interrupt");
+            return;
+        };
+        // The spinner's CPU only: interrupts of the other CPUs are not ours to count.
+        let Some(before) = call_interrupts_on(there) else {
             eprintln!("no CAL line in /proc/interrupts: nothing to count on this architecture");
             return;
         };
+        let only = |cpu: usize| {
+            let mut set = rustix::thread::CpuSet::new();
+            set.set(cpu);
+            rustix::thread::sched_setaffinity(None, &set).is_ok()
+        };
+        assert!(only(here), "cannot pin this thread");
         let stop = Arc::new(AtomicBool::new(false));
         let spinner = {
             let stop = Arc::clone(&stop);
             std::thread::spawn(move || {
+                assert!(only(there), "cannot pin the spinner");
                 while !stop.load(core::sync::atomic::Ordering::Relaxed) {
                     core::hint::spin_loop();
                 }
             })
         };
         std::thread::sleep(std::time::Duration::from_millis(20));
-        // About 15 ms of heavy fences (7 µs each with a peer running): long enough for the
-        // spinner to be running on the other CPU for some of them even on a loaded machine.
-        for _ in 0..2000 {
-            heavy();
+        // Bursts of 2000 heavy fences, for at most 3 s, until one of them interrupts the
+        // spinner's CPU 500 times: each call finds the spinner running there unless another
+        // process has the CPU then, and some burst has it most of the time. Without the system
+        // call no burst gets near: only other processes' calls of the command interrupt a
+        // spinning thread, far fewer than 500 in a burst's few milliseconds.
+        const ENOUGH: u64 = 500;
+        let mut best = 0;
+        let mut last = before;
+        let end = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while best < ENOUGH && std::time::Instant::now() < end {
+            for _ in 0..2000 {
+                heavy();
+            }
+            let now = call_interrupts_on(there).unwrap_or(last);
+            best = best.max(now - last);
+            last = now;
         }
         stop.store(true, core::sync::atomic::Ordering::Relaxed);
         spinner.join().unwrap();
-        let after = call_interrupts().unwrap();
+        let _ = rustix::thread::sched_setaffinity(None, &saved);
         assert!(
-            after - before >= 20,
-            "2000 heavy fences interrupted other CPUs only {} times",
-            after - before
+            best >= ENOUGH,
+            "no burst of 2000 heavy fences interrupted the spinner's CPU {ENOUGH} times (at most {best})"
         );
     }
 
     #[test]
     fn barrier_light_fence_is_full_exactly_when_the_process_is_not_asymmetric() {
+        let _serial = MEMBARRIER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         heavy();
         let asymmetric = mode() == Mode::Asymmetric;
         assert_eq!(light(), !asymmetric);

@@ -322,6 +322,38 @@ fn a_scribbled_route_is_a_clear_error_or_an_overrun_never_a_wrong_message() {
     };
 }
 
+/// A peer that scribbles both hints, a route and the claim marker of the slot it names, still
+/// meets the slot's stamp: the reader never hands over the message the slot holds as the one
+/// it looks for. (The marker alone would pass: it is what the scribbler wrote.)
+#[test]
+fn a_scribbled_route_and_claim_marker_still_meet_the_stamp() {
+    for pin in [false, true] {
+        let (s, mut p, [mut r]) = open_shared(seg(4), [DeliveryClass::SkipOnLag]);
+        publish_msgs(&mut p, 0..4);
+        let mut buf = [0u8; 200];
+        for seq in 0..4 {
+            assert_eq!(r.try_copy(&mut buf).unwrap().seq, seq);
+        }
+        // Message 4 is not published: its home (slot 0) holds message 0. Route it to slot 2,
+        // which holds message 2, and give slot 2 message 4's claim marker.
+        let relaxed = core::sync::atomic::Ordering::Relaxed;
+        s.slot_header(0).route.store(route_word(4, 2), relaxed);
+        s.slot_header(2).claim.store(2 * 4 + 1, relaxed);
+        for _ in 0..3 {
+            let got = if pin {
+                r.try_pin().map(|m| (m.seq(), m.bytes().to_vec()))
+            } else {
+                r.try_copy(&mut buf).map(|c| (c.seq, buf[..c.len].to_vec()))
+            };
+            match got {
+                Ok((seq, bytes)) => panic!("message {seq} handed over: {:?}..", &bytes[..4]),
+                Err(ReadError::Corrupt(_) | ReadError::Empty | ReadError::Lagging) => {}
+                Err(e) => panic!("{e:?}"),
+            }
+        }
+    }
+}
+
 #[test]
 fn attach_sees_the_never_stall_flag() {
     let s = seg(4);

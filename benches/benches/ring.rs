@@ -209,8 +209,9 @@ fn batch(c: &mut Criterion) {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });
     }
-    let (mut tx, mut rx) = micro::asymmetric_pair(2 * BATCH as u32, BATCH_BYTES);
-    for (name, case) in micro::asymmetric_cases() {
+    let local = micro::local_segment(2 * BATCH as u32, BATCH_BYTES);
+    let (mut tx, mut rx) = micro::local_pair(&local);
+    for (name, case) in micro::local_cases() {
         g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });

@@ -6,8 +6,7 @@
 
 use core::hint::black_box;
 use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, Memory, OwnerId, Producer};
-use ring_os::raw::{CreateOptions, Mapping, ShmConsumer, ShmProducer, ShmRing};
-use std::sync::Arc;
+use ring_os::raw::LocalSegment;
 
 /// Payload sizes of `claim_publish`, `publish_read` and `read`: 8 B .. 1 MiB.
 pub const SIZES: [usize; 6] = [8, 64, 1024, 16 * 1024, 256 * 1024, 1024 * 1024];
@@ -64,28 +63,33 @@ pub fn ring_cases<M: Memory>() -> [(&'static str, RingCase<M>); 3] {
     ]
 }
 
-/// The same cases on a ring marked for asymmetric fences ([`asymmetric_pair`]): in one
-/// process, as the heap cases, but each message's two fences are compiler fences where
+/// The same cases on a [`LocalSegment`] ([`local_segment`], [`local_pair`]): a heap ring in
+/// one process, as the heap cases, but each message's two fences are compiler fences where
 /// `membarrier` runs (docs/PROTOCOL.md, "Asymmetric fences").
-pub fn asymmetric_cases() -> [(&'static str, RingCase<Arc<Mapping>>); 3] {
+pub fn local_cases<'a>() -> [(&'static str, RingCase<&'a LocalSegment>); 3] {
     [
-        ("ring-batch-asym", ring_batch::<Arc<Mapping>>),
-        ("ring-single-asym", ring_single::<Arc<Mapping>>),
-        ("ring-copy-asym", ring_copy::<Arc<Mapping>>),
+        ("ring-batch-local", ring_batch::<&LocalSegment>),
+        ("ring-single-local", ring_single::<&LocalSegment>),
+        ("ring-copy-local", ring_copy::<&LocalSegment>),
     ]
 }
 
-/// A producer and a gating consumer of an anonymous (memfd) ring in this process, marked for
-/// asymmetric fences, of `slots` slots of `cap` bytes.
+/// A [`LocalSegment`] of `slots` slots of `cap` bytes, created by owner 1.
 ///
 /// # Panics
-/// If the ring cannot be created or joined (a bench setup error).
-pub fn asymmetric_pair(slots: u32, cap: usize) -> (ShmProducer, ShmConsumer) {
-    let config =
-        Config::new(slots, u32::try_from(cap).expect("small")).with_asymmetric_fences(true);
-    let ring = ShmRing::create_memfd(&config, CreateOptions::new()).expect("a memfd ring");
-    let tx = ShmRing::producer(&ring).expect("the producer");
-    let rx = ShmRing::consumer(&ring, DeliveryClass::Gating).expect("a consumer");
+/// If the configuration is invalid (a bench setup error).
+pub fn local_segment(slots: u32, cap: usize) -> LocalSegment {
+    let config = Config::new(slots, u32::try_from(cap).expect("small"));
+    LocalSegment::new(&config, owner(1)).expect("valid config")
+}
+
+/// The producer (owner 1) and one gating consumer (owner 2) of `seg`.
+///
+/// # Panics
+/// If either cannot join (a bench setup error).
+pub fn local_pair(seg: &LocalSegment) -> (Producer<&LocalSegment>, Consumer<&LocalSegment>) {
+    let tx = Producer::new(seg, owner(1)).expect("the producer");
+    let rx = Consumer::new(seg, DeliveryClass::Gating, owner(2)).expect("a consumer");
     (tx, rx)
 }
 

@@ -10,7 +10,7 @@
 //! - `batch/<peer>/32`: 32 messages of 64 bytes in and out, single thread, per message
 //!   (elements), beside the ring's own cases of `ring.rs` run here in the same criterion run
 //!   (`ring-batch`, `ring-single`, `ring-copy` on a heap segment, and the same three with
-//!   `-asym` on an in-process memfd ring marked for asymmetric fences, from
+//!   `-local` on ring-os's `LocalSegment`, a heap ring with asymmetric fences, from
 //!   `ring_benches::micro`): `rtrb` (a
 //!   ring of `[u8; 64]`) writes them with one `write_chunk_uninit` and reads them in place with
 //!   one `read_chunk`; `ArrayQueue<[u8; 64]>` has no chunks: 32 pushes, then 32 pops (each pop
@@ -173,8 +173,9 @@ fn batch(c: &mut Criterion) {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });
     }
-    let (mut tx, mut rx) = micro::asymmetric_pair(2 * BATCH as u32, BATCH_BYTES);
-    for (name, case) in micro::asymmetric_cases() {
+    let local = micro::local_segment(2 * BATCH as u32, BATCH_BYTES);
+    let (mut tx, mut rx) = micro::local_pair(&local);
+    for (name, case) in micro::local_cases() {
         g.bench_with_input(BenchmarkId::new(name, BATCH), &BATCH, |b, _| {
             b.iter(|| case(&mut tx, &mut rx, &msgs));
         });

@@ -5,7 +5,8 @@
 //! - **Participants**: [`ShmRing`] creates, opens and joins rings; [`ShmProducer`] and
 //!   [`ShmConsumer`] are ring-core's producer and consumer holding their role locks, with the
 //!   blocking operations of [`ProducerExt`] and [`ConsumerExt`]; [`Mapping`] is a mapped ring
-//!   (ring-core's [`Memory`](ring_core::Memory)); [`AllocProducer`] and [`AllocReader`] carry
+//!   (ring-core's [`Memory`](ring_core::Memory)); [`LocalSegment`] is a ring for the threads of
+//!   one process, with asymmetric fences and futex wake-ups; [`AllocProducer`] and [`AllocReader`] carry
 //!   variable-size payloads through the in-segment allocator ([`alloc`]).
 //! - **Segments** (`src/segment/`): [`Segment`] with [`CreateOptions`], [`SegmentKind`],
 //!   [`SizeCheck`] and [`SegmentName`]; the SIGBUS guard ([`sigbus`]); listing and cleaning
@@ -23,13 +24,17 @@
 
 pub mod alloc;
 mod blocking;
+mod local;
 mod mapping;
 #[cfg(unix)]
 pub mod rendezvous;
 mod ring;
+#[cfg(test)]
+mod testing;
 
 pub use alloc::{AllocProducer, AllocReader};
 pub use blocking::{ConsumerExt, ProducerExt, LIVENESS_PERIOD, TRUNCATED};
+pub use local::LocalSegment;
 pub use mapping::Mapping;
 pub use ring::{ShmConsumer, ShmProducer, ShmRing};
 

@@ -1,0 +1,44 @@
+//! Checks shared by the tests of the memories in this folder.
+
+use core::time::Duration;
+
+use ring_core::{Consumer, Memory, Producer};
+
+use crate::wait::FutexWait;
+
+/// Blocking both ways over two rings, every wait parking at once (one park of up to 10 s, no
+/// spinning): `ask` → `asked` carries a number, the echo thread sends it back through `answer`
+/// → `answered`, 3000 times. A lost wake-up costs a 10 s timeout and fails the check. The
+/// caller holds `MEMBARRIER_TESTS` where the parks issue the barrier.
+pub(crate) fn parking_ping_pong<M: Memory + Send>(
+    ask: &mut Producer<M>,
+    asked: &mut Consumer<M>,
+    answer: &mut Producer<M>,
+    answered: &mut Consumer<M>,
+) {
+    const ROUNDS: u32 = 3000;
+    std::thread::scope(|s| {
+        let echo = s.spawn(move || {
+            let mut buf = [0u8; 64];
+            for _ in 0..ROUNDS {
+                let wait = &mut FutexWait::new(Duration::from_secs(10)).spins(0);
+                let n = asked
+                    .copy(&mut buf, wait)
+                    .map_err(|e| format!("{e:?}"))?
+                    .len;
+                answer
+                    .try_publish(&buf[..n])
+                    .map_err(|e| format!("{e:?}"))?;
+            }
+            Ok::<(), String>(())
+        });
+        let mut buf = [0u8; 64];
+        for i in 0..ROUNDS {
+            ask.try_publish(&i.to_le_bytes()).unwrap();
+            let wait = &mut FutexWait::new(Duration::from_secs(10)).spins(0);
+            let n = answered.copy(&mut buf, wait).unwrap().len;
+            assert_eq!(&buf[..n], &i.to_le_bytes());
+        }
+        echo.join().unwrap().unwrap();
+    });
+}

@@ -1,6 +1,7 @@
 //! Checks shared by the tests of the memories in this folder.
 
 use core::time::Duration;
+use std::time::Instant;
 
 use ring_core::{Consumer, Memory, Producer};
 
@@ -8,8 +9,11 @@ use crate::wait::FutexWait;
 
 /// Blocking both ways over two rings, every wait parking at once (one park of up to 10 s, no
 /// spinning): `ask` → `asked` carries a number, the echo thread sends it back through `answer`
-/// → `answered`, 3000 times. A lost wake-up costs a 10 s timeout and fails the check. The
-/// caller holds `MEMBARRIER_TESTS` where the parks issue the barrier.
+/// → `answered`, 3000 times. A lost wake-up costs a 10 s timeout and fails the check, or,
+/// where this process's sleeps are bounded (`barrier::nap`: it mapped a marked ring), a nap of
+/// up to 20 ms: the rounds must then finish within 30 s (about 0.1 s here; wake-ups lost
+/// throughout would take 60 s). The caller holds `MEMBARRIER_TESTS` where the parks issue the
+/// barrier.
 pub(crate) fn parking_ping_pong<M: Memory + Send>(
     ask: &mut Producer<M>,
     asked: &mut Consumer<M>,
@@ -17,6 +21,7 @@ pub(crate) fn parking_ping_pong<M: Memory + Send>(
     answered: &mut Consumer<M>,
 ) {
     const ROUNDS: u32 = 3000;
+    let started = Instant::now();
     std::thread::scope(|s| {
         let echo = s.spawn(move || {
             let mut buf = [0u8; 64];
@@ -41,4 +46,9 @@ pub(crate) fn parking_ping_pong<M: Memory + Send>(
         }
         echo.join().unwrap().unwrap();
     });
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(30),
+        "{ROUNDS} rounds took {took:?}: wake-ups were lost"
+    );
 }

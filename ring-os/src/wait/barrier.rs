@@ -145,7 +145,7 @@ pub(crate) fn heavy() {
 static JOINED: AtomicBool = AtomicBool::new(false);
 
 /// Called for every mapping of a ring marked for asymmetric fences: probes the mode now and
-/// makes this process's sleeps bounded if it is [`Mode::FullNapping`].
+/// makes this process's sleeps bounded ([`nap`]).
 pub(crate) fn joined_asymmetric_ring() {
     let _ = mode();
     // Relaxed: a process-local switch read by this process's waits; a wait that started before
@@ -153,12 +153,28 @@ pub(crate) fn joined_asymmetric_ring() {
     JOINED.store(true, Ordering::Relaxed);
 }
 
-/// The longest a wait of this process may sleep before it re-checks: [`NAP`] where a wake-up
-/// can be lost (a [`Mode::FullNapping`] process that mapped an asymmetric ring), `None`
-/// (unbounded) otherwise.
+/// The longest sleep of an [`Mode::Asymmetric`] process that mapped a marked ring: the
+/// liveness period of ring-os's blocking calls, so a `FutexWait` used directly loses no more
+/// to a skipped barrier than they do.
+pub(crate) const ASYMMETRIC_NAP: Duration = Duration::from_millis(20);
+
+/// The longest a wait of this process may sleep before it re-checks, where a wake-up can be
+/// lost once it mapped a ring marked for asymmetric fences: [`NAP`] in a
+/// [`Mode::FullNapping`] process (its heavy fences cannot reach asymmetric peers);
+/// [`ASYMMETRIC_NAP`] in an asymmetric one, because the kernel's global command may skip a
+/// running thread of a registered process (a peer's, or ours) whose CPU has not switched
+/// processes since the kernel's per-CPU copy of the registration went unset (docs/PROTOCOL.md,
+/// "What the global command may skip"). `None` (unbounded) otherwise.
 pub(crate) fn nap() -> Option<Duration> {
     // Relaxed: see `joined_asymmetric_ring`.
-    (JOINED.load(Ordering::Relaxed) && mode() == Mode::FullNapping).then_some(NAP)
+    if !JOINED.load(Ordering::Relaxed) {
+        return None;
+    }
+    match mode() {
+        Mode::FullNapping => Some(NAP),
+        Mode::Asymmetric => Some(ASYMMETRIC_NAP),
+        Mode::Full => None,
+    }
 }
 
 /// The barrier for rings whose participants are all threads of this process (ring-os's
@@ -285,6 +301,21 @@ mod tests {
         assert_eq!(Mode::decide(Issue::Refused, true), Mode::FullNapping);
         // Absent: nobody on this kernel is asymmetric; the handshake is exact.
         assert_eq!(Mode::decide(Issue::Absent, false), Mode::Full);
+    }
+
+    /// Once the process mapped a marked ring its sleeps are bounded in every mode that can
+    /// lose a wake-up: napping ones by `NAP`, asymmetric ones by `ASYMMETRIC_NAP` (the global
+    /// command can skip a thread).
+    #[test]
+    fn barrier_sleeps_are_bounded_after_joining_a_marked_ring_unless_the_handshake_is_exact() {
+        super::joined_asymmetric_ring();
+        let expected = match mode() {
+            Mode::Full => None,
+            Mode::FullNapping => Some(super::NAP),
+            Mode::Asymmetric => Some(super::ASYMMETRIC_NAP),
+        };
+        assert_eq!(super::nap(), expected);
+        assert!(super::ASYMMETRIC_NAP <= crate::raw::LIVENESS_PERIOD);
     }
 
     #[test]

@@ -303,6 +303,23 @@ mod tests {
         assert_eq!(Mode::decide(Issue::Absent, false), Mode::Full);
     }
 
+    /// The private barrier and its fallback both run on this machine's kernel (Linux >= 4.14,
+    /// no seccomp filter), so a local segment is asymmetric here and its fallback is exact.
+    #[cfg(all(target_os = "linux", not(ring_portable)))]
+    #[test]
+    fn barrier_private_command_and_its_fallback_run_here() {
+        let _serial = MEMBARRIER_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            super::private::register(),
+            "the private barrier cannot be registered"
+        );
+        assert!(super::private::heavy(), "the private barrier does not run");
+        assert!(
+            super::sys::slow_global_barrier(),
+            "the global barrier does not run"
+        );
+    }
+
     /// Once the process mapped a marked ring its sleeps are bounded in every mode that can
     /// lose a wake-up: napping ones by `NAP`, asymmetric ones by `ASYMMETRIC_NAP` (the global
     /// command can skip a thread).

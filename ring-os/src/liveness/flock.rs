@@ -215,9 +215,9 @@ fn is_role_suffix(suffix: &[u8]) -> bool {
     }
 }
 
-/// A `flock` on a description of our own. Dropping it closes the description; unless it was
-/// [`kept`](Self::kept) it is unlocked (`LOCK_UN`) first, so a copy of the description that a
-/// child forked meanwhile inherited holds nothing (the lock was momentary).
+/// A `flock` on a description of our own. Dropping it closes the description; unless it is
+/// `kept` (a held role: `RoleLock::kept`) it is unlocked (`LOCK_UN`) first, so a copy of the
+/// description that a child forked meanwhile inherited holds nothing (the lock was momentary).
 #[derive(Debug)]
 struct Flocked {
     fd: OwnedFd,
@@ -233,12 +233,6 @@ impl Flocked {
             Err(Errno::WOULDBLOCK) => Ok(None),
             Err(e) => Err(e),
         }
-    }
-
-    /// This lock, released only when the last reference to its description closes.
-    fn kept(mut self) -> Self {
-        self.kept = true;
-        self
     }
 }
 
@@ -324,21 +318,29 @@ impl RoleLock {
         else {
             return Ok(None);
         };
-        // Ours is taken first, the other kind probed after (see `cross.rs`); refused, ours are
-        // unlocked again (momentary) and the files tidied up if nobody else holds a role.
-        #[cfg(all(ring_cross, ring_portable))]
-        if crate::liveness::cross::probe(roles, role) == Liveness::Alive {
-            drop(file);
-            drop(gate);
-            tidy_up(roles);
-            return Ok(None);
-        }
-        Ok(Some(Self {
-            file: Some(file.kept()),
-            gate: Some(gate.kept()),
+        // Momentary until it is ours for good, so that a refusal below is the drop of a lock
+        // taken for a moment: unlocked before closing, the files tidied up (`Drop`).
+        let lock = Self {
+            file: Some(file),
+            gate: Some(gate),
             role,
             roles: roles.clone(),
-        }))
+        };
+        // Ours is taken first, the other kind probed after (see `cross.rs`).
+        #[cfg(all(ring_cross, ring_portable))]
+        if crate::liveness::cross::probe(roles, role) == Liveness::Alive {
+            return Ok(None);
+        }
+        Ok(Some(lock.kept()))
+    }
+
+    /// The lock, kept: its drop leaves the role to a child forked meanwhile (see the module
+    /// docs). [`release`](Self::release) undoes it.
+    fn kept(mut self) -> Self {
+        for lock in [&mut self.file, &mut self.gate].into_iter().flatten() {
+            lock.kept = true;
+        }
+        self
     }
 
     /// The role this lock vouches for.

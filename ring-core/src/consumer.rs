@@ -85,6 +85,8 @@ pub struct Consumer<M: Memory> {
     /// is 0): [`FAST_PIN`] and [`FAST_COPY`] bits, so the per-call test of those conditions is
     /// one load ([`fast_bits`]).
     fast: u8,
+    /// The one-pass read's count of empty polls in a row for one message (`not_yet`).
+    idle: fast::IdlePolls,
 }
 
 /// [`Consumer::own_entry`] on the fields it reads (so a caller that goes on to change other

@@ -145,6 +145,7 @@ impl<M: Memory> Consumer<M> {
             } else {
                 u64::MAX
             },
+            idle: super::fast::IdlePolls::new(),
         }
     }
 

@@ -25,6 +25,7 @@ use core::time::Duration;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use ring_core::layout::RING_ASYMMETRIC_FENCES;
 use ring_core::{Config, Memory, OwnerId};
 use ring_os::raw::{CreateOptions, LocalSegment, ShmRing};
 
@@ -127,12 +128,13 @@ enum Cpu {
     AsItIs,
 }
 
-/// Asserts that `mem` runs asymmetric fences here and that its heavy fence interrupts.
-fn heavy_fence_interrupts(mem: &impl Memory, before_spinner: Cpu) {
+/// Asserts that `mem` runs asymmetric fences here (its light fence is `light`: a compiler
+/// fence, `false`) and that its heavy fence interrupts.
+fn heavy_fence_interrupts(mem: &impl Memory, before_spinner: Cpu, light: bool) {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     // This machine's kernel has the command (Linux >= 4.16) and the tests run without a
-    // seccomp filter: the light fence is a compiler fence.
-    assert!(!mem.light_fence(), "this process is not asymmetric");
+    // seccomp filter: the light fence of a ring marked at attach is a compiler fence.
+    assert_eq!(mem.light_fence(), light, "unexpected light fence");
     // One barrier first: a process's first may register it, and a registration refreshes the
     // copy on every CPU running one of its threads; the CPU is set up after that.
     mem.heavy_fence();
@@ -149,12 +151,26 @@ fn heavy_fence_interrupts(mem: &impl Memory, before_spinner: Cpu) {
 fn barrier_heavy_fence_of_a_marked_mapping_interrupts_a_thread_running_elsewhere() {
     let config = Config::new(4, 64).with_asymmetric_fences(true);
     let ring = ShmRing::create_memfd(&config, CreateOptions::new()).unwrap();
-    heavy_fence_interrupts(&ring, Cpu::Refreshed);
+    heavy_fence_interrupts(&ring, Cpu::Refreshed, false);
 }
 
 /// The private command needs no refreshed CPU.
 #[test]
 fn barrier_heavy_fence_of_a_local_segment_interrupts_a_thread_running_elsewhere() {
     let seg = LocalSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
-    heavy_fence_interrupts(&seg, Cpu::AsItIs);
+    heavy_fence_interrupts(&seg, Cpu::AsItIs, false);
+}
+
+/// A peer marks an unmarked ring after this process attached it: participants that attach from
+/// then on run compiler fences per message, so this mapping's parks must issue the barrier too.
+/// Its own per-message side stays a full fence (what it read at attach: safe either way).
+#[test]
+fn barrier_heavy_fence_of_a_mapping_marked_after_attach_interrupts_a_thread_running_elsewhere() {
+    let ring = ShmRing::create_memfd(&Config::new(4, 64), CreateOptions::new()).unwrap();
+    assert!(ring.light_fence(), "an unmarked ring runs full fences");
+    // The scribble: the mark set in the live header, as a peer with the mapping could.
+    ring.header()
+        .ring_flags
+        .fetch_or(RING_ASYMMETRIC_FENCES, Ordering::Relaxed);
+    heavy_fence_interrupts(&ring, Cpu::Refreshed, true);
 }

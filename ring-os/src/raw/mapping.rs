@@ -110,6 +110,28 @@ impl Mapping {
         self.wakes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Whether the header carries the asymmetric-fences mark now though it did not at attach
+    /// (only a peer that wrote the header after its creation sets it: ring-core writes it once,
+    /// at initialisation). Then this process also probes the barrier and bounds its sleeps, as
+    /// for a ring marked from the start. Read at each park (parks are rare; a message is not).
+    #[cold]
+    fn marked_since_attach(&self) -> bool {
+        use ring_core::layout::RING_ASYMMETRIC_FENCES;
+        // Relaxed: a hint read again at every park. A participant that attached after the mark
+        // read it there; a park that misses a mark stored meanwhile is bounded like every wait
+        // of ring-os's blocking calls (their liveness period).
+        let flags = self
+            .raw
+            .header()
+            .ring_flags
+            .load(std::sync::atomic::Ordering::Relaxed);
+        let marked = flags & RING_ASYMMETRIC_FENCES != 0;
+        if marked {
+            crate::wait::barrier::joined_asymmetric_ring();
+        }
+        marked
+    }
+
     /// Re-checks that nobody truncated the file under the mapping (see [`Segment::check_len`]).
     ///
     /// # Errors
@@ -170,8 +192,12 @@ unsafe impl Memory for Mapping {
 
     /// On a ring marked for asymmetric fences, a `SeqCst` fence and the global `membarrier`;
     /// a `SeqCst` fence otherwise.
+    ///
+    /// "Marked" is the header as it is now, not only as it was at attach: a peer that sets the
+    /// mark later (a scribble, or a tool) makes every participant that attaches afterwards run
+    /// compiler fences per message, and this side's parks must then reach them too.
     fn heavy_fence(&self) {
-        if self.asymmetric {
+        if self.asymmetric || self.marked_since_attach() {
             crate::wait::barrier::heavy();
         } else {
             // SeqCst: the parking side (W2, W4); pairs with the light fence above (P9, C10).

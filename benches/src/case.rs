@@ -8,11 +8,18 @@ use std::fmt;
 pub enum Transport {
     /// Cache-line ping-pong between two processes on a shared mapping: the hardware floor.
     Floor,
+    /// A 64-byte message ping-pong through rings of 128-byte message lines laid out as the slot
+    /// ring's, with no protocol: the floor of the ring's layout (`link::floor_msg`).
+    FloorMsg,
     /// Single-thread `memcpy` in the measuring process: the bandwidth floor.
     Memcpy,
     /// The slot ring, zero-copy: the consumer pins the slot and reads it in place.
     RingPinned,
     /// The slot ring, copy-out: the consumer copies the slot out under the seqlock.
+    ///
+    /// In every `ring-*` transport but `ring-futex` the producer publishes a message that fits
+    /// the slot's message line (96 bytes on x86_64) with `try_publish`, the one-pass copy into
+    /// the line, and a larger one through a claim written in place (`link::ring`).
     RingCopy,
     /// The slot ring with a blocking (futex) consumer.
     RingFutex,
@@ -34,8 +41,9 @@ pub enum Transport {
 
 impl Transport {
     /// Every transport, in table order.
-    pub const ALL: [Transport; 11] = [
+    pub const ALL: [Transport; 12] = [
         Transport::Floor,
+        Transport::FloorMsg,
         Transport::Memcpy,
         Transport::RingPinned,
         Transport::RingCopy,
@@ -52,6 +60,7 @@ impl Transport {
     pub fn name(self) -> &'static str {
         match self {
             Transport::Floor => "floor",
+            Transport::FloorMsg => "floor-msg",
             Transport::Memcpy => "memcpy",
             Transport::RingPinned => "ring-pinned",
             Transport::RingCopy => "ring-copy",
@@ -81,6 +90,7 @@ impl Transport {
         matches!(
             self,
             Transport::Floor
+                | Transport::FloorMsg
                 | Transport::Memcpy
                 | Transport::RingPinned
                 | Transport::RingCopy
@@ -92,7 +102,7 @@ impl Transport {
     /// Whether this transport takes part in `metric` at `bytes`.
     pub fn supports(self, metric: Metric, bytes: usize) -> bool {
         match self {
-            Transport::Floor => metric == Metric::RoundTrip && bytes == 64,
+            Transport::Floor | Transport::FloorMsg => metric == Metric::RoundTrip && bytes == 64,
             Transport::Memcpy => metric == Metric::Acquire,
             Transport::RingBatch => metric == Metric::Throughput && bytes == 64,
             _ => true,

@@ -13,6 +13,7 @@ use crate::BenchError;
 use std::time::Instant;
 
 pub mod floor;
+pub mod floor_msg;
 pub mod ring;
 pub mod stream;
 
@@ -148,6 +149,7 @@ fn builder(t: Transport, peers: Option<&Peers>) -> Result<Peers, BenchError> {
     };
     Ok(match t {
         Transport::Floor => local(floor::parent_begin, floor::child_setup),
+        Transport::FloorMsg => local(floor_msg::parent_begin, floor_msg::child_setup),
         Transport::Unix | Transport::Tcp | Transport::Pipe => {
             local(stream::parent_begin, stream::child_setup)
         }

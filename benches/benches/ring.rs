@@ -13,6 +13,9 @@
 //!   single thread: one `try_publish_batch` of 32 then one `try_read_batch` touching each
 //!   message in place, against 32 `try_publish` then 32 `try_pin`; per message (elements):
 //!   compare with `batch/rtrb/32` and `batch/crossbeam/32`;
+//! - `front/send-try_recv/64`: ring-os's front door on a memfd ring: `Publisher::send` (the
+//!   blocking send, which waits only when the ring is full) then `Subscriber::try_recv`, one
+//!   64-byte message each;
 //! - `alloc/alloc_free` and `alloc/alloc_free_64_live`: the in-segment allocator.
 #![allow(
     clippy::std_instead_of_core,
@@ -219,6 +222,24 @@ fn batch(c: &mut Criterion) {
     g.finish();
 }
 
+fn front(c: &mut Criterion) {
+    use ring_os::prelude::*;
+    let mut g = c.benchmark_group("front");
+    g.throughput(Throughput::Elements(1));
+    let ring = Ring::memfd().slots(8).slot_size(64).create().unwrap();
+    let mut publisher = ring.publisher().unwrap();
+    let mut subscriber = ring.subscriber(DeliveryClass::Gating).unwrap();
+    let msg = [7u8; 64];
+    let mut buf = [0u8; 64];
+    g.bench_function(BenchmarkId::new("send-try_recv", 64), |b| {
+        b.iter(|| {
+            publisher.send(black_box(&msg)).unwrap();
+            black_box(subscriber.try_recv(&mut buf).unwrap());
+        });
+    });
+    g.finish();
+}
+
 fn alloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("alloc");
     let arena = 1 << 20;
@@ -250,6 +271,7 @@ criterion_group!(
     read,
     readers,
     batch,
+    front,
     alloc
 );
 criterion_main!(benches);

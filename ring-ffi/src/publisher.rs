@@ -146,12 +146,25 @@ pub unsafe extern "C" fn shmring_publisher_send(
         if len > capacity {
             return Err(ClaimError::TooLarge { len, capacity }.into());
         }
-        let sent = claim_loop(p, timeout_ms, |mut slot| {
-            // Cannot overflow: the length was checked against the capacity above.
-            let _ = slot.write(data);
-            slot.set_meta(meta);
-            slot.publish()
-        })??;
+        // No metadata: ring-core's one-pass publish first (what `try_publish` writes is zero
+        // metadata); held back, or with metadata, the claim loop.
+        let fast = if meta == [0; 2] {
+            match p.inner().try_publish_checked(data) {
+                Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => None,
+                done => Some(done?),
+            }
+        } else {
+            None
+        };
+        let sent = match fast {
+            Some(seq) => seq,
+            None => claim_loop(p, timeout_ms, |mut slot| {
+                // Cannot overflow: the length was checked against the capacity above.
+                let _ = slot.write(data);
+                slot.set_meta(meta);
+                slot.publish()
+            })??,
+        };
         // SAFETY: null or writable (header contract).
         unsafe { put(seq, sent) };
         Ok(())

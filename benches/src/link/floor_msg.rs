@@ -1,7 +1,7 @@
 //! The message floor: a 64-byte message ping-pong between two processes through rings of
 //! 128-byte message lines laid out as the slot ring's, with no protocol at all.
 //!
-//! Each direction has [`SLOTS`] message lines. A message's 64 bytes start 32 bytes into its
+//! Each direction has `SLOTS` (64) message lines. A message's 64 bytes start 32 bytes into its
 //! line, so on a CPU with 64-byte cache lines they lie across both halves, as a small message
 //! in the slot ring does; the sender stores them, then the line's first word (the stamp) with
 //! Release. The receiver spins on the stamp, asking for the line's far half on every empty

@@ -215,6 +215,17 @@ pub trait ProducerExt<M: Memory> {
     /// As `claim_with`, and [`ClaimError::TooLarge`].
     fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError>;
 
+    /// ring-core's [`try_publish`](Producer::try_publish) (the one-pass publish of a message
+    /// that fits the slot's message line, the claim path otherwise) with `claim_with`'s
+    /// truncation checks: never waits. `publish` starts with it.
+    ///
+    /// # Errors
+    ///
+    /// As `try_publish` (`Full` and `Pinned` mean "wait": nothing changed), and
+    /// [`ClaimError::Corrupt`]`(`[`TRUNCATED`]`)` when a peer truncated the segment (checked
+    /// before, and after the write).
+    fn try_publish_checked(&mut self, data: &[u8]) -> Result<u64, ClaimError>;
+
     /// Waits until every gating consumer has consumed everything published ("ack all"),
     /// reclaiming dead ones; false when `timeout` ran out first or the segment was truncated
     /// (`Mapping::is_truncated` tells which).
@@ -302,11 +313,43 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
                 capacity,
             });
         }
+        // Fast path: ring-core's one-pass publish (no claim object, no clock read, no wait
+        // strategy).
+        match self.try_publish_checked(data) {
+            // Held back: wait in `claim_with` (which claims again; a refused publish changed
+            // nothing).
+            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {}
+            done => return done,
+        }
         self.claim_with(timeout, |mut slot| {
             // Cannot overflow: the length was checked against the capacity above.
             let _ = slot.write(data);
             slot.publish()
         })?
+    }
+
+    fn try_publish_checked(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+        claim_guard(self.memory(), false)?;
+        match self.try_publish(data) {
+            Ok(seq) => {
+                // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
+                let cut = unsafe {
+                    crate::segment::sigbus::probe_at(
+                        core::ptr::from_ref(self.memory().header()) as usize
+                    )
+                };
+                if cut {
+                    Err(ClaimError::Corrupt(TRUNCATED))
+                } else {
+                    Ok(seq)
+                }
+            }
+            Err(e @ (ClaimError::Full { .. } | ClaimError::Pinned { .. })) => Err(e),
+            Err(e) => {
+                claim_guard(self.memory(), true)?;
+                Err(e)
+            }
+        }
     }
 
     fn wait_drained_for(&mut self, timeout: Duration) -> bool {

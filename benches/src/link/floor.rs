@@ -93,14 +93,26 @@ fn link(map: MmapMut, mine: usize) -> Result<Link, BenchError> {
 
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
+    let map = parent_mapping(setups, Transport::Floor, "floor", 4096)?;
+    Ok(Box::new(move |_| link(map, 0)))
+}
+
+/// The parent's mapping for a floor (`transport`, this one or [`super::floor_msg`]): checks
+/// that the run has exactly one child and creates the file `name` of `len` bytes in its
+/// directory, which the child opens.
+pub(super) fn parent_mapping(
+    setups: &mut [Setup],
+    transport: Transport,
+    name: &str,
+    len: usize,
+) -> Result<MmapMut, BenchError> {
     let [s] = setups else {
         return Err(BenchError::Usage {
-            what: "the floor ping-pong has exactly one child".to_owned(),
+            what: format!("{transport} has exactly one child"),
         });
     };
-    debug_assert_eq!(s.transport, Transport::Floor);
-    let map = crate::shm::create(&s.dir.join("floor"), 4096)?;
-    Ok(Box::new(move |_| link(map, 0)))
+    debug_assert_eq!(s.transport, transport);
+    crate::shm::create(&s.dir.join(name), len)
 }
 
 /// Child side (see [`super::child_setup`]).

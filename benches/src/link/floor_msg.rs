@@ -156,13 +156,8 @@ fn link(map: MmapMut, mine: usize) -> Result<Link, BenchError> {
 
 /// Parent side, first half (see [`super::parent_begin`]).
 pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
-    let [s] = setups else {
-        return Err(BenchError::Usage {
-            what: "the message floor has exactly one child".to_owned(),
-        });
-    };
-    debug_assert_eq!(s.transport, Transport::FloorMsg);
-    let map = crate::shm::create(&s.dir.join("floor-msg"), 2 * DIRECTION)?;
+    let map =
+        super::floor::parent_mapping(setups, Transport::FloorMsg, "floor-msg", 2 * DIRECTION)?;
     Ok(Box::new(move |_| link(map, 0)))
 }
 

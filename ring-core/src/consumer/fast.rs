@@ -87,9 +87,10 @@ impl<M: Memory> Consumer<M> {
     /// A one-pass read found its message's home slot with an older stamp: what the general
     /// read's `target` answers for a gating or skip-on-lag reader then (`Empty`, or the ring's
     /// ending once it is closed), asking for the far end of the message line meanwhile once
-    /// the reader waits on an idle producer (`IdlePolls`; "Empty polls" in docs/PROTOCOL.md). The general read would first check the whole
-    /// registration; the one-pass read's generation check is enough (C0g). Out of line: a
-    /// polling reader's empty polls are the one-pass read's checks, a call and this.
+    /// the reader waits on an idle producer (`IdlePolls`; "Empty polls" in docs/PROTOCOL.md).
+    /// The general read would first check the whole registration; the one-pass read's
+    /// generation check is enough (C0g). Out of line: a polling reader's empty polls are the
+    /// one-pass read's checks, a call and this.
     #[inline(never)]
     pub(super) fn not_yet(&mut self) -> ReadError {
         let seq = self.next;

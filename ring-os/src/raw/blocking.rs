@@ -331,19 +331,8 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
     fn try_publish_checked(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
         claim_guard(self.memory(), false)?;
         match self.try_publish(data) {
-            Ok(seq) => {
-                // SAFETY: `self` (borrowed for this call) keeps its memory mapped.
-                let cut = unsafe {
-                    crate::segment::sigbus::probe_at(
-                        core::ptr::from_ref(self.memory().header()) as usize
-                    )
-                };
-                if cut {
-                    Err(ClaimError::Corrupt(TRUNCATED))
-                } else {
-                    Ok(seq)
-                }
-            }
+            // The write is done: probe whether the segment was cut under it (see `recv`).
+            Ok(seq) => claim_guard(self.memory(), true).map(|()| seq),
             Err(e @ (ClaimError::Full { .. } | ClaimError::Pinned { .. })) => Err(e),
             Err(e) => {
                 claim_guard(self.memory(), true)?;

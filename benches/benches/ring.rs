@@ -16,6 +16,9 @@
 //! - `front/send-try_recv/64`: ring-os's front door on a memfd ring: `Publisher::send` (the
 //!   blocking send, which waits only when the ring is full) then `Subscriber::try_recv`, one
 //!   64-byte message each;
+//! - `meta/claim-set_meta/64` and `meta/publish_with_meta/64`: a 64-byte message with two
+//!   metadata words on a memfd ring, through the claim and through the one-pass publish, then
+//!   `try_copy`;
 //! - `alloc/alloc_free` and `alloc/alloc_free_64_live`: the in-segment allocator.
 #![allow(
     clippy::std_instead_of_core,
@@ -240,6 +243,44 @@ fn front(c: &mut Criterion) {
     g.finish();
 }
 
+/// A 64-byte message with metadata, as the C ABI's `shmring_publisher_send` sends one: through
+/// the claim (`claim_with`, `write`, `set_meta`, `publish`: the C ABI's path for metadata until
+/// 2026-12-06) and through the one-pass `publish_with_meta`; each then `try_copy`.
+fn meta(c: &mut Criterion) {
+    use ring_core::Config;
+    use ring_os::raw::{CreateOptions, ProducerExt as _, ShmRing};
+    let mut g = c.benchmark_group("meta");
+    g.throughput(Throughput::Elements(1));
+    let ring = ShmRing::create_memfd(&Config::new(8, 64), CreateOptions::new()).unwrap();
+    let mut p = ShmRing::producer(&ring).unwrap();
+    let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+    let msg = [7u8; 64];
+    let mut buf = [0u8; 64];
+    let wait = Duration::from_secs(5);
+    let mut i = 0u64;
+    g.bench_function(BenchmarkId::new("claim-set_meta", 64), |b| {
+        b.iter(|| {
+            i += 1;
+            p.claim_with(wait, |mut slot| {
+                let _ = slot.write(black_box(&msg));
+                slot.set_meta([i, 7]);
+                slot.publish()
+            })
+            .unwrap()
+            .unwrap();
+            black_box(c.try_copy(&mut buf).unwrap());
+        });
+    });
+    g.bench_function(BenchmarkId::new("publish_with_meta", 64), |b| {
+        b.iter(|| {
+            i += 1;
+            p.publish_with_meta(black_box(&msg), [i, 7], wait).unwrap();
+            black_box(c.try_copy(&mut buf).unwrap());
+        });
+    });
+    g.finish();
+}
+
 fn alloc(c: &mut Criterion) {
     let mut g = c.benchmark_group("alloc");
     let arena = 1 << 20;
@@ -272,6 +313,7 @@ criterion_group!(
     readers,
     batch,
     front,
+    meta,
     alloc
 );
 criterion_main!(benches);

@@ -325,3 +325,51 @@ fn batch_reads_hold_their_message_while_the_callback_runs() {
     drop(gating.try_pin().unwrap());
     assert_eq!(p.try_publish(b"four"), Ok(4));
 }
+
+/// `try_publish_with_meta`'s two words reach copies and pins on both paths: the general one
+/// (the first claim of a ring runs the gating scan; every claim of a never-stall ring) and the
+/// one-pass one (every later claim below the cached bound), inline and in the payload area.
+#[test]
+fn metadata_travels_on_the_one_pass_and_the_general_publish() {
+    let cap = (INLINE_CAPACITY + 64) as u32;
+    for never_stall in [false, true] {
+        let config = Config::new(4, cap)
+            .with_consumers(4)
+            .with_never_stall(never_stall);
+        let (_s, mut p, [mut copier, mut pinner]) = open_shared(
+            ring(&config),
+            [DeliveryClass::Gating, DeliveryClass::Gating],
+        );
+        let mut buf = vec![0u8; cap as usize];
+        for i in 0..12u64 {
+            let len = if i % 3 == 2 {
+                INLINE_CAPACITY + 1
+            } else {
+                8 + i as usize
+            };
+            let msg = data(len, i as u8);
+            let meta = [i ^ 0x5a5a, u64::MAX - i];
+            let seq = p.try_publish_with_meta(&msg, meta).unwrap();
+            let got = copier.try_copy(&mut buf).unwrap();
+            assert_eq!(
+                (got.seq, got.meta),
+                (seq, meta),
+                "copy {i}, never-stall {never_stall}"
+            );
+            assert_eq!(&buf[..got.len], &msg[..], "copy {i}");
+            let m = pinner.try_pin().unwrap();
+            assert_eq!(
+                (m.seq(), m.meta()),
+                (seq, meta),
+                "pin {i}, never-stall {never_stall}"
+            );
+            assert_eq!(m.bytes(), &msg[..], "pin {i}");
+        }
+        // Plain `try_publish` still writes zero metadata over the words of a lap before.
+        for i in 0..4 {
+            p.try_publish(&data(8, i)).unwrap();
+            assert_eq!(copier.try_copy(&mut buf).unwrap().meta, [0, 0], "plain {i}");
+            assert_eq!(pinner.try_pin().unwrap().meta(), [0, 0], "plain {i}");
+        }
+    }
+}

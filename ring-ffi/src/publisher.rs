@@ -146,15 +146,10 @@ pub unsafe extern "C" fn shmring_publisher_send(
         if len > capacity {
             return Err(ClaimError::TooLarge { len, capacity }.into());
         }
-        // No metadata: ring-core's one-pass publish first (what `try_publish` writes is zero
-        // metadata); held back, or with metadata, the claim loop.
-        let fast = if meta == [0; 2] {
-            match p.inner().try_publish_checked(data) {
-                Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => None,
-                done => Some(done?),
-            }
-        } else {
-            None
+        // ring-core's one-pass publish first; held back, the claim loop.
+        let fast = match p.inner().try_publish_checked_with_meta(data, meta) {
+            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => None,
+            done => Some(done?),
         };
         let sent = match fast {
             Some(seq) => seq,

@@ -32,9 +32,9 @@ impl<M: Memory> Producer<M> {
     /// both paths holds a sequence, not a `Result` built in memory (64 B: 14 instructions per
     /// publish, `benches/icount.sh`).
     #[inline(always)]
-    pub(super) fn publish_fast(&mut self, data: &[u8]) -> Option<u64> {
+    pub(super) fn publish_fast(&mut self, data: &[u8], meta: [u64; 2]) -> Option<u64> {
         let seq = self.fast_seq(data)?;
-        self.publish_at(seq, data).ok()
+        self.publish_at(seq, data, meta).ok()
     }
 
     /// The next sequence, when publishing `data` is the common case: a default (not
@@ -54,11 +54,11 @@ impl<M: Memory> Producer<M> {
 
     /// `call_checks`, `publish_step`, then `announce`.
     #[inline(always)]
-    fn publish_at(&mut self, seq: u64, data: &[u8]) -> Result<u64, ClaimError> {
+    fn publish_at(&mut self, seq: u64, data: &[u8], meta: [u64; 2]) -> Result<u64, ClaimError> {
         // One lookup of the producer line for the checks and the announce.
         let line = self.mem.producer_line();
         self.call_checks(line)?;
-        self.publish_step(seq, data)?;
+        self.publish_step(seq, data, meta)?;
         self.head = seq + 1;
         // `announce`, into the line looked up above.
         self.fenced = self.announce_in(line);
@@ -87,7 +87,12 @@ impl<M: Memory> Producer<M> {
     /// in its slot, and the caller sets the local `head` to `seq + 1` (and announces: a batch
     /// once at its end). A failure (only the claim's) changed nothing.
     #[inline(always)]
-    pub(super) fn publish_step(&self, seq: u64, data: &[u8]) -> Result<(), ClaimError> {
+    pub(super) fn publish_step(
+        &self,
+        seq: u64,
+        data: &[u8],
+        meta: [u64; 2],
+    ) -> Result<(), ClaimError> {
         let slot = self.mem.geometry().slot_of(seq);
         // One lookup of the slot's header for the claim, the write and the seal.
         let hdr = self.mem.slot_header(slot);
@@ -101,7 +106,7 @@ impl<M: Memory> Producer<M> {
         // `seal`'s stores, without its epoch re-check: `call_checks` covers this whole call
         // (see `seal_stores`). No never-stall route: the one-pass publish runs only on a
         // default ring. The caller sets the local `head`.
-        self.seal_stores(hdr, seq, data.len(), [0; 2]);
+        self.seal_stores(hdr, seq, data.len(), meta);
         Ok(())
     }
 

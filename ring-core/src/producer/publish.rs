@@ -18,18 +18,51 @@ impl<M: Memory> Producer<M> {
     // no result in memory; the general path stays out of line.
     #[inline(always)]
     pub fn try_publish(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
-        match self.publish_fast(data) {
+        self.try_publish_with_meta(data, [0; 2])
+    }
+
+    /// [`try_publish`](Self::try_publish) with the message's two metadata words (what
+    /// [`WriteSlot::set_meta`](super::WriteSlot::set_meta) sets on a claimed slot, and
+    /// [`Copied::meta`](crate::Copied) and `Pinned::meta` read back): the same one-pass
+    /// publish, with `meta` stored beside the length.
+    ///
+    /// # Errors
+    /// As `try_publish`.
+    ///
+    /// # Examples
+    ///
+    /// ```
+    /// use ring_core::{Config, Consumer, DeliveryClass, HeapSegment, OwnerId, Producer};
+    /// let seg = HeapSegment::new(&Config::new(4, 64), OwnerId::new(1).unwrap()).unwrap();
+    /// let mut producer = Producer::new(&seg, OwnerId::new(1).unwrap()).unwrap();
+    /// let mut consumer =
+    ///     Consumer::new(&seg, DeliveryClass::Gating, OwnerId::new(2).unwrap()).unwrap();
+    /// let frame_no = 7;
+    /// producer.try_publish_with_meta(b"frame", [frame_no, 1_700_000_000]).unwrap();
+    /// let mut buf = [0u8; 64];
+    /// let got = consumer.try_copy(&mut buf).unwrap();
+    /// assert_eq!((&buf[..got.len], got.meta), (&b"frame"[..], [7, 1_700_000_000]));
+    /// ```
+    #[inline(always)]
+    pub fn try_publish_with_meta(
+        &mut self,
+        data: &[u8],
+        meta: [u64; 2],
+    ) -> Result<u64, ClaimError> {
+        match self.publish_fast(data, meta) {
             Some(seq) => Ok(seq),
-            None => self.publish_general(data),
+            None => self.publish_general(data, meta),
         }
     }
 
-    /// `try_publish` in every case (out of line: the common case above keeps a small frame).
+    /// `try_publish_with_meta` in every case (out of line: the common case above keeps a small
+    /// frame).
     #[inline(never)]
-    fn publish_general(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+    fn publish_general(&mut self, data: &[u8], meta: [u64; 2]) -> Result<u64, ClaimError> {
         self.check_fits(data.len())?;
         let mut slot = self.try_claim()?;
         slot.fill(data);
+        slot.set_meta(meta);
         slot.publish()
     }
 
@@ -82,7 +115,7 @@ impl<M: Memory> Producer<M> {
             // claim API.
             let step = match self.fast_seq(data) {
                 Some(seq) => self
-                    .publish_step(seq, data)
+                    .publish_step(seq, data, [0; 2])
                     .map(|()| seq + 1)
                     .map_err(StepError::Claim),
                 None => self.batch_step(data),

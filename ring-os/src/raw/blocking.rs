@@ -215,6 +215,19 @@ pub trait ProducerExt<M: Memory> {
     /// As `claim_with`, and [`ClaimError::TooLarge`].
     fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError>;
 
+    /// [`publish`](Self::publish) with the message's two metadata words (as
+    /// [`WriteSlot::set_meta`] sets them): the one-pass publish first, then the claim.
+    ///
+    /// # Errors
+    ///
+    /// As `publish`.
+    fn publish_with_meta(
+        &mut self,
+        data: &[u8],
+        meta: [u64; 2],
+        timeout: Duration,
+    ) -> Result<u64, ClaimError>;
+
     /// ring-core's [`try_publish`](Producer::try_publish) (the one-pass publish of a message
     /// that fits the slot's message line, the claim path otherwise) with `claim_with`'s
     /// truncation checks: never waits. `publish` starts with it.
@@ -225,6 +238,18 @@ pub trait ProducerExt<M: Memory> {
     /// [`ClaimError::Corrupt`]`(`[`TRUNCATED`]`)` when a peer truncated the segment (checked
     /// before, and after the write).
     fn try_publish_checked(&mut self, data: &[u8]) -> Result<u64, ClaimError>;
+
+    /// [`try_publish_checked`](Self::try_publish_checked) with the message's two metadata
+    /// words (ring-core's [`try_publish_with_meta`](Producer::try_publish_with_meta)).
+    ///
+    /// # Errors
+    ///
+    /// As `try_publish_checked`.
+    fn try_publish_checked_with_meta(
+        &mut self,
+        data: &[u8],
+        meta: [u64; 2],
+    ) -> Result<u64, ClaimError>;
 
     /// Waits until every gating consumer has consumed everything published ("ack all"),
     /// reclaiming dead ones; false when `timeout` ran out first or the segment was truncated
@@ -306,6 +331,15 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
     }
 
     fn publish(&mut self, data: &[u8], timeout: Duration) -> Result<u64, ClaimError> {
+        self.publish_with_meta(data, [0; 2], timeout)
+    }
+
+    fn publish_with_meta(
+        &mut self,
+        data: &[u8],
+        meta: [u64; 2],
+        timeout: Duration,
+    ) -> Result<u64, ClaimError> {
         let capacity = self.memory().geometry().slot_capacity();
         if data.len() > capacity {
             return Err(ClaimError::TooLarge {
@@ -315,7 +349,7 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
         }
         // Fast path: ring-core's one-pass publish (no claim object, no clock read, no wait
         // strategy).
-        match self.try_publish_checked(data) {
+        match self.try_publish_checked_with_meta(data, meta) {
             // Held back: wait in `claim_with` (which claims again; a refused publish changed
             // nothing).
             Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {}
@@ -324,13 +358,22 @@ impl<M: RoleFile> ProducerExt<M> for Producer<M> {
         self.claim_with(timeout, |mut slot| {
             // Cannot overflow: the length was checked against the capacity above.
             let _ = slot.write(data);
+            slot.set_meta(meta);
             slot.publish()
         })?
     }
 
     fn try_publish_checked(&mut self, data: &[u8]) -> Result<u64, ClaimError> {
+        self.try_publish_checked_with_meta(data, [0; 2])
+    }
+
+    fn try_publish_checked_with_meta(
+        &mut self,
+        data: &[u8],
+        meta: [u64; 2],
+    ) -> Result<u64, ClaimError> {
         claim_guard(self.memory(), false)?;
-        match self.try_publish(data) {
+        match self.try_publish_with_meta(data, meta) {
             // The write is done: probe whether the segment was cut under it (see `recv`).
             Ok(seq) => claim_guard(self.memory(), true).map(|()| seq),
             Err(e @ (ClaimError::Full { .. } | ClaimError::Pinned { .. })) => Err(e),
@@ -448,6 +491,38 @@ mod tests {
         assert_eq!(first.class, Some(DeliveryClass::Gating));
         assert_eq!((first.reclaimed.cursor, first.published), (0, 4));
         assert_eq!(first.unread(), 4);
+    }
+
+    /// `publish_with_meta`'s words arrive whether its one-pass attempt publishes or the ring
+    /// holds it back and the claim does (a reader frees a slot while it waits).
+    #[test]
+    fn publish_with_meta_carries_its_words_on_both_paths() {
+        let ring = ShmRing::create_memfd(&Config::new(2, 64), CreateOptions::new()).unwrap();
+        let mut p = ShmRing::producer(&ring).unwrap();
+        let mut c = ShmRing::consumer(&ring, DeliveryClass::Gating).unwrap();
+        let mut buf = [0u8; 64];
+        // Two slots, read after both are full: the third publish waits in the claim.
+        std::thread::scope(|s| {
+            let reader = s.spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                (0..3u64)
+                    .map(|_| {
+                        let got = c.recv(&mut buf, Duration::from_secs(5)).unwrap();
+                        (buf[0], got.meta)
+                    })
+                    .collect::<Vec<_>>()
+            });
+            for i in 0..3u8 {
+                let meta = [u64::from(i) + 100, !u64::from(i)];
+                p.publish_with_meta(&[i], meta, Duration::from_secs(5))
+                    .unwrap();
+            }
+            let got = reader.join().unwrap();
+            let want: Vec<_> = (0..3u8)
+                .map(|i| (i, [u64::from(i) + 100, !u64::from(i)]))
+                .collect();
+            assert_eq!(got, want);
+        });
     }
 
     #[test]

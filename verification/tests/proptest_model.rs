@@ -73,6 +73,8 @@ fn op(cap: u16) -> impl Strategy<Value = Op> {
         4 => (0u8..7, batch_len(cap), any::<u8>())
             .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
         4 => (c.clone(), 0u8..6).prop_map(|(consumer, max)| Op::ReadBatch { consumer, max }),
+        // The one-pass publish with metadata (the claim path's `set_meta` in one call).
+        3 => (batch_len(cap), any::<u8>()).prop_map(|(len, seed)| Op::PublishMeta { len, seed }),
         // Groups: members take with CopyRead and Hold, finish with Release, crash with Kill
         // and are reclaimed with Reclaim.
         1 => (0u8..2).prop_map(|group| Op::CreateGroup { group }),
@@ -109,6 +111,7 @@ fn group_ops(cap: u16, max: usize) -> impl Strategy<Value = Vec<Op>> {
         1 => class().prop_map(|class| Op::Register { class }),
         6 => (1u8..9, 0..cap / 2 + 1, any::<u8>())
             .prop_map(|(count, len, seed)| Op::PublishBatch { count, len, seed }),
+        2 => (0..cap / 2 + 1, any::<u8>()).prop_map(|(len, seed)| Op::PublishMeta { len, seed }),
         6 => (c.clone(), prop_oneof![Just(cap), 0..cap / 2 + 2])
             .prop_map(|(consumer, buf)| Op::CopyRead { consumer, buf }),
         6 => c.clone().prop_map(|consumer| Op::Hold { consumer }),

@@ -298,6 +298,7 @@ impl Model {
             Op::Free { which, mode } => self.free(which, mode),
             Op::FreeAllOf { owner } => self.free_all_of(owner),
             Op::PublishBatch { count, len, seed } => self.publish_batch(count, len, seed),
+            Op::PublishMeta { len, seed } => self.publish_meta(len, seed),
             Op::ReadBatch { consumer, .. } if self.is_member(self.index(consumer)) => {
                 Outcome::Skipped
             }

@@ -230,6 +230,16 @@ pub enum Op {
         /// Which group (modulo [`GROUPS`]).
         group: u8,
     },
+    /// The producer publishes [`pattern`]`(seed, len)` with `try_publish_with_meta` and
+    /// metadata `[seed, len]` (no claim held): the same as a claim, a write, `set_meta` and a
+    /// publish, `TooLarge` up front. A long message goes into the payload area, a small one
+    /// into the message line alone.
+    PublishMeta {
+        /// Message length.
+        len: u16,
+        /// First byte of its pattern, and its first metadata word.
+        seed: u8,
+    },
 }
 
 /// The messages [`Op::PublishBatch`] publishes: message `k` has `len` bytes (`k` even) or

@@ -43,6 +43,29 @@ impl Model {
         }
     }
 
+    /// [`Op::PublishMeta`](super::Op::PublishMeta).
+    pub(super) fn publish_meta(&mut self, len: u16, seed: u8) -> Outcome {
+        if self.claim.is_some() {
+            // The claim borrows the producer.
+            return Outcome::Skipped;
+        }
+        let cap = self.capacity();
+        if usize::from(len) > cap {
+            return Outcome::ClaimFailed(ClaimError::TooLarge {
+                len: usize::from(len),
+                capacity: cap,
+            });
+        }
+        match self.ring.claim() {
+            Ok(slot) => {
+                let meta = [u64::from(seed), u64::from(len)];
+                let msg = pattern(seed, usize::from(len));
+                Outcome::Published(self.ring.fill_publish(slot, &msg, meta))
+            }
+            Err(e) => Outcome::ClaimFailed(e),
+        }
+    }
+
     /// [`Op::PublishBatch`](super::Op::PublishBatch).
     pub(super) fn publish_batch(&mut self, count: u8, len: u16, seed: u8) -> Outcome {
         if self.claim.is_some() {
@@ -62,7 +85,7 @@ impl Model {
             match self.ring.claim() {
                 Ok(slot) => {
                     // As `try_publish`: a small message in the message line alone.
-                    self.ring.fill_publish(slot, m);
+                    self.ring.fill_publish(slot, m, [0; 2]);
                     published += 1;
                 }
                 Err(e) if published == 0 => return Outcome::PublishedBatch(Err(e)),

@@ -535,23 +535,23 @@ impl RingModel {
             });
         }
         let slot = self.claim()?;
-        Ok(self.fill_publish(slot, data))
+        Ok(self.fill_publish(slot, data, [0; 2]))
     }
 
     /// `try_publish` and `try_publish_batch` after a successful claim of `slot`: a message
     /// longer than the message line is written into the payload area; a small one goes into
     /// the message line alone, padded, and the payload area keeps what the claim API last
     /// wrote there (what a later `set_len` past the written bytes shows).
-    pub fn fill_publish(&mut self, slot: usize, data: &[u8]) -> u64 {
+    pub fn fill_publish(&mut self, slot: usize, data: &[u8], meta: [u64; 2]) -> u64 {
         self.begin(slot);
         if data.len() > INLINE_CAPACITY {
             self.write_at(slot, 0, data);
-            return self.publish(slot, data.len(), [0; 2]);
+            return self.publish(slot, data.len(), meta);
         }
         let s = &mut self.slots[slot];
         let pad_end = data.len().div_ceil(8) * 8;
         s.inline[..data.len()].copy_from_slice(data);
         s.inline[data.len()..pad_end].fill(0);
-        self.publish_line(slot, data.len(), [0; 2])
+        self.publish_line(slot, data.len(), meta)
     }
 }

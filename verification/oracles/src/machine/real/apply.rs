@@ -237,6 +237,17 @@ impl<'s, M: Memory> Real<'s, M> {
                     None => Outcome::Skipped,
                 }
             }
+            Op::PublishMeta { len, seed } => match self.producer.as_mut().and_then(Held::get) {
+                Some(p) => {
+                    let meta = [u64::from(seed), u64::from(len)];
+                    match p.try_publish_with_meta(&pattern(seed, usize::from(len)), meta) {
+                        Ok(seq) => Outcome::Published(seq),
+                        Err(e) => Outcome::ClaimFailed(e),
+                    }
+                }
+                // A held claim borrows the producer: the model skips, and so do we.
+                None => Outcome::Skipped,
+            },
             Op::ReadBatch { consumer, max } => self.read_batch(self.index(consumer), max, model),
             Op::CreateGroup { group } => match self.producer.as_mut().and_then(Held::get) {
                 Some(p) => Outcome::Group(p.create_group(group_name(group))),

@@ -87,10 +87,10 @@ fn refuse_membarrier() -> std::io::Result<()> {
     Ok(())
 }
 
-/// Whether `membarrier` runs in this process (the kernel's query command).
+/// Whether `membarrier` runs in this process: the kernel's query command answers with the
+/// commands it has, and with nothing where the call fails (no such call, or refused).
 fn membarrier_runs() -> bool {
-    // SAFETY: MEMBARRIER_CMD_QUERY (0) with flags 0 reads nothing from this process.
-    unsafe { libc::syscall(libc::SYS_membarrier, 0, 0) >= 0 }
+    !rustix::thread::membarrier_query().is_empty()
 }
 
 /// The voluntary context switches of the calling thread so far.

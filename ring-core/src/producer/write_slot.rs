@@ -286,10 +286,7 @@ impl<M: Memory> Producer<M> {
         // Release: hands the slot to pinning readers; pairs with their Acquire `fetch_or`.
         // Before the final stamp: a reader that saw the final stamp and then finds WRITER set
         // knows a *later* claim is under way (an overrun), never this message's own.
-        // An RMW, not a store of 0: a plain store here (tried) let the loom model
-        // `sweep_of_free_bits_races_a_registering_pinner` end with WRITER set after the
-        // publish, next to a refused pin's `fetch_and` of its transient bit.
-        hdr.state.fetch_and(!WRITER, Ordering::Release);
+        open_slot(&hdr.state, Ordering::Release);
         // Release: the publication. Ends the seqlock write; pairs with the Acquire stamp loads
         // of consumers that follow the slot and of copy readers.
         hdr.stamp.store(2 * seq + 2, Ordering::Release);
@@ -363,6 +360,30 @@ fn copy_words(from: &[AtomicU64], to: &[AtomicU64], len: usize) {
         t.store(f.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     pad_last_word(to, len);
+}
+
+/// The seal's clear of WRITER (P6 in docs/PROTOCOL.md): a plain store of 0 into the slot's
+/// state word, not an RMW.
+///
+/// While WRITER is set, every reader bit in the word is transient: the claim set WRITER with
+/// its CAS from 0, so no bit was there before it, and a pin whose `fetch_or` returns WRITER is
+/// refused and takes its bit back with `fetch_and(!bit)`, which is a no-op once the store
+/// erased it. So the store takes nothing from anyone who holds the slot. Readers whose
+/// `fetch_or` reads this 0, or a later RMW in its release sequence, synchronise with it. It is
+/// a plain store because a locked RMW here waits for every store of the message to leave the
+/// store buffer first (x86): `docs/benchmarks.md`, "The seal as a plain store".
+///
+/// Under loom it is a `swap(0)`: an RMW that writes the same value. loom 0.7 does not keep a
+/// location's modification order between a plain store and RMWs of other threads
+/// (tokio-rs/loom#282, #389): with the store, the producer's own load right after it read the
+/// WRITER the store had replaced. The swap erases exactly what the store does, so the models
+/// check the protocol the store implements; shuttle and Miri run the store itself.
+#[inline(always)]
+fn open_slot(state: &AtomicU64, order: Ordering) {
+    #[cfg(not(ring_loom))]
+    state.store(0, order);
+    #[cfg(ring_loom)]
+    let _ = state.swap(0, order);
 }
 
 #[cfg(test)]

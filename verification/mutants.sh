@@ -34,6 +34,7 @@
 #   os-lib-portable=FILTER  the same, built with the `portable` feature
 #   os-async-lib=FILTER  ring-os's unit tests matching FILTER, with the `async` feature
 #   os-async=TEST   ring-os's tests/TEST.rs, with the `async` feature
+#   zenoh=TEST      ring-zenoh's tests/TEST.rs (two Zenoh sessions in one process)
 #   doc=CRATE       CRATE's doctests (the compile_fail ones are the safe-API checks)
 #   clippy          clippy on ring-core with -D warnings (the façade's disallowed-types rule)
 set -euo pipefail
@@ -56,7 +57,7 @@ tar -C "$root" --exclude=./target --exclude=./.git --exclude=./fuzz -cf - . | ta
 # Read the list from the copy: the loop reads it line by line while it runs, and an edit of the
 # real list meanwhile would shift what it reads (lines run twice or skipped).
 list="$src/verification/mutants.txt"
-mutable=(ring-core ring-os)
+mutable=(ring-core ring-os ring-zenoh)
 for crate in "${mutable[@]}"; do
     rm -rf "$work/$crate.orig"
     cp -a "$src/$crate" "$work/$crate.orig"
@@ -120,6 +121,9 @@ run_layer() {
         os-lib-portable)
             CARGO_TARGET_DIR="$work/t-portable" cargo test -q -j "$jobs" -p ring-os --release \
                 --features portable --lib -- "$arg" ;;
+        zenoh)
+            CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p ring-zenoh --release \
+                --test "$arg" ;;
         doc)
             CARGO_TARGET_DIR="$work/t-normal" cargo test -q -j "$jobs" -p "$arg" --doc ;;
         clippy)

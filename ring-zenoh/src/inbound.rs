@@ -376,7 +376,8 @@ impl BridgeIn {
         // Messages without metadata words go into the ring in runs, each run published with
         // one `head` store and one wake-up check (ring-core's `try_publish_batch`), so a far
         // reader that keeps up is woken once per run, not once per message. A message with
-        // metadata goes on its own (ring-core's batch publish leaves the words 0).
+        // metadata goes on its own (ring-core's batch publish leaves the words 0), through the
+        // one-pass publish with its words (`write_one`).
         let mut run: [&[u8]; RUN] = [&[]; RUN];
         let mut queued = 0;
         for record in batch.records() {
@@ -403,8 +404,7 @@ impl BridgeIn {
                 return Ok(());
             }
             if record.header.meta != [0; 2]
-                && self.write(&record.header, part.len(), || core::iter::once(part), stop)?
-                    == Written::Stopped
+                && self.write_one(&record.header, part, stop)? == Written::Stopped
             {
                 // Told to stop while the ring was full: the rest of the batch is not waited
                 // for either.
@@ -443,6 +443,32 @@ impl BridgeIn {
             }
         }
         Ok(Written::Yes)
+    }
+
+    /// Writes one message of one part with its metadata: the one-pass publish (ring-os's
+    /// truncation-checked `try_publish_checked_with_meta`) while the ring has room, else the
+    /// blocking claim of [`write`](Self::write), which waits for room.
+    fn write_one(
+        &mut self,
+        h: &Header,
+        part: &[u8],
+        stop: &AtomicBool,
+    ) -> Result<Written, BridgeError> {
+        match self
+            .publisher
+            .inner()
+            .try_publish_checked_with_meta(part, h.meta)
+        {
+            Ok(_seq) => {
+                self.stats.written += 1;
+                Ok(Written::Yes)
+            }
+            // Nothing changed: wait in the claim.
+            Err(ClaimError::Full { .. } | ClaimError::Pinned { .. }) => {
+                self.write(h, part.len(), || core::iter::once(part), stop)
+            }
+            Err(e) => Err(BridgeError::Write(e)),
+        }
     }
 
     /// Checks the header's place in the origin sequence and counts gaps; false when the

@@ -14,7 +14,7 @@ if [[ -z $bin ]]; then
     cargo build --quiet --release -p ring-benches --bin icount
     bin="${CARGO_TARGET_DIR:-target}/release/icount"
 fi
-cases=${ICOUNT_CASES:-copy pin skip-pin loan batch fanout2 fanout3 hold}
+cases=${ICOUNT_CASES:-copy pin skip-pin skip-copy loan batch fanout2 fanout3 hold}
 lens=${ICOUNT_LENS:-64 104 1024}
 n=${ICOUNT_N:-2000}
 tmp=$(mktemp -d)

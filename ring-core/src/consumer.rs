@@ -22,6 +22,7 @@ pub use hold::{Hold, DEFAULT_MAX_HOLDS, MAX_HOLDS};
 use member::Member;
 pub use pinned::BatchItem;
 use wait::wake_producer;
+pub use wait::PROGRESS_EVERY;
 
 /// How many times one read re-targets after finding its message overwritten before it reports
 /// [`ReadError::Lagging`]. Bounds every read (invariant 6 in `docs/DESIGN.md`).
@@ -87,6 +88,11 @@ pub struct Consumer<M: Memory> {
     fast: u8,
     /// The one-pass read's count of empty polls in a row for one message (`not_yet`).
     idle: fast::IdlePolls,
+    /// Reads whose progress (cursor and statistics) this consumer has not published to its
+    /// entry yet. Always 0 for a gating consumer; one that does not gate publishes every
+    /// [`PROGRESS_EVERY`] reads, and whenever a read finds nothing, it parks, or a batch ends
+    /// (`consumer/wait.rs`).
+    unpublished: u32,
 }
 
 /// [`Consumer::own_entry`] on the fields it reads (so a caller that goes on to change other

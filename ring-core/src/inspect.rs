@@ -33,11 +33,14 @@ pub struct ConsumerInfo {
     pub class: Option<DeliveryClass>,
     /// Owner id (0 when free).
     pub owner: u64,
-    /// Next sequence it will read.
+    /// Next sequence it will read, as the consumer last published it. A gating consumer
+    /// publishes on every read; a latest-only or skip-on-lag one every
+    /// [`PROGRESS_EVERY`](crate::PROGRESS_EVERY) reads and whenever a read finds nothing or it
+    /// waits, so while it streams this may be up to `PROGRESS_EVERY - 1` reads behind.
     pub cursor: u64,
-    /// Messages received.
+    /// Messages received (published like `cursor`).
     pub received: u64,
-    /// Messages skipped.
+    /// Messages skipped (published like `cursor`).
     pub missed: u64,
     /// Slots it pins right now.
     pub pins: u32,

@@ -89,7 +89,8 @@ mod wait;
 mod words;
 
 pub use consumer::{
-    BatchItem, Consumer, Copied, Hold, Pinned, DEFAULT_MAX_HOLDS, MAX_HOLDS, READ_RETRIES,
+    BatchItem, Consumer, Copied, Hold, Pinned, DEFAULT_MAX_HOLDS, MAX_HOLDS, PROGRESS_EVERY,
+    READ_RETRIES,
 };
 pub use error::{abort_code, AttachError, ClaimError, Error, LayoutError, ReadError};
 pub use geometry::{

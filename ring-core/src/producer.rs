@@ -91,7 +91,9 @@ pub struct Reclaimed {
     pub owner: u64,
     /// Slots whose pin by this consumer was cleared.
     pub pins_cleared: u32,
-    /// The consumer's cursor when it was reclaimed.
+    /// The consumer's cursor when it was reclaimed, as it last published it: exact for a
+    /// gating consumer; for one that does not gate, up to
+    /// [`PROGRESS_EVERY`](crate::PROGRESS_EVERY)` - 1` reads behind if it died while streaming.
     pub cursor: u64,
     /// False when the entry was already free (reclaim is idempotent).
     pub was_registered: bool,

@@ -5,7 +5,7 @@
 //! `ci/miri.sh`, which reports a data race if a fenced consumer still reads a rewritten slot.
 #![cfg(not(any(ring_loom, ring_shuttle)))]
 
-use ring_core::{ClaimError, Config, DeliveryClass, ReadError};
+use ring_core::{ClaimError, Config, DeliveryClass, ReadError, PROGRESS_EVERY};
 
 mod common;
 use common::{consumer, grouped, id, members, msg, open_shared, publish_msgs, ring};
@@ -94,12 +94,23 @@ fn a_live_group_member_reclaimed_by_a_wrong_verdict_loses_its_claims_to_the_othe
 
 #[test]
 fn a_pin_dropped_after_its_consumer_was_reclaimed_writes_nothing() {
-    for class in [DeliveryClass::Gating, DeliveryClass::SkipOnLag] {
+    // A reader that does not gate publishes its progress every `PROGRESS_EVERY` reads: the pin
+    // is also made the read that would publish, so that its drop has something to write.
+    let classes = [
+        (DeliveryClass::Gating, 0),
+        (DeliveryClass::SkipOnLag, 0),
+        (DeliveryClass::SkipOnLag, u64::from(PROGRESS_EVERY) - 1),
+    ];
+    for (class, warm) in classes {
         let (s, mut p, [mut victim]) = open_shared(ring(&Config::new(4, 200)), [class]);
-        publish_msgs(&mut p, 0..3);
+        for i in 0..warm {
+            publish_msgs(&mut p, i..i + 1);
+            assert_eq!(victim.try_pin().unwrap().seq(), i);
+        }
+        publish_msgs(&mut p, warm..warm + 3);
         let index = victim.index();
         let pin = victim.try_pin().unwrap();
-        assert_eq!(pin.seq(), 0);
+        assert_eq!(pin.seq(), warm);
         // The oracle says "dead" while the pin is alive (the contract asks for no live pin: it
         // protects the pinned bytes, which this test never borrows, and no slot is written
         // until the pin is dropped). What is checked is the pin's drop: the entry is no longer
@@ -112,7 +123,7 @@ fn a_pin_dropped_after_its_consumer_was_reclaimed_writes_nothing() {
         let next = consumer(&s, DeliveryClass::Gating, 2);
         assert_eq!(next.index(), index, "the entry is reused");
         let before = ring_core::inspect::consumer_info(&s, index).unwrap();
-        assert_eq!(before.cursor, 3);
+        assert_eq!(before.cursor, warm + 3);
         drop(pin);
         let after = ring_core::inspect::consumer_info(&s, index).unwrap();
         assert_eq!(

@@ -73,6 +73,9 @@ struct ConsumerView {
     state: String,
     class: String,
     owner: Option<Owner>,
+    /// As the consumer last published it: a latest-only or skip-on-lag reader that streams
+    /// publishes every `ring_core::PROGRESS_EVERY` reads, so `cursor`, `lag`, `received` and
+    /// `missed` may be that far behind until it idles.
     cursor: u64,
     lag: u64,
     pins: u32,

@@ -221,3 +221,27 @@ fn producer_wait_has_no_lost_wakeup() {
         drop(t.join().unwrap());
     });
 }
+
+/// The producer parks on a slot a skip-on-lag reader has pinned; the reader lets the pin go.
+/// That read's progress stays local (`PROGRESS_EVERY`), but the unpin is what the producer
+/// waits for: it must still be woken (no lost wake-up), and the claim then succeeds.
+#[test]
+fn producer_parked_on_a_deferred_unpin_is_woken() {
+    model(|| {
+        let (s, mut p, mut c) = futex_ring(1, 8, DeliveryClass::SkipOnLag);
+        p.try_publish(&[1; 8]).unwrap();
+        let t = thread::spawn(move || {
+            // Refused only if the claim below came first (the message is being overwritten).
+            if let Ok(pin) = c.try_pin() {
+                assert_eq!(pin.seq(), 0);
+                drop(pin);
+            }
+            c
+        });
+        let mut w = FutexWait(s.clone());
+        let slot = p.claim(&mut w).unwrap();
+        assert_eq!(slot.seq(), 1);
+        drop(slot);
+        drop(t.join().unwrap());
+    });
+}

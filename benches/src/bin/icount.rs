@@ -8,6 +8,8 @@
 //! - `copy`: `try_publish` + a gating consumer's `try_copy`;
 //! - `pin`: `try_publish` + a gating consumer's `try_pin` (dropped at once);
 //! - `skip-pin`: the same with a skip-on-lag consumer (a reader bit);
+//! - `skip-copy`: `try_publish` + a skip-on-lag consumer's `try_copy` (its progress published
+//!   every `PROGRESS_EVERY` reads);
 //! - `loan`: a claimed slot written in place (`loan`) + `try_pin`, on a pin-only ring;
 //! - `batch`: `try_publish_batch` of 16 + `try_read_batch` of 16;
 //! - `fanout2`, `fanout3`: `try_publish` + `try_copy` by 2 or 3 gating consumers;
@@ -59,7 +61,7 @@ fn run(case: &str, len: usize, n: u64) -> Result<u64, String> {
         "fanout3" => 3,
         _ => 1,
     };
-    let class = if case == "skip-pin" {
+    let class = if case.starts_with("skip-") {
         DeliveryClass::SkipOnLag
     } else {
         DeliveryClass::Gating
@@ -87,6 +89,7 @@ fn run(case: &str, len: usize, n: u64) -> Result<u64, String> {
         "pin" | "skip-pin" => sum = messages::<PIN>(&mut p, &mut cs, &msg, &mut buf, n)?,
         "loan" => sum = messages::<LOAN>(&mut p, &mut cs, &msg, &mut buf, n)?,
         "hold" => sum = messages::<HOLD>(&mut p, &mut cs, &msg, &mut buf, n)?,
+        // `copy`, `skip-copy`, `fanout2`, `fanout3`.
         _ => sum = messages::<COPY>(&mut p, &mut cs, &msg, &mut buf, n)?,
     }
     Ok(sum)

@@ -9,7 +9,9 @@
 //! from the general read's pieces: `own_entry` (its generation test), the stamp test of
 //! `target`, `copy_slot` (the seqlock copy) or `pin_slot`, and `advance`'s stores.
 
+use super::wait::progress_due;
 use super::{entry_if_current, Consumer, Copied, FAST_COPY, FAST_PIN};
+use crate::class::DeliveryClass;
 use crate::error::ReadError;
 use crate::layout::SEQ_LIMIT;
 use crate::memory::Memory;
@@ -46,9 +48,16 @@ impl<M: Memory> Consumer<M> {
             .copy_slot_seen(hdr, slot, seq, s1, buf, Some(e))
             .map_err(|_| Fallback::General)?;
         // `advance`, into the entry checked above (no reclaim happens inside a call).
+        // A gating reader publishes now and may release a parked producer; one that does not
+        // gate publishes every `PROGRESS_EVERY` reads, and its copy released nothing.
         self.next = seq + 1;
         self.received += 1;
-        self.store_progress(e, false);
+        if self.class == DeliveryClass::Gating {
+            self.store_words(e);
+            self.wake_producer();
+        } else if progress_due(&mut self.unpublished) {
+            self.store_words(e);
+        }
         Ok(Copied {
             seq,
             len,
@@ -93,6 +102,8 @@ impl<M: Memory> Consumer<M> {
     /// one-pass read's checks, a call and this.
     #[inline(never)]
     pub(super) fn not_yet(&mut self) -> ReadError {
+        // A read that finds nothing leaves the entry exact (`PROGRESS_EVERY`).
+        self.flush_progress();
         let seq = self.next;
         if self.idle.waiting(seq) {
             crate::sync::prefetch(self.far_end_of_home(seq));

@@ -1,6 +1,7 @@
 //! A pinned message (`Pinned`) and a batch item (`BatchItem`): zero-copy views.
 
 use super::{entry_if_current, Pinned, NO_CLAIM};
+use crate::class::DeliveryClass;
 use crate::memory::Memory;
 use crate::sync::{AtomicU64, Ordering};
 
@@ -104,17 +105,26 @@ impl<M: Memory> Drop for Pinned<'_, M> {
             // this entry now, with the same owner id); write nothing.
             return;
         };
+        c.next = self.seq + 1;
+        c.received += 1;
         if c.pins(self.seq) {
             let hdr = c.mem.slot_header(self.slot);
             // Release: the unpin; pairs with the producer's Acquire claim CAS, so our reads of
             // the message happen before its next writes to the slot.
             hdr.state.fetch_and(!(1u64 << c.index), Ordering::Release);
+            if c.class != DeliveryClass::Gating {
+                // A reader that does not gate publishes every `PROGRESS_EVERY` reads; the
+                // unpin may be what a parked producer waits for, so it wakes it either way.
+                if super::wait::progress_due(&mut c.unpublished) {
+                    c.store_words(e);
+                }
+                c.wake_producer();
+                return;
+            }
         }
         // A gating consumer's pin is its cursor: the Release cursor store (`advance`'s, into
         // the entry checked above: no reclaim happens inside a call) lets the producer's gating
         // scan (Acquire) past this message.
-        c.next = self.seq + 1;
-        c.received += 1;
         c.store_progress(e, true);
     }
 }

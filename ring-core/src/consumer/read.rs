@@ -225,6 +225,8 @@ impl<M: Memory> Consumer<M> {
     /// not counted yet: `next` did not move, so the next read skips (and counts) them again.
     pub(super) fn count_skipped(&mut self, start: u64, e: ReadError) -> ReadError {
         self.missed_total += self.next - start;
+        // A read that returns no message leaves the entry exact (`PROGRESS_EVERY`).
+        self.flush_progress();
         e
     }
 

@@ -146,6 +146,7 @@ impl<M: Memory> Consumer<M> {
                 u64::MAX
             },
             idle: super::fast::IdlePolls::new(),
+            unpublished: 0,
         }
     }
 

@@ -9,29 +9,87 @@ use crate::memory::Memory;
 use crate::sync::Ordering;
 use crate::wait::WaitStrategy;
 
+/// Reads a consumer that does not gate (skip-on-lag, latest-only) makes between two
+/// publications of its cursor and statistics to its consumer-table entry.
+///
+/// Nobody waits for such a consumer's cursor: the producer's gating scan skips it, and what
+/// its pins hold back is in the slots' state words, released by every unpin. Its entry's
+/// cursor, `received` and `missed` are for inspection (`ring_core::inspect`, `ringctl
+/// inspect`) and for the report of a reclaim. So a one-message read stores them only every
+/// `PROGRESS_EVERY` reads, and always when a read finds nothing (or fails), before the
+/// consumer parks in a blocking read, and at the end of a batch or a hold: an idle or waiting
+/// consumer's entry is exact, a streaming one's is at most `PROGRESS_EVERY - 1` reads behind
+/// its own [`Consumer::cursor`]. A gating consumer publishes on every read (its cursor is
+/// what the producer waits for).
+pub const PROGRESS_EVERY: u32 = 32;
+
+/// Counts one read of a consumer that does not gate: true when its progress is due
+/// (`PROGRESS_EVERY` reads since the last publication; the count starts again), false when it
+/// stays local for now. A field, not `&mut Consumer`: the one-pass reads call it while they
+/// hold their entry (a borrow of `mem`).
+#[inline(always)]
+pub(super) fn progress_due(unpublished: &mut u32) -> bool {
+    *unpublished += 1;
+    if *unpublished < PROGRESS_EVERY {
+        return false;
+    }
+    *unpublished = 0;
+    true
+}
+
 impl<M: Memory> Consumer<M> {
-    /// Marks `seq` consumed: the local cursor, then the shared cursor, then a producer wake.
+    /// Marks `seq` consumed: the local cursor, then the shared cursor (at once for a gating
+    /// consumer, every [`PROGRESS_EVERY`] reads otherwise), then a producer wake.
     /// `unpinned`: the read released a pin (which may be what the producer waits for).
     pub(super) fn advance(&mut self, seq: u64, unpinned: bool) {
         self.next = seq + 1;
         self.received += 1;
+        if self.class != DeliveryClass::Gating && !progress_due(&mut self.unpublished) {
+            // Deferred; an unpin may still be what a parked producer waits for.
+            if unpinned {
+                self.wake_producer();
+            }
+            return;
+        }
         self.publish_progress(unpinned);
     }
 
-    /// Publishes the local cursor and statistics to the entry (once per read, or once per
-    /// batch), then wakes a parked producer if `unpinned` or gating.
+    /// Publishes the local cursor and statistics to the entry now (after a read of a gating
+    /// consumer, a batch, a hold, a rewind, or to flush deferred progress), then wakes a
+    /// parked producer if `unpinned` or gating.
     #[inline]
     pub(super) fn publish_progress(&mut self, unpinned: bool) {
+        self.unpublished = 0;
         let Ok(e) = self.own_entry() else {
             return; // Reclaimed: the entry is not ours to write.
         };
         self.store_progress(e, unpinned);
     }
 
+    /// Publishes the progress a consumer that does not gate deferred (`PROGRESS_EVERY`), if
+    /// any: a read that found nothing, or a wait about to park, leaves the entry exact.
+    #[inline]
+    pub(super) fn flush_progress(&mut self) {
+        if self.unpublished != 0 {
+            self.publish_progress(false);
+        }
+    }
+
     /// `publish_progress` into entry `e`, which the caller checked is still ours earlier in
     /// this same call (no reclaim happens inside a call: the reclaim contract).
     #[inline(always)]
     pub(super) fn store_progress(&self, e: &ConsumerEntry, unpinned: bool) {
+        self.store_words(e);
+        // The producer waits only for gating cursors and pins: a copy read by a non-gating
+        // consumer can release nothing it waits for, so it skips the fence and the check.
+        if unpinned || self.class == DeliveryClass::Gating {
+            self.wake_producer();
+        }
+    }
+
+    /// The stores of [`store_progress`](Self::store_progress): cursor, `received`, `missed`.
+    #[inline(always)]
+    pub(super) fn store_words(&self, e: &ConsumerEntry) {
         // Release: pairs with the producer's Acquire cursor load in its gating scan, so that a
         // `wait_drained` that sees this cursor returns after our reads up to it (and whatever we
         // did while they were pinned). The overwrite of a slot is ordered by the unpin (pins) or
@@ -40,11 +98,6 @@ impl<M: Memory> Consumer<M> {
         // Relaxed: statistics for inspection.
         e.received.store(self.received, Ordering::Relaxed);
         e.missed.store(self.missed_total, Ordering::Relaxed);
-        // The producer waits only for gating cursors and pins: a copy read by a non-gating
-        // consumer can release nothing it waits for, so it skips the fence and the check.
-        if unpinned || self.class == DeliveryClass::Gating {
-            self.wake_producer();
-        }
     }
 
     #[inline]
@@ -87,13 +140,15 @@ impl<M: Memory> Consumer<M> {
     /// [`ReadError::Timeout`] when `wait`'s bound ran out; [`ReadError::Evicted`];
     /// [`ReadError::Corrupt`] when the slot's stamp is behind the published `head`.
     pub fn wait_ready<W: WaitStrategy>(&mut self, wait: &mut W) -> Result<(), ReadError> {
-        let line = self.mem.producer_line();
         loop {
             self.check_registered()?;
             if self.ready() {
                 return Ok(());
             }
             self.check_stamp_not_behind_head()?;
+            // Before parking: the entry shows where we stand while we wait.
+            self.flush_progress();
+            let line = self.mem.producer_line();
             // Acquire: pairs with the producer's Release store of the futex word.
             let seen = line.publish_futex.load(Ordering::Acquire);
             // Relaxed + the heavy fence below: the Dekker handshake with the publish (stamp and

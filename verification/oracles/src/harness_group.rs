@@ -78,6 +78,7 @@ impl<'s> Harness<'s> {
                         start: c.cursor(),
                         received: 0,
                         missed: 0,
+                        unpublished: 0,
                         holds: Vec::new(),
                         member: c.group().map(|record| MemberModel {
                             record,

@@ -36,6 +36,7 @@ impl<'s> Harness<'s> {
                     start: c.cursor(),
                     received: 0,
                     missed: 0,
+                    unpublished: 0,
                     holds: Vec::new(),
                     member: None,
                 };
@@ -82,7 +83,7 @@ impl<'s> Harness<'s> {
         } else {
             1u32 << r.model.index
         };
-        let want = model.as_ref().map(|m| m.read(&mut r.model, None));
+        let want = model.as_mut().map(|m| m.read(&mut r.model, None));
         let pinned = match r.consumer.try_pin() {
             Ok(p) => p,
             Err(e) => {
@@ -180,7 +181,7 @@ impl<'s> Harness<'s> {
         } = self;
         let r = &mut readers[i];
         let limit = r.consumer.max_holds();
-        let want = model.as_ref().map(|m| {
+        let want = model.as_mut().map(|m| {
             if r.model.holds.len() >= limit {
                 Err(ring_core::ReadError::TooManyHolds { max: limit })
             } else {
@@ -286,7 +287,7 @@ impl<'s> Harness<'s> {
             return Ok(());
         };
         let mut buf = vec![0u8; buf_len];
-        let want = model.as_ref().map(|m| m.read(&mut r.model, Some(buf_len)));
+        let want = model.as_mut().map(|m| m.read(&mut r.model, Some(buf_len)));
         match r.consumer.try_copy(&mut buf) {
             Ok(got) => {
                 ensure!(
@@ -342,8 +343,8 @@ impl<'s> Harness<'s> {
                 "wait_ready: undocumented {e:?}"
             );
         }
-        if let Some(m) = &self.model {
-            let want = m.wait_ready(&r.model);
+        if let Some(m) = self.model.as_mut() {
+            let want = m.wait_ready(&mut r.model);
             ensure!(got == want, "wait_ready: got {got:?}, model {want:?}");
         }
         Ok(())
@@ -353,7 +354,7 @@ impl<'s> Harness<'s> {
         let Some(mut r) = self.take_reader(who) else {
             return Ok(());
         };
-        let want = self.model.as_ref().map(|m| m.read(&mut r.model, None));
+        let want = self.model.as_mut().map(|m| m.read(&mut r.model, None));
         match r.consumer.try_pin() {
             Ok(pinned) => {
                 let slot = pinned.slot();

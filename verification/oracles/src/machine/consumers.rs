@@ -137,8 +137,8 @@ impl Model {
         }
         // One cursor store for the batch: the consumer's next sequence (past any message a
         // failed last read stepped over).
-        let c = or_skip!(self.consumers[i].as_ref());
-        self.ring.store_cursor(&c.reader);
+        let c = or_skip!(self.consumers[i].as_mut());
+        self.ring.store_cursor(&mut c.reader);
         Outcome::ReadBatch(Ok(items))
     }
 

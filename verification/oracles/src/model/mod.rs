@@ -184,6 +184,10 @@ pub struct ReaderModel {
     pub received: u64,
     /// Messages missed.
     pub missed: u64,
+    /// One-message reads not yet published to the entry: a reader that does not gate stores
+    /// its cursor and counters every [`ring_core::PROGRESS_EVERY`] reads, when a read fails,
+    /// and before it waits (always 0 for a gating reader).
+    pub unpublished: u32,
     /// Messages held (`try_hold`), in the order taken: (sequence, slot).
     pub holds: Vec<(u64, usize)>,
     /// Set for a group member.

@@ -3,7 +3,7 @@
 
 use super::{EntryModel, ReadOk, ReaderModel, RingModel};
 use ring_core::layout::GROUP_CLAIMS;
-use ring_core::{DeliveryClass, Error, ReadError, READ_RETRIES};
+use ring_core::{DeliveryClass, Error, ReadError, PROGRESS_EVERY, READ_RETRIES};
 
 impl RingModel {
     /// `Consumer::new`: the first free entry, starting at the current head.
@@ -36,6 +36,7 @@ impl RingModel {
             start: head,
             received: 0,
             missed: 0,
+            unpublished: 0,
             holds: Vec::new(),
             member: None,
         })
@@ -69,7 +70,10 @@ impl RingModel {
         if r.class != DeliveryClass::Gating {
             self.slots[slot].readers |= 1 << r.index;
         }
-        self.advance(r, seq);
+        // A hold publishes at once, whatever the class.
+        r.next = seq + 1;
+        r.received += 1;
+        self.store_cursor(r);
     }
 
     /// Hold `k` of `r` released.
@@ -132,11 +136,25 @@ impl RingModel {
     /// succeeds: the caller then pins (and later calls [`advance`](Self::advance)) or copies
     /// (and calls `advance` at once).
     ///
-    /// Every sequence the reader moves past is counted as missed, whatever the call returns.
-    pub fn read(&self, r: &mut ReaderModel, buf: Option<usize>) -> Result<ReadOk, ReadError> {
+    /// Every sequence the reader moves past is counted as missed, whatever the call returns;
+    /// a read that fails publishes the progress the reader deferred ([`Self::flush`]).
+    pub fn read(&mut self, r: &mut ReaderModel, buf: Option<usize>) -> Result<ReadOk, ReadError> {
         if !self.registered(r) {
             return Err(ReadError::Evicted);
         }
+        let got = self.read_registered(r, buf);
+        if got.is_err() {
+            self.flush(r);
+        }
+        got
+    }
+
+    /// [`read`](Self::read) of a registered reader, before a failure's flush.
+    fn read_registered(
+        &self,
+        r: &mut ReaderModel,
+        buf: Option<usize>,
+    ) -> Result<ReadOk, ReadError> {
         let mut lost = 0;
         for _ in 0..READ_RETRIES {
             let (seq, skipped) = match self.target(r) {
@@ -181,15 +199,32 @@ impl RingModel {
         Err(ReadError::Lagging)
     }
 
-    /// A read of `seq` completed: the cursor moves past it and the shared entry says so.
+    /// A one-message read of `seq` (a copy, a pin let go) completed: the cursor moves past it,
+    /// and the shared entry says so at once for a gating reader, every
+    /// [`PROGRESS_EVERY`] reads for one that does not gate.
     pub fn advance(&mut self, r: &mut ReaderModel, seq: u64) {
         r.next = seq + 1;
         r.received += 1;
+        if r.class != DeliveryClass::Gating {
+            r.unpublished += 1;
+            if r.unpublished < PROGRESS_EVERY {
+                return;
+            }
+        }
         self.store_cursor(r);
     }
 
+    /// A read that found nothing, or a wait: the entry shows the progress the reader deferred,
+    /// if any (and if the entry is still the reader's).
+    pub fn flush(&mut self, r: &mut ReaderModel) {
+        if r.unpublished != 0 && self.registered(r) {
+            self.store_cursor(r);
+        }
+    }
+
     /// The reader's cursor store: the shared entry shows its cursor and counters.
-    pub fn store_cursor(&mut self, r: &ReaderModel) {
+    pub fn store_cursor(&mut self, r: &mut ReaderModel) {
+        r.unpublished = 0;
         let e = &mut self.entries[r.index];
         e.cursor = r.shared_cursor();
         e.received = r.received;
@@ -220,13 +255,15 @@ impl RingModel {
             }
     }
 
-    /// `wait_ready` with a bounded strategy that runs out.
-    pub fn wait_ready(&self, r: &ReaderModel) -> Result<(), ReadError> {
+    /// `wait_ready` with a bounded strategy that runs out (a reader about to wait publishes
+    /// what it deferred first).
+    pub fn wait_ready(&mut self, r: &mut ReaderModel) -> Result<(), ReadError> {
         if !self.registered(r) {
             Err(ReadError::Evicted)
         } else if self.ready(r) {
             Ok(())
         } else {
+            self.flush(r);
             Err(ReadError::Timeout)
         }
     }

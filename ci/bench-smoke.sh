@@ -36,3 +36,14 @@ cargo run --release "${compare[@]}" -- --verify-json "$out"
 # Instructions per message under callgrind (deterministic, never timed): a smoke test that the
 # counting runs (ci/setup.sh installs valgrind); the figures and their before/after are in docs/benchmarks.md.
 ICOUNT_N=500 ICOUNT_LENS=64 ICOUNT_CASES="copy pin hold" bash benches/icount.sh
+
+# The alternated before/after runner, with one build under two names for one round: it must
+# print a row for each transport, with a figure under each name (never judged on the figure).
+cargo build --release -p ring-benches --bin transport-bench
+tb="${CARGO_TARGET_DIR:-target}/release/transport-bench"
+ab=$(bash benches/ab.sh 1 a="$tb" b="$tb")
+echo "$ab"
+for t in floor ring-copy ring-pinned; do
+    grep -Eq "^round_trip +$t +[0-9.]+ +[0-9.]+$" <<<"$ab" ||
+        { echo "bench-smoke: benches/ab.sh printed no round trip for $t" >&2; exit 1; }
+done

@@ -425,3 +425,33 @@ fn hostile_abi3_words_fail_cleanly() {
     }
     assert!(runs > 40);
 }
+
+/// A skip-on-lag consumer holds a message, then pins one more (its progress deferred: fewer
+/// than `PROGRESS_EVERY` reads), then releases the hold: the release publishes everything,
+/// the deferred read included (found by the never-stall proptest of the oracle model, whose
+/// release stored only the cursor).
+#[test]
+fn ops_release_publishes_deferred_progress() {
+    use oracles::ops::{Class, Op};
+    let ops = vec![
+        Op::Register(Class::SkipOnLag),
+        Op::Publish { len: 5, fill: 1 },
+        Op::Publish { len: 5, fill: 2 },
+        Op::Hold(0),
+        Op::Pin {
+            who: 0,
+            claim_while_pinned: false,
+        },
+        Op::Release { who: 0, which: 0 },
+    ];
+    // Four slots: both messages stay.
+    let shape = oracles::ops::Shape {
+        slots: 3,
+        cap_words: 0,
+        consumers: 0,
+    };
+    assert_eq!(
+        oracles::ops::run(&oracles::ops::OpsInput { shape, ops }),
+        Ok(())
+    );
+}

@@ -143,5 +143,12 @@ fn a_batch_and_a_hold_publish_at_once() {
     assert_eq!(shown(&s, &c), (3, 3, 0));
     let h = c.try_hold().unwrap();
     assert_eq!(shown(&s, &c), (5, 5, 0), "a hold publishes");
+    read_one(&mut c, true);
+    assert_eq!(shown(&s, &c), (5, 5, 0));
     c.release(h).unwrap();
+    assert_eq!(
+        shown(&s, &c),
+        (6, 6, 0),
+        "a release publishes the deferred read too"
+    );
 }

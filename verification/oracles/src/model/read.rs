@@ -95,7 +95,8 @@ impl RingModel {
         if r.class != DeliveryClass::Gating {
             self.slots[slot].readers &= !(1 << r.index);
         }
-        self.entries[r.index].cursor = r.shared_cursor();
+        // The release publishes the reader's progress, deferred reads included.
+        self.store_cursor(r);
     }
 
     pub(super) fn empty_or_closed(&self) -> ReadError {

@@ -40,7 +40,7 @@ impl<M: Memory> Consumer<M> {
                 c.copy_seq(seq, buf)
             }
         })?;
-        self.advance(seq, false);
+        self.advance(seq);
         Ok(Copied {
             seq,
             len,

@@ -38,20 +38,16 @@ pub(super) fn progress_due(unpublished: &mut u32) -> bool {
 }
 
 impl<M: Memory> Consumer<M> {
-    /// Marks `seq` consumed: the local cursor, then the shared cursor (at once for a gating
-    /// consumer, every [`PROGRESS_EVERY`] reads otherwise), then a producer wake.
-    /// `unpinned`: the read released a pin (which may be what the producer waits for).
-    pub(super) fn advance(&mut self, seq: u64, unpinned: bool) {
+    /// Marks copy `seq` consumed (a copy released no pin): the local cursor, then the shared
+    /// cursor and a producer wake at once for a gating consumer, the shared cursor every
+    /// [`PROGRESS_EVERY`] reads otherwise (`Pinned`'s drop does the same for a pin).
+    pub(super) fn advance(&mut self, seq: u64) {
         self.next = seq + 1;
         self.received += 1;
         if self.class != DeliveryClass::Gating && !progress_due(&mut self.unpublished) {
-            // Deferred; an unpin may still be what a parked producer waits for.
-            if unpinned {
-                self.wake_producer();
-            }
             return;
         }
-        self.publish_progress(unpinned);
+        self.publish_progress(false);
     }
 
     /// Publishes the local cursor and statistics to the entry now (after a read of a gating

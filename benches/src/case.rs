@@ -162,6 +162,17 @@ pub const REQUEST_BYTES: usize = 8;
 /// Messages per throughput sample.
 pub const THROUGHPUT_BATCH: usize = 2000;
 
+/// The depth of a throughput case's rings: the producer streams up to this far ahead.
+pub const THROUGHPUT_DEPTH: usize = 256;
+
+/// The default depth of a round trip's rings, as deep as `floor-msg`'s rings of message lines:
+/// a message's slot was last used 64 messages earlier in both. One message is in flight at a
+/// time, so the depth changes no semantics; it decides how often a gating producer re-reads its
+/// consumer's cursor line (once per `depth` messages), which the consumer wrote on its own
+/// core. At a depth of 2 that is every other publish, a cache-line transfer on the round trip's
+/// path ("The round trip's ring depth" in docs/benchmarks.md; `--round-trip-depth`).
+pub const ROUND_TRIP_DEPTH: u16 = 64;
+
 /// One case: a metric at one size, with its iteration plan.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Case {
@@ -177,6 +188,9 @@ pub struct Case {
     pub rounds: usize,
     /// Recorded iterations per transport per round.
     pub iters: usize,
+    /// Messages a peer may have queued at once: the ring's slot count, iceoryx2's subscriber
+    /// buffer (see [`Case::depth`]).
+    pub depth: usize,
 }
 
 impl Case {
@@ -211,12 +225,11 @@ impl Case {
         self.down_bytes().max(self.up_bytes())
     }
 
-    /// Messages a child may have queued towards the parent at once (ring depth, socket buffers).
+    /// Messages a peer may have queued at once: the ring's slot count and iceoryx2's subscriber
+    /// buffer, in both directions ([`ROUND_TRIP_DEPTH`] for round trips unless the command line
+    /// says otherwise, [`THROUGHPUT_DEPTH`] for throughput, 2 for acquisitions and fan-outs).
     pub fn depth(&self) -> usize {
-        match self.metric {
-            Metric::Throughput => 256,
-            _ => 2,
-        }
+        self.depth
     }
 }
 
@@ -240,19 +253,16 @@ const MIB: usize = 1024 * 1024;
 pub const QUICK_MIN_ROUNDS: usize = 7;
 
 /// The full list of cases; `quick` shrinks every iteration count (about a minute in all).
-pub fn plan(quick: bool) -> Vec<Case> {
+/// Round trips run at `round_trip_depth` ([`ROUND_TRIP_DEPTH`] by default).
+pub fn plan(quick: bool, round_trip_depth: usize) -> Vec<Case> {
     let mut cases = Vec::new();
     let q = QUICK_MIN_ROUNDS;
     let (rt_rounds, rt_iters, rt_warm) = if quick { (q, 100, 50) } else { (10, 500, 200) };
     for bytes in [64, KIB] {
-        cases.push(case(
-            Metric::RoundTrip,
-            bytes,
-            "",
-            rt_warm,
-            rt_rounds,
-            rt_iters,
-        ));
+        cases.push(Case {
+            depth: round_trip_depth,
+            ..case(Metric::RoundTrip, bytes, "", rt_warm, rt_rounds, rt_iters)
+        });
     }
     // Acquire: a byte budget per transport per round keeps big sizes cheap.
     let (acq_rounds, budget) = if quick { (3, 16 * MIB) } else { (8, 96 * MIB) };
@@ -276,7 +286,10 @@ pub fn plan(quick: bool) -> Vec<Case> {
         ));
     }
     let (tp_rounds, tp_iters) = if quick { (q + 2, 1) } else { (10, 3) };
-    cases.push(case(Metric::Throughput, 64, "", 1, tp_rounds, tp_iters));
+    cases.push(Case {
+        depth: THROUGHPUT_DEPTH,
+        ..case(Metric::Throughput, 64, "", 1, tp_rounds, tp_iters)
+    });
     let (fo_rounds, fo_iters, fo_warm) = if quick { (q, 50, 20) } else { (10, 200, 50) };
     cases.push(case(Metric::Fanout, 64, "", fo_warm, fo_rounds, fo_iters));
     let (fb_rounds, fb_iters) = if quick { (3, 4) } else { (8, 16) };
@@ -299,6 +312,7 @@ fn case(
         warmup,
         rounds,
         iters,
+        depth: 2,
     }
 }
 
@@ -318,7 +332,7 @@ mod tests {
     /// `QUICK_MIN_ROUNDS`, so a few preempted samples cannot decide them.
     #[test]
     fn quick_small_message_medians_survive_preempted_samples() {
-        for c in plan(true) {
+        for c in plan(true, ROUND_TRIP_DEPTH.into()) {
             if c.bytes <= KIB && c.metric != Metric::Acquire {
                 assert!(
                     c.rounds >= QUICK_MIN_ROUNDS && c.rounds % 2 == 1,
@@ -333,7 +347,7 @@ mod tests {
 
     #[test]
     fn plan_covers_every_metric_and_frame() {
-        let cases = plan(true);
+        let cases = plan(true, ROUND_TRIP_DEPTH.into());
         for m in [
             Metric::RoundTrip,
             Metric::Acquire,
@@ -348,5 +362,23 @@ mod tests {
                 .any(|c| c.label == label && c.bytes == w * h * 4));
         }
         assert!(cases.iter().all(|c| c.iters >= 1 && c.rounds >= 1));
+    }
+
+    /// Round trips take the depth asked for, throughput its own, the rest 2, in full and
+    /// quick plans alike.
+    #[test]
+    fn round_trips_run_at_the_depth_asked_for() {
+        for quick in [false, true] {
+            for asked in [2, 64, 1024] {
+                for c in plan(quick, asked) {
+                    let want = match c.metric {
+                        Metric::RoundTrip => asked,
+                        Metric::Throughput => THROUGHPUT_DEPTH,
+                        Metric::Acquire | Metric::Fanout => 2,
+                    };
+                    assert_eq!(c.depth(), want, "{} {} B", c.metric, c.bytes);
+                }
+            }
+        }
     }
 }

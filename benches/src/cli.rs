@@ -9,7 +9,7 @@
 //! Prints a table (min, median, p99 per transport, metric and size, with the median's ratio to
 //! the floor and to `unix` measured in the same run) and, with `--json`, writes the records.
 
-use crate::case::{Metric, Transport};
+use crate::case::{Metric, Transport, ROUND_TRIP_DEPTH};
 use crate::link::{self, Peers};
 use crate::runner::{self, Options};
 use crate::BenchError;
@@ -34,6 +34,12 @@ struct Args {
     /// Comma-separated metrics to run: round_trip, acquire, throughput, fanout (default: all).
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     metrics: Vec<String>,
+    /// Slots of a round trip's rings (and iceoryx2's subscriber buffer there): a slot is reused
+    /// after this many messages. A depth of 2 makes a gating producer read its consumer's cursor
+    /// line every other message (docs/benchmarks.md, "The round trip's ring depth").
+    #[arg(long, value_name = "N", default_value_t = ROUND_TRIP_DEPTH,
+          value_parser = clap::value_parser!(u16).range(2..=1024))]
+    round_trip_depth: u16,
     /// Check that FILE (written by --json) parses and lists every transport and metric, then
     /// exit; runs nothing (used by ci/bench-smoke.sh; judges presence, never speed).
     #[arg(long, value_name = "FILE", conflicts_with_all = ["json", "quick"])]
@@ -185,6 +191,7 @@ fn parent(args: &Args, peers: Option<Peers>) -> Result<bool, BenchError> {
             "metric",
         )?,
         peers,
+        round_trip_depth: usize::from(args.round_trip_depth),
     };
     let outcome = runner::run(&opts)?;
     println!("{}", outcome.results.table());
@@ -220,6 +227,23 @@ mod tests {
         })
     }
 
+    /// `--round-trip-depth`: 64 unless given, 2 (the depth every round trip had before the
+    /// flag) to 1024 accepted, anything else refused with a usage error.
+    #[test]
+    fn round_trip_depth_defaults_to_64_and_is_bounded() {
+        let parse = |extra: &[&str]| {
+            Args::try_parse_from(["transport-bench"].iter().chain(extra))
+                .map(|a| a.round_trip_depth)
+        };
+        assert_eq!(parse(&[]).unwrap(), ROUND_TRIP_DEPTH);
+        assert_eq!(ROUND_TRIP_DEPTH, 64);
+        assert_eq!(parse(&["--round-trip-depth", "2"]).unwrap(), 2);
+        assert_eq!(parse(&["--round-trip-depth", "1024"]).unwrap(), 1024);
+        for bad in ["0", "1", "1025", "-3", "many"] {
+            assert!(parse(&["--round-trip-depth", bad]).is_err(), "{bad}");
+        }
+    }
+
     /// The workspace's build runs every transport but iceoryx2's; benches/compare's adds them.
     #[test]
     fn peer_transports_only_where_built() {
@@ -239,7 +263,7 @@ mod tests {
     fn a_peer_transport_without_its_links_points_to_benches_compare() {
         let setup = crate::ctl::Setup {
             transport: Transport::Iceoryx2,
-            case: crate::case::plan(true).remove(0),
+            case: crate::case::plan(true, crate::case::ROUND_TRIP_DEPTH.into()).remove(0),
             child: 0,
             children: 1,
             dir: std::env::temp_dir(),

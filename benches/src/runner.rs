@@ -22,6 +22,8 @@ pub struct Options {
     pub metrics: Vec<Metric>,
     /// The peer crates' links, where this binary has them (benches/compare's).
     pub peers: Option<Peers>,
+    /// Round trips' ring depth ([`ROUND_TRIP_DEPTH`](crate::case::ROUND_TRIP_DEPTH) by default).
+    pub round_trip_depth: usize,
 }
 
 /// The outcome of a run.
@@ -270,7 +272,7 @@ pub fn run(opts: &Options) -> Result<Outcome, BenchError> {
     }
     p.respawn()?;
     let mut results = Results::new();
-    let cases: Vec<Case> = plan(opts.quick)
+    let cases: Vec<Case> = plan(opts.quick, opts.round_trip_depth)
         .into_iter()
         .filter(|c| opts.metrics.contains(&c.metric))
         .collect();

@@ -27,6 +27,14 @@ pub const MAX_ALLOC_ARENA: u64 = 1 << 40;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Config {
     /// Number of slots, `1..=MAX_SLOTS`.
+    ///
+    /// Besides how far the producer may run ahead, the count decides how often a producer with
+    /// gating consumers re-reads their cursors: when its cached bound is used up, once per
+    /// `slots` messages while they keep up, and each re-read fetches a line a consumer writes on
+    /// its own core. With 2 slots that is every other publish, a cache-line transfer each time:
+    /// a 64-byte round trip between two processes took 1.2-1.35x as long with 2 slots as with
+    /// 64 ("The round trip's ring depth" in docs/benchmarks.md). So request/response rings,
+    /// which keep one message in flight, still gain from 8 slots or more.
     pub slots: u32,
     /// Payload bytes per slot, `8..=MAX_SLOT_CAPACITY`; rounded up to a multiple of 8.
     pub slot_capacity: u32,

@@ -20,8 +20,9 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// Message lines per direction (the slot ring's round-trip rings have 64 slots too).
-const SLOTS: usize = 64;
+/// Message lines per direction: as many as the slot ring's round-trip rings have slots by
+/// default ([`ROUND_TRIP_DEPTH`](crate::case::ROUND_TRIP_DEPTH)), so a line is reused as rarely.
+const SLOTS: usize = crate::case::ROUND_TRIP_DEPTH as usize;
 /// Words per message line (128 bytes).
 const LINE_WORDS: usize = 16;
 /// The message's first word in its line (byte 32, after the stamp and three header words).

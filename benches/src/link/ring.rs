@@ -441,11 +441,47 @@ mod tests {
     use crate::case::{plan, Metric};
     use std::time::Duration;
 
+    /// Both directions' rings have as many slots as the case's depth: the 64-byte round trip
+    /// at the default depth and at 2 (`--round-trip-depth`), which the ring's numbers depend on.
+    #[test]
+    fn round_trip_rings_have_the_case_depth() {
+        for depth in [crate::case::ROUND_TRIP_DEPTH.into(), 2] {
+            let dir = std::env::temp_dir()
+                .join(format!("ring-depth-test-{}-{depth}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap();
+            let case = plan(false, depth)
+                .into_iter()
+                .find(|c| c.metric == Metric::RoundTrip && c.bytes == 64)
+                .unwrap();
+            let s = Setup {
+                transport: Transport::RingCopy,
+                case,
+                child: 0,
+                children: 1,
+                dir: dir.clone(),
+                tag: String::new(),
+                port: 0,
+            };
+            let mut setups = [s.clone()];
+            let pending = parent_begin(&mut setups).unwrap();
+            for path in [down_path(&s), up_path(&s, 0)] {
+                let ring = ShmRing::open_file(&path).unwrap();
+                assert_eq!(
+                    ring_core::Memory::geometry(&*ring).config().slots as usize,
+                    depth,
+                    "{path:?}"
+                );
+            }
+            drop(pending);
+            let _ = std::fs::remove_dir_all(&dir);
+        }
+    }
+
     #[test]
     fn batch_link_groups_flushes_and_checks() {
         let dir = std::env::temp_dir().join(format!("ring-batch-test-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let case = plan(true)
+        let case = plan(true, crate::case::ROUND_TRIP_DEPTH.into())
             .into_iter()
             .find(|c| c.metric == Metric::Throughput)
             .unwrap();

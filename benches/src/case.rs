@@ -188,8 +188,9 @@ pub struct Case {
     pub rounds: usize,
     /// Recorded iterations per transport per round.
     pub iters: usize,
-    /// Messages a peer may have queued at once: the ring's slot count, iceoryx2's subscriber
-    /// buffer (see [`Case::depth`]).
+    /// Messages a peer may have queued at once: the ring's slot count and iceoryx2's subscriber
+    /// buffer, in both directions ([`ROUND_TRIP_DEPTH`] for round trips unless the command line
+    /// says otherwise, [`THROUGHPUT_DEPTH`] for throughput, 2 for acquisitions and fan-outs).
     pub depth: usize,
 }
 
@@ -223,13 +224,6 @@ impl Case {
     /// Largest message in either direction.
     pub fn max_bytes(&self) -> usize {
         self.down_bytes().max(self.up_bytes())
-    }
-
-    /// Messages a peer may have queued at once: the ring's slot count and iceoryx2's subscriber
-    /// buffer, in both directions ([`ROUND_TRIP_DEPTH`] for round trips unless the command line
-    /// says otherwise, [`THROUGHPUT_DEPTH`] for throughput, 2 for acquisitions and fan-outs).
-    pub fn depth(&self) -> usize {
-        self.depth
     }
 }
 
@@ -376,7 +370,7 @@ mod tests {
                         Metric::Throughput => THROUGHPUT_DEPTH,
                         Metric::Acquire | Metric::Fanout => 2,
                     };
-                    assert_eq!(c.depth(), want, "{} {} B", c.metric, c.bytes);
+                    assert_eq!(c.depth, want, "{} {} B", c.metric, c.bytes);
                 }
             }
         }

@@ -32,7 +32,7 @@ pub struct Config {
     /// gating consumers re-reads their cursors: when its cached bound is used up, once per
     /// `slots` messages while they keep up, and each re-read fetches a line a consumer writes on
     /// its own core. With 2 slots that is every other publish, a cache-line transfer each time:
-    /// a 64-byte round trip between two processes took 1.2-1.35x as long with 2 slots as with
+    /// a 64-byte round trip between two processes took 1.17-1.35x as long with 2 slots as with
     /// 64 ("The round trip's ring depth" in docs/benchmarks.md). So request/response rings,
     /// which keep one message in flight, still gain from 8 slots or more.
     pub slots: u32,

@@ -249,7 +249,7 @@ fn subscriber(s: &Services, depth: usize) -> Result<(Sub, Listen), BenchError> {
 fn depth(case: &Case) -> usize {
     match case.metric {
         Metric::Throughput => THROUGHPUT_BATCH + 8,
-        _ => case.depth(),
+        _ => case.depth,
     }
 }
 

@@ -372,14 +372,14 @@ pub fn parent_begin(setups: &mut [Setup]) -> Result<Pending, BenchError> {
     let case = first.case.clone();
     let down = create(
         &down_path(first),
-        &config(case.down_bytes(), case.depth(), setups.len(), transport)?,
+        &config(case.down_bytes(), case.depth, setups.len(), transport)?,
     )?;
     let producer = ShmRing::producer(&down).map_err(err)?;
     let mut peers = Vec::new();
     for s in setups.iter() {
         let up = create(
             &up_path(s, s.child),
-            &config(case.up_bytes(), case.depth(), 1, transport)?,
+            &config(case.up_bytes(), case.depth, 1, transport)?,
         )?;
         peers.push(RingPeer::new(
             ShmRing::consumer(&up, DeliveryClass::Gating).map_err(err)?,
